@@ -1,0 +1,19 @@
+// Chemical elements by symbol and atomic number. Species are always identified by element, never by
+// their position in a file.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace mlip {
+
+constexpr int kMaxAtomicNumber = 118;
+
+/// Atomic number of an element symbol ("O" -> 8); 0 if the symbol is not an element.
+/// Case matters as in chemistry: "Co" is cobalt, "CO" is not an element.
+int atomic_number(std::string_view symbol);
+
+/// Symbol of an atomic number (8 -> "O"); throws mlip::Error outside 1..118.
+const std::string& element_symbol(int atomic_number);
+
+}  // namespace mlip

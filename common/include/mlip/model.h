@@ -1,0 +1,105 @@
+// The model contract shared by the trainer and the LAMMPS pair style.
+//
+// A model is a TorchScript module (one definition per architecture, see potentials/) with
+//
+//   forward(species:      Tensor (n_nodes,) int64     model species index of each node,
+//           edge_index:   Tensor (2, n_edges) int64   row 0 centre i, row 1 neighbour j,
+//           edge_vectors: Tensor (n_edges, 3)          r_ij = x_j - x_i (+ cell shift), Å,
+//           n_centers:    int)                         nodes [0, n_centers) get an energy
+//     -> Tensor (n_centers,)                           per-atom energy, eV
+//
+// Nodes past n_centers are LAMMPS ghosts (or, in chunked evaluation, neighbours outside the
+// chunk): they feed messages and descriptors but get no energy. Forces and virials are not the
+// model's business: they come from autograd with respect to the edge vectors, here, so every
+// architecture gets them the same way and ghost atoms need no special case.
+//
+// The file carries its metadata (species, cutoff, message-passing depth, dtype, units, ...) as
+// the extra file `mlip/metadata.json`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/script.h>
+
+namespace mlip {
+
+/// What a model file says about itself. Validated on load.
+struct ModelMetadata {
+  static constexpr int kFormatVersion = 1;
+  static constexpr const char* kExtraFile = "mlip/metadata.json";
+
+  int format_version = kFormatVersion;
+  std::string architecture;              // e.g. "se_e2_a", "pair_table" in tests
+  std::vector<std::string> species;      // element symbols; model species index = position
+  double cutoff = 0.0;                   // Å
+  int message_passing_layers = 0;        // 0 for local models; ghosts must reach layers*cutoff
+  std::string dtype = "float64";         // "float32" or "float64"
+  std::string length_unit = "angstrom";
+  std::string energy_unit = "eV";
+  nlohmann::json hyperparameters = nlohmann::json::object();
+  nlohmann::json provenance = nlohmann::json::object();
+
+  /// Ghost-shell width LAMMPS must communicate: cutoff for local models, layers x cutoff else.
+  double interaction_range() const {
+    return cutoff * (message_passing_layers > 1 ? message_passing_layers : 1);
+  }
+  torch::Dtype torch_dtype() const { return dtype == "float32" ? torch::kFloat32 : torch::kFloat64; }
+  int species_index(const std::string& element) const;   // -1 if the model lacks it
+
+  nlohmann::json to_json() const;
+  /// Throws mlip::Error naming `where` and the offending key.
+  static ModelMetadata from_json(const nlohmann::json& j, const std::string& where);
+};
+
+/// Graph inputs of one model call, already on the model's device and dtype.
+struct ModelInput {
+  torch::Tensor species;        // (n_nodes,) int64
+  torch::Tensor edge_index;     // (2, n_edges) int64
+  torch::Tensor edge_vectors;   // (n_edges, 3) float
+  int64_t n_centers = 0;
+};
+
+/// Outputs of one evaluation.
+struct ModelOutput {
+  torch::Tensor atom_energy;    // (n_centers,) eV
+  torch::Tensor edge_grad;      // (n_edges, 3) dE/dr_ij, eV/Å; undefined if not requested
+};
+
+/// A loaded, frozen model: metadata plus the TorchScript module.
+class Model {
+ public:
+  /// Loads and validates `path`. Throws mlip::Error naming the file on a missing, truncated or
+  /// corrupted file, missing metadata, or a module without the contract's forward().
+  static Model load(const std::string& path, const torch::Device& device = torch::kCPU);
+
+  Model(torch::jit::Module module, ModelMetadata metadata, torch::Device device);
+
+  /// Per-atom energies and, if `need_grad`, dE/dr for every edge. Never call under NoGradGuard.
+  ModelOutput evaluate(const ModelInput& in, bool need_grad) const;
+
+  const ModelMetadata& metadata() const { return metadata_; }
+  const torch::Device& device() const { return device_; }
+  torch::jit::Module& module() { return module_; }
+
+ private:
+  mutable torch::jit::Module module_;
+  ModelMetadata metadata_;
+  torch::Device device_;
+};
+
+/// Saves `module` with `metadata` as the extra file. Writes to a temporary file and renames it,
+/// so an existing model file is never left half-written.
+void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path);
+
+/// Forces and virials from edge gradients g_ij = dE/dr_ij, r_ij = x_j - x_i:
+///   F_i += g_ij, F_j -= g_ij,   W = -sum_ij r_ij (x) g_ij.
+/// `forces` is (n_nodes, 3); forces on nodes past the local ones are the ghost forces LAMMPS
+/// reverse-communicates. Returns the 3x3 virial (eV) as a (3, 3) tensor.
+torch::Tensor scatter_edge_forces(const torch::Tensor& edge_index, const torch::Tensor& edge_vectors,
+                                  const torch::Tensor& edge_grad, torch::Tensor& forces);
+
+}  // namespace mlip

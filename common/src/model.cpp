@@ -1,0 +1,147 @@
+#include "mlip/model.h"
+
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "mlip/elements.h"
+#include "mlip/error.h"
+
+namespace mlip {
+
+int ModelMetadata::species_index(const std::string& element) const {
+  for (std::size_t i = 0; i < species.size(); ++i) {
+    if (species[i] == element) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+nlohmann::json ModelMetadata::to_json() const {
+  return {{"format_version", format_version},
+          {"architecture", architecture},
+          {"species", species},
+          {"cutoff", cutoff},
+          {"message_passing_layers", message_passing_layers},
+          {"dtype", dtype},
+          {"units", {{"length", length_unit}, {"energy", energy_unit}}},
+          {"hyperparameters", hyperparameters},
+          {"provenance", provenance}};
+}
+
+ModelMetadata ModelMetadata::from_json(const nlohmann::json& j, const std::string& where) {
+  auto need = [&](const char* key) -> const nlohmann::json& {
+    if (!j.contains(key)) throw Error(where + ": metadata has no '" + key + "'");
+    return j.at(key);
+  };
+  ModelMetadata m;
+  try {
+    m.format_version = need("format_version").get<int>();
+    if (m.format_version != kFormatVersion) {
+      throw Error(where + ": model format version " + std::to_string(m.format_version) +
+                  " is not supported (this build reads version " + std::to_string(kFormatVersion) + ")");
+    }
+    m.architecture = need("architecture").get<std::string>();
+    m.species = need("species").get<std::vector<std::string>>();
+    m.cutoff = need("cutoff").get<double>();
+    m.message_passing_layers = need("message_passing_layers").get<int>();
+    m.dtype = need("dtype").get<std::string>();
+    const auto& units = need("units");
+    m.length_unit = units.at("length").get<std::string>();
+    m.energy_unit = units.at("energy").get<std::string>();
+    if (j.contains("hyperparameters")) m.hyperparameters = j.at("hyperparameters");
+    if (j.contains("provenance")) m.provenance = j.at("provenance");
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + ": malformed metadata: " + e.what());
+  }
+  if (m.species.empty()) throw Error(where + ": metadata lists no species");
+  for (const auto& el : m.species) {
+    if (atomic_number(el) == 0) throw Error(where + ": metadata species '" + el + "' is not an element");
+  }
+  if (!(m.cutoff > 0.0)) throw Error(where + ": metadata cutoff must be positive");
+  if (m.message_passing_layers < 0) throw Error(where + ": metadata message_passing_layers < 0");
+  if (m.dtype != "float32" && m.dtype != "float64") {
+    throw Error(where + ": metadata dtype '" + m.dtype + "' is neither float32 nor float64");
+  }
+  if (m.length_unit != "angstrom" || m.energy_unit != "eV") {
+    throw Error(where + ": model units " + m.length_unit + "/" + m.energy_unit +
+                " are not supported (angstrom/eV)");
+  }
+  return m;
+}
+
+Model::Model(torch::jit::Module module, ModelMetadata metadata, torch::Device device)
+    : module_(std::move(module)), metadata_(std::move(metadata)), device_(device) {}
+
+Model Model::load(const std::string& path, const torch::Device& device) {
+  if (!std::filesystem::is_regular_file(path)) throw Error(path + ": model file not found");
+  torch::jit::ExtraFilesMap extra{{ModelMetadata::kExtraFile, ""}};
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(path, device, extra);
+  } catch (const c10::Error& e) {
+    throw Error(path + ": not a readable TorchScript model (truncated or corrupted?): " +
+                e.what_without_backtrace());
+  }
+  const std::string& text = extra[ModelMetadata::kExtraFile];
+  if (text.empty()) {
+    throw Error(path + ": no " + std::string(ModelMetadata::kExtraFile) +
+                " inside; was it exported by mlip-trainer?");
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": metadata is not valid JSON: " + e.what());
+  }
+  ModelMetadata meta = ModelMetadata::from_json(j, path);
+  if (!module.find_method("forward")) throw Error(path + ": the module has no forward()");
+  module.eval();
+  return Model(std::move(module), std::move(meta), device);
+}
+
+ModelOutput Model::evaluate(const ModelInput& in, bool need_grad) const {
+  torch::Tensor vectors = in.edge_vectors;
+  if (need_grad) vectors = vectors.detach().requires_grad_(true);
+  std::vector<torch::jit::IValue> args{in.species, in.edge_index, vectors, in.n_centers};
+  ModelOutput out;
+  out.atom_energy = module_.forward(args).toTensor();
+  if (out.atom_energy.dim() != 1 || out.atom_energy.size(0) != in.n_centers) {
+    throw Error("model returned energies of shape " + c10::str(out.atom_energy.sizes()) + ", expected (" +
+                std::to_string(in.n_centers) + ")");
+  }
+  if (need_grad) {
+    const torch::Tensor total = out.atom_energy.sum();
+    if (total.requires_grad()) {
+      out.edge_grad = torch::autograd::grad({total}, {vectors}, {}, /*retain_graph=*/false,
+                                            /*create_graph=*/false, /*allow_unused=*/true)[0];
+    }
+    if (!out.edge_grad.defined()) out.edge_grad = torch::zeros_like(vectors);  // no edges used
+    out.atom_energy = out.atom_energy.detach();
+  }
+  return out;
+}
+
+void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  torch::jit::ExtraFilesMap extra{{ModelMetadata::kExtraFile, metadata.to_json().dump(2)}};
+  try {
+    module.save(tmp, extra);
+  } catch (const c10::Error& e) {
+    std::remove(tmp.c_str());
+    throw Error(path + ": cannot write model: " + e.what_without_backtrace());
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw Error(path + ": cannot move model into place: " + ec.message());
+}
+
+torch::Tensor scatter_edge_forces(const torch::Tensor& edge_index, const torch::Tensor& edge_vectors,
+                                  const torch::Tensor& edge_grad, torch::Tensor& forces) {
+  forces.index_add_(0, edge_index[0], edge_grad);
+  forces.index_add_(0, edge_index[1], -edge_grad);
+  // (3, 3): W_ab = -sum_e r_a g_b
+  return -torch::mm(edge_vectors.t(), edge_grad);
+}
+
+}  // namespace mlip

@@ -1,0 +1,52 @@
+/* -*- c++ -*- ----------------------------------------------------------
+   mlip: machine-learning interatomic potentials for LAMMPS.
+   pair_style mlip MODEL [keyword value ...]
+------------------------------------------------------------------------- */
+
+#ifdef PAIR_CLASS
+// clang-format off
+PairStyle(mlip,PairMLIP);
+// clang-format on
+#else
+
+#ifndef LMP_PAIR_MLIP_H
+#define LMP_PAIR_MLIP_H
+
+#include "pair.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace LAMMPS_NS {
+
+// Evaluates a frozen mlip model (TorchScript) on LAMMPS atoms. LibTorch stays out of this
+// header (LAMMPS includes every pair header into force.cpp): its state lives in Impl.
+class PairMLIP : public Pair {
+ public:
+  PairMLIP(class LAMMPS *);
+  ~PairMLIP() override;
+
+  void compute(int, int) override;
+  void settings(int, char **) override;
+  void coeff(int, char **) override;
+  void init_style() override;
+  double init_one(int, int) override;
+
+ protected:
+  struct Impl;
+  std::unique_ptr<Impl> impl;
+
+  std::string model_file;
+  int chunk_size;                // local atoms evaluated per model call (bounds memory)
+  double cutoff;                 // model cutoff, from the model's metadata
+  std::vector<int> type_species; // (ntypes + 1) model species index per LAMMPS type, -1 = NULL
+
+  void allocate();
+  void evaluate_chunk(int first, int last);
+};
+
+}    // namespace LAMMPS_NS
+
+#endif
+#endif

@@ -1,0 +1,62 @@
+// Reference evaluation of a model on a whole structure with mlip's core alone (neighbour list,
+// model contract, edge-gradient forces). LAMMPS results are compared against this.
+#pragma once
+
+#include <vector>
+
+#include "mlip/elements.h"
+#include "mlip/model.h"
+#include "mlip/neighbor_list.h"
+
+namespace mlip::testing {
+
+struct Evaluation {
+  double energy = 0.0;
+  std::vector<double> atom_energy;             // (n)
+  std::vector<Vec3> forces;                    // (n)
+  Mat3 virial{};                               // eV
+  std::vector<std::array<double, 6>> atom_virial;  // (n) xx yy zz xy xz yz; edge i->j goes to j
+};
+
+inline Evaluation evaluate_reference(const Model& model, const Structure& s) {
+  const NeighborList nl = build_neighbor_list(s, model.metadata().cutoff);
+  const int64_t n = static_cast<int64_t>(s.size()), ne = static_cast<int64_t>(nl.size());
+  std::vector<int64_t> species(n), index(2 * ne);
+  for (int64_t i = 0; i < n; ++i) species[i] = model.metadata().species_index(element_symbol(s.numbers[i]));
+  std::copy(nl.centers.begin(), nl.centers.end(), index.begin());
+  std::copy(nl.neighbors.begin(), nl.neighbors.end(), index.begin() + ne);
+  ModelInput in;
+  in.species = torch::tensor(species);
+  in.edge_index = torch::tensor(index).reshape({2, ne});
+  in.edge_vectors = torch::from_blob(const_cast<Vec3*>(nl.vectors.data()), {ne, 3}, torch::kFloat64)
+                        .to(model.metadata().torch_dtype());
+  in.n_centers = n;
+  const ModelOutput out = model.evaluate(in, true);
+  const torch::Tensor grad = out.edge_grad.to(torch::kFloat64).contiguous();
+  torch::Tensor forces = torch::zeros({n, 3}, torch::kFloat64);
+  const torch::Tensor w = scatter_edge_forces(in.edge_index, in.edge_vectors.to(torch::kFloat64), grad, forces);
+
+  Evaluation ev;
+  const torch::Tensor e = out.atom_energy.to(torch::kFloat64).contiguous();
+  ev.atom_energy.assign(e.data_ptr<double>(), e.data_ptr<double>() + n);
+  for (double x : ev.atom_energy) ev.energy += x;
+  auto f = forces.accessor<double, 2>();
+  for (int64_t i = 0; i < n; ++i) ev.forces.push_back({f[i][0], f[i][1], f[i][2]});
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) ev.virial[a][b] = w[a][b].item<double>();
+  ev.atom_virial.assign(n, {0, 0, 0, 0, 0, 0});
+  auto g = grad.accessor<double, 2>();
+  for (int64_t k = 0; k < ne; ++k) {
+    const Vec3& r = nl.vectors[k];
+    auto& v = ev.atom_virial[nl.neighbors[k]];
+    v[0] -= r[0] * g[k][0];
+    v[1] -= r[1] * g[k][1];
+    v[2] -= r[2] * g[k][2];
+    v[3] -= r[0] * g[k][1];
+    v[4] -= r[0] * g[k][2];
+    v[5] -= r[1] * g[k][2];
+  }
+  return ev;
+}
+
+}  // namespace mlip::testing

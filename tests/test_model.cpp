@@ -1,0 +1,147 @@
+// The model contract: save/load with metadata, energies, forces and virials from edge gradients
+// (checked against finite differences), and clear errors for bad model files.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "mlip/error.h"
+#include "support/morse_model.h"
+#include "support/reference.h"
+
+namespace mlip {
+namespace {
+
+namespace fs = std::filesystem;
+
+using testing::Evaluation;
+
+Evaluation evaluate(const Model& model, const Structure& s) { return testing::evaluate_reference(model, s); }
+
+Structure periodic_sample() {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(-0.25, 0.25);
+  Structure s;
+  s.cell.lattice = {{{4.2, 0, 0}, {0.6, 4.0, 0}, {-0.3, 0.4, 4.4}}};
+  s.cell.pbc = {true, true, true};
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b)
+      for (int c = 0; c < 2; ++c) {
+        Vec3 x{};
+        for (int d = 0; d < 3; ++d)
+          x[d] = (a + 0.5 + u(rng)) * s.cell.lattice[0][d] / 2 + (b + 0.5 + u(rng)) * s.cell.lattice[1][d] / 2 +
+                 (c + 0.5 + u(rng)) * s.cell.lattice[2][d] / 2;
+        s.positions.push_back(x);
+        s.numbers.push_back((a + b + c) % 2 ? 8 : 1);
+      }
+  return s;
+}
+
+TEST(Model, ForcesAreMinusFiniteDifferenceGradient) {
+  const Model model = testing::make_morse_model({"H", "O"}, 3.5);
+  Structure s = periodic_sample();
+  const Evaluation ev = evaluate(model, s);
+  const double h = 1e-5;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    for (int d = 0; d < 3; ++d) {
+      Structure p = s, m = s;
+      p.positions[i][d] += h;
+      m.positions[i][d] -= h;
+      const double fd = -(evaluate(model, p).energy - evaluate(model, m).energy) / (2 * h);
+      EXPECT_NEAR(ev.forces[i][d], fd, 1e-7) << "atom " << i << " dir " << d;
+    }
+  }
+}
+
+TEST(Model, VirialIsMinusFiniteStrainDerivative) {
+  const Model model = testing::make_morse_model({"H", "O"}, 3.5);
+  const Structure s = periodic_sample();
+  const Evaluation ev = evaluate(model, s);
+  const double h = 1e-6;
+  for (int a = 0; a < 3; ++a) {
+    for (int b = 0; b < 3; ++b) {
+      auto strained = [&](double eps) {
+        Structure t = s;
+        auto apply = [&](Vec3& v) { v[b] += eps * v[a]; };  // x' = x (I + eps e_a e_b^T)
+        for (auto& x : t.positions) apply(x);
+        for (auto& row : t.cell.lattice) apply(row);
+        return evaluate(model, t).energy;
+      };
+      const double dE = (strained(h) - strained(-h)) / (2 * h);
+      EXPECT_NEAR(ev.virial[a][b], -dE, 1e-6) << a << b;
+    }
+  }
+}
+
+TEST(Model, SaveLoadRoundTripKeepsMetadataAndEnergies) {
+  Model model = testing::make_morse_model({"H", "O"}, 3.5);
+  const fs::path dir = fs::temp_directory_path() / "mlip_test_model";
+  fs::create_directories(dir);
+  const std::string path = (dir / "morse.pt").string();
+  ModelMetadata meta = model.metadata();
+  meta.provenance = {{"test", "SaveLoadRoundTrip"}};
+  save_model(model.module(), meta, path);
+  const Model loaded = Model::load(path);
+  EXPECT_EQ(loaded.metadata().species, (std::vector<std::string>{"H", "O"}));
+  EXPECT_DOUBLE_EQ(loaded.metadata().cutoff, 3.5);
+  EXPECT_EQ(loaded.metadata().provenance["test"], "SaveLoadRoundTrip");
+  const Structure s = periodic_sample();
+  EXPECT_DOUBLE_EQ(evaluate(model, s).energy, evaluate(loaded, s).energy);
+}
+
+TEST(Model, Float32ModelAgreesWithFloat64) {
+  const Structure s = periodic_sample();
+  const double e64 = evaluate(testing::make_morse_model({"H", "O"}, 3.5, torch::kFloat64), s).energy;
+  const double e32 = evaluate(testing::make_morse_model({"H", "O"}, 3.5, torch::kFloat32), s).energy;
+  EXPECT_NEAR(e32, e64, 1e-5 * std::abs(e64));
+}
+
+TEST(Model, BadFilesGiveClearErrors) {
+  const fs::path dir = fs::temp_directory_path() / "mlip_test_model";
+  fs::create_directories(dir);
+  auto message_of = [](const std::string& path) {
+    try {
+      Model::load(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message_of((dir / "missing.pt").string()).find("not found"), std::string::npos);
+
+  const std::string garbage = (dir / "garbage.pt").string();
+  std::ofstream(garbage) << "this is not a zip archive";
+  EXPECT_NE(message_of(garbage).find("not a readable TorchScript model"), std::string::npos);
+
+  Model model = testing::make_morse_model({"H", "O"}, 3.5);
+  const std::string good = (dir / "good.pt").string();
+  save_model(model.module(), model.metadata(), good);
+  const std::string truncated = (dir / "truncated.pt").string();
+  {
+    std::ifstream in(good, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  EXPECT_NE(message_of(truncated).find(truncated), std::string::npos);
+
+  const std::string bare = (dir / "bare.pt").string();
+  model.module().save(bare);
+  EXPECT_NE(message_of(bare).find("no mlip/metadata.json"), std::string::npos);
+}
+
+TEST(Model, MetadataValidationNamesTheKey) {
+  nlohmann::json j = testing::make_morse_model({"H"}, 3.0).metadata().to_json();
+  j["species"] = {"H", "Xx"};
+  try {
+    ModelMetadata::from_json(j, "m.pt");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'Xx' is not an element"), std::string::npos) << e.what();
+  }
+  j.erase("cutoff");
+  EXPECT_THROW(ModelMetadata::from_json(j, "m.pt"), Error);
+}
+
+}  // namespace
+}  // namespace mlip

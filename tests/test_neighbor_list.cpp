@@ -1,0 +1,173 @@
+// Neighbour lists against a brute-force search on random cells: orthogonal, triclinic, strongly
+// skewed, mixed and no periodicity, cutoffs beyond half a cell width, unwrapped coordinates.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <tuple>
+
+#include "mlip/error.h"
+#include "mlip/neighbor_list.h"
+
+namespace mlip {
+namespace {
+
+using Edge = std::tuple<int64_t, int64_t, int32_t, int32_t, int32_t>;
+
+std::vector<Edge> edges(const NeighborList& nl) {
+  std::vector<Edge> out;
+  for (std::size_t e = 0; e < nl.size(); ++e) {
+    out.emplace_back(nl.centers[e], nl.neighbors[e], nl.shifts[e][0], nl.shifts[e][1], nl.shifts[e][2]);
+  }
+  return out;
+}
+
+// Random atoms in a cell, pushed out of it by up to `spill` cells in random directions.
+Structure random_structure(std::mt19937& rng, const Mat3& lattice, std::array<bool, 3> pbc, int n,
+                           double spill, double min_sep = 0.3) {
+  std::uniform_real_distribution<double> u(0.0, 1.0), w(-spill, 1.0 + spill);
+  Structure s;
+  s.cell.lattice = lattice;
+  s.cell.pbc = pbc;
+  s.origin = "random";
+  while (static_cast<int>(s.size()) < n) {
+    const Vec3 f = {w(rng), w(rng), w(rng)};
+    Vec3 x{};
+    for (int d = 0; d < 3; ++d) x[d] = f[0] * lattice[0][d] + f[1] * lattice[1][d] + f[2] * lattice[2][d];
+    bool ok = true;
+    for (const auto& y : s.positions) {
+      const Vec3 r = {x[0] - y[0], x[1] - y[1], x[2] - y[2]};
+      ok = ok && norm(r) > min_sep;
+    }
+    if (!ok) continue;
+    s.positions.push_back(x);
+    s.numbers.push_back(1 + static_cast<int>(u(rng) * 3));
+  }
+  return s;
+}
+
+void expect_same_as_brute_force(const Structure& s, double cutoff) {
+  NeighborOptions opts;
+  opts.min_distance = 0.0;
+  const NeighborList fast = build_neighbor_list(s, cutoff, opts);
+  const NeighborList ref = build_neighbor_list_brute_force(s, cutoff);
+  ASSERT_EQ(fast.size(), ref.size());
+  EXPECT_EQ(edges(fast), edges(ref));
+  for (std::size_t e = 0; e < fast.size(); ++e) {
+    for (int d = 0; d < 3; ++d) EXPECT_NEAR(fast.vectors[e][d], ref.vectors[e][d], 1e-12);
+    EXPECT_LT(norm(fast.vectors[e]), cutoff);
+  }
+}
+
+TEST(NeighborList, OrthogonalPeriodicMatchesBruteForce) {
+  std::mt19937 rng(1);
+  const Mat3 L = {{{9.0, 0, 0}, {0, 10.0, 0}, {0, 0, 11.0}}};
+  const Structure s = random_structure(rng, L, {true, true, true}, 120, 0.0);
+  expect_same_as_brute_force(s, 3.5);
+}
+
+TEST(NeighborList, RandomTriclinicCellsMatchBruteForce) {
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<double> len(4.0, 9.0), tilt(-3.0, 3.0), cut(1.5, 7.0);
+  for (int trial = 0; trial < 20; ++trial) {
+    const Mat3 L = {{{len(rng), 0, 0}, {tilt(rng), len(rng), 0}, {tilt(rng), tilt(rng), len(rng)}}};
+    const Structure s = random_structure(rng, L, {true, true, true}, 30, 0.5);
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    expect_same_as_brute_force(s, cut(rng));
+  }
+}
+
+TEST(NeighborList, StronglySkewedCell) {
+  std::mt19937 rng(3);
+  // b is tilted by more than twice |a|: plane widths differ greatly from vector lengths.
+  const Mat3 L = {{{5.0, 0, 0}, {12.0, 4.0, 0}, {-9.0, 7.0, 4.5}}};
+  const Structure s = random_structure(rng, L, {true, true, true}, 40, 1.0);
+  expect_same_as_brute_force(s, 5.0);
+}
+
+TEST(NeighborList, CutoffLargerThanCellSeesManyImages) {
+  std::mt19937 rng(4);
+  const Mat3 L = {{{3.0, 0, 0}, {0.5, 3.2, 0}, {0.3, 0.2, 2.9}}};
+  const Structure s = random_structure(rng, L, {true, true, true}, 3, 0.0);
+  expect_same_as_brute_force(s, 7.5);
+  // A single atom in a small periodic cell is its own neighbour through its images.
+  Structure one;
+  one.positions = {{0.1, 0.2, 0.3}};
+  one.numbers = {1};
+  one.cell.lattice = {{{2.0, 0, 0}, {0, 2.0, 0}, {0, 0, 2.0}}};
+  one.cell.pbc = {true, true, true};
+  const NeighborList nl = build_neighbor_list(one, 2.1);
+  EXPECT_EQ(nl.size(), 6u);  // the six face-sharing images at 2.0 Å
+}
+
+TEST(NeighborList, MixedPeriodicity) {
+  std::mt19937 rng(5);
+  const Mat3 L = {{{6.0, 0, 0}, {1.5, 6.5, 0}, {0.7, -0.4, 9.0}}};
+  for (std::array<bool, 3> pbc : {std::array<bool, 3>{true, true, false}, {true, false, false},
+                                  {false, true, true}, {false, false, false}}) {
+    const Structure s = random_structure(rng, L, pbc, 40, 0.8);
+    expect_same_as_brute_force(s, 4.0);
+  }
+}
+
+TEST(NeighborList, GasPhaseWithoutCell) {
+  std::mt19937 rng(6);
+  Structure s = random_structure(rng, {{{8, 0, 0}, {0, 8, 0}, {0, 0, 8}}}, {false, false, false}, 25, 0.0);
+  s.cell.lattice = {};  // no cell at all
+  expect_same_as_brute_force(s, 3.0);
+}
+
+TEST(NeighborList, SlabWithZeroVacuumVector) {
+  std::mt19937 rng(7);
+  Structure s = random_structure(rng, {{{6, 0, 0}, {2, 5, 0}, {0, 0, 8}}}, {true, true, false}, 30, 0.3);
+  s.cell.lattice[2] = {0, 0, 0};
+  expect_same_as_brute_force(s, 3.7);
+}
+
+TEST(NeighborList, FarApartClustersStayCheap) {
+  // Two atoms 10 km apart must not allocate a bin grid spanning the gap.
+  Structure s;
+  s.positions = {{0, 0, 0}, {1e7, 0, 0}, {0.9, 0, 0}};
+  s.numbers = {1, 1, 1};
+  const NeighborList nl = build_neighbor_list(s, 2.0);
+  EXPECT_EQ(nl.size(), 2u);
+}
+
+TEST(NeighborList, EdgeVectorsUseGivenPositionsAndShifts) {
+  Structure s;
+  s.positions = {{0.5, 0.5, 0.5}, {9.7, 0.5, 0.5}};  // 0.8 Å apart through the x boundary
+  s.numbers = {8, 1};
+  s.cell.lattice = {{{10, 0, 0}, {0, 10, 0}, {0, 0, 10}}};
+  s.cell.pbc = {true, true, true};
+  const NeighborList nl = build_neighbor_list(s, 1.0);
+  ASSERT_EQ(nl.size(), 2u);
+  EXPECT_EQ(nl.centers[0], 0);
+  EXPECT_EQ(nl.shifts[0], (std::array<int32_t, 3>{-1, 0, 0}));
+  EXPECT_NEAR(nl.vectors[0][0], -0.8, 1e-12);
+  EXPECT_NEAR(nl.vectors[1][0], 0.8, 1e-12);
+}
+
+TEST(NeighborList, Errors) {
+  Structure s;
+  s.positions = {{0, 0, 0}, {0.01, 0, 0}};
+  s.numbers = {1, 1};
+  s.origin = "frames.xyz:7";
+  try {
+    build_neighbor_list(s, 3.0);
+    FAIL() << "overlap not detected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("frames.xyz:7: atoms 0 and 1 overlap"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(build_neighbor_list(s, -1.0), Error);
+  s.positions[1] = {1, 0, 0};
+  s.cell.pbc = {true, true, true};
+  s.cell.lattice = {{{1, 0, 0}, {2, 0, 0}, {0, 0, 1}}};
+  try {
+    build_neighbor_list(s, 3.0);
+    FAIL() << "singular cell not detected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("singular"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mlip
