@@ -5,6 +5,8 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MLIP_BUILD_DIR:-$here/build}"
 jobs="${MLIP_JOBS:-$(nproc)}"
+# ccache keys relative to the checkout, so that clones at other paths share the cache.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$here}"
 if [ ! -f "$build/build.ninja" ]; then
   cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLIP_LAMMPS_JOBS="$jobs" "$@"
 fi

@@ -2,8 +2,14 @@
 // skewed, mixed and no periodicity, cutoffs beyond half a cell width, unwrapped coordinates.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "mlip/error.h"
 #include "mlip/neighbor_list.h"
@@ -166,6 +172,60 @@ TEST(NeighborList, Errors) {
     FAIL() << "singular cell not detected";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("singular"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mlip
+
+// Cross-check against ASE's neighbour list (Debian python3-ase) on the same structures.
+namespace mlip {
+namespace {
+
+std::string source_dir() {
+  const char* env = std::getenv("MLIP_SOURCE_DIR");
+  return env ? env : MLIP_SOURCE_DIR;
+}
+
+TEST(NeighborList, SameEdgeSetsAsAse) {
+  const std::string python = "/usr/bin/python3";
+  if (std::system((python + " -c 'import ase.neighborlist' 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << "Debian's python3-ase is not installed (scripts/install-deps.sh installs it)";
+  }
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<double> len(4.0, 9.0), tilt(-3.0, 3.0);
+  std::vector<std::pair<Structure, double>> cases;
+  const std::array<std::array<bool, 3>, 4> pbcs = {{{true, true, true}, {true, true, false}, {false, true, false},
+                                                    {false, false, false}}};
+  for (int t = 0; t < 12; ++t) {
+    const Mat3 L = {{{len(rng), 0, 0}, {tilt(rng), len(rng), 0}, {tilt(rng), tilt(rng), len(rng)}}};
+    cases.emplace_back(random_structure(rng, L, pbcs[t % 4], 25, 0.4), 2.0 + 0.5 * t);
+  }
+  nlohmann::json in = nlohmann::json::array();
+  for (const auto& [s, rc] : cases) {
+    in.push_back({{"positions", s.positions}, {"cell", s.cell.lattice}, {"pbc", s.cell.pbc}, {"cutoff", rc}});
+  }
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "mlip_test_ase_nl";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "in.json") << in.dump();
+  const std::string cmd = python + " " + source_dir() + "/tests/python/ase_neighbors.py " +
+                          (dir / "in.json").string() + " " + (dir / "out.json").string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const nlohmann::json out = nlohmann::json::parse(std::ifstream(dir / "out.json"));
+  ASSERT_EQ(out.size(), cases.size());
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    std::vector<Edge> ase;
+    for (std::size_t e = 0; e < out[c]["i"].size(); ++e) {
+      const auto& S = out[c]["S"][e];
+      ase.emplace_back(out[c]["i"][e].get<int64_t>(), out[c]["j"][e].get<int64_t>(), S[0].get<int32_t>(),
+                       S[1].get<int32_t>(), S[2].get<int32_t>());
+    }
+    std::sort(ase.begin(), ase.end());
+    NeighborOptions opts;
+    opts.min_distance = 0.0;
+    const std::vector<Edge> ours = edges(build_neighbor_list(cases[c].first, cases[c].second, opts));
+    EXPECT_EQ(ours, ase) << "case " << c << " pbc " << cases[c].first.cell.pbc[0] << cases[c].first.cell.pbc[1]
+                         << cases[c].first.cell.pbc[2] << " cutoff " << cases[c].second;
   }
 }
 
