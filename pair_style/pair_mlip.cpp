@@ -20,6 +20,7 @@
 #include "neighbor.h"
 #include "update.h"
 
+#include "mlip/chunk_graph.h"
 #include "mlip/error.h"
 #include "mlip/model.h"
 
@@ -28,14 +29,11 @@
 
 using namespace LAMMPS_NS;
 
-// LibTorch state and scratch buffers reused from step to step (vectors grow geometrically).
+// LibTorch state and the chunk graph, whose buffers are reused from step to step.
 struct PairMLIP::Impl {
   std::unique_ptr<mlip::Model> model;
-  std::vector<int> atom_node;         // (nall) graph node of a LAMMPS atom in this chunk, or -1
-  std::vector<int> node_atom;         // (n_nodes) LAMMPS atom index of each node
-  std::vector<int64_t> species;       // (n_nodes)
-  std::vector<int64_t> edge_index;    // (2, n_edges) flattened: centres then neighbours
-  std::vector<double> edge_vectors;   // (n_edges, 3)
+  mlip::ChunkGraph graph;
+  std::vector<int> centers;
 };
 
 namespace {
@@ -193,8 +191,6 @@ double PairMLIP::init_one(int, int)
 void PairMLIP::compute(int eflag, int vflag)
 {
   ev_init(eflag, vflag);
-  const int nall = atom->nlocal + atom->nghost;
-  if (static_cast<int>(impl->atom_node.size()) < nall) impl->atom_node.resize(nall, -1);
   // Chunks bound the memory of one model call and keep its working set in cache.
   for (int first = 0; first < list->inum; first += chunk_size)
     evaluate_chunk(first, std::min(list->inum, first + chunk_size));
@@ -206,92 +202,52 @@ void PairMLIP::evaluate_chunk(int first, int last)
   const double *const *x = atom->x;
   double *const *f = atom->f;
   const int *type = atom->type;
-  const double cutsq_model = cutoff * cutoff;
 
-  // Nodes: the chunk's centres first (they get energies), then the neighbours they touch.
-  s.node_atom.clear();
-  s.species.clear();
-  std::vector<int64_t> &centers = s.edge_index;
-  centers.clear();
-  std::vector<int64_t> neighbors;
-  s.edge_vectors.clear();
-  for (int ii = first; ii < last; ii++) {
-    const int i = list->ilist[ii];
-    if (type_species[type[i]] < 0) continue;
-    s.atom_node[i] = static_cast<int>(s.node_atom.size());
-    s.node_atom.push_back(i);
-    s.species.push_back(type_species[type[i]]);
-  }
-  const int64_t n_centers = static_cast<int64_t>(s.node_atom.size());
-  for (int64_t c = 0; c < n_centers; c++) {
-    const int i = s.node_atom[c];
-    const int *jlist = list->firstneigh[i];
-    const int jnum = list->numneigh[i];
-    for (int jj = 0; jj < jnum; jj++) {
-      const int j = jlist[jj] & NEIGHMASK;
-      if (type_species[type[j]] < 0) continue;
-      const double dx = x[j][0] - x[i][0], dy = x[j][1] - x[i][1], dz = x[j][2] - x[i][2];
-      if (dx * dx + dy * dy + dz * dz >= cutsq_model) continue;
-      if (s.atom_node[j] < 0) {
-        s.atom_node[j] = static_cast<int>(s.node_atom.size());
-        s.node_atom.push_back(j);
-        s.species.push_back(type_species[type[j]]);
-      }
-      centers.push_back(c);
-      neighbors.push_back(s.atom_node[j]);
-      s.edge_vectors.insert(s.edge_vectors.end(), {dx, dy, dz});
-    }
-  }
-  for (int a : s.node_atom) s.atom_node[a] = -1;    // reset for the next chunk
-  if (n_centers == 0) return;
-  const int64_t n_edges = static_cast<int64_t>(neighbors.size());
-  centers.insert(centers.end(), neighbors.begin(), neighbors.end());
+  s.centers.assign(list->ilist + first, list->ilist + last);
+  s.graph.build(
+      s.centers, atom->nlocal + atom->nghost, cutoff, [&](int i) { return type_species[type[i]]; },
+      [&](int i, auto &&visit) {
+        const int *jlist = list->firstneigh[i];
+        for (int jj = 0; jj < list->numneigh[i]; jj++) {
+          const int j = jlist[jj] & NEIGHMASK;
+          visit(j, x[j][0] - x[i][0], x[j][1] - x[i][1], x[j][2] - x[i][2]);
+        }
+      });
+  const mlip::ChunkGraph &g = s.graph;
+  if (g.n_centers == 0) return;
 
-  // Hand-off: tensors wrap the Impl buffers (owned by Impl, alive for the whole call).
-  const auto &meta = s.model->metadata();
   mlip::ModelOutput out;
-  guarded(error, false, "model evaluation failed", [&] {
-    const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-    const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-    mlip::ModelInput in;
-    in.species = torch::from_blob(s.species.data(), {static_cast<int64_t>(s.species.size())}, i64);
-    in.edge_index = torch::from_blob(s.edge_index.data(), {2, n_edges}, i64);
-    in.edge_vectors = torch::from_blob(s.edge_vectors.data(), {n_edges, 3}, f64).to(meta.torch_dtype());
-    in.n_centers = n_centers;
-    out = s.model->evaluate(in, /*need_grad=*/true);
-    out.atom_energy = out.atom_energy.to(torch::kFloat64).contiguous();
-    out.edge_grad = out.edge_grad.to(torch::kFloat64).contiguous();
-  });
+  guarded(error, false, "model evaluation failed", [&] { out = mlip::evaluate_chunk(*s.model, s.graph); });
+  const double *energy = out.atom_energy.data_ptr<double>();    // (n_centers)
+  const double *grad = out.edge_grad.data_ptr<double>();        // (n_edges, 3) dE/dr_ij
 
-  const double *energy = out.atom_energy.data_ptr<double>();     // (n_centers)
-  const double *grad = out.edge_grad.data_ptr<double>();         // (n_edges, 3) dE/dr_ij
   if (eflag_either) {
-    for (int64_t c = 0; c < n_centers; c++) {
+    for (int64_t c = 0; c < g.n_centers; c++) {
       if (eflag_global) eng_vdwl += energy[c];
-      if (eflag_atom) eatom[s.node_atom[c]] += energy[c];
+      if (eflag_atom) eatom[g.node_atom[c]] += energy[c];
     }
   }
-  for (int64_t e = 0; e < n_edges; e++) {
-    const int i = s.node_atom[centers[e]];
-    const int j = s.node_atom[centers[n_edges + e]];
-    const double *g = grad + 3 * e;
-    const double *r = s.edge_vectors.data() + 3 * e;
+  for (int64_t e = 0; e < g.n_edges; e++) {
+    const int i = g.node_atom[g.edge_index[e]];
+    const int j = g.node_atom[g.edge_index[g.n_edges + e]];
+    const double *gr = grad + 3 * e;
+    const double *r = g.edge_vectors.data() + 3 * e;
     // r_ij = x_j - x_i, so dE/dx_j = g and dE/dx_i = -g.
     for (int d = 0; d < 3; d++) {
-      f[i][d] += g[d];
-      f[j][d] -= g[d];
+      f[i][d] += gr[d];
+      f[j][d] -= gr[d];
     }
     if (vflag_either) {
       // W = -r (x) g, the edge's share of sum_i x_i . f_i.
-      const double v[6] = {-r[0] * g[0], -r[1] * g[1], -r[2] * g[2],
-                           -r[0] * g[1], -r[0] * g[2], -r[1] * g[2]};
+      const double v[6] = {-r[0] * gr[0], -r[1] * gr[1], -r[2] * gr[2],
+                           -r[0] * gr[1], -r[0] * gr[2], -r[1] * gr[2]};
       if (vflag_global)
         for (int k = 0; k < 6; k++) virial[k] += v[k];
       if (vflag_atom)
         for (int k = 0; k < 6; k++) vatom[j][k] += v[k];
       if (cvflag_atom) {
         const double cv[9] = {v[0], v[1], v[2], v[3], v[4], v[5],
-                              -r[1] * g[0], -r[2] * g[0], -r[2] * g[1]};
+                              -r[1] * gr[0], -r[2] * gr[0], -r[2] * gr[1]};
         for (int k = 0; k < 9; k++) cvatom[j][k] += cv[k];
       }
     }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "mlip/chunk_graph.h"
 #include "mlip/elements.h"
 #include "mlip/error.h"
 
@@ -119,6 +120,22 @@ ModelOutput Model::evaluate(const ModelInput& in, bool need_grad) const {
     if (!out.edge_grad.defined()) out.edge_grad = torch::zeros_like(vectors);  // no edges used
     out.atom_energy = out.atom_energy.detach();
   }
+  return out;
+}
+
+ModelOutput evaluate_chunk(const Model& model, ChunkGraph& graph, bool need_grad) {
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  ModelInput in;
+  in.species = torch::from_blob(graph.species.data(), {static_cast<int64_t>(graph.species.size())}, i64)
+                   .to(model.device());
+  in.edge_index = torch::from_blob(graph.edge_index.data(), {2, graph.n_edges}, i64).to(model.device());
+  in.edge_vectors = torch::from_blob(graph.edge_vectors.data(), {graph.n_edges, 3}, f64)
+                        .to(model.device(), model.metadata().torch_dtype());
+  in.n_centers = graph.n_centers;
+  ModelOutput out = model.evaluate(in, need_grad);
+  out.atom_energy = out.atom_energy.to(torch::kCPU, torch::kFloat64).contiguous();
+  if (out.edge_grad.defined()) out.edge_grad = out.edge_grad.to(torch::kCPU, torch::kFloat64).contiguous();
   return out;
 }
 

@@ -91,6 +91,13 @@ class Model {
   torch::Device device_;
 };
 
+class ChunkGraph;
+
+/// Evaluates the graph of one chunk: wraps its buffers (owned by `graph`, alive for the call),
+/// converts to the model's dtype, and returns energies and edge gradients as contiguous float64
+/// CPU tensors, whatever the model's dtype and device.
+ModelOutput evaluate_chunk(const Model& model, ChunkGraph& graph, bool need_grad = true);
+
 /// Saves `module` with `metadata` as the extra file. Writes to a temporary file and renames it,
 /// so an existing model file is never left half-written.
 void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path);

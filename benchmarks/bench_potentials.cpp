@@ -1,0 +1,172 @@
+// Forward + force evaluation time per atom of each architecture on liquid water (frame 0 of
+// data/water-deepmd/data_0 replicated to 1536 and 12288 atoms), float32 and float64, with the
+// model's matrix-product FLOPs per atom-step and the fraction of this machine's measured GEMM
+// rate that they reach. Evaluation goes through ChunkGraph + evaluate_chunk, as in LAMMPS.
+//
+//   build/bin/bench_potentials [--threads N] [--repeats N]
+//
+// FLOPs count matrix products only (2 m n k), forward pass; a force evaluation is counted as
+// twice the forward (the backward pass needs one input-gradient product per forward product, no
+// weight gradients). Element-wise work (tanh, products, index_add) is not counted.
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mlip/chunk_graph.h"
+#include "mlip/io.h"
+#include "mlip/neighbor_list.h"
+#include "mlip/potentials.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double gemm_gflops(torch::Dtype dtype) {
+  const int64_t n = 1024;
+  const auto a = torch::randn({n, n}, torch::TensorOptions().dtype(dtype));
+  const auto b = torch::randn({n, n}, torch::TensorOptions().dtype(dtype));
+  torch::mm(a, b);
+  double best = 1e30;
+  for (int k = 0; k < 5; ++k) {
+    const auto t0 = Clock::now();
+    const auto c = torch::mm(a, b);
+    best = std::min(best, seconds_since(t0));
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+mlip::Structure replicate(const mlip::Structure& s, int reps) {
+  mlip::Structure out;
+  out.cell = s.cell;
+  for (auto& row : out.cell.lattice)
+    for (double& x : row) x *= reps;
+  for (int a = 0; a < reps; ++a)
+    for (int b = 0; b < reps; ++b)
+      for (int c = 0; c < reps; ++c)
+        for (std::size_t i = 0; i < s.size(); ++i) {
+          mlip::Vec3 x = s.positions[i];
+          for (int d = 0; d < 3; ++d)
+            x[d] += a * s.cell.lattice[0][d] + b * s.cell.lattice[1][d] + c * s.cell.lattice[2][d];
+          out.positions.push_back(x);
+          out.numbers.push_back(s.numbers[i]);
+        }
+  return out;
+}
+
+// Forward matrix-product FLOPs per atom.
+double forward_flops_per_atom(const mlip::ModelMetadata& m, double edges_per_atom) {
+  const auto& hp = m.hyperparameters;
+  double flops = 0;
+  if (m.architecture == "se_e2_a") {
+    std::vector<int64_t> emb = {1};
+    for (auto w : hp["embedding"]) emb.push_back(w.get<int64_t>());
+    const int64_t m1 = emb.back(), m2 = hp["axis_neurons"].get<int64_t>();
+    for (std::size_t l = 0; l + 1 < emb.size(); ++l) flops += edges_per_atom * 2.0 * emb[l] * emb[l + 1];
+    flops += edges_per_atom * 2.0 * 4 * m1;  // T_i = sum_j env (x) G
+    flops += 2.0 * 4 * m1 * m2;              // D_i = T^T T<
+    std::vector<int64_t> fit = {m1 * m2};
+    for (auto w : hp["fitting"]) fit.push_back(w.get<int64_t>());
+    fit.push_back(1);
+    for (std::size_t l = 0; l + 1 < fit.size(); ++l) flops += 2.0 * fit[l] * fit[l + 1];
+  } else if (m.architecture == "painn") {
+    const double f = hp["features"].get<int64_t>(), nrbf = hp["radial_basis"].get<int64_t>();
+    const double layers = hp["layers"].get<int64_t>();
+    const double per_layer = 2.0 * (f * f + f * 3 * f)            // phi
+                             + edges_per_atom * 2.0 * nrbf * 3 * f  // filters
+                             + 2.0 * 2 * 3 * f * f                  // U v, V v
+                             + 2.0 * (2 * f * f + f * 3 * f);       // update MLP
+    flops = layers * per_layer + 2.0 * (f * f / 2 + f / 2);
+  }
+  return flops;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 1, repeats = 3;
+  for (int a = 1; a < argc; ++a) {
+    if (!std::strcmp(argv[a], "--threads") && a + 1 < argc) threads = std::atoi(argv[++a]);
+    else if (!std::strcmp(argv[a], "--repeats") && a + 1 < argc) repeats = std::atoi(argv[++a]);
+    else {
+      std::fprintf(stderr, "usage: %s [--threads N] [--repeats N]\n", argv[0]);
+      return 2;
+    }
+  }
+  at::set_num_threads(threads);
+  const double gemm64 = gemm_gflops(torch::kFloat64), gemm32 = gemm_gflops(torch::kFloat32);
+  std::printf("LibTorch %d thread(s); measured GEMM (1024^3): float64 %.1f GFLOP/s, float32 %.1f GFLOP/s\n",
+              threads, gemm64, gemm32);
+  std::printf("Forward+forces per atom-step; FLOPs = matrix products, force step = 2 x forward\n");
+  std::printf("%-8s %-8s %6s %6s %11s %13s %10s %9s\n", "model", "dtype", "atoms", "chunk", "us/atom", "MFLOP/atom",
+              "GFLOP/s", "of GEMM");
+
+  const mlip::Structure frame = mlip::read_deepmd(std::string(MLIP_SOURCE_DIR) + "/data/water-deepmd/data_0").at(0);
+  struct Arch {
+    std::string name;
+    nlohmann::json hp;
+  };
+  const std::vector<Arch> archs = {{"se_e2_a", nlohmann::json::object()}, {"painn", nlohmann::json::object()}};
+  const double cutoff = 6.0;
+  for (int reps : {2, 4}) {
+    const mlip::Structure s = replicate(frame, reps);
+    const mlip::NeighborList nl = mlip::build_neighbor_list(s, cutoff);
+    std::vector<int64_t> first(s.size() + 1, 0);  // CSR over the centre-sorted edges
+    for (auto c : nl.centers) ++first[c + 1];
+    for (std::size_t i = 0; i < s.size(); ++i) first[i + 1] += first[i];
+    const double edges_per_atom = double(nl.size()) / s.size();
+    for (const auto& arch : archs) {
+      for (torch::Dtype dtype : {torch::kFloat32, torch::kFloat64}) {
+        mlip::ModelSpec spec;
+        spec.architecture = arch.name;
+        spec.species = {"O", "H"};
+        spec.cutoff = cutoff;
+        spec.dtype = dtype;
+        spec.hyperparameters = arch.hp;
+        mlip::BuiltModel built = mlip::build_model(spec);
+        const mlip::Model model(built.module, built.metadata, torch::kCPU);
+        const double flops = 2.0 * forward_flops_per_atom(built.metadata, edges_per_atom);
+        const double gemm = dtype == torch::kFloat32 ? gemm32 : gemm64;
+        // Message passing needs every node's features: evaluate it whole; local models in chunks.
+        std::vector<int> chunks = {static_cast<int>(s.size())};
+        if (built.metadata.message_passing_layers == 0) chunks = {64, 256, static_cast<int>(s.size())};
+        for (int chunk : chunks) {
+          mlip::ChunkGraph graph;
+          std::vector<int> centers;
+          auto run_once = [&] {
+            for (int a0 = 0; a0 < static_cast<int>(s.size()); a0 += chunk) {
+              centers.clear();
+              for (int i = a0; i < std::min<int>(a0 + chunk, s.size()); ++i) centers.push_back(i);
+              graph.build(
+                  centers, static_cast<int>(s.size()), cutoff, [&](int i) { return s.numbers[i] == 8 ? 0 : 1; },
+                  [&](int i, auto&& visit) {
+                    for (int64_t e = first[i]; e < first[i + 1]; ++e)
+                      visit(static_cast<int>(nl.neighbors[e]), nl.vectors[e][0], nl.vectors[e][1], nl.vectors[e][2]);
+                  });
+              mlip::evaluate_chunk(model, graph);
+            }
+          };
+          run_once();  // warm-up: the JIT optimises the graph on the first calls
+          run_once();
+          double best = 1e30;
+          for (int k = 0; k < repeats; ++k) {
+            const auto t0 = Clock::now();
+            run_once();
+            best = std::min(best, seconds_since(t0));
+          }
+          const double per_atom = best / s.size();
+          std::printf("%-8s %-8s %6zu %6d %11.1f %13.2f %10.1f %8.1f%%\n", arch.name.c_str(),
+                      dtype == torch::kFloat32 ? "float32" : "float64", s.size(), chunk, 1e6 * per_atom, flops / 1e6,
+                      flops / per_atom / 1e9, 100.0 * flops / per_atom / 1e9 / gemm);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return 0;
+}

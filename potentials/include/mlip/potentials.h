@@ -1,0 +1,55 @@
+// The model architectures. Each is defined exactly once, here: a builder registers its parameters
+// from C++ and writes its forward() in TorchScript (Module::define), following the model contract
+// of common/include/mlip/model.h. The same module is trained by mlip-trainer (C++ autograd),
+// exported frozen with its metadata, evaluated by pair_style mlip and loadable by torch.jit.load.
+//
+// Every architecture has two per-species buffers set from data by the trainer:
+//   energy_shift (n_species,) eV and energy_scale (n_species,):  E_i = scale[s_i] * raw_i + shift[s_i]
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/script.h>
+
+#include "mlip/model.h"
+
+namespace mlip {
+
+/// What to build. `hyperparameters` holds the architecture's own keys (see each builder); keys it
+/// does not know are an error naming them, missing ones take documented defaults.
+struct ModelSpec {
+  std::string architecture;           // "se_e2_a" or "painn"
+  std::vector<std::string> species;   // element symbols, model species index = position
+  double cutoff = 6.0;                // Å
+  torch::Dtype dtype = torch::kFloat64;
+  nlohmann::json hyperparameters = nlohmann::json::object();
+  uint64_t seed = 1;
+};
+
+/// A trainable model (parameters require grad) and its metadata.
+struct BuiltModel {
+  torch::jit::Module module;
+  ModelMetadata metadata;
+};
+
+/// Builds `spec`. Throws mlip::Error on an unknown architecture or bad hyperparameters.
+BuiltModel build_model(const ModelSpec& spec);
+
+/// The architectures build_model knows.
+std::vector<std::string> architectures();
+
+/// The trainable parameters of a module built here, in a stable order.
+std::vector<torch::Tensor> trainable_parameters(const torch::jit::Module& module);
+
+/// Freezes a copy of `module` for inference (parameters become constants, only forward() is
+/// kept) and saves it with `metadata` (atomic write). The trainable module is left untouched.
+void export_frozen(const torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path);
+
+// Builders (one per architecture); called through build_model.
+BuiltModel build_se_e2_a(const ModelSpec& spec);
+BuiltModel build_painn(const ModelSpec& spec);
+
+}  // namespace mlip

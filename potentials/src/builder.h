@@ -1,0 +1,114 @@
+// Helpers shared by the architecture builders: hyperparameters checked key by key, parameters
+// with seeded initialisation, and small pieces of generated TorchScript.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/script.h>
+
+#include "mlip/error.h"
+#include "mlip/potentials.h"
+
+namespace mlip::detail {
+
+/// Reads hyperparameters with defaults; finish() rejects keys that were never asked for.
+class HyperParameters {
+ public:
+  HyperParameters(const nlohmann::json& j, std::string architecture)
+      : json_(j.is_null() ? nlohmann::json::object() : j), architecture_(std::move(architecture)) {
+    if (!json_.is_object()) throw Error(architecture_ + ": hyperparameters must be a mapping");
+  }
+
+  template <typename T> T get(const std::string& key, const T& fallback) {
+    used_.insert(key);
+    T value = fallback;
+    if (json_.contains(key)) {
+      try {
+        value = json_.at(key).get<T>();
+      } catch (const nlohmann::json::exception&) {
+        throw Error(architecture_ + ": hyperparameter '" + key + "' has the wrong type (" + json_.at(key).dump() + ")");
+      }
+    }
+    resolved_[key] = value;
+    return value;
+  }
+
+  /// Checks that no unknown key was given; returns every hyperparameter with defaults filled in.
+  nlohmann::json finish() const {
+    for (const auto& [key, value] : json_.items()) {
+      if (!used_.count(key)) {
+        std::string known;
+        for (const auto& k : used_) known += (known.empty() ? "" : ", ") + k;
+        throw Error(architecture_ + ": unknown hyperparameter '" + key + "' (known: " + known + ")");
+      }
+    }
+    return resolved_;
+  }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
+    throw Error(architecture_ + ": hyperparameter '" + key + "' " + why);
+  }
+
+ private:
+  nlohmann::json json_;
+  std::string architecture_;
+  std::set<std::string> used_;
+  nlohmann::json resolved_ = nlohmann::json::object();
+};
+
+/// A torch::jit::Module under construction, with a seeded generator for initialisation.
+class ModuleBuilder {
+ public:
+  ModuleBuilder(const std::string& type_name, torch::Dtype dtype, uint64_t seed)
+      : module_("__torch__.mlip." + type_name),
+        options_(torch::TensorOptions().dtype(dtype)),
+        generator_(at::detail::createCPUGenerator(seed)) {
+    // LibTorch 1.13: a C++-built module has no `training` attribute unless registered, and then
+    // eval() and freeze() work as for Python modules.
+    module_.register_attribute("training", c10::BoolType::get(), true);
+  }
+
+  /// A trainable parameter drawn from N(0, std^2).
+  void normal(const std::string& name, at::IntArrayRef shape, double std) {
+    torch::Tensor t = torch::randn(shape, generator_, options_) * std;
+    module_.register_parameter(name, t.requires_grad_(true), false);
+  }
+  void constant(const std::string& name, at::IntArrayRef shape, double value) {
+    module_.register_parameter(name, torch::full(shape, value, options_).requires_grad_(true), false);
+  }
+  void buffer(const std::string& name, const torch::Tensor& value) {
+    module_.register_buffer(name, value.to(options_.dtype()));
+  }
+  void float_attribute(const std::string& name, double value) {
+    module_.register_attribute(name, c10::FloatType::get(), value);
+  }
+  torch::TensorOptions options() const { return options_; }
+  torch::jit::Module finish(const std::string& source) {
+    module_.define(source);
+    return module_;
+  }
+
+ private:
+  torch::jit::Module module_;
+  torch::TensorOptions options_;
+  at::Generator generator_;
+};
+
+/// The per-species energy buffers every architecture has: E_i = scale[s] * raw_i + shift[s].
+inline void add_energy_buffers(ModuleBuilder& b, int64_t n_species) {
+  b.buffer("energy_shift", torch::zeros({n_species}));
+  b.buffer("energy_scale", torch::ones({n_species}));
+}
+
+inline std::string num(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  std::string s = buf;
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";  // a float literal in TorchScript
+  return s;
+}
+
+}  // namespace mlip::detail

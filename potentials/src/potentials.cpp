@@ -1,0 +1,35 @@
+#include "mlip/potentials.h"
+
+#include "mlip/elements.h"
+#include "mlip/error.h"
+
+namespace mlip {
+
+std::vector<std::string> architectures() { return {"se_e2_a", "painn"}; }
+
+BuiltModel build_model(const ModelSpec& spec) {
+  if (spec.species.empty()) throw Error("model: no species given");
+  for (const auto& el : spec.species) {
+    if (atomic_number(el) == 0) throw Error("model: species '" + el + "' is not an element");
+  }
+  if (!(spec.cutoff > 0.0)) throw Error("model: cutoff must be positive");
+  if (spec.dtype != torch::kFloat32 && spec.dtype != torch::kFloat64) throw Error("model: dtype must be float32 or float64");
+  if (spec.architecture == "se_e2_a") return build_se_e2_a(spec);
+  if (spec.architecture == "painn") return build_painn(spec);
+  throw Error("model: unknown architecture '" + spec.architecture + "' (known: se_e2_a, painn)");
+}
+
+std::vector<torch::Tensor> trainable_parameters(const torch::jit::Module& module) {
+  std::vector<torch::Tensor> params;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) params.push_back(p.value);
+  return params;
+}
+
+void export_frozen(const torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path) {
+  torch::jit::Module copy = module.clone();
+  copy.eval();
+  torch::jit::Module frozen = torch::jit::freeze(copy);
+  save_model(frozen, metadata, path);
+}
+
+}  // namespace mlip

@@ -1,0 +1,132 @@
+// se_e2_a: DeePMD's smooth two-body embedding descriptor with the full (radial + angular)
+// environment, and per-species fitting nets (Zhang et al., NeurIPS 2018; DeePMD-kit's se_e2_a).
+//
+// For each edge i->j with r = |r_ij| < rc:
+//   s(r) = sw(r) / r, sw a C2 polynomial switch from 1 at rcut_smth to 0 at rc,
+//   env_ij = [s / std_r, s x/(r std_a), s y/(r std_a), s z/(r std_a)]   (std per centre species)
+//   G_ij = embedding_{species(j)}(s / std_r)                            (M1 features)
+//   T_i = (1/neighbor_norm) sum_j env_ij (x) G_ij                        (4 x M1)
+//   D_i = T_i^T T_i[:, :M2]                                              (M1 x M2, invariant)
+//   E_i = scale_{s_i} fitting_{s_i}(D_i) + shift_{s_i}
+// Everything that enters T_i is a multiple of sw(r), so energy and forces go smoothly to zero as
+// a neighbour reaches the cutoff. The environment is only scaled (not shifted) by its statistics,
+// for the same reason: a shift would make an edge's contribution jump as it leaves the cutoff.
+//
+// Hyperparameters (defaults): rcut_smth (0.5 rc), embedding ([25, 50, 100]), axis_neurons (16),
+// fitting ([240, 240, 240]), neighbor_norm (100: the typical neighbour count, keeps T_i O(1)).
+#include <sstream>
+
+#include "builder.h"
+
+namespace mlip {
+
+namespace {
+
+// y = act(x W[t] + b[t]) with DeePMD's residual connections: + x when the width is kept,
+// + [x, x] when it doubles.
+void dense_layers(std::ostringstream& src, const std::string& var, const std::string& prefix,
+                  const std::vector<int64_t>& widths, bool residual, const std::string& indent) {
+  for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
+    const std::string w = "self." + prefix + "_w" + std::to_string(l) + "[t]";
+    const std::string b = "self." + prefix + "_b" + std::to_string(l) + "[t]";
+    const std::string h = "torch.tanh(torch.matmul(" + var + ", " + w + ") + " + b + ")";
+    if (residual && widths[l + 1] == widths[l]) {
+      src << indent << var << " = " << var << " + " << h << "\n";
+    } else if (residual && widths[l + 1] == 2 * widths[l]) {
+      src << indent << var << " = torch.cat([" << var << ", " << var << "], 1) + " << h << "\n";
+    } else {
+      src << indent << var << " = " << h << "\n";
+    }
+  }
+}
+
+}  // namespace
+
+BuiltModel build_se_e2_a(const ModelSpec& spec) {
+  detail::HyperParameters hp(spec.hyperparameters, "se_e2_a");
+  const double rc = spec.cutoff;
+  const double rcut_smth = hp.get<double>("rcut_smth", 0.5 * rc);
+  const auto embedding = hp.get<std::vector<int64_t>>("embedding", {25, 50, 100});
+  const auto axis = hp.get<int64_t>("axis_neurons", 16);
+  const auto fitting = hp.get<std::vector<int64_t>>("fitting", {240, 240, 240});
+  const double neighbor_norm = hp.get<double>("neighbor_norm", 100.0);
+  const nlohmann::json resolved = hp.finish();
+  if (!(rcut_smth >= 0.0 && rcut_smth < rc)) hp.fail("rcut_smth", "must be in [0, cutoff)");
+  if (embedding.empty()) hp.fail("embedding", "needs at least one layer");
+  for (auto w : embedding) if (w < 1) hp.fail("embedding", "widths must be positive");
+  for (auto w : fitting) if (w < 1) hp.fail("fitting", "widths must be positive");
+  const int64_t m1 = embedding.back();
+  if (axis < 1 || axis > m1) hp.fail("axis_neurons", "must be in [1, last embedding width]");
+  if (!(neighbor_norm > 0.0)) hp.fail("neighbor_norm", "must be positive");
+
+  const int64_t ns = static_cast<int64_t>(spec.species.size());
+  detail::ModuleBuilder b("SeE2A", spec.dtype, spec.seed);
+  std::vector<int64_t> emb_widths = {1};
+  emb_widths.insert(emb_widths.end(), embedding.begin(), embedding.end());
+  for (std::size_t l = 0; l + 1 < emb_widths.size(); ++l) {
+    const int64_t in = emb_widths[l], out = emb_widths[l + 1];
+    b.normal("emb_w" + std::to_string(l), {ns, in, out}, 1.0 / std::sqrt(double(in + out)));
+    b.normal("emb_b" + std::to_string(l), {ns, out}, 1.0);
+  }
+  std::vector<int64_t> fit_widths = {m1 * axis};
+  fit_widths.insert(fit_widths.end(), fitting.begin(), fitting.end());
+  for (std::size_t l = 0; l + 1 < fit_widths.size(); ++l) {
+    const int64_t in = fit_widths[l], out = fit_widths[l + 1];
+    b.normal("fit_w" + std::to_string(l), {ns, in, out}, 1.0 / std::sqrt(double(in + out)));
+    b.normal("fit_b" + std::to_string(l), {ns, out}, 1.0);
+  }
+  const int64_t last = fit_widths.back();
+  const std::string out_l = std::to_string(fit_widths.size() - 1);
+  b.normal("fit_w" + out_l, {ns, last, 1}, 1.0 / std::sqrt(double(last + 1)));
+  b.constant("fit_b" + out_l, {ns, 1}, 0.0);
+  b.buffer("env_std", torch::ones({ns, 2}));   // [radial, angular] per centre species, from data
+  detail::add_energy_buffers(b, ns);
+  b.float_attribute("cutoff", rc);
+  b.float_attribute("rcut_smth", rcut_smth);
+
+  using detail::num;
+  std::ostringstream src;
+  src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
+      << "    center = edge_index[0]\n"
+      << "    neighbor = edge_index[1]\n"
+      << "    n_edges = edge_vectors.size(0)\n"
+      << "    r = torch.sqrt((edge_vectors * edge_vectors).sum(1))\n"
+      << "    u = torch.clamp((r - self.rcut_smth) / (self.cutoff - self.rcut_smth), 0.0, 1.0)\n"
+      << "    s = (u * u * u * (-6.0 * u * u + 15.0 * u - 10.0) + 1.0) / r\n"
+      << "    std = self.env_std[species[center]]\n"
+      << "    radial = s / std[:, 0]\n"
+      << "    angular = (s / (r * std[:, 1])).unsqueeze(1) * edge_vectors\n"
+      << "    env = torch.cat([radial.unsqueeze(1), angular], 1)\n"
+      << "    neighbor_species = species[neighbor]\n"
+      << "    g = torch.zeros([n_edges, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
+      << "    for t in range(" << ns << "):\n"
+      << "        idx = torch.nonzero(neighbor_species == t).squeeze(1)\n"
+      << "        x = radial.index_select(0, idx).unsqueeze(1)\n";
+  dense_layers(src, "x", "emb", emb_widths, true, "        ");
+  src << "        g = g.index_copy(0, idx, x)\n"
+      << "    tm = torch.zeros([n_centers, 4, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
+      << "    tm = tm.index_add(0, center, env.unsqueeze(2) * g.unsqueeze(1)) * " << num(1.0 / neighbor_norm) << "\n"
+      << "    d = torch.bmm(tm.transpose(1, 2), tm.narrow(2, 0, " << axis << ")).reshape(n_centers, " << m1 * axis
+      << ")\n"
+      << "    cs = species[:n_centers]\n"
+      << "    e = torch.zeros([n_centers], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
+      << "    for t in range(" << ns << "):\n"
+      << "        idx = torch.nonzero(cs == t).squeeze(1)\n"
+      << "        y = d.index_select(0, idx)\n";
+  dense_layers(src, "y", "fit", fit_widths, true, "        ");
+  src << "        y = torch.matmul(y, self.fit_w" << out_l << "[t]) + self.fit_b" << out_l << "[t]\n"
+      << "        e = e.index_copy(0, idx, y.squeeze(1))\n"
+      << "    return e * self.energy_scale[cs] + self.energy_shift[cs]\n";
+
+  BuiltModel built;
+  built.module = b.finish(src.str());
+  built.metadata.architecture = "se_e2_a";
+  built.metadata.species = spec.species;
+  built.metadata.cutoff = rc;
+  built.metadata.message_passing_layers = 0;
+  built.metadata.dtype = spec.dtype == torch::kFloat32 ? "float32" : "float64";
+  built.metadata.hyperparameters = resolved;
+  return built;
+}
+
+}  // namespace mlip

@@ -1,0 +1,295 @@
+// Physics of every architecture, in float32 and float64: invariance under rotation, translation
+// and permutation; forces and virials against finite differences; smoothness at the cutoff;
+// extensivity; periodic images; and the exported file evaluated by Python's torch.jit.load.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "mlip/error.h"
+#include "mlip/potentials.h"
+#include "support/reference.h"
+
+namespace mlip {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::evaluate_reference;
+
+struct Case {
+  std::string architecture;
+  torch::Dtype dtype;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.architecture << (c.dtype == torch::kFloat32 ? "/float32" : "/float64");
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  return info.param.architecture + (info.param.dtype == torch::kFloat32 ? "_float32" : "_float64");
+}
+
+constexpr double kCutoff = 4.0;
+
+// A small but non-trivial model: random weights and random data statistics.
+Model make_model(const Case& c, uint64_t seed = 7) {
+  ModelSpec spec;
+  spec.architecture = c.architecture;
+  spec.species = {"H", "O"};
+  spec.cutoff = kCutoff;
+  spec.dtype = c.dtype;
+  spec.seed = seed;
+  if (c.architecture == "se_e2_a") {
+    spec.hyperparameters = {{"embedding", {8, 16}}, {"axis_neurons", 4}, {"fitting", {16, 16}},
+                            {"rcut_smth", 2.0}, {"neighbor_norm", 10.0}};
+  } else {
+    spec.hyperparameters = {{"features", 8}, {"layers", 2}, {"radial_basis", 6}};
+  }
+  BuiltModel built = build_model(spec);
+  torch::NoGradGuard no_grad;  // only while setting buffers; never around evaluation
+  built.module.attr("energy_shift").toTensor().copy_(torch::tensor({-13.6, -432.1}));
+  built.module.attr("energy_scale").toTensor().copy_(torch::tensor({0.7, 1.3}));
+  if (c.architecture == "se_e2_a") {
+    built.module.attr("env_std").toTensor().copy_(torch::tensor({{0.3, 0.2}, {0.25, 0.15}}));
+  }
+  return Model(built.module, built.metadata, torch::kCPU);
+}
+
+Structure sample(unsigned seed, bool periodic = true) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  Structure s;
+  s.cell.lattice = {{{6.0, 0, 0}, {0.8, 5.7, 0}, {-0.5, 0.6, 6.3}}};
+  s.cell.pbc = {periodic, periodic, periodic};
+  while (s.size() < 14) {
+    const Vec3 f = {u(rng), u(rng), u(rng)};
+    Vec3 x{};
+    for (int d = 0; d < 3; ++d)
+      x[d] = f[0] * s.cell.lattice[0][d] + f[1] * s.cell.lattice[1][d] + f[2] * s.cell.lattice[2][d];
+    Structure t = s;
+    t.positions.push_back(x);
+    t.numbers.push_back(s.size() % 3 == 0 ? 8 : 1);
+    NeighborOptions o;
+    o.min_distance = 0.8;
+    try {
+      build_neighbor_list(t, 1.0, o);
+    } catch (const Error&) {
+      continue;
+    }
+    s = t;
+  }
+  return s;
+}
+
+class Potential : public ::testing::TestWithParam<Case> {
+ protected:
+  bool f32() const { return GetParam().dtype == torch::kFloat32; }
+  // Relative tolerance for comparing two evaluations of the same physics.
+  double same() const { return f32() ? 2e-5 : 1e-11; }
+};
+
+double max_abs(const std::vector<Vec3>& f) {
+  double m = 0;
+  for (const auto& v : f) m = std::max({m, std::abs(v[0]), std::abs(v[1]), std::abs(v[2])});
+  return m;
+}
+
+TEST_P(Potential, InvariantUnderRotationTranslationPermutation) {
+  const Model model = make_model(GetParam());
+  const Structure s = sample(1);
+  const auto ref = evaluate_reference(model, s);
+  ASSERT_GT(max_abs(ref.forces), 1e-3);
+
+  // Rotation of positions and cell (about an arbitrary axis) and a translation.
+  const double a = 0.7, b = -1.1, c = 2.3;
+  const Mat3 rx = {{{1, 0, 0}, {0, std::cos(a), -std::sin(a)}, {0, std::sin(a), std::cos(a)}}};
+  const Mat3 rz = {{{std::cos(c), -std::sin(c), 0}, {std::sin(c), std::cos(c), 0}, {0, 0, 1}}};
+  const Mat3 ry = {{{std::cos(b), 0, std::sin(b)}, {0, 1, 0}, {-std::sin(b), 0, std::cos(b)}}};
+  auto apply = [](const Mat3& m, const Vec3& v) {
+    return Vec3{dot(m[0], v), dot(m[1], v), dot(m[2], v)};
+  };
+  auto rotate = [&](const Vec3& v) { return apply(rz, apply(ry, apply(rx, v))); };
+  Structure t = s;
+  for (auto& x : t.positions) x = rotate(x);
+  for (auto& x : t.positions) x = {x[0] + 3.1, x[1] - 7.2, x[2] + 0.4};
+  for (auto& row : t.cell.lattice) row = rotate(row);
+  const auto rot = evaluate_reference(model, t);
+  EXPECT_NEAR(rot.energy, ref.energy, same() * std::abs(ref.energy));
+  const double fscale = max_abs(ref.forces);
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const Vec3 expected = rotate(ref.forces[i]);
+    for (int d = 0; d < 3; ++d) EXPECT_NEAR(rot.forces[i][d], expected[d], 10 * same() * fscale + 1e-12);
+  }
+
+  // Permutation of the atoms.
+  std::vector<std::size_t> perm(s.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) perm[i] = (i * 5 + 3) % perm.size();
+  Structure p = s;
+  for (std::size_t i = 0; i < perm.size(); ++i) {
+    p.positions[i] = s.positions[perm[i]];
+    p.numbers[i] = s.numbers[perm[i]];
+  }
+  const auto per = evaluate_reference(model, p);
+  EXPECT_NEAR(per.energy, ref.energy, same() * std::abs(ref.energy));
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    for (int d = 0; d < 3; ++d) EXPECT_NEAR(per.forces[i][d], ref.forces[perm[i]][d], 10 * same() * fscale + 1e-12);
+}
+
+TEST_P(Potential, ForcesAreMinusFiniteDifferenceGradient) {
+  const Model model = make_model(GetParam());
+  const Structure s = sample(2);
+  const auto ref = evaluate_reference(model, s);
+  const double h = f32() ? 2e-3 : 1e-5;
+  const double tol = f32() ? 2e-2 * max_abs(ref.forces) + 2e-3 : 1e-6 * max_abs(ref.forces) + 1e-9;
+  for (std::size_t i = 0; i < s.size(); i += 3) {
+    for (int d = 0; d < 3; ++d) {
+      Structure p = s, m = s;
+      p.positions[i][d] += h;
+      m.positions[i][d] -= h;
+      const double fd = -(evaluate_reference(model, p).energy - evaluate_reference(model, m).energy) / (2 * h);
+      EXPECT_NEAR(ref.forces[i][d], fd, tol) << "atom " << i << " direction " << d;
+    }
+  }
+}
+
+TEST_P(Potential, VirialIsMinusFiniteStrainDerivative) {
+  const Model model = make_model(GetParam());
+  const Structure s = sample(3);
+  const auto ref = evaluate_reference(model, s);
+  const double h = f32() ? 1e-3 : 1e-6;
+  double scale = 0;
+  for (const auto& row : ref.virial) scale = std::max({scale, std::abs(row[0]), std::abs(row[1]), std::abs(row[2])});
+  ASSERT_GT(scale, 1e-4);
+  for (int a = 0; a < 3; ++a) {
+    for (int b = 0; b < 3; ++b) {
+      auto strained = [&](double eps) {
+        Structure t = s;
+        auto apply = [&](Vec3& v) { v[b] += eps * v[a]; };
+        for (auto& x : t.positions) apply(x);
+        for (auto& row : t.cell.lattice) apply(row);
+        return evaluate_reference(model, t).energy;
+      };
+      const double dE = (strained(h) - strained(-h)) / (2 * h);
+      EXPECT_NEAR(ref.virial[a][b], -dE, (f32() ? 3e-2 : 1e-6) * scale) << a << b;
+    }
+  }
+}
+
+TEST_P(Potential, SmoothAtTheCutoff) {
+  const Model model = make_model(GetParam());
+  auto dimer = [&](double r) {
+    Structure s;
+    s.positions = {{0, 0, 0}, {r, 0, 0}};
+    s.numbers = {8, 1};
+    return evaluate_reference(model, s);
+  };
+  const double d = 1e-4;
+  const auto inside = dimer(kCutoff - d), outside = dimer(kCutoff + d), isolated = dimer(50.0);
+  EXPECT_NEAR(outside.energy, isolated.energy, 1e-12 * std::abs(isolated.energy));
+  // Energy and force go to zero continuously as the neighbour reaches the cutoff.
+  EXPECT_NEAR(inside.energy, outside.energy, f32() ? 1e-3 : 1e-7);
+  EXPECT_LT(std::abs(inside.forces[0][0]), f32() ? 1e-3 : 1e-5);
+  // ... and are not trivially zero further in.
+  EXPECT_GT(std::abs(dimer(0.8 * kCutoff).forces[0][0]), 10 * std::abs(inside.forces[0][0]));
+}
+
+TEST_P(Potential, FarApartCopiesGiveTwiceTheEnergy) {
+  const Model model = make_model(GetParam());
+  const Structure one = sample(4, /*periodic=*/false);
+  Structure two = one;
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    two.positions.push_back({one.positions[i][0] + 40.0, one.positions[i][1], one.positions[i][2] - 25.0});
+    two.numbers.push_back(one.numbers[i]);
+  }
+  const double e1 = evaluate_reference(model, one).energy, e2 = evaluate_reference(model, two).energy;
+  EXPECT_NEAR(e2, 2 * e1, same() * std::abs(e2));
+}
+
+TEST_P(Potential, SplitAcrossPeriodicBoundaryEqualsWrapped) {
+  const Model model = make_model(GetParam());
+  const Structure wrapped = sample(5);
+  Structure split = wrapped;
+  // Move every other atom by a whole lattice vector combination: same periodic system.
+  for (std::size_t i = 0; i < split.size(); i += 2) {
+    const int n[3] = {static_cast<int>(i % 3) - 1, 1, -2};
+    for (int d = 0; d < 3; ++d)
+      for (int k = 0; k < 3; ++k) split.positions[i][d] += n[k] * split.cell.lattice[k][d];
+  }
+  const auto a = evaluate_reference(model, wrapped), b = evaluate_reference(model, split);
+  EXPECT_NEAR(a.energy, b.energy, same() * std::abs(a.energy));
+  for (std::size_t i = 0; i < wrapped.size(); ++i)
+    for (int d = 0; d < 3; ++d) EXPECT_NEAR(a.forces[i][d], b.forces[i][d], 10 * same() * max_abs(a.forces) + 1e-12);
+}
+
+TEST_P(Potential, ExportedModelMatchesAndLoadsInPython) {
+  const Model model = make_model(GetParam());
+  const fs::path dir = fs::temp_directory_path() / ("mlip_test_potential_" + case_name({GetParam(), 0}));
+  fs::create_directories(dir);
+  const std::string path = (dir / "model.pt").string();
+  ModelMetadata meta = model.metadata();
+  export_frozen(const_cast<Model&>(model).module(), meta, path);
+  const Model frozen = Model::load(path);
+  EXPECT_EQ(frozen.metadata().architecture, GetParam().architecture);
+  const Structure s = sample(6);
+  const auto a = evaluate_reference(model, s), b = evaluate_reference(frozen, s);
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    EXPECT_NEAR(a.atom_energy[i], b.atom_energy[i], same() * std::abs(a.atom_energy[i]));
+    for (int d = 0; d < 3; ++d) EXPECT_NEAR(a.forces[i][d], b.forces[i][d], 10 * same() * max_abs(a.forces) + 1e-12);
+  }
+
+  if (std::system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0) {
+    GTEST_SKIP() << "Debian's python3-torch is not installed (scripts/install-deps.sh installs it)";
+  }
+  const NeighborList nl = build_neighbor_list(s, kCutoff);
+  std::vector<int64_t> species;
+  for (int z : s.numbers) species.push_back(z == 8 ? 1 : 0);
+  nlohmann::json in = {{"species", species},
+                       {"edge_index", {nl.centers, nl.neighbors}},
+                       {"edge_vectors", nl.vectors},
+                       {"n_centers", s.size()}};
+  std::ofstream(dir / "in.json") << in.dump();
+  const std::string cmd = "/usr/bin/python3 " + std::string(MLIP_SOURCE_DIR) + "/tests/python/torch_load.py " + path +
+                          " " + (dir / "in.json").string() + " " + (dir / "out.json").string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto out = nlohmann::json::parse(std::ifstream(dir / "out.json"));
+  EXPECT_EQ(out["metadata"]["architecture"], GetParam().architecture);
+  ASSERT_EQ(out["energies"].size(), s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    // Same LibTorch, same frozen graph: identical up to summation order inside kernels.
+    EXPECT_NEAR(out["energies"][i].get<double>(), b.atom_energy[i], same() * std::abs(b.atom_energy[i]));
+  }
+}
+
+TEST(Potentials, BadHyperparametersAreNamed) {
+  ModelSpec spec;
+  spec.architecture = "se_e2_a";
+  spec.species = {"H", "O"};
+  spec.hyperparameters = {{"embeding", {8, 16}}};
+  try {
+    build_model(spec);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown hyperparameter 'embeding'"), std::string::npos) << e.what();
+  }
+  spec.hyperparameters = {{"axis_neurons", "four"}};
+  EXPECT_THROW(build_model(spec), Error);
+  spec.hyperparameters = nlohmann::json::object();
+  spec.architecture = "mace";
+  try {
+    build_model(spec);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown architecture 'mace'"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllModels, Potential,
+                         ::testing::Values(Case{"se_e2_a", torch::kFloat64}, Case{"se_e2_a", torch::kFloat32},
+                                           Case{"painn", torch::kFloat64}, Case{"painn", torch::kFloat32}),
+                         case_name);
+
+}  // namespace
+}  // namespace mlip
