@@ -19,6 +19,10 @@ BuiltModel build_model(const ModelSpec& spec) {
   throw Error("model: unknown architecture '" + spec.architecture + "' (known: se_e2_a, painn)");
 }
 
+void fit_descriptor_statistics(BuiltModel& model, const std::vector<const Frame*>& frames) {
+  if (model.metadata.architecture == "se_e2_a") fit_se_e2_a_statistics(model, frames);
+}
+
 std::vector<torch::Tensor> trainable_parameters(const torch::jit::Module& module) {
   std::vector<torch::Tensor> params;
   for (const auto& p : module.named_parameters(/*recurse=*/true)) params.push_back(p.value);

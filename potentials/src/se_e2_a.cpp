@@ -13,7 +13,10 @@
 // for the same reason: a shift would make an edge's contribution jump as it leaves the cutoff.
 //
 // Hyperparameters (defaults): rcut_smth (0.5 rc), embedding ([25, 50, 100]), axis_neurons (16),
-// fitting ([240, 240, 240]), neighbor_norm (100: the typical neighbour count, keeps T_i O(1)).
+// fitting ([240, 240, 240]), neighbor_norm (0: set from data as the mean neighbour count, which
+// keeps T_i O(1) whatever the density; 100 until statistics are fitted).
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "builder.h"
@@ -49,7 +52,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   const auto embedding = hp.get<std::vector<int64_t>>("embedding", {25, 50, 100});
   const auto axis = hp.get<int64_t>("axis_neurons", 16);
   const auto fitting = hp.get<std::vector<int64_t>>("fitting", {240, 240, 240});
-  const double neighbor_norm = hp.get<double>("neighbor_norm", 100.0);
+  const double neighbor_norm = hp.get<double>("neighbor_norm", 0.0);
   const nlohmann::json resolved = hp.finish();
   if (!(rcut_smth >= 0.0 && rcut_smth < rc)) hp.fail("rcut_smth", "must be in [0, cutoff)");
   if (embedding.empty()) hp.fail("embedding", "needs at least one layer");
@@ -57,7 +60,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   for (auto w : fitting) if (w < 1) hp.fail("fitting", "widths must be positive");
   const int64_t m1 = embedding.back();
   if (axis < 1 || axis > m1) hp.fail("axis_neurons", "must be in [1, last embedding width]");
-  if (!(neighbor_norm > 0.0)) hp.fail("neighbor_norm", "must be positive");
+  if (neighbor_norm < 0.0) hp.fail("neighbor_norm", "must be positive (or 0: from data)");
 
   const int64_t ns = static_cast<int64_t>(spec.species.size());
   detail::ModuleBuilder b("SeE2A", spec.dtype, spec.seed);
@@ -80,6 +83,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   b.normal("fit_w" + out_l, {ns, last, 1}, 1.0 / std::sqrt(double(last + 1)));
   b.constant("fit_b" + out_l, {ns, 1}, 0.0);
   b.buffer("env_std", torch::ones({ns, 2}));   // [radial, angular] per centre species, from data
+  b.buffer("inv_neighbor_norm", torch::full({1}, 1.0 / (neighbor_norm > 0 ? neighbor_norm : 100.0)));
   detail::add_energy_buffers(b, ns);
   b.float_attribute("cutoff", rc);
   b.float_attribute("rcut_smth", rcut_smth);
@@ -105,7 +109,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   dense_layers(src, "x", "emb", emb_widths, true, "        ");
   src << "        g = g.index_copy(0, idx, x)\n"
       << "    tm = torch.zeros([n_centers, 4, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
-      << "    tm = tm.index_add(0, center, env.unsqueeze(2) * g.unsqueeze(1)) * " << num(1.0 / neighbor_norm) << "\n"
+      << "    tm = tm.index_add(0, center, env.unsqueeze(2) * g.unsqueeze(1)) * self.inv_neighbor_norm\n"
       << "    d = torch.bmm(tm.transpose(1, 2), tm.narrow(2, 0, " << axis << ")).reshape(n_centers, " << m1 * axis
       << ")\n"
       << "    cs = species[:n_centers]\n"
@@ -127,6 +131,48 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   built.metadata.dtype = spec.dtype == torch::kFloat32 ? "float32" : "float64";
   built.metadata.hyperparameters = resolved;
   return built;
+}
+
+void fit_se_e2_a_statistics(BuiltModel& model, const std::vector<const Frame*>& frames) {
+  // The same environment as forward() computes (kept in step with it): s = sw(r)/r.
+  const double rc = model.metadata.cutoff;
+  const double rs = model.metadata.hyperparameters.at("rcut_smth").get<double>();
+  const SpeciesMap species(model.metadata.species);
+  const std::size_t ns = model.metadata.species.size();
+  std::vector<double> sum_r(ns, 0.0), sum_a(ns, 0.0), count(ns, 0.0);
+  for (const Frame* f : frames) {
+    const Structure& st = f->structure;
+    const Mat3& L = st.cell.lattice;
+    for (std::size_t e = 0; e < f->num_edges(); ++e) {
+      const int i = f->centers[e], j = f->neighbors[e];
+      Vec3 r{};
+      for (int d = 0; d < 3; ++d)
+        r[d] = st.positions[j][d] - st.positions[i][d] + f->shifts[e][0] * L[0][d] + f->shifts[e][1] * L[1][d] +
+               f->shifts[e][2] * L[2][d];
+      const double len = norm(r);
+      const double u = std::clamp((len - rs) / (rc - rs), 0.0, 1.0);
+      const double s = (u * u * u * (-6.0 * u * u + 15.0 * u - 10.0) + 1.0) / len;
+      const auto t = static_cast<std::size_t>(species.index(st.numbers[i], st.origin));
+      sum_r[t] += s * s;
+      sum_a[t] += s * s / 3.0;  // mean over the three components of s r/|r|
+      count[t] += 1.0;
+    }
+  }
+  torch::NoGradGuard no_grad;  // setting buffers, not evaluating
+  double edges = 0, centers = 0;
+  for (const Frame* f : frames) {
+    edges += static_cast<double>(f->num_edges());
+    centers += static_cast<double>(f->structure.size());
+  }
+  if (model.metadata.hyperparameters.at("neighbor_norm").get<double>() == 0.0 && edges > 0) {
+    model.module.attr("inv_neighbor_norm").toTensor().fill_(centers / edges);
+  }
+  torch::Tensor env_std = model.module.attr("env_std").toTensor();
+  for (std::size_t t = 0; t < ns; ++t) {
+    if (count[t] == 0) continue;  // species absent from these frames: keep 1
+    env_std[t][0] = std::max(std::sqrt(sum_r[t] / count[t]), 1e-6);
+    env_std[t][1] = std::max(std::sqrt(sum_a[t] / count[t]), 1e-6);
+  }
 }
 
 }  // namespace mlip

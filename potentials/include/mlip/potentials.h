@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/script.h>
 
+#include "mlip/dataset.h"
 #include "mlip/model.h"
 
 namespace mlip {
@@ -48,7 +49,13 @@ std::vector<torch::Tensor> trainable_parameters(const torch::jit::Module& module
 /// kept) and saves it with `metadata` (atomic write). The trainable module is left untouched.
 void export_frozen(const torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path);
 
-// Builders (one per architecture); called through build_model.
+/// Sets the architecture's descriptor statistics from training frames (se_e2_a: the RMS of the
+/// radial and angular environment per centre species; PaiNN: none). Energy shift and scale are
+/// the trainer's business (energy_shift, energy_scale buffers).
+void fit_descriptor_statistics(BuiltModel& model, const std::vector<const Frame*>& frames);
+
+// Per-architecture pieces, called through build_model and fit_descriptor_statistics.
+void fit_se_e2_a_statistics(BuiltModel& model, const std::vector<const Frame*>& frames);
 BuiltModel build_se_e2_a(const ModelSpec& spec);
 BuiltModel build_painn(const ModelSpec& spec);
 

@@ -1,0 +1,307 @@
+// mlip-trainer's parts: config checking, loss terms, energy-shift fit, schedules, and
+// checkpoint/resume equality (interrupted + resumed == uninterrupted, bitwise on CPU).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "communicator.h"
+#include "config.h"
+#include "mlip/error.h"
+#include "mlip/io.h"
+#include "training.h"
+
+namespace mlip::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / name) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name) << text;
+    return (path / name).string();
+  }
+};
+
+const char* kMinimal = R"(model:
+  architecture: se_e2_a
+  species: [H, O]
+  cutoff: 4.0
+data:
+  train: [frames.xyz]
+)";
+
+std::string error_of(const std::string& path, const std::vector<std::string>& overrides = {}) {
+  try {
+    read_config(path, overrides);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Config, DefaultsAndOverrides) {
+  TempDir dir("mlip_test_config");
+  const std::string path = dir.file("c.yaml", kMinimal);
+  const Config c = read_config(path, {"training.epochs=7", "training.optimizer.lr=2e-4", "model.hyperparameters={embedding: [4, 8]}"});
+  EXPECT_EQ(c.architecture, "se_e2_a");
+  EXPECT_EQ(c.species, (std::vector<std::string>{"H", "O"}));
+  EXPECT_EQ(c.epochs, 7);
+  EXPECT_DOUBLE_EQ(c.lr, 2e-4);
+  EXPECT_EQ(c.hyperparameters["embedding"], nlohmann::json({4, 8}));
+  EXPECT_EQ(c.train.at(0).path, "frames.xyz");
+  EXPECT_DOUBLE_EQ(c.validation_fraction, 0.1);
+}
+
+TEST(Config, ErrorsNameFileLineAndKey) {
+  TempDir dir("mlip_test_config_errors");
+  auto has = [](const std::string& msg, const std::string& part) {
+    return msg.find(part) != std::string::npos ? ::testing::AssertionSuccess()
+                                              : ::testing::AssertionFailure() << "'" << msg << "' lacks '" << part << "'";
+  };
+  const std::string typo = dir.file("typo.yaml", std::string(kMinimal) + "training:\n  epochs: 3\n  learnign_rate: 0.1\n");
+  EXPECT_TRUE(has(error_of(typo), "typo.yaml:9: unknown key 'training.learnign_rate'"));
+  const std::string type = dir.file("type.yaml", std::string(kMinimal) + "training:\n  epochs: many\n");
+  EXPECT_TRUE(has(error_of(type), "type.yaml:8: key 'training.epochs' has the wrong type"));
+  const std::string missing = dir.file("missing.yaml", "model:\n  architecture: se_e2_a\n  cutoff: 4.0\ndata:\n  train: [a.xyz]\n");
+  EXPECT_TRUE(has(error_of(missing), "missing required key 'model.species'"));
+  const std::string nested = dir.file("nested.yaml", std::string(kMinimal) + "  batch: {frame: 2}\n");
+  EXPECT_TRUE(has(error_of(nested), "unknown key 'data.batch.frame'"));
+  const std::string bad_opt = dir.file("opt.yaml", std::string(kMinimal) + "training:\n  optimizer: {type: sgd}\n");
+  EXPECT_TRUE(has(error_of(bad_opt), "training.optimizer.type must be adam or adamw"));
+  const std::string syntax = dir.file("syntax.yaml", "model: [unclosed\n");
+  EXPECT_TRUE(has(error_of(syntax), "syntax.yaml:"));
+  EXPECT_TRUE(has(error_of(typo, {"nokey"}), "expected key.subkey=value"));
+  EXPECT_TRUE(has(error_of((dir.path / "absent.yaml").string()), "cannot open config file"));
+}
+
+// A batch of two frames with hand-set predictions, to check each loss term by hand.
+struct TinyBatch {
+  BatchTensors t;
+  Prediction p;
+  TinyBatch() {
+    t.n_frames = 2;
+    t.n_atoms = 3;  // frame 0: atoms 0, 1; frame 1: atom 2
+    t.frame_of_atom = torch::tensor({0, 0, 1}, torch::kInt64);
+    t.atoms_per_frame = torch::tensor({2.0, 1.0}, torch::kFloat64);
+    t.energy = torch::tensor({1.0, 2.0}, torch::kFloat64);
+    t.has_energy = torch::tensor({1.0, 1.0}, torch::kFloat64);
+    t.forces = torch::zeros({3, 3}, torch::kFloat64);
+    t.has_forces_atom = torch::tensor({1.0, 1.0, 0.0}, torch::kFloat64);  // frame 1 has no forces
+    t.virial = torch::zeros({2, 9}, torch::kFloat64);
+    t.has_virial = torch::tensor({0.0, 1.0}, torch::kFloat64);           // only frame 1
+    t.weight = torch::tensor({1.0, 3.0}, torch::kFloat64);
+    p.energy = torch::tensor({1.4, 1.0}, torch::kFloat64);               // dE/N = 0.2, -1.0
+    p.forces = torch::tensor({{0.3, 0.0, 0.0}, {0.0, 0.0, 0.0}, {5.0, 5.0, 5.0}}, torch::kFloat64);
+    p.virial = torch::zeros({2, 9}, torch::kFloat64);
+    p.virial[1][0] = 0.9;
+    p.virial[0][4] = 100.0;  // frame 0 has no virial label: must not count
+  }
+};
+
+TEST(Loss, EachTermByHand) {
+  TinyBatch b;
+  MetricSums sums;
+  // Energy only: (1 * 0.2^2 + 3 * 1.0^2) / 2
+  auto l = loss_terms(b.p, b.t, {1, 0, 0}, "mse", 0, 2.0, &sums).item<double>();
+  EXPECT_NEAR(l, (0.04 + 3.0) / 2, 1e-12);
+  EXPECT_NEAR(sums.energy_rmse(), std::sqrt((0.04 + 1.0) / 2), 1e-12);
+  // Forces only: frame 0 mean over 6 components = 0.09 / 6; frame 1 unlabelled.
+  l = loss_terms(b.p, b.t, {0, 1, 0}, "mse", 0, 1.0, nullptr).item<double>();
+  EXPECT_NEAR(l, 0.09 / 6, 1e-12);
+  EXPECT_NEAR(sums.forces_rmse(), std::sqrt(0.09 / 6), 1e-12);
+  // Virial only: frame 1, (0.9 / 1)^2 / 9, weight 3.
+  l = loss_terms(b.p, b.t, {0, 0, 1}, "mse", 0, 1.0, nullptr).item<double>();
+  EXPECT_NEAR(l, 3 * 0.81 / 9, 1e-12);
+  // Huber with delta 0.1: energy residuals 0.2 and 1.0 are in the linear part.
+  l = loss_terms(b.p, b.t, {1, 0, 0}, "huber", 0.1, 1.0, nullptr).item<double>();
+  auto huber = [](double d, double delta) { return std::abs(d) < delta ? 0.5 * d * d : delta * (std::abs(d) - 0.5 * delta); };
+  EXPECT_NEAR(l, huber(0.2, 0.1) + 3 * huber(1.0, 0.1), 1e-12);
+}
+
+TEST(Statistics, EnergyShiftFitRecoversPerSpeciesEnergies) {
+  std::vector<Frame> frames;
+  const double eh = -13.6, eo = -432.1;
+  for (int k = 0; k < 6; ++k) {
+    Frame f;
+    const int nh = 1 + k % 3, no = 1 + k / 2;
+    for (int i = 0; i < nh; ++i) f.structure.numbers.push_back(1);
+    for (int i = 0; i < no; ++i) f.structure.numbers.push_back(8);
+    f.structure.positions.assign(nh + no, Vec3{});
+    f.structure.energy = nh * eh + no * eo;
+    frames.push_back(f);
+  }
+  const auto shift = fit_energy_shift(frames, SpeciesMap({"H", "O"}), 2);
+  EXPECT_NEAR(shift[0], eh, 1e-9);
+  EXPECT_NEAR(shift[1], eo, 1e-9);
+}
+
+TEST(Schedule, ExponentialCosineWarmupAndPrefactors) {
+  Config c;
+  c.lr = 1e-3;
+  c.schedule.type = "exponential";
+  c.schedule.final_lr = 1e-5;
+  c.energy = {0.02, 1.0};
+  c.forces = {1000.0, 1.0};
+  const Schedule exp(c, 100);
+  EXPECT_DOUBLE_EQ(exp.lr(0), 1e-3);
+  EXPECT_NEAR(exp.lr(50), 1e-4, 1e-12);
+  EXPECT_NEAR(exp.lr(100), 1e-5, 1e-15);
+  EXPECT_NEAR(exp.prefactors(0).forces, 1000.0, 1e-9);
+  EXPECT_NEAR(exp.prefactors(100).forces, 1.0 + 999.0 * 1e-2, 1e-9);
+  EXPECT_NEAR(exp.prefactors(100).energy, 1.0 - 0.98 * 1e-2, 1e-12);
+  c.schedule.type = "cosine";
+  c.schedule.warmup_steps = 10;
+  const Schedule cos(c, 100);
+  EXPECT_NEAR(cos.lr(0), 1e-3 * 0.1 * (1e-5 / 1e-3 + (1 - 1e-5 / 1e-3) * 0.5 * (1 + 1)), 1e-12);
+  EXPECT_NEAR(cos.lr(50), 1e-5 + (1e-3 - 1e-5) * 0.5, 1e-12);
+}
+
+// A tiny training problem: 12 ethanol frames from data/, a small se_e2_a, float64.
+std::string tiny_config(const TempDir& dir, const std::string& out, int epochs) {
+  auto frames = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+                            ReadOptions{Units{"angstrom", "kcal/mol", ""}});
+  frames.resize(12);
+  const std::string data = (dir.path / "frames.xyz").string();
+  if (!fs::exists(data)) write_extxyz(data, frames);
+  return dir.file("tiny.yaml", R"(model:
+  architecture: se_e2_a
+  species: [H, C, O]
+  cutoff: 4.0
+  dtype: float64
+  hyperparameters: {embedding: [4, 8], axis_neurons: 2, fitting: [8, 8], rcut_smth: 1.0}
+data:
+  train: [)" + data + R"(]
+  validation_fraction: 0.25
+  cache_dir: )" + (dir.path / "cache").string() + R"(
+  batch: {frames: 2}
+training:
+  epochs: )" + std::to_string(epochs) + R"(
+  optimizer: {type: adam, lr: 0.003}
+  ema_decay: 0.9
+output:
+  dir: )" + out + R"(
+  log_every: 0
+)");
+}
+
+std::vector<torch::Tensor> checkpoint_parameters(const fs::path& dir) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : torch::jit::load((dir / "model.pt").string()).named_parameters()) out.push_back(p.value);
+  return out;
+}
+
+TEST(Checkpoint, InterruptedAndResumedEqualsUninterrupted) {
+  TempDir dir("mlip_test_resume");
+  SerialCommunicator comm;
+  const std::string full_out = (dir.path / "full").string(), split_out = (dir.path / "split").string();
+  Trainer full(read_config(tiny_config(dir, full_out, 3)), "", comm);
+  full.run(false);
+
+  const std::string split_cfg = tiny_config(dir, split_out, 3);
+  Trainer first(read_config(split_cfg), "", comm);
+  first.run(false, /*stop_after_epochs=*/2);
+  // A second run into the same folder without --resume must refuse, writing nothing.
+  Trainer again(read_config(split_cfg), "", comm);
+  EXPECT_THROW(again.run(false), Error);
+  Trainer resumed(read_config(split_cfg), "", comm);
+  resumed.run(true);
+
+  EXPECT_EQ(resumed.state().step, full.state().step);
+  const auto a = checkpoint_parameters(fs::path(full_out) / "checkpoints" / "epoch-000003");
+  const auto b = checkpoint_parameters(fs::path(split_out) / "checkpoints" / "epoch-000003");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    // Bitwise: same data order, same optimiser and EMA state, same reductions.
+    EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
+  }
+  EXPECT_TRUE(fs::exists(fs::path(full_out) / "model.pt"));
+  EXPECT_TRUE(fs::exists(fs::path(full_out) / "metrics.csv"));
+  EXPECT_TRUE(fs::exists(fs::path(full_out) / "checkpoints" / "best" / "state.json"));
+}
+
+TEST(Training, LossDecreasesOnTinyProblem) {
+  TempDir dir("mlip_test_tiny_training");
+  SerialCommunicator comm;
+  Trainer t(read_config(tiny_config(dir, (dir.path / "run").string(), 1)), "", comm);
+  t.run(false);
+  Trainer longer(read_config(tiny_config(dir, (dir.path / "run2").string(), 15)), "", comm);
+  longer.run(false);
+  const MetricSums a = t.validate(), b = longer.validate();
+  EXPECT_LT(b.forces_rmse(), a.forces_rmse());
+}
+
+}  // namespace
+}  // namespace mlip::trainer
+
+namespace mlip::trainer {
+namespace {
+
+// The training gradient of a force loss (double backward through the model) against finite
+// differences of the loss in a few parameters, for both architectures.
+TEST(Training, ForceLossGradientMatchesFiniteDifferences) {
+  auto frames = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+                            ReadOptions{Units{"angstrom", "kcal/mol", ""}});
+  std::vector<Frame> batch_frames = {make_frame(frames[0], 4.0), make_frame(frames[500], 4.0)};
+  const SpeciesMap species({"H", "C", "O"});
+  const GraphBatch gb = make_batch({&batch_frames[0], &batch_frames[1]}, species);
+  for (const std::string arch : {"se_e2_a", "painn"}) {
+    ModelSpec spec;
+    spec.architecture = arch;
+    spec.species = {"H", "C", "O"};
+    spec.cutoff = 4.0;
+    spec.hyperparameters = arch == "se_e2_a" ? nlohmann::json{{"embedding", {4, 8}}, {"axis_neurons", 2}, {"fitting", {8, 8}}}
+                                             : nlohmann::json{{"features", 4}, {"layers", 2}, {"radial_basis", 4}};
+    BuiltModel m = build_model(spec);
+    const BatchTensors t = to_tensors(gb, torch::kFloat64);
+    auto loss_at = [&](bool backward) {
+      const Prediction p = predict(m.module, t, /*create_graph=*/backward);
+      // Forces and virials only: the energy term of an unfitted shift would make the loss
+      // ~1e5 and the finite differences noisy.
+      torch::Tensor l = loss_terms(p, t, {0.0, 1.0, 0.1}, "mse", 0.0, 2.0, nullptr);
+      if (backward) l.backward();
+      return l.item<double>();
+    };
+    auto params = trainable_parameters(m.module);
+    for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    loss_at(true);
+    int checked = 0;
+    for (auto& p : params) {
+      ASSERT_TRUE(p.grad().defined()) << arch;
+      auto flat = p.view({-1});
+      const auto g = p.grad().view({-1});
+      for (int64_t k = 0; k < std::min<int64_t>(2, flat.numel()); ++k) {
+        const double h = 1e-6, orig = flat[k].item<double>();
+        {
+          torch::NoGradGuard ng;  // perturbing a weight
+          flat[k] = orig + h;
+        }
+        const double up = loss_at(false);
+        {
+          torch::NoGradGuard ng;
+          flat[k] = orig - h;
+        }
+        const double down = loss_at(false);
+        {
+          torch::NoGradGuard ng;
+          flat[k] = orig;
+        }
+        const double fd = (up - down) / (2 * h);
+        EXPECT_NEAR(g[k].item<double>(), fd, 1e-6 + 1e-5 * std::abs(fd)) << arch << " param entry " << k;
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 10);
+  }
+}
+
+}  // namespace
+}  // namespace mlip::trainer

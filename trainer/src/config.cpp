@@ -1,0 +1,279 @@
+#include "config.h"
+
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "mlip/error.h"
+
+namespace mlip::trainer {
+namespace {
+
+// A mapping in the config whose keys are read one by one; finish() rejects the rest.
+class Section {
+ public:
+  Section(const YAML::Node& node, std::string path, std::string file)
+      : node_(node), path_(std::move(path)), file_(std::move(file)) {
+    if (node_ && !node_.IsNull() && !node_.IsMap()) fail(node_, "must be a mapping");
+  }
+
+  bool has(const std::string& key) const { return node_ && node_.IsMap() && node_[key]; }
+
+  template <typename T> T get(const std::string& key, const T& fallback) {
+    known_.insert(key);
+    if (!has(key)) return fallback;
+    return convert<T>(node_[key], key);
+  }
+  template <typename T> T required(const std::string& key) {
+    known_.insert(key);
+    if (!has(key)) fail(node_, "missing required key '" + qualified(key) + "'");
+    return convert<T>(node_[key], key);
+  }
+  Section section(const std::string& key) {
+    known_.insert(key);
+    return Section(has(key) ? node_[key] : YAML::Node(), qualified(key), file_);
+  }
+  YAML::Node raw(const std::string& key) {
+    known_.insert(key);
+    return has(key) ? node_[key] : YAML::Node();
+  }
+  void finish() const {
+    if (!node_ || !node_.IsMap()) return;
+    for (const auto& kv : node_) {
+      const std::string key = kv.first.as<std::string>();
+      if (!known_.count(key)) {
+        std::string list;
+        for (const auto& k : known_) list += (list.empty() ? "" : ", ") + k;
+        fail(kv.first, "unknown key '" + qualified(key) + "' (known here: " + list + ")");
+      }
+    }
+  }
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& what) const {
+    int line = 0;
+    try {
+      line = at.Mark().line + 1;  // yaml-cpp counts from 0; an invalid node has no mark
+    } catch (const YAML::Exception&) {
+    }
+    throw Error(file_ + (line > 0 ? ":" + std::to_string(line) : "") + ": " + what);
+  }
+  std::string qualified(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  const YAML::Node& node() const { return node_; }
+
+ private:
+  template <typename T> T convert(const YAML::Node& n, const std::string& key) const {
+    try {
+      return n.as<T>();
+    } catch (const YAML::Exception&) {
+      fail(n, "key '" + qualified(key) + "' has the wrong type for its value '" + YAML::Dump(n) + "'");
+    }
+  }
+
+  YAML::Node node_;
+  std::string path_, file_;
+  std::set<std::string> known_;
+};
+
+nlohmann::json to_json(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: {
+      nlohmann::json j = nlohmann::json::object();
+      for (const auto& kv : n) j[kv.first.as<std::string>()] = to_json(kv.second);
+      return j;
+    }
+    case YAML::NodeType::Sequence: {
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& v : n) j.push_back(to_json(v));
+      return j;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string s = n.Scalar();
+      if (n.Tag() != "!") {  // unquoted: numbers and booleans keep their type
+        try {
+          std::size_t pos = 0;
+          const long long i = std::stoll(s, &pos);
+          if (pos == s.size()) return i;
+        } catch (...) {
+        }
+        try {
+          std::size_t pos = 0;
+          const double d = std::stod(s, &pos);
+          if (pos == s.size()) return d;
+        } catch (...) {
+        }
+        if (s == "true" || s == "True") return true;
+        if (s == "false" || s == "False") return false;
+      }
+      return s;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+std::vector<DataSource> read_sources(Section& parent, const std::string& key, const std::string& file) {
+  const YAML::Node list = parent.raw(key);
+  std::vector<DataSource> out;
+  if (!list || list.IsNull()) return out;
+  if (!list.IsSequence()) parent.fail(list, "key '" + parent.qualified(key) + "' must be a list of data sources");
+  for (std::size_t k = 0; k < list.size(); ++k) {
+    DataSource src;
+    if (list[k].IsScalar()) {
+      src.path = list[k].as<std::string>();
+    } else {
+      Section item(list[k], parent.qualified(key) + "[" + std::to_string(k) + "]", file);
+      src.path = item.required<std::string>("path");
+      src.format = item.get<std::string>("format", "auto");
+      src.weight = item.get<double>("weight", 1.0);
+      Section units = item.section("units");
+      src.units.length = units.get<std::string>("length", "angstrom");
+      src.units.energy = units.get<std::string>("energy", "eV");
+      src.units.stress = units.get<std::string>("stress", "");
+      units.finish();
+      item.finish();
+      if (!(src.weight > 0)) item.fail(list[k], "weight of " + src.path + " must be positive");
+    }
+    out.push_back(src);
+  }
+  return out;
+}
+
+void set_override(YAML::Node root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw Error("--set '" + assignment + "': expected key.subkey=value");
+  }
+  const std::string path = assignment.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw Error("--set '" + assignment + "': value is not valid YAML: " + e.what());
+  }
+  std::vector<std::string> keys;
+  std::stringstream ss(path);
+  for (std::string k; std::getline(ss, k, '.');) keys.push_back(k);
+  // yaml-cpp nodes are handles: walk down by reassigning, creating maps as needed.
+  std::vector<YAML::Node> chain{root};
+  for (std::size_t i = 0; i + 1 < keys.size(); ++i) {
+    YAML::Node next = chain.back()[keys[i]];
+    if (next && !next.IsMap()) throw Error("--set '" + assignment + "': '" + keys[i] + "' is not a mapping");
+    chain.push_back(next);
+  }
+  chain.back()[keys.back()] = value;
+}
+
+YAML::Node load(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw Error(path + ": cannot open config file");
+  } catch (const YAML::ParserException& e) {
+    throw Error(path + ":" + std::to_string(e.mark.line + 1) + ": YAML syntax error: " + e.msg);
+  }
+  if (!root.IsMap()) throw Error(path + ": the config must be a mapping (model:, data:, training:, output:)");
+  for (const auto& o : overrides) set_override(root, o);
+  return root;
+}
+
+}  // namespace
+
+Config read_config(const std::string& path, const std::vector<std::string>& overrides) {
+  const YAML::Node root = load(path, overrides);
+  Config c;
+  c.file = path;
+  Section top(root, "", path);
+
+  Section model = top.section("model");
+  if (!model.node() || model.node().IsNull()) top.fail(root, "missing required section 'model'");
+  c.architecture = model.required<std::string>("architecture");
+  c.species = model.required<std::vector<std::string>>("species");
+  c.cutoff = model.required<double>("cutoff");
+  c.dtype = model.get<std::string>("dtype", c.dtype);
+  c.model_seed = model.get<uint64_t>("seed", c.model_seed);
+  const YAML::Node hp = model.raw("hyperparameters");
+  if (hp && !hp.IsNull()) {
+    if (!hp.IsMap()) model.fail(hp, "key 'model.hyperparameters' must be a mapping");
+    c.hyperparameters = to_json(hp);
+  }
+  model.finish();
+  if (c.dtype != "float32" && c.dtype != "float64") model.fail(model.node()["dtype"], "model.dtype must be float32 or float64");
+  if (!(c.cutoff > 0)) model.fail(model.node()["cutoff"], "model.cutoff must be positive");
+
+  Section data = top.section("data");
+  if (!data.node() || data.node().IsNull()) top.fail(root, "missing required section 'data'");
+  c.train = read_sources(data, "train", path);
+  if (c.train.empty()) data.fail(data.node(), "missing required key 'data.train' (a list of data sources)");
+  c.validation = read_sources(data, "validation", path);
+  c.validation_fraction = data.get<double>("validation_fraction", c.validation_fraction);
+  c.split_seed = data.get<uint64_t>("split_seed", c.split_seed);
+  c.cache_dir = data.get<std::string>("cache_dir", c.cache_dir);
+  Section batch = data.section("batch");
+  c.batch_frames = batch.get<int64_t>("frames", c.batch_frames);
+  c.batch_atoms = batch.get<int64_t>("atoms", c.batch_atoms);
+  c.accumulate = batch.get<int64_t>("accumulate", c.accumulate);
+  batch.finish();
+  data.finish();
+  if (c.validation.empty() && !(c.validation_fraction > 0 && c.validation_fraction < 1)) {
+    data.fail(data.node(), "data.validation_fraction must be in (0, 1) when no data.validation is given");
+  }
+  if (c.batch_frames < 1 || c.batch_atoms < 0 || c.accumulate < 1) {
+    data.fail(data.node(), "data.batch: frames and accumulate must be >= 1, atoms >= 0");
+  }
+
+  Section training = top.section("training");
+  c.epochs = training.get<int64_t>("epochs", c.epochs);
+  c.max_minutes = training.get<double>("max_minutes", c.max_minutes);
+  c.seed = training.get<uint64_t>("seed", c.seed);
+  c.grad_clip = training.get<double>("grad_clip", c.grad_clip);
+  c.ema_decay = training.get<double>("ema_decay", c.ema_decay);
+  c.early_stopping_patience = training.get<int64_t>("early_stopping_patience", c.early_stopping_patience);
+  Section opt = training.section("optimizer");
+  c.optimizer = opt.get<std::string>("type", c.optimizer);
+  c.lr = opt.get<double>("lr", c.lr);
+  c.weight_decay = opt.get<double>("weight_decay", c.weight_decay);
+  opt.finish();
+  if (c.optimizer != "adam" && c.optimizer != "adamw") {
+    opt.fail(opt.node()["type"], "training.optimizer.type must be adam or adamw, not '" + c.optimizer + "'");
+  }
+  Section sched = training.section("lr_schedule");
+  c.schedule.type = sched.get<std::string>("type", c.schedule.type);
+  c.schedule.final_lr = sched.get<double>("final_lr", c.schedule.final_lr);
+  c.schedule.warmup_steps = sched.get<int64_t>("warmup_steps", c.schedule.warmup_steps);
+  sched.finish();
+  if (c.schedule.type != "exponential" && c.schedule.type != "cosine" && c.schedule.type != "constant") {
+    sched.fail(sched.node()["type"], "training.lr_schedule.type must be exponential, cosine or constant");
+  }
+  Section loss = training.section("loss");
+  c.loss = loss.get<std::string>("type", c.loss);
+  c.huber_delta = loss.get<double>("huber_delta", c.huber_delta);
+  for (auto [name, target] : {std::pair<const char*, PrefactorConfig*>{"energy", &c.energy},
+                              {"forces", &c.forces},
+                              {"virial", &c.virial}}) {
+    Section p = loss.section(name);
+    target->start = p.get<double>("start", target->start);
+    target->limit = p.get<double>("limit", target->limit);
+    p.finish();
+  }
+  loss.finish();
+  if (c.loss != "mse" && c.loss != "huber") loss.fail(loss.node()["type"], "training.loss.type must be mse or huber");
+  training.finish();
+  if (c.epochs < 1) training.fail(training.node(), "training.epochs must be >= 1");
+
+  Section output = top.section("output");
+  c.output_dir = output.get<std::string>("dir", c.output_dir);
+  c.keep_checkpoints = output.get<int64_t>("keep_checkpoints", c.keep_checkpoints);
+  c.log_every = output.get<int64_t>("log_every", c.log_every);
+  output.finish();
+  top.finish();
+  return c;
+}
+
+std::string config_text(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Emitter out;
+  out << load(path, overrides);
+  return out.c_str();
+}
+
+}  // namespace mlip::trainer

@@ -1,0 +1,83 @@
+// mlip-trainer's configuration: a YAML file checked key by key. An unknown or misspelt key, a
+// value of the wrong type or a missing required key is an error naming the file, line and key.
+// See docs/config.md for the reference.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "mlip/dataset.h"
+
+namespace mlip::trainer {
+
+struct DataSource {
+  std::string path;
+  std::string format = "auto";
+  Units units;
+  double weight = 1.0;       // multiplies every frame's weight
+};
+
+struct ScheduleConfig {
+  std::string type = "exponential";  // exponential | cosine | constant
+  double final_lr = 1e-5;            // exponential and cosine end here
+  int64_t warmup_steps = 0;          // linear warm-up (cosine and exponential)
+};
+
+struct PrefactorConfig {
+  double start = 1.0;  // DeePMD-style: p = limit + (start - limit) * lr / lr0
+  double limit = 1.0;
+};
+
+struct Config {
+  std::string file;  // where it was read from
+
+  // model
+  std::string architecture;
+  std::vector<std::string> species;
+  double cutoff = 0.0;
+  std::string dtype = "float64";
+  uint64_t model_seed = 1;
+  nlohmann::json hyperparameters = nlohmann::json::object();
+
+  // data
+  std::vector<DataSource> train;
+  std::vector<DataSource> validation;   // empty: split off validation_fraction of train
+  double validation_fraction = 0.1;
+  uint64_t split_seed = 1;
+  std::string cache_dir = ".mlip-cache";
+  int64_t batch_frames = 1;             // global batch in frames...
+  int64_t batch_atoms = 0;              // ...or, if > 0, an atom budget per global batch
+  int64_t accumulate = 1;               // micro-batches per optimiser step
+
+  // training
+  int64_t epochs = 100;
+  double max_minutes = 0.0;             // stop after this wall time (0: no limit)
+  uint64_t seed = 1;                    // sampling order
+  std::string optimizer = "adam";       // adam | adamw
+  double lr = 1e-3;
+  double weight_decay = 0.0;
+  ScheduleConfig schedule;
+  std::string loss = "mse";             // mse | huber
+  double huber_delta = 0.01;
+  PrefactorConfig energy{0.02, 1.0}, forces{1000.0, 1.0}, virial{0.0, 0.0};
+  double grad_clip = 0.0;               // max global gradient norm (0: off)
+  double ema_decay = 0.0;               // EMA of weights for validation/export (0: off)
+  int64_t early_stopping_patience = 0;  // epochs without improvement (0: off)
+
+  // output
+  std::string output_dir = "run";
+  int64_t keep_checkpoints = 3;
+  int64_t log_every = 10;               // steps between progress lines
+};
+
+/// Reads and checks `path`; `overrides` are "dotted.key=value" strings applied before checking
+/// (value parsed as YAML, e.g. training.lr=1e-4, data.train=[a.xyz]).
+Config read_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// The config as YAML text, stored in checkpoints and model provenance.
+std::string config_text(const std::string& path, const std::vector<std::string>& overrides);
+
+}  // namespace mlip::trainer

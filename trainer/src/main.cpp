@@ -1,0 +1,101 @@
+// mlip-trainer: train, export and test machine-learning interatomic potentials.
+//
+//   mlip-trainer train CONFIG.yaml [--set key=value ...] [--resume]
+//   mlip-trainer export RUN_DIR/checkpoints/best -o model.pt
+//   mlip-trainer test MODEL.pt DATA [--format F] [--per-frame out.csv]
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "communicator.h"
+#include "config.h"
+#include "mlip/error.h"
+#include "mlip/potentials.h"
+#include "training.h"
+
+namespace fs = std::filesystem;
+using namespace mlip;
+using namespace mlip::trainer;
+
+namespace {
+
+int run_train(Communicator& comm, const std::string& config_path, const std::vector<std::string>& overrides,
+              bool resume, int64_t stop_after) {
+  Config config = read_config(config_path, overrides);
+  Trainer trainer(config, config_text(config_path, overrides), comm);
+  trainer.run(resume, stop_after);
+  return 0;
+}
+
+int run_export(const std::string& checkpoint, const std::string& output) {
+  export_checkpoint(checkpoint, output, {{"exported_from", fs::absolute(checkpoint).string()}});
+  std::printf("exported %s -> %s\n", checkpoint.c_str(), output.c_str());
+  return 0;
+}
+
+int run_test(const std::string& model, const std::string& data, const std::string& format, const std::string& csv) {
+  const MetricSums m = test_model(model, data, format, csv, [](const std::string& s) { std::printf("%s\n", s.c_str()); });
+  std::printf("frames %.0f\n", m.frames);
+  std::printf("energy RMSE  %.3f meV/atom\n", 1e3 * m.energy_rmse());
+  std::printf("force RMSE   %.2f meV/A\n", 1e3 * m.forces_rmse());
+  if (m.virial_n > 0) std::printf("virial RMSE  %.3f meV/atom\n", 1e3 * m.virial_rmse());
+  if (!csv.empty()) std::printf("per-frame results: %s\n", csv.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"mlip-trainer: train, export and test machine-learning interatomic potentials"};
+  app.require_subcommand(1);
+
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool resume = false;
+  int threads = 0;
+  auto* train = app.add_subcommand("train", "Train a model from a YAML config (see docs/config.md). Run under "
+                                            "mpirun/srun for data parallelism; only rank 0 writes.");
+  train->add_option("config", config_path, "YAML config file")->required()->check(CLI::ExistingFile);
+  train->add_option("--set", overrides, "Override a config key, e.g. --set training.epochs=10 (repeatable)");
+  train->add_flag("--resume", resume, "Continue from the latest checkpoint in output.dir");
+  int64_t stop_after = 0;
+  train->add_option("--stop-after-epochs", stop_after, "End this run after N epochs (resume later with --resume)");
+  train->add_option("--threads", threads, "LibTorch threads per rank (default: cores / ranks)");
+
+  std::string checkpoint, output = "model.pt";
+  auto* exp = app.add_subcommand("export", "Freeze a checkpoint into a model file for pair_style mlip");
+  exp->add_option("checkpoint", checkpoint, "Checkpoint folder, e.g. run/checkpoints/best")->required();
+  exp->add_option("-o,--output", output, "Model file to write");
+
+  std::string model, data, format = "auto", csv;
+  auto* test = app.add_subcommand("test", "Evaluate a model on labelled data: energy, force and virial RMSE");
+  test->add_option("model", model, "Model file (model.pt)")->required()->check(CLI::ExistingFile);
+  test->add_option("data", data, "Data file or folder")->required()->check(CLI::ExistingPath);
+  test->add_option("--format", format, "auto, extxyz, deepmd, n2p2 or fitsnap");
+  test->add_option("--per-frame", csv, "Write per-frame results to this CSV file");
+
+  CLI11_PARSE(app, argc, argv);
+
+  std::unique_ptr<Communicator> comm;
+  try {
+    comm = make_mpi_communicator(&argc, &argv);
+    if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
+    at::set_num_threads(threads);
+    if (*train) return run_train(*comm, config_path, overrides, resume, stop_after);
+    if (*exp) return run_export(checkpoint, output);
+    if (*test) return run_test(model, data, format, csv);
+  } catch (const mlip::Error& e) {
+    std::fprintf(stderr, "mlip-trainer: error: %s\n", e.what());
+    return 1;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "mlip-trainer: LibTorch error: %s\n", e.what_without_backtrace());
+    return 1;
+  }
+  return 0;
+}

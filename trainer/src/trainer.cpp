@@ -1,0 +1,424 @@
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "mlip/error.h"
+#include "training.h"
+
+#include <torch/serialize.h>
+
+namespace mlip::trainer {
+namespace fs = std::filesystem;
+
+namespace {
+
+void fsync_path(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<long>(seconds);
+  return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
+}
+
+std::vector<const Frame*> pointers(const std::vector<Frame>& frames, const std::vector<int64_t>& idx) {
+  std::vector<const Frame*> out;
+  out.reserve(idx.size());
+  for (int64_t k : idx) out.push_back(&frames[k]);
+  return out;
+}
+
+}  // namespace
+
+Trainer::Trainer(Config config, std::string config_text, Communicator& comm)
+    : config_(std::move(config)), config_text_(std::move(config_text)), comm_(comm),
+      dtype_(config_.dtype == "float32" ? torch::kFloat32 : torch::kFloat64) {}
+
+void Trainer::log(const std::string& line) const {
+  if (comm_.is_root()) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+}
+
+std::string Trainer::checkpoint_dir() const { return (fs::path(config_.output_dir) / "checkpoints").string(); }
+
+void Trainer::setup_model_and_statistics() {
+  data_ = load_data(config_, [this](const std::string& s) { log(s); });
+  log(fmt::format("data: {} training and {} validation frames", data_.train.size(), data_.validation.size()));
+  species_ = std::make_unique<SpeciesMap>(config_.species);
+
+  ModelSpec spec;
+  spec.architecture = config_.architecture;
+  spec.species = config_.species;
+  spec.cutoff = config_.cutoff;
+  spec.dtype = dtype_;
+  spec.hyperparameters = config_.hyperparameters;
+  spec.seed = config_.model_seed;
+  model_ = build_model(spec);
+
+  // Statistics from the training frames (identical on every rank: all ranks hold the split).
+  const std::vector<double> shift = fit_energy_shift(data_.train, *species_, config_.species.size());
+  const double scale = force_rms(data_.train);
+  std::vector<const Frame*> sample;
+  for (std::size_t k = 0; k < data_.train.size() && k < 200; ++k) sample.push_back(&data_.train[k]);
+  fit_descriptor_statistics(model_, sample);
+  {
+    torch::NoGradGuard no_grad;  // setting buffers
+    model_.module.attr("energy_shift").toTensor().copy_(torch::tensor(shift));
+    if (scale > 0) model_.module.attr("energy_scale").toTensor().fill_(scale);
+  }
+  std::string shifts;
+  for (std::size_t s = 0; s < shift.size(); ++s) shifts += fmt::format(" {}={:.6g}", config_.species[s], shift[s]);
+  log(fmt::format("statistics: energy shift (eV){}; energy scale {:.4g} (force RMS, eV/A)", shifts, scale));
+
+  params_ = trainable_parameters(model_.module);
+  if (config_.ema_decay > 0)
+    for (const auto& p : params_) ema_.push_back(p.detach().clone());
+  if (config_.optimizer == "adamw") {
+    optimizer_ = std::make_unique<torch::optim::AdamW>(
+        params_, torch::optim::AdamWOptions(config_.lr).weight_decay(config_.weight_decay));
+  } else {
+    optimizer_ = std::make_unique<torch::optim::Adam>(
+        params_, torch::optim::AdamOptions(config_.lr).weight_decay(config_.weight_decay));
+  }
+  sampler_ = std::make_unique<Sampler>(data_.train, config_.batch_frames, config_.batch_atoms, config_.seed);
+  const int64_t steps_per_epoch = (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate;
+  schedule_ = std::make_unique<Schedule>(config_, steps_per_epoch * config_.epochs);
+}
+
+void Trainer::swap_ema() {
+  if (ema_.empty()) return;
+  torch::NoGradGuard no_grad;  // swapping weights, not evaluating
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor tmp = params_[i].detach().clone();
+    params_[i].copy_(ema_[i]);
+    ema_[i].copy_(tmp);
+  }
+}
+
+void Trainer::step_optimizer() {
+  // One flat all-reduce of every gradient, then the average over the global batch is already
+  // in the loss normalisation.
+  std::vector<torch::Tensor> grads;
+  for (auto& p : params_) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad().reshape({-1}));
+  }
+  torch::Tensor flat = torch::cat(grads).contiguous();
+  if (comm_.size() > 1) {
+    if (flat.scalar_type() == torch::kFloat64) comm_.allreduce_sum(flat.data_ptr<double>(), flat.numel());
+    else comm_.allreduce_sum(flat.data_ptr<float>(), flat.numel());
+  }
+  int64_t offset = 0;
+  for (auto& p : params_) {
+    const int64_t n = p.numel();
+    p.mutable_grad().copy_(flat.narrow(0, offset, n).view_as(p));
+    offset += n;
+  }
+  if (config_.grad_clip > 0) {
+    // Clip the global gradient norm (same on every rank: the gradients are already reduced).
+    const double norm = flat.norm().item<double>();
+    if (norm > config_.grad_clip) {
+      torch::NoGradGuard no_grad;  // scaling gradients
+      for (auto& p : params_) p.mutable_grad().mul_(config_.grad_clip / norm);
+    }
+  }
+  const double lr = schedule_->lr(state_.step);
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+  optimizer_->step();
+  optimizer_->zero_grad();
+  if (!ema_.empty()) {
+    torch::NoGradGuard no_grad;  // EMA update
+    for (std::size_t i = 0; i < params_.size(); ++i) ema_[i].mul_(config_.ema_decay).add_(params_[i].detach(), 1.0 - config_.ema_decay);
+  }
+  ++state_.step;
+}
+
+MetricSums Trainer::train_epoch() {
+  const auto batches = sampler_->epoch_batches(state_.epoch);
+  MetricSums sums;
+  const int64_t n_steps = (static_cast<int64_t>(batches.size()) + config_.accumulate - 1) / config_.accumulate;
+  for (int64_t s = 0; s < n_steps; ++s) {
+    const Prefactors pre = schedule_->prefactors(state_.step);
+    const int64_t b0 = s * config_.accumulate, b1 = std::min<int64_t>(b0 + config_.accumulate, batches.size());
+    double global_frames = 0;
+    for (int64_t k = b0; k < b1; ++k) global_frames += static_cast<double>(batches[k].size());
+    for (int64_t k = b0; k < b1; ++k) {
+      const auto mine = rank_share(batches[k], comm_.rank(), comm_.size());
+      if (mine.empty()) continue;
+      const BatchTensors t = to_tensors(make_batch(pointers(data_.train, mine), *species_), dtype_);
+      const Prediction p = predict(model_.module, t, /*create_graph=*/true);
+      torch::Tensor loss = loss_terms(p, t, pre, config_.loss, config_.huber_delta, global_frames, &sums);
+      loss.backward();
+    }
+    step_optimizer();
+    if (config_.log_every > 0 && state_.step % config_.log_every == 0 && comm_.is_root()) {
+      const double elapsed = state_.elapsed_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      const double total = double(n_steps) * config_.epochs;
+      const double done = double(state_.step);
+      std::printf("  epoch %ld step %ld lr %.3g | train loss %.4g | %.2f steps/s | ETA %s\n",
+                  static_cast<long>(state_.epoch + 1), static_cast<long>(state_.step), schedule_->lr(state_.step),
+                  sums.frames > 0 ? sums.loss / sums.frames : 0.0, done / std::max(elapsed, 1e-9),
+                  format_duration(elapsed / std::max(done, 1.0) * (total - done)).c_str());
+      std::fflush(stdout);
+    }
+  }
+  std::vector<double> v = sums.pack();
+  comm_.allreduce_sum(v.data(), v.size());
+  sums.unpack(v);
+  return sums;
+}
+
+MetricSums Trainer::validate() {
+  swap_ema();
+  MetricSums sums;
+  const Prefactors limits = schedule_->limits();
+  // Validation frames split across ranks by index; sums reduced: exact, nothing counted twice.
+  std::vector<int64_t> mine;
+  for (std::size_t k = comm_.rank(); k < data_.validation.size(); k += comm_.size()) mine.push_back(k);
+  const std::size_t chunk = 8;
+  for (std::size_t a = 0; a < mine.size(); a += chunk) {
+    std::vector<int64_t> part(mine.begin() + a, mine.begin() + std::min(mine.size(), a + chunk));
+    const BatchTensors t = to_tensors(make_batch(pointers(data_.validation, part), *species_), dtype_);
+    const Prediction p = predict(model_.module, t, /*create_graph=*/false);
+    loss_terms(p, t, limits, config_.loss, config_.huber_delta, 1.0, &sums);
+  }
+  swap_ema();
+  std::vector<double> v = sums.pack();
+  comm_.allreduce_sum(v.data(), v.size());
+  sums.unpack(v);
+  return sums;
+}
+
+void Trainer::save_checkpoint(bool best) {
+  if (!comm_.is_root()) return;
+  const fs::path root = checkpoint_dir();
+  const std::string name = fmt::format("epoch-{:06d}", state_.epoch);
+  const fs::path tmp = root / (name + ".tmp");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  model_.module.save((tmp / "model.pt").string());
+  {
+    torch::serialize::OutputArchive archive;
+    optimizer_->save(archive);
+    archive.save_to((tmp / "optimizer.pt").string());
+  }
+  if (!ema_.empty()) torch::save(ema_, (tmp / "ema.pt").string());
+  nlohmann::json st = {{"epoch", state_.epoch},
+                       {"step", state_.step},
+                       {"best_metric", state_.best_metric},
+                       {"best_epoch", state_.best_epoch},
+                       {"epochs_without_improvement", state_.epochs_without_improvement},
+                       {"elapsed_seconds", state_.elapsed_seconds},
+                       {"metadata", model_.metadata.to_json()},
+                       {"config", config_text_}};
+  std::ofstream(tmp / "state.json") << st.dump(2);
+  for (const auto& e : fs::directory_iterator(tmp)) fsync_path(e.path());
+  const fs::path final_dir = root / name;
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);  // atomic: a checkpoint is complete or absent
+  fsync_path(root);
+  if (best) {
+    const fs::path best_tmp = root / "best.tmp", best_dir = root / "best";
+    fs::remove_all(best_tmp);
+    fs::copy(final_dir, best_tmp, fs::copy_options::recursive);
+    fs::remove_all(best_dir);
+    fs::rename(best_tmp, best_dir);
+  }
+  // Keep the last k epoch checkpoints (best/ is kept separately).
+  std::vector<fs::path> epochs;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("epoch-", 0) == 0 && n.find(".tmp") == std::string::npos) epochs.push_back(e.path());
+  }
+  std::sort(epochs.begin(), epochs.end());
+  while (static_cast<int64_t>(epochs.size()) > std::max<int64_t>(1, config_.keep_checkpoints)) {
+    fs::remove_all(epochs.front());
+    epochs.erase(epochs.begin());
+  }
+}
+
+void Trainer::load_checkpoint(const std::string& dir) {
+  torch::jit::Module loaded = torch::jit::load((fs::path(dir) / "model.pt").string());
+  {
+    torch::NoGradGuard no_grad;  // restoring weights
+    for (const auto& p : loaded.named_parameters()) model_.module.attr(p.name).toTensor().copy_(p.value);
+    for (const auto& b : loaded.named_buffers()) model_.module.attr(b.name).toTensor().copy_(b.value);
+  }
+  torch::serialize::InputArchive archive;
+  archive.load_from((fs::path(dir) / "optimizer.pt").string());
+  optimizer_->load(archive);
+  if (!ema_.empty()) {
+    std::vector<torch::Tensor> saved;
+    torch::load(saved, (fs::path(dir) / "ema.pt").string());
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < ema_.size(); ++i) ema_[i].copy_(saved.at(i));
+  }
+  const auto st = nlohmann::json::parse(std::ifstream(fs::path(dir) / "state.json"));
+  state_.epoch = st["epoch"];
+  state_.step = st["step"];
+  state_.best_metric = st["best_metric"];
+  state_.best_epoch = st["best_epoch"];
+  state_.epochs_without_improvement = st["epochs_without_improvement"];
+  state_.elapsed_seconds = st["elapsed_seconds"];
+}
+
+void Trainer::run(bool resume, int64_t stop_after_epochs) {
+  start_ = std::chrono::steady_clock::now();
+  const fs::path out = config_.output_dir;
+  std::string latest;
+  if (fs::exists(checkpoint_dir())) {
+    for (const auto& e : fs::directory_iterator(checkpoint_dir())) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("epoch-", 0) == 0 && n.find(".tmp") == std::string::npos && e.path().string() > latest)
+        latest = e.path().string();
+    }
+  }
+  if (!latest.empty() && !resume) {
+    throw Error(config_.output_dir + ": holds checkpoints of an earlier run; pass --resume to continue it, or "
+                "choose another output.dir (nothing is overwritten)");
+  }
+  if (resume && latest.empty()) throw Error(config_.output_dir + ": --resume given but no checkpoint found");
+  comm_.barrier();
+  setup_model_and_statistics();
+  if (!latest.empty()) {
+    load_checkpoint(latest);
+    log(fmt::format("resumed from {} (epoch {}, step {})", latest, state_.epoch, state_.step));
+  }
+  if (comm_.is_root()) fs::create_directories(out);
+  const std::string csv_path = (out / "metrics.csv").string();
+  if (comm_.is_root() && !fs::exists(csv_path)) {
+    std::ofstream(csv_path) << "epoch,step,elapsed_s,lr,train_loss,val_loss,val_energy_rmse_eV_per_atom,"
+                               "val_force_rmse_eV_per_A,val_virial_rmse_eV_per_atom\n";
+  }
+  log(fmt::format("training {} ({} parameters) on {} rank(s), {} steps per epoch", config_.architecture,
+                  [&] {
+                    int64_t n = 0;
+                    for (const auto& p : params_) n += p.numel();
+                    return n;
+                  }(),
+                  comm_.size(), (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate));
+
+  const int64_t run_start_epoch = state_.epoch;
+  while (state_.epoch < config_.epochs) {
+    if (stop_after_epochs > 0 && state_.epoch - run_start_epoch >= stop_after_epochs) {
+      log(fmt::format("stopping after {} epoch(s) as asked; continue with --resume", stop_after_epochs));
+      comm_.barrier();
+      return;
+    }
+    const MetricSums train = train_epoch();
+    ++state_.epoch;
+    const MetricSums val = validate();
+    state_.elapsed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    start_ = std::chrono::steady_clock::now();
+    const double metric = val.frames > 0 ? val.loss / val.frames : train.loss / std::max(train.frames, 1.0);
+    const bool best = metric < state_.best_metric;
+    if (best) {
+      state_.best_metric = metric;
+      state_.best_epoch = state_.epoch;
+      state_.epochs_without_improvement = 0;
+    } else {
+      ++state_.epochs_without_improvement;
+    }
+    log(fmt::format("epoch {}/{} step {} | val E {:.2f} meV/atom  F {:.1f} meV/A  V {:.2f} meV/atom | loss {:.4g}{} | {}",
+                    state_.epoch, config_.epochs, state_.step, 1e3 * val.energy_rmse(), 1e3 * val.forces_rmse(),
+                    1e3 * val.virial_rmse(), metric, best ? " *" : "", format_duration(state_.elapsed_seconds)));
+    if (comm_.is_root()) {
+      std::ofstream(csv_path, std::ios::app)
+          << fmt::format("{},{},{:.1f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", state_.epoch, state_.step,
+                         state_.elapsed_seconds, schedule_->lr(state_.step), train.loss / std::max(train.frames, 1.0),
+                         metric, val.energy_rmse(), val.forces_rmse(), val.virial_rmse());
+    }
+    save_checkpoint(best);
+    comm_.barrier();
+    if (config_.early_stopping_patience > 0 && state_.epochs_without_improvement >= config_.early_stopping_patience) {
+      log(fmt::format("early stop: no improvement for {} epochs", state_.epochs_without_improvement));
+      break;
+    }
+    if (config_.max_minutes > 0 && state_.elapsed_seconds > 60.0 * config_.max_minutes) {
+      log(fmt::format("stopping: training.max_minutes = {} reached", config_.max_minutes));
+      break;
+    }
+  }
+  if (comm_.is_root()) {
+    // Export the best checkpoint (EMA weights when enabled) with its provenance.
+    const fs::path best = fs::path(checkpoint_dir()) / "best";
+    const std::string path = (out / "model.pt").string();
+    export_checkpoint(best.string(), path,
+                      {{"best_epoch", state_.best_epoch},
+                       {"steps", state_.step},
+                       {"train_frames", data_.train.size()},
+                       {"validation_frames", data_.validation.size()}});
+    log(fmt::format("exported {} (best epoch {})", path, state_.best_epoch));
+  }
+  comm_.barrier();
+}
+
+void export_checkpoint(const std::string& checkpoint_dir, const std::string& output, nlohmann::json provenance) {
+  const fs::path dir = checkpoint_dir;
+  if (!fs::exists(dir / "model.pt") || !fs::exists(dir / "state.json")) {
+    throw Error(checkpoint_dir + ": not a checkpoint folder (needs model.pt and state.json)");
+  }
+  torch::jit::Module module = torch::jit::load((dir / "model.pt").string());
+  if (fs::exists(dir / "ema.pt")) {
+    std::vector<torch::Tensor> ema;
+    torch::load(ema, (dir / "ema.pt").string());
+    torch::NoGradGuard no_grad;  // installing the EMA weights
+    std::size_t i = 0;
+    for (const auto& p : module.named_parameters()) p.value.copy_(ema.at(i++));
+  }
+  const auto state = nlohmann::json::parse(std::ifstream(dir / "state.json"));
+  ModelMetadata meta = ModelMetadata::from_json(state.at("metadata"), (dir / "state.json").string());
+  provenance["trainer"] = "mlip-trainer";
+  provenance["checkpoint_epoch"] = state.at("epoch");
+  provenance["ema_weights"] = fs::exists(dir / "ema.pt");
+  provenance["config"] = state.at("config");
+  meta.provenance = provenance;
+  export_frozen(module, meta, output);
+}
+
+MetricSums test_model(const std::string& model_path, const std::string& data_path, const std::string& format,
+                      const std::string& per_frame_csv, const std::function<void(const std::string&)>& log) {
+  Model model = Model::load(model_path);
+  const auto& meta = model.metadata();
+  DatasetOptions opts;
+  opts.format = format;
+  opts.cutoff = meta.cutoff;
+  std::string note;
+  const std::vector<Frame> frames = load_frames(data_path, opts, &note);
+  log(note);
+  const SpeciesMap species(meta.species);
+  std::ofstream csv;
+  if (!per_frame_csv.empty()) {
+    csv.open(per_frame_csv);
+    csv << "frame,origin,atoms,energy_ref,energy_pred,force_rmse\n";
+  }
+  MetricSums sums;
+  for (std::size_t k = 0; k < frames.size(); ++k) {
+    const BatchTensors t = to_tensors(make_batch({&frames[k]}, species), meta.torch_dtype());
+    const Prediction p = predict(model.module(), t, false);
+    MetricSums one;
+    loss_terms(p, t, {1, 1, 1}, "mse", 0.0, 1.0, &one);
+    sums.add(one);
+    if (csv) {
+      csv << fmt::format("{},{},{},{:.10g},{:.10g},{:.6g}\n", k, frames[k].structure.origin, frames[k].structure.size(),
+                         t.energy[0].item<double>(), p.energy[0].item<double>(), one.forces_rmse());
+    }
+  }
+  return sums;
+}
+
+}  // namespace mlip::trainer

@@ -1,0 +1,190 @@
+// The parts of a training run: data split and sampling, statistics, loss, schedules,
+// checkpoints, and the Trainer that ties them together.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+#include <torch/optim.h>
+
+#include "communicator.h"
+#include "config.h"
+#include "mlip/dataset.h"
+#include "mlip/potentials.h"
+
+namespace mlip::trainer {
+
+// ---------------------------------------------------------------------------------------------
+// Data
+// ---------------------------------------------------------------------------------------------
+
+struct DataSplit {
+  std::vector<Frame> train;
+  std::vector<Frame> validation;
+};
+
+/// Loads every source (through the cache), applies source weights, and splits off validation
+/// frames by fraction with `split_seed` unless validation sources are given. `log` gets one line
+/// per source.
+DataSplit load_data(const Config& config, const std::function<void(const std::string&)>& log);
+
+/// Batches of one epoch. The global order is a permutation seeded by (seed, epoch), identical on
+/// every rank; a global batch holds `batch_frames` frames (or frames up to `batch_atoms` atoms),
+/// and rank r evaluates its items j with j % size == r. So N ranks and 1 rank see the same global
+/// batches, and every frame is used once per epoch.
+class Sampler {
+ public:
+  Sampler(const std::vector<Frame>& frames, int64_t batch_frames, int64_t batch_atoms, uint64_t seed);
+  /// Global batches of `epoch` (frame indices).
+  std::vector<std::vector<int64_t>> epoch_batches(int64_t epoch) const;
+  int64_t batches_per_epoch() const;
+
+ private:
+  const std::vector<Frame>& frames_;
+  int64_t batch_frames_, batch_atoms_;
+  uint64_t seed_;
+};
+
+/// Items of a global batch that `rank` of `size` evaluates.
+std::vector<int64_t> rank_share(const std::vector<int64_t>& global_batch, int rank, int size);
+
+// ---------------------------------------------------------------------------------------------
+// Statistics
+// ---------------------------------------------------------------------------------------------
+
+/// Per-species energy shifts: least squares of frame energies on species counts (minimum-norm
+/// when counts are collinear, as in water where only the sum over O + 2H is determined).
+std::vector<double> fit_energy_shift(const std::vector<Frame>& frames, const SpeciesMap& species, std::size_t n_species);
+
+/// RMS of all force components (eV/Å); 0 if no frame has forces.
+double force_rms(const std::vector<Frame>& frames);
+
+// ---------------------------------------------------------------------------------------------
+// Predictions and loss
+// ---------------------------------------------------------------------------------------------
+
+/// A GraphBatch as tensors in the model's dtype.
+struct BatchTensors {
+  int64_t n_frames = 0, n_atoms = 0;
+  torch::Tensor species, edge_index, edge_vectors, frame_of_atom, frame_of_edge, atoms_per_frame;
+  torch::Tensor energy, has_energy, forces, has_forces_atom, virial, has_virial, weight;
+};
+BatchTensors to_tensors(const GraphBatch& b, torch::Dtype dtype);
+
+struct Prediction {
+  torch::Tensor energy;  // (n_frames)
+  torch::Tensor forces;  // (n_atoms, 3)
+  torch::Tensor virial;  // (n_frames, 9)
+};
+
+/// Energies, forces and virials of a batch; `create_graph` keeps the graph for a training step.
+Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph);
+
+struct Prefactors {
+  double energy = 1, forces = 1, virial = 0;
+};
+
+/// Sums for exact RMSEs across ranks and batches.
+struct MetricSums {
+  double energy_sq = 0, energy_n = 0;   // (dE / N)^2 per frame
+  double forces_sq = 0, forces_n = 0;   // dF^2 per component
+  double virial_sq = 0, virial_n = 0;   // (dW / N)^2 per component
+  double loss = 0, frames = 0;
+  void add(const MetricSums& o);
+  std::vector<double> pack() const;
+  void unpack(const std::vector<double>& v);
+  double energy_rmse() const { return energy_n > 0 ? std::sqrt(energy_sq / energy_n) : 0.0; }
+  double forces_rmse() const { return forces_n > 0 ? std::sqrt(forces_sq / forces_n) : 0.0; }
+  double virial_rmse() const { return virial_n > 0 ? std::sqrt(virial_sq / virial_n) : 0.0; }
+};
+
+/// sum_frames w_f (p_E l(dE/N) + p_F mean l(dF) + p_V mean l(dW/N)) / normalizer, with l the
+/// squared error or the Huber function; frames without a label contribute nothing to that term.
+torch::Tensor loss_terms(const Prediction& p, const BatchTensors& b, const Prefactors& pre, const std::string& kind,
+                         double huber_delta, double normalizer, MetricSums* sums);
+
+// ---------------------------------------------------------------------------------------------
+// Schedules
+// ---------------------------------------------------------------------------------------------
+
+class Schedule {
+ public:
+  Schedule(const Config& c, int64_t total_steps);
+  double lr(int64_t step) const;
+  Prefactors prefactors(int64_t step) const;  // DeePMD: limit + (start - limit) lr / lr0
+  Prefactors limits() const;
+
+ private:
+  ScheduleConfig cfg_;
+  double lr0_;
+  int64_t total_;
+  PrefactorConfig e_, f_, v_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Trainer
+// ---------------------------------------------------------------------------------------------
+
+struct TrainState {
+  int64_t epoch = 0;          // epochs completed
+  int64_t step = 0;           // optimiser steps taken
+  double best_metric = 1e300;
+  int64_t best_epoch = -1;
+  int64_t epochs_without_improvement = 0;
+  double elapsed_seconds = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(Config config, std::string config_text, Communicator& comm);
+  /// Trains from scratch, or from the latest checkpoint in output.dir when `resume`. With
+  /// `stop_after_epochs` > 0 the run ends after that many epochs (for job-chunked clusters: the
+  /// schedule still spans training.epochs, and --resume continues exactly).
+  void run(bool resume, int64_t stop_after_epochs = 0);
+
+  // Pieces used by tests.
+  MetricSums validate();
+  const std::vector<torch::Tensor>& parameters() const { return params_; }
+  const TrainState& state() const { return state_; }
+  BuiltModel& model() { return model_; }
+
+ private:
+  void setup_model_and_statistics();
+  MetricSums train_epoch();
+  void step_optimizer();
+  void save_checkpoint(bool best);
+  void load_checkpoint(const std::string& dir);
+  std::string checkpoint_dir() const;
+  void log(const std::string& line) const;
+  void swap_ema();
+
+  Config config_;
+  std::string config_text_;
+  Communicator& comm_;
+  DataSplit data_;
+  std::unique_ptr<SpeciesMap> species_;
+  BuiltModel model_;
+  torch::Dtype dtype_;
+  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> ema_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<Schedule> schedule_;
+  TrainState state_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+/// Freezes a checkpoint folder into a model file: its EMA weights when it has them, metadata from
+/// state.json plus `provenance`.
+void export_checkpoint(const std::string& checkpoint_dir, const std::string& output, nlohmann::json provenance);
+
+/// Evaluates a model file on data; per-frame rows if `per_frame_csv` is not empty.
+MetricSums test_model(const std::string& model_path, const std::string& data_path, const std::string& format,
+                      const std::string& per_frame_csv, const std::function<void(const std::string&)>& log);
+
+}  // namespace mlip::trainer
