@@ -1,0 +1,20 @@
+# cmake -DTRAINER=... -DCOMPARE=... -DMPIEXEC=... -DCONFIG=... -DWORK=... -P two_ranks.cmake
+# Trains the same config on 1 and on 2 MPI ranks and compares the final parameters.
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+set(ENV{OMPI_ALLOW_RUN_AS_ROOT} 1)
+set(ENV{OMPI_ALLOW_RUN_AS_ROOT_CONFIRM} 1)
+execute_process(COMMAND ${TRAINER} train ${CONFIG} --threads 1 --set output.dir=${WORK}/one
+                        --set data.cache_dir=${WORK}/cache
+                RESULT_VARIABLE rc1)
+execute_process(COMMAND ${MPIEXEC} --oversubscribe -np 2 ${TRAINER} train ${CONFIG} --threads 1
+                        --set output.dir=${WORK}/two --set data.cache_dir=${WORK}/cache
+                RESULT_VARIABLE rc2)
+if(NOT rc1 EQUAL 0 OR NOT rc2 EQUAL 0)
+  message(FATAL_ERROR "training failed: 1 rank rc=${rc1}, 2 ranks rc=${rc2}")
+endif()
+execute_process(COMMAND ${COMPARE} ${WORK}/one/checkpoints/epoch-000002 ${WORK}/two/checkpoints/epoch-000002 1e-9
+                RESULT_VARIABLE rc3)
+if(NOT rc3 EQUAL 0)
+  message(FATAL_ERROR "1-rank and 2-rank parameters differ")
+endif()
