@@ -39,8 +39,9 @@ int run_export(const std::string& checkpoint, const std::string& output) {
   return 0;
 }
 
-int run_test(const std::string& model, const std::string& data, const std::string& format, const std::string& csv) {
-  const MetricSums m = test_model(model, data, format, csv, [](const std::string& s) { std::printf("%s\n", s.c_str()); });
+int run_test(const std::string& model, const std::string& data, const std::string& format, const Units& units,
+             const std::string& csv) {
+  const MetricSums m = test_model(model, data, format, units, csv, [](const std::string& s) { std::printf("%s\n", s.c_str()); });
   std::printf("frames %.0f\n", m.frames);
   std::printf("energy RMSE  %.3f meV/atom\n", 1e3 * m.energy_rmse());
   std::printf("force RMSE   %.2f meV/A\n", 1e3 * m.forces_rmse());
@@ -79,6 +80,10 @@ int main(int argc, char** argv) {
   test->add_option("data", data, "Data file or folder")->required()->check(CLI::ExistingPath);
   test->add_option("--format", format, "auto, extxyz, deepmd, n2p2 or fitsnap");
   test->add_option("--per-frame", csv, "Write per-frame results to this CSV file");
+  Units units;
+  test->add_option("--length-unit", units.length, "Length unit of the data file (angstrom, bohr, nm)");
+  test->add_option("--energy-unit", units.energy, "Energy unit of the data file (eV, meV, kcal/mol, kJ/mol, hartree, Ry)");
+  test->add_option("--stress-unit", units.stress, "Stress unit of the data file (bar, kbar, GPa, eV/A^3)");
 
   CLI11_PARSE(app, argc, argv);
 
@@ -89,7 +94,7 @@ int main(int argc, char** argv) {
     at::set_num_threads(threads);
     if (*train) return run_train(*comm, config_path, overrides, resume, stop_after);
     if (*exp) return run_export(checkpoint, output);
-    if (*test) return run_test(model, data, format, csv);
+    if (*test) return run_test(model, data, format, units, csv);
   } catch (const mlip::Error& e) {
     std::fprintf(stderr, "mlip-trainer: error: %s\n", e.what());
     return 1;

@@ -391,11 +391,13 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
 }
 
 MetricSums test_model(const std::string& model_path, const std::string& data_path, const std::string& format,
-                      const std::string& per_frame_csv, const std::function<void(const std::string&)>& log) {
+                      const Units& units, const std::string& per_frame_csv,
+                      const std::function<void(const std::string&)>& log) {
   Model model = Model::load(model_path);
   const auto& meta = model.metadata();
   DatasetOptions opts;
   opts.format = format;
+  opts.read.units = units;
   opts.cutoff = meta.cutoff;
   std::string note;
   const std::vector<Frame> frames = load_frames(data_path, opts, &note);

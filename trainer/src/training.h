@@ -185,6 +185,7 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
 
 /// Evaluates a model file on data; per-frame rows if `per_frame_csv` is not empty.
 MetricSums test_model(const std::string& model_path, const std::string& data_path, const std::string& format,
-                      const std::string& per_frame_csv, const std::function<void(const std::string&)>& log);
+                      const Units& units, const std::string& per_frame_csv,
+                      const std::function<void(const std::string&)>& log);
 
 }  // namespace mlip::trainer
