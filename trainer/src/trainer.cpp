@@ -33,6 +33,10 @@ std::string format_duration(double seconds) {
   return fmt::format("{}:{:02d}:{:02d}", s / 3600, (s / 60) % 60, s % 60);
 }
 
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 std::vector<const Frame*> pointers(const std::vector<Frame>& frames, const std::vector<int64_t>& idx) {
   std::vector<const Frame*> out;
   out.reserve(idx.size());
@@ -111,7 +115,8 @@ void Trainer::swap_ema() {
 
 void Trainer::step_optimizer() {
   // One flat all-reduce of every gradient, then the average over the global batch is already
-  // in the loss normalisation.
+  // in the loss normalisation. Flattening counts as communication.
+  const auto t_comm = std::chrono::steady_clock::now();
   std::vector<torch::Tensor> grads;
   for (auto& p : params_) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
@@ -128,6 +133,8 @@ void Trainer::step_optimizer() {
     p.mutable_grad().copy_(flat.narrow(0, offset, n).view_as(p));
     offset += n;
   }
+  times_.communication += since(t_comm);
+  const auto t_opt = std::chrono::steady_clock::now();
   if (config_.grad_clip > 0) {
     // Clip the global gradient norm (same on every rank: the gradients are already reduced).
     const double norm = flat.norm().item<double>();
@@ -144,12 +151,14 @@ void Trainer::step_optimizer() {
     torch::NoGradGuard no_grad;  // EMA update
     for (std::size_t i = 0; i < params_.size(); ++i) ema_[i].mul_(config_.ema_decay).add_(params_[i].detach(), 1.0 - config_.ema_decay);
   }
+  times_.optimizer += since(t_opt);
   ++state_.step;
 }
 
 MetricSums Trainer::train_epoch() {
   const auto batches = sampler_->epoch_batches(state_.epoch);
   MetricSums sums;
+  times_ = StepTimes{};
   const int64_t n_steps = (static_cast<int64_t>(batches.size()) + config_.accumulate - 1) / config_.accumulate;
   for (int64_t s = 0; s < n_steps; ++s) {
     const Prefactors pre = schedule_->prefactors(state_.step);
@@ -159,10 +168,14 @@ MetricSums Trainer::train_epoch() {
     for (int64_t k = b0; k < b1; ++k) {
       const auto mine = rank_share(batches[k], comm_.rank(), comm_.size());
       if (mine.empty()) continue;
+      auto t0 = std::chrono::steady_clock::now();
       const BatchTensors t = to_tensors(make_batch(pointers(data_.train, mine), *species_), dtype_);
+      times_.data += since(t0);
+      t0 = std::chrono::steady_clock::now();
       const Prediction p = predict(model_.module, t, /*create_graph=*/true);
       torch::Tensor loss = loss_terms(p, t, pre, config_.loss, config_.huber_delta, global_frames, &sums);
       loss.backward();
+      times_.model += since(t0);
     }
     step_optimizer();
     if (config_.log_every > 0 && state_.step % config_.log_every == 0 && comm_.is_root()) {
@@ -336,6 +349,11 @@ void Trainer::run(bool resume, int64_t stop_after_epochs) {
     log(fmt::format("epoch {}/{} step {} | val E {:.2f} meV/atom  F {:.1f} meV/A  V {:.2f} meV/atom | loss {:.4g}{} | {}",
                     state_.epoch, config_.epochs, state_.step, 1e3 * val.energy_rmse(), 1e3 * val.forces_rmse(),
                     1e3 * val.virial_rmse(), metric, best ? " *" : "", format_duration(state_.elapsed_seconds)));
+    const double tt = std::max(times_.total(), 1e-12);
+    log(fmt::format("  throughput {:.2f} frames/s | step time: model {:.1f}%, data {:.1f}%, communication {:.1f}%, "
+                    "optimizer {:.1f}%",
+                    train.frames / tt, 100 * times_.model / tt, 100 * times_.data / tt,
+                    100 * times_.communication / tt, 100 * times_.optimizer / tt));
     if (comm_.is_root()) {
       std::ofstream(csv_path, std::ios::app)
           << fmt::format("{},{},{:.1f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", state_.epoch, state_.step,

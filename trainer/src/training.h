@@ -130,6 +130,15 @@ class Schedule {
 // Trainer
 // ---------------------------------------------------------------------------------------------
 
+/// Where the time of training steps goes, summed over an epoch on this rank.
+struct StepTimes {
+  double data = 0;           // batching, tensors
+  double model = 0;          // forward, forces (double backward graph), backward
+  double communication = 0;  // gradient all-reduce
+  double optimizer = 0;      // clipping, optimiser, EMA
+  double total() const { return data + model + communication + optimizer; }
+};
+
 struct TrainState {
   int64_t epoch = 0;          // epochs completed
   int64_t step = 0;           // optimiser steps taken
@@ -151,6 +160,7 @@ class Trainer {
   MetricSums validate();
   const std::vector<torch::Tensor>& parameters() const { return params_; }
   const TrainState& state() const { return state_; }
+  const StepTimes& last_epoch_times() const { return times_; }
   BuiltModel& model() { return model_; }
 
  private:
@@ -176,6 +186,7 @@ class Trainer {
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Schedule> schedule_;
   TrainState state_;
+  StepTimes times_;
   std::chrono::steady_clock::time_point start_;
 };
 
