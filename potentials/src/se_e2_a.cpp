@@ -102,14 +102,25 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    angular = (s / (r * std[:, 1])).unsqueeze(1) * edge_vectors\n"
       << "    env = torch.cat([radial.unsqueeze(1), angular], 1)\n"
       << "    neighbor_species = species[neighbor]\n"
-      << "    g = torch.zeros([n_edges, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
+      // Dense (centre, slot) layout so that T_i = env_i^T G_i is one batched matrix product:
+      // slot = rank of the edge among its centre's edges (any edge order is accepted).
+      << "    counts = torch.bincount(center, minlength=n_centers)\n"
+      << "    kmax = max(int(counts.max()), 1) if n_edges > 0 else 1\n"
+      << "    first = torch.cumsum(counts, 0) - counts\n"
+      << "    order = torch.sort(center, stable=True)[1]\n"
+      << "    rank = torch.arange(n_edges, dtype=center.dtype, device=center.device) - first[center[order]]\n"
+      << "    slot = torch.zeros_like(center).index_copy(0, order, rank)\n"
+      << "    cell = center * kmax + slot\n"
+      << "    g = torch.zeros([n_centers * kmax, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
       << "    for t in range(" << ns << "):\n"
       << "        idx = torch.nonzero(neighbor_species == t).squeeze(1)\n"
       << "        x = radial.index_select(0, idx).unsqueeze(1)\n";
   dense_layers(src, "x", "emb", emb_widths, true, "        ");
-  src << "        g = g.index_copy(0, idx, x)\n"
-      << "    tm = torch.zeros([n_centers, 4, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
-      << "    tm = tm.index_add(0, center, env.unsqueeze(2) * g.unsqueeze(1)) * self.inv_neighbor_norm\n"
+  src << "        g = g.index_copy(0, cell.index_select(0, idx), x)\n"
+      << "    env_d = torch.zeros([n_centers * kmax, 4], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
+      << "    env_d = env_d.index_copy(0, cell, env)\n"
+      << "    tm = torch.bmm(env_d.view(n_centers, kmax, 4).transpose(1, 2), g.view(n_centers, kmax, " << m1
+      << ")) * self.inv_neighbor_norm\n"
       << "    d = torch.bmm(tm.transpose(1, 2), tm.narrow(2, 0, " << axis << ")).reshape(n_centers, " << m1 * axis
       << ")\n"
       << "    cs = species[:n_centers]\n"
