@@ -15,28 +15,6 @@
 #include "mlip/io.h"
 #include "mlip/neighbor_list.h"
 
-namespace {
-
-mlip::Structure replicate(const mlip::Structure& s, int reps) {
-  mlip::Structure out;
-  out.cell = s.cell;
-  for (auto& row : out.cell.lattice)
-    for (double& x : row) x *= reps;
-  for (int a = 0; a < reps; ++a)
-    for (int b = 0; b < reps; ++b)
-      for (int c = 0; c < reps; ++c)
-        for (std::size_t i = 0; i < s.size(); ++i) {
-          mlip::Vec3 x = s.positions[i];
-          for (int d = 0; d < 3; ++d)
-            x[d] += a * s.cell.lattice[0][d] + b * s.cell.lattice[1][d] + c * s.cell.lattice[2][d];
-          out.positions.push_back(x);
-          out.numbers.push_back(s.numbers[i]);
-        }
-  return out;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   long ase_max = 120000;
   bool ase = true;
@@ -76,7 +54,7 @@ int main(int argc, char** argv) {
   std::printf("%9s %11s %10s %11s %10s %11s %12s\n", "atoms", "edges/atom", "mlip s", "mlip us/at", "ASE s",
               "ASE us/at", "ASE/mlip");
   for (int r : reps) {
-    const mlip::Structure s = replicate(frame, r);
+    const mlip::Structure s = mlip::replicate(frame, r, r, r);
     const int repeats = s.size() < 20000 ? 3 : 1;
     double best = 1e30;
     std::size_t edges = 0;

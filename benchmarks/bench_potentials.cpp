@@ -41,23 +41,6 @@ double gemm_gflops(torch::Dtype dtype) {
   return 2.0 * n * n * n / best / 1e9;
 }
 
-mlip::Structure replicate(const mlip::Structure& s, int reps) {
-  mlip::Structure out;
-  out.cell = s.cell;
-  for (auto& row : out.cell.lattice)
-    for (double& x : row) x *= reps;
-  for (int a = 0; a < reps; ++a)
-    for (int b = 0; b < reps; ++b)
-      for (int c = 0; c < reps; ++c)
-        for (std::size_t i = 0; i < s.size(); ++i) {
-          mlip::Vec3 x = s.positions[i];
-          for (int d = 0; d < 3; ++d)
-            x[d] += a * s.cell.lattice[0][d] + b * s.cell.lattice[1][d] + c * s.cell.lattice[2][d];
-          out.positions.push_back(x);
-          out.numbers.push_back(s.numbers[i]);
-        }
-  return out;
-}
 
 // Forward matrix-product FLOPs per atom.
 double forward_flops_per_atom(const mlip::ModelMetadata& m, double edges_per_atom) {
@@ -114,7 +97,7 @@ int main(int argc, char** argv) {
   const std::vector<Arch> archs = {{"se_e2_a", nlohmann::json::object()}, {"painn", nlohmann::json::object()}};
   const double cutoff = 6.0;
   for (int reps : {2, 4}) {
-    const mlip::Structure s = replicate(frame, reps);
+    const mlip::Structure s = mlip::replicate(frame, reps, reps, reps);
     const mlip::NeighborList nl = mlip::build_neighbor_list(s, cutoff);
     std::vector<int64_t> first(s.size() + 1, 0);  // CSR over the centre-sorted edges
     for (auto c : nl.centers) ++first[c + 1];

@@ -90,6 +90,27 @@ bool finite(const Vec3& v) { return std::isfinite(v[0]) && std::isfinite(v[1]) &
 
 }  // namespace
 
+Structure replicate(const Structure& s, int na, int nb, int nc) {
+  if (na < 1 || nb < 1 || nc < 1) throw Error(s.origin + ": replication counts must be >= 1");
+  Structure out;
+  out.cell = s.cell;
+  const int n[3] = {na, nb, nc};
+  for (int d = 0; d < 3; ++d)
+    for (double& x : out.cell.lattice[d]) x *= n[d];
+  out.origin = s.origin + " x" + std::to_string(na) + "x" + std::to_string(nb) + "x" + std::to_string(nc);
+  for (int a = 0; a < na; ++a)
+    for (int b = 0; b < nb; ++b)
+      for (int c = 0; c < nc; ++c)
+        for (std::size_t i = 0; i < s.size(); ++i) {
+          Vec3 x = s.positions[i];
+          for (int d = 0; d < 3; ++d)
+            x[d] += a * s.cell.lattice[0][d] + b * s.cell.lattice[1][d] + c * s.cell.lattice[2][d];
+          out.positions.push_back(x);
+          out.numbers.push_back(s.numbers[i]);
+        }
+  return out;
+}
+
 void Structure::validate() const {
   const std::size_t n = positions.size();
   if (n == 0) fail(origin, "no atoms");

@@ -3,6 +3,7 @@
 //   mlip-trainer train CONFIG.yaml [--set key=value ...] [--resume]
 //   mlip-trainer export RUN_DIR/checkpoints/best -o model.pt
 //   mlip-trainer test MODEL.pt DATA [--format F] [--per-frame out.csv]
+//   mlip-trainer convert DATA out.data --types O H [--frame K] [--replicate NA NB NC]
 #include <ATen/Parallel.h>
 
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "communicator.h"
 #include "config.h"
 #include "mlip/error.h"
+#include "mlip/io.h"
 #include "mlip/potentials.h"
 #include "training.h"
 
@@ -36,6 +38,28 @@ int run_train(Communicator& comm, const std::string& config_path, const std::vec
 int run_export(const std::string& checkpoint, const std::string& output) {
   export_checkpoint(checkpoint, output, {{"exported_from", fs::absolute(checkpoint).string()}});
   std::printf("exported %s -> %s\n", checkpoint.c_str(), output.c_str());
+  return 0;
+}
+
+int run_convert(const std::string& input, const std::string& output, const std::string& format, const Units& units,
+                int frame, const std::vector<int>& reps, const std::vector<std::string>& types) {
+  ReadOptions opts;
+  opts.units = units;
+  std::vector<Structure> frames = read_structures(input, format, opts);
+  if (frame < 0 || frame >= static_cast<int>(frames.size())) {
+    throw Error(input + ": frame " + std::to_string(frame) + " does not exist (" + std::to_string(frames.size()) +
+                " frames)");
+  }
+  Structure s = frames[frame];
+  if (reps.size() == 3) s = replicate(s, reps[0], reps[1], reps[2]);
+  const bool to_lammps = output.size() > 5 && output.substr(output.size() - 5) == ".data";
+  if (to_lammps) {
+    if (types.empty()) throw Error("convert to a LAMMPS data file needs --types (element of each atom type)");
+    write_lammps_data(output, s, types);
+  } else {
+    write_extxyz(output, {s});
+  }
+  std::printf("wrote %s: %zu atoms from %s\n", output.c_str(), s.size(), s.origin.c_str());
   return 0;
 }
 
@@ -85,6 +109,22 @@ int main(int argc, char** argv) {
   test->add_option("--energy-unit", units.energy, "Energy unit of the data file (eV, meV, kcal/mol, kJ/mol, hartree, Ry)");
   test->add_option("--stress-unit", units.stress, "Stress unit of the data file (bar, kbar, GPa, eV/A^3)");
 
+  std::string conv_in, conv_out, conv_format = "auto";
+  Units conv_units;
+  int conv_frame = 0;
+  std::vector<int> conv_reps;
+  std::vector<std::string> conv_types;
+  auto* conv = app.add_subcommand("convert", "Write one frame of a data set as a LAMMPS data file (*.data) or "
+                                             "extended XYZ (other names), optionally replicated");
+  conv->add_option("input", conv_in, "Data file or folder")->required()->check(CLI::ExistingPath);
+  conv->add_option("output", conv_out, "Output file: *.data for LAMMPS, else extended XYZ")->required();
+  conv->add_option("--format", conv_format, "auto, extxyz, deepmd, n2p2 or fitsnap");
+  conv->add_option("--frame", conv_frame, "Frame index (default 0)");
+  conv->add_option("--replicate", conv_reps, "Supercell counts along a, b, c")->expected(3);
+  conv->add_option("--types", conv_types, "Element of each LAMMPS atom type, in order")->expected(1, 118);
+  conv->add_option("--length-unit", conv_units.length, "Length unit of the input");
+  conv->add_option("--energy-unit", conv_units.energy, "Energy unit of the input");
+
   CLI11_PARSE(app, argc, argv);
 
   std::unique_ptr<Communicator> comm;
@@ -95,6 +135,7 @@ int main(int argc, char** argv) {
     if (*train) return run_train(*comm, config_path, overrides, resume, stop_after);
     if (*exp) return run_export(checkpoint, output);
     if (*test) return run_test(model, data, format, units, csv);
+    if (*conv) return run_convert(conv_in, conv_out, conv_format, conv_units, conv_frame, conv_reps, conv_types);
   } catch (const mlip::Error& e) {
     std::fprintf(stderr, "mlip-trainer: error: %s\n", e.what());
     return 1;

@@ -52,6 +52,14 @@ std::vector<Structure> read_extxyz(const std::string& path, const ReadOptions& o
 /// temporary name and renamed, so a reader never sees half a file.
 void write_extxyz(const std::string& path, const std::vector<Structure>& frames);
 
+/// Writes a LAMMPS data file (atom_style atomic, units metal) of `frame`: atom types follow
+/// `type_elements` (type 1 = first element; an atom of another element is an error naming it).
+/// A triclinic cell is rotated into LAMMPS's convention (a along x, b in the xy plane), and the
+/// positions with it. Non-periodic directions get the atoms' extent plus `padding` Å. Written to a
+/// temporary name and renamed.
+void write_lammps_data(const std::string& path, const Structure& frame, const std::vector<std::string>& type_elements,
+                       double padding = 10.0);
+
 /// One DeePMD system: type.raw (one type index per atom), type_map.raw (element names, one per
 /// type), and set.*/ folders (read in sorted order, frames numbered across sets) with box.npy
 /// (nframes, 9), coord.npy (nframes, 3N), and optional energy.npy (nframes), force.npy (nframes, 3N)

@@ -51,6 +51,9 @@ struct Structure {
   void validate() const;
 };
 
+/// A supercell: `s` repeated na x nb x nc times along its lattice vectors (labels dropped).
+Structure replicate(const Structure& s, int na, int nb, int nc);
+
 // Small 3x3 helpers shared by readers, neighbour lists and tests.
 double det(const Mat3& m);
 Mat3 inverse(const Mat3& m);            // throws mlip::Error if singular

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Speed and memory of pair_style mlip in LAMMPS, side by side with pair_style snap.
+#
+#   benchmarks/bench_pair.sh [BUILD_DIR]          (default: <repo>/build)
+#
+# mlip: the se_e2_a water model with default hyperparameters (rc 6 A, embedding 25-50-100,
+# axis 16, fitting 240x3; tests/support/test_models.h "se_e2_a_water64"/"...32") and random
+# weights - the cost does not depend on the weight values - on liquid water (frame 0 of
+# data/water-deepmd/data_0, 192 atoms, replicated to 1152, 10368 and 98304 atoms).
+# snap: W_2940_2017_2 (+ ZBL) from LAMMPS's examples/snap on bcc W, 1024, 9826 and 101306 atoms.
+# Each run is NVE from 300 K velocities, 1 thread per MPI rank (OMP_NUM_THREADS=1).
+#
+# Reported per run: wall us/atom-step of the MD loop (LAMMPS's "Loop time"; setup excluded), the
+# part of it outside the pair style ("LAMMPS": neighbour lists, communication, integration), the
+# pair style's own split (`pair_style mlip ... timing yes`: graph building, model call, force
+# scatter; us/atom-step averaged over ranks), and the peak resident memory of the largest rank
+# (GNU time's %M on mpirun, which is the largest child's ru_maxrss).
+#
+# Environment: SIZES ("1k 10k 100k"), RANKS ("1 2"), CHUNKS ("64 256 1024 4096": scanned on the
+# SCAN_SIZE (10k) water box, 1 rank), CHUNK (chunk for the main runs; default: the pair style's default),
+# FLOAT32 (1: also the float32 model at 10k), KEEP (1: keep the work directory).
+# Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
+set -euo pipefail
+
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=$(cd "${1:-$src/build}" && pwd)
+lmp=$build/bin/lmp
+inputs=$build/bin/mlip_test_inputs
+for f in "$lmp" "$inputs"; do
+  [[ -x $f ]] || { echo "bench_pair.sh: $f not found; build the project first" >&2; exit 1; }
+done
+snap_dir=$(ls -d "$src"/third_party/lammps-*/examples/snap 2>/dev/null | head -1 || true)
+[[ -n $snap_dir ]] || { echo "bench_pair.sh: no LAMMPS examples/snap under third_party/" >&2; exit 1; }
+
+SIZES=${SIZES:-"1k 10k 100k"}
+RANKS=${RANKS:-"1 2"}
+CHUNKS=${CHUNKS:-"64 256 1024 4096"}
+SCAN_SIZE=${SCAN_SIZE:-10k}
+CHUNK=${CHUNK:-}
+FLOAT32=${FLOAT32:-1}
+work=$(mktemp -d /tmp/bench_pair.XXXXXX)
+[[ ${KEEP:-0} == 1 ]] || trap 'rm -rf "$work"' EXIT
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# replication of the 192-atom water frame, bcc cells per side, and MD steps per size
+declare -A water_reps=([1k]="3 2 1" [10k]="6 3 3" [100k]="8 8 8")
+declare -A bcc_cells=([1k]=8 [10k]=17 [100k]=37)
+declare -A mlip_steps=([1k]=10 [10k]=3 [100k]=2)
+declare -A snap_steps=([1k]=20 [10k]=5 [100k]=2)
+
+cd "$work"
+"$inputs" model se_e2_a_water64 water64.pt
+"$inputs" model se_e2_a_water32 water32.pt
+cp "$snap_dir"/W_2940_2017_2.snap "$snap_dir"/W_2940_2017_2.snapcoeff "$snap_dir"/W_2940_2017_2.snapparam .
+
+cat > in.mlip <<'EOF'
+units        metal
+atom_style   atomic
+atom_modify  map array
+newton       on
+read_data    ${data}
+pair_style   mlip ${model} ${options}
+pair_coeff   * * O H
+neighbor     1.0 bin
+neigh_modify every 1 delay 0 check yes
+velocity     all create 300.0 4928459 loop geom
+timestep     0.0005
+fix          1 all nve
+thermo       100
+run          ${steps}
+EOF
+
+cat > in.snap <<'EOF'
+units        metal
+atom_style   atomic
+lattice      bcc 3.1803
+region       box block 0 ${n} 0 ${n} 0 ${n}
+create_box   1 box
+create_atoms 1 box
+mass         1 183.84
+include      W_2940_2017_2.snap
+neighbor     1.0 bin
+neigh_modify every 1 delay 0 check yes
+velocity     all create 300.0 4928459 loop geom
+timestep     0.0005
+fix          1 all nve
+thermo       100
+run          ${steps}
+EOF
+
+rows=()
+# run LABEL RANKS INPUT VARS...: runs LAMMPS and appends a table row
+run() {
+  local label=$1 np=$2 input=$3
+  shift 3
+  local vars=() v
+  for v in "$@"; do vars+=(-var "${v%%=*}" "${v#*=}"); done
+  local log="$work/log.$(echo "$label-$np" | tr -c 'A-Za-z0-9_.-' '_')"
+  echo "  $label, $np rank(s) ..." >&2
+  /usr/bin/time -f "maxrss_kib %M" -o "$log.time" \
+    mpirun --oversubscribe -np "$np" "$lmp" -in "$input" -log "$log" -screen none -nocite "${vars[@]}"
+  rows+=("$(awk -v label="$label" -v np="$np" -v rss="$(awk '/maxrss_kib/ {print $2}' "$log.time")" '
+    /^Loop time of/ { loop = $4; steps = $9; atoms = $12 }
+    /^Pair  *\|/ { pair = $5 }
+    /^pair_style mlip timing:/ {
+      for (i = 1; i <= NF; i++) {
+        if ($i == "graph") graph = $(i + 1); if ($i == "model") model = $(i + 1); if ($i == "forces") forces = $(i + 1)
+      }
+      sub(",", "", graph); sub(",", "", model); sub(";", "", forces)
+    }
+    END {
+      per = 1e6 / (steps * atoms)
+      split_ = (model == "") ? "- | - | -" : sprintf("%.3g | %.4g | %.3g", graph, model, forces)
+      printf "| %s | %d | %d | %d | %.4g | %.3g | %s | %.0f |", label, atoms, np, steps, loop * per, (loop - pair) * per, split_, rss / 1024
+    }' "$log")")
+  echo "${rows[-1]}" >&2
+}
+
+header="| potential | atoms | ranks | steps | total us/atom-step | LAMMPS (non-pair) | graph | model | forces | peak RSS/rank MiB |
+|---|---|---|---|---|---|---|---|---|---|"
+
+options="timing yes"
+[[ -n $CHUNK ]] && options="chunk $CHUNK timing yes"
+
+echo "== chunk scan: se_e2_a float64, water $SCAN_SIZE, 1 rank" >&2
+"$inputs" water "water-$SCAN_SIZE.data" ${water_reps[$SCAN_SIZE]}
+for c in $CHUNKS; do
+  run "se_e2_a f64 chunk $c" 1 in.mlip "data=water-$SCAN_SIZE.data" model=water64.pt "options=chunk $c timing yes" steps=2
+done
+scan=("${rows[@]}")
+rows=()
+
+echo "== mlip and snap" >&2
+for size in $SIZES; do
+  [[ -f water-$size.data ]] || "$inputs" water "water-$size.data" ${water_reps[$size]}
+  for np in $RANKS; do
+    run "mlip se_e2_a f64" "$np" in.mlip "data=water-$size.data" model=water64.pt "options=$options" \
+      "steps=${mlip_steps[$size]}"
+    if [[ $FLOAT32 == 1 && $size == 10k ]]; then
+      run "mlip se_e2_a f32" "$np" in.mlip "data=water-$size.data" model=water32.pt "options=$options" \
+        "steps=${mlip_steps[$size]}"
+    fi
+    run "snap W_2940_2017_2" "$np" in.snap "n=${bcc_cells[$size]}" "steps=${snap_steps[$size]}"
+  done
+done
+
+echo
+echo "machine: $(getconf _NPROCESSORS_ONLN) cores, $(uptime | sed 's/.*load average/load average/')"
+echo
+echo "Chunk scan (se_e2_a float64, water $SCAN_SIZE, 1 rank; 'graph', 'model', 'forces': pair_style mlip timing, us/atom-step):"
+echo
+echo "$header"
+printf '%s\n' "${scan[@]}"
+echo
+echo "mlip (se_e2_a water, default chunk${CHUNK:+ $CHUNK}) vs snap (W_2940_2017_2):"
+echo
+echo "$header"
+printf '%s\n' "${rows[@]}"
