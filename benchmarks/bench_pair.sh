@@ -17,7 +17,7 @@
 # (GNU time's %M on mpirun, which is the largest child's ru_maxrss).
 #
 # Environment: SIZES ("1k 10k 100k"), RANKS ("1 2"), CHUNKS ("64 256 1024 4096": scanned on the
-# SCAN_SIZE (10k) water box, 1 rank), CHUNK (chunk for the main runs; default: the pair style's default),
+# SCAN_SIZE (10k) water box, 1 rank, SCAN_STEPS (3) steps), CHUNK (chunk for the main runs; default: the pair style's default),
 # FLOAT32 (1: also the float32 model at 10k), KEEP (1: keep the work directory).
 # Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
 set -euo pipefail
@@ -36,6 +36,7 @@ SIZES=${SIZES:-"1k 10k 100k"}
 RANKS=${RANKS:-"1 2"}
 CHUNKS=${CHUNKS:-"64 256 1024 4096"}
 SCAN_SIZE=${SCAN_SIZE:-10k}
+SCAN_STEPS=${SCAN_STEPS:-3}
 CHUNK=${CHUNK:-}
 FLOAT32=${FLOAT32:-1}
 work=$(mktemp -d /tmp/bench_pair.XXXXXX)
@@ -59,6 +60,8 @@ atom_style   atomic
 atom_modify  map array
 newton       on
 read_data    ${data}
+mass         1 15.999
+mass         2 1.008
 pair_style   mlip ${model} ${options}
 pair_coeff   * * O H
 neighbor     1.0 bin
@@ -125,7 +128,8 @@ options="timing yes"
 echo "== chunk scan: se_e2_a float64, water $SCAN_SIZE, 1 rank" >&2
 "$inputs" water "water-$SCAN_SIZE.data" ${water_reps[$SCAN_SIZE]}
 for c in $CHUNKS; do
-  run "se_e2_a f64 chunk $c" 1 in.mlip "data=water-$SCAN_SIZE.data" model=water64.pt "options=chunk $c timing yes" steps=2
+  run "se_e2_a f64 chunk $c" 1 in.mlip "data=water-$SCAN_SIZE.data" model=water64.pt "options=chunk $c timing yes" \
+    "steps=$SCAN_STEPS"
 done
 scan=("${rows[@]}")
 rows=()

@@ -47,14 +47,48 @@ if(CMAKE_CXX_COMPILER_LAUNCHER)
   list(APPEND lammps_args -DCMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER})
 endif()
 
+# LAMMPS's force-style test driver (unittest/force-styles/test_pair_style), which tests/lammps/
+# runs on mlip's YAML cases. LAMMPS's unit tests download googletest from GitHub, which may be
+# unreachable: feed them a tarball of the local googletest sources (Debian: googletest package)
+# made here at configure time.
+set(MLIP_GTEST_SOURCE_DIR "/usr/src/googletest" CACHE PATH
+    "googletest sources for LAMMPS's unit-test build (the force-style harness); empty to skip it")
+set(lammps_targets lmp)
+set(MLIP_LAMMPS_TEST_PAIR_STYLE "")
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(MLIP_YAML QUIET yaml-0.1)
+endif()
+if(MLIP_GTEST_SOURCE_DIR AND EXISTS "${MLIP_GTEST_SOURCE_DIR}/CMakeLists.txt" AND MLIP_YAML_FOUND)
+  get_filename_component(gtest_parent "${MLIP_GTEST_SOURCE_DIR}" DIRECTORY)
+  get_filename_component(gtest_name "${MLIP_GTEST_SOURCE_DIR}" NAME)
+  set(gtest_tarball "${PROJECT_BINARY_DIR}/gtest-local.tar.gz")
+  if(NOT EXISTS "${gtest_tarball}")
+    execute_process(COMMAND tar -C "${gtest_parent}" -czf "${gtest_tarball}" "${gtest_name}"
+                    RESULT_VARIABLE tar_rc)
+    if(NOT tar_rc EQUAL 0)
+      file(REMOVE "${gtest_tarball}")
+      message(FATAL_ERROR "cannot pack ${MLIP_GTEST_SOURCE_DIR} into ${gtest_tarball} (tar: ${tar_rc})")
+    endif()
+  endif()
+  file(MD5 "${gtest_tarball}" gtest_md5)
+  list(APPEND lammps_args -DENABLE_TESTING=on -DGTEST_URL=file://${gtest_tarball} -DGTEST_MD5=${gtest_md5})
+  list(APPEND lammps_targets test_pair_style)
+  set(MLIP_LAMMPS_TEST_PAIR_STYLE ${MLIP_LAMMPS_BINARY_DIR}/unittest/force-styles/test_pair_style)
+  message(STATUS "LAMMPS force-style harness: test_pair_style (googletest from ${MLIP_GTEST_SOURCE_DIR})")
+else()
+  message(STATUS "LAMMPS force-style harness skipped: needs googletest sources in MLIP_GTEST_SOURCE_DIR "
+                 "(${MLIP_GTEST_SOURCE_DIR}) and libyaml (yaml-0.1)")
+endif()
+
 ExternalProject_Add(lammps
   SOURCE_DIR ${LAMMPS_SOURCE_DIR}/cmake
   BINARY_DIR ${MLIP_LAMMPS_BINARY_DIR}
   CMAKE_GENERATOR ${CMAKE_GENERATOR}
   CMAKE_ARGS ${lammps_args}
-  BUILD_COMMAND ${CMAKE_COMMAND} --build ${MLIP_LAMMPS_BINARY_DIR} --target lmp -j ${MLIP_LAMMPS_JOBS}
+  BUILD_COMMAND ${CMAKE_COMMAND} --build ${MLIP_LAMMPS_BINARY_DIR} --target ${lammps_targets} -j ${MLIP_LAMMPS_JOBS}
   BUILD_ALWAYS ON
-  BUILD_BYPRODUCTS ${MLIP_LAMMPS_BINARY_DIR}/liblammps.so ${MLIP_LAMMPS_BINARY_DIR}/lmp
+  BUILD_BYPRODUCTS ${MLIP_LAMMPS_BINARY_DIR}/liblammps.so ${MLIP_LAMMPS_BINARY_DIR}/lmp ${MLIP_LAMMPS_TEST_PAIR_STYLE}
   INSTALL_COMMAND ""
   USES_TERMINAL_CONFIGURE ON
   USES_TERMINAL_BUILD ON

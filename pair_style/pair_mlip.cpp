@@ -1,11 +1,16 @@
 /* ----------------------------------------------------------------------
    mlip: machine-learning interatomic potentials for LAMMPS.
 
-   pair_style mlip MODEL [chunk N]
+   pair_style mlip MODEL [chunk N] [timing yes|no]
    pair_coeff * * El1 El2 ... (element per LAMMPS type, NULL = not handled by the model)
 
    The model (common/include/mlip/model.h) returns per-atom energies from the edge vectors of a
    graph; forces are dE/dr_ij from autograd, scattered to both ends of each edge here.
+
+   Local models (0 or 1 message-passing layer) see only the neighbours of each centre, so local
+   atoms are evaluated in chunks of N. A model with L > 1 layers sees L neighbour shells: its
+   graph covers the local atoms and the ghosts within L-1 hops of them (all with their edges)
+   plus the ghosts one hop further (as message senders only); the ghost shell is L*cutoff wide.
 ------------------------------------------------------------------------- */
 
 #include "pair_mlip.h"
@@ -24,16 +29,70 @@
 #include "mlip/error.h"
 #include "mlip/model.h"
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+
+#if defined(__linux__)
+#include <sys/resource.h>
+#endif
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 using namespace LAMMPS_NS;
 
-// LibTorch state and the chunk graph, whose buffers are reused from step to step.
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0)
+{
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Peak resident memory of this process in MiB (-1 where the platform does not report it).
+double peak_rss_mib()
+{
+#if defined(__linux__)
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) == 0) return static_cast<double>(ru.ru_maxrss) / 1024.0;    // KiB
+#endif
+  return -1.0;
+}
+
+// LibTorch allocates its autograd buffers (MBs each) afresh at every model call. With glibc's
+// default thresholds they are mapped and unmapped every time, and the page faults cost the
+// se_e2_a water model (1152 atoms, chunk 64, benchmarks/bench_pair.sh) 20% of its time
+// (370-400 -> 307 us/atom-step; 714 -> 421 before se_e2_a's batched contraction). Keeping
+// freed memory in the process removes that without raising the peak. Left alone if the user
+// set either threshold in the environment. Returns whether it changed anything.
+bool keep_freed_memory()
+{
+#if defined(__GLIBC__)
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_")) return false;
+  return mallopt(M_MMAP_THRESHOLD, 1 << 30) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
+#else
+  return false;
+#endif
+}
+
+}    // namespace
+
+// LibTorch state, the graph (buffers reused from step to step) and the optional timers.
 struct PairMLIP::Impl {
   std::unique_ptr<mlip::Model> model;
   mlip::ChunkGraph graph;
   std::vector<int> centers;
+  std::vector<int> atom_node;        // (nlocal + nghost) node of an atom in the halo graph, or -1
+  std::vector<int64_t> edge_nodes;   // halo graph scratch: neighbour node of each edge
+
+  // Seconds spent per part since the start of the current run (timing yes).
+  double t_graph = 0.0, t_model = 0.0, t_forces = 0.0;
+  long calls = 0;
+  bool in_setup = false;
+  bigint run_first = -1, run_last = -1;    // the run the timers belong to
 };
 
 namespace {
@@ -54,9 +113,16 @@ template <typename F> void guarded(Error *error, bool all_ranks, const std::stri
 
 }    // namespace
 
-/* ---------------------------------------------------------------------- */
+/* ----------------------------------------------------------------------
+   constructor: style flags only; the model is loaded by settings()
+------------------------------------------------------------------------- */
 
-PairMLIP::PairMLIP(LAMMPS *lmp) : Pair(lmp), impl(new Impl), chunk_size(4096), cutoff(0.0)
+// Default chunk 64: of 64, 256, 1024 and 4096 local atoms per model call, 64 was the fastest on
+// average for the se_e2_a water model (10k atoms, 1 rank, benchmarks/bench_pair.sh, 3 scans:
+// 309-336, 339, 312-354 and 556 us/atom-step) and needs the least memory (0.3, 0.6, 1.9 and
+// 5.3 GB peak): small blocks keep the model's working set in cache.
+PairMLIP::PairMLIP(LAMMPS *lmp) :
+    Pair(lmp), impl(new Impl), chunk_size(64), layers(0), timing(0), cutoff(0.0)
 {
   single_enable = 0;          // many-body: no pairwise single()
   restartinfo = 0;            // the model file is the state; pair_style/pair_coeff are re-read
@@ -69,13 +135,22 @@ PairMLIP::PairMLIP(LAMMPS *lmp) : Pair(lmp), impl(new Impl), chunk_size(4096), c
   centroidstressflag = CENTROID_AVAIL;
 }
 
+/* ----------------------------------------------------------------------
+   destructor: frees the per-type arrays (the model goes with impl)
+------------------------------------------------------------------------- */
+
 PairMLIP::~PairMLIP()
 {
   if (allocated) {
     memory->destroy(setflag);
     memory->destroy(cutsq);
+    memory->destroy(cutghost);
   }
 }
+
+/* ----------------------------------------------------------------------
+   allocate: per-type arrays LAMMPS reads (setflag, cutsq, cutghost)
+------------------------------------------------------------------------- */
 
 void PairMLIP::allocate()
 {
@@ -83,36 +158,54 @@ void PairMLIP::allocate()
   const int n = atom->ntypes;
   memory->create(setflag, n + 1, n + 1, "pair:setflag");
   memory->create(cutsq, n + 1, n + 1, "pair:cutsq");
+  memory->create(cutghost, n + 1, n + 1, "pair:cutghost");
   for (int i = 1; i <= n; i++)
     for (int j = i; j <= n; j++) setflag[i][j] = 0;
 }
 
 /* ----------------------------------------------------------------------
-   settings: pair_style mlip MODEL [chunk N]; loads the model on every rank
+   settings: pair_style mlip MODEL [chunk N] [timing yes|no]; loads the model on every rank
 ------------------------------------------------------------------------- */
 
 void PairMLIP::settings(int narg, char **arg)
 {
-  if (narg < 1) error->all(FLERR, "Illegal pair_style mlip command: expected 'pair_style mlip MODEL [chunk N]'");
+  if (narg < 1)
+    error->all(FLERR, "Illegal pair_style mlip command: expected 'pair_style mlip MODEL [chunk N] [timing yes|no]'");
   model_file = arg[0];
   for (int iarg = 1; iarg < narg; iarg += 2) {
     if (iarg + 1 >= narg) error->all(FLERR, fmt::format("pair_style mlip: keyword '{}' needs a value", arg[iarg]));
     if (strcmp(arg[iarg], "chunk") == 0) {
       chunk_size = utils::inumeric(FLERR, arg[iarg + 1], false, lmp);
       if (chunk_size < 1) error->all(FLERR, "pair_style mlip: chunk must be >= 1");
+    } else if (strcmp(arg[iarg], "timing") == 0) {
+      if (strcmp(arg[iarg + 1], "yes") == 0) timing = 1;
+      else if (strcmp(arg[iarg + 1], "no") == 0) timing = 0;
+      else error->all(FLERR, fmt::format("pair_style mlip: timing must be 'yes' or 'no', not '{}'", arg[iarg + 1]));
     } else {
-      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk)", arg[iarg]));
+      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing)", arg[iarg]));
     }
   }
   guarded(error, true, "cannot load model", [&] {
     impl->model = std::make_unique<mlip::Model>(mlip::Model::load(model_file));
   });
+  const bool malloc_tuned = keep_freed_memory();
   const auto &meta = impl->model->metadata();
   cutoff = meta.cutoff;
-  if (comm->me == 0)
+  layers = meta.message_passing_layers;
+  // Neighbours of ghosts are needed when messages travel more than one hop. Set here, not in
+  // init_style: pair_style hybrid reads the flag right after its sub-styles' settings().
+  ghostneigh = layers > 1 ? 1 : 0;
+  if (comm->me == 0) {
     utils::logmesg(lmp, "pair_style mlip: {} model '{}', species {}, cutoff {} A, {} message-passing layers, {}\n",
                    meta.architecture, model_file, fmt::join(meta.species, " "), meta.cutoff,
                    meta.message_passing_layers, meta.dtype);
+    if (malloc_tuned)
+      utils::logmesg(lmp, "pair_style mlip: malloc keeps freed memory (mmap and trim thresholds "
+                          "1 GiB) so that model buffers are reused between steps\n");
+    if (layers > 1)
+      utils::logmesg(lmp, "pair_style mlip: message-passing model: local atoms and a ghost halo of {} x {} A "
+                          "are evaluated in one model call per step ('chunk' is not used)\n", layers, cutoff);
+  }
 }
 
 /* ----------------------------------------------------------------------
@@ -151,7 +244,7 @@ void PairMLIP::coeff(int narg, char **arg)
 }
 
 /* ----------------------------------------------------------------------
-   init_style: checks and the neighbour request
+   init_style: checks, the ghost-shell width and the neighbour request
 ------------------------------------------------------------------------- */
 
 void PairMLIP::init_style()
@@ -164,45 +257,91 @@ void PairMLIP::init_style()
   // Forces land on ghost atoms (the far end of each edge) and must be reverse-communicated.
   if (force->newton_pair == 0) error->all(FLERR, "pair_style mlip requires 'newton on'");
   if (atom->tag_enable == 0) error->all(FLERR, "pair_style mlip requires atom IDs");
-  const int layers = impl->model->metadata().message_passing_layers;
-  if (layers > 1)
-    error->all(FLERR, fmt::format("pair_style mlip: model '{}' has {} message-passing layers; this build evaluates "
-                                  "local models (0 or 1 layer) only", model_file, layers));
 
-  // A full list: every centre sees all its neighbours, as the model's descriptors need.
+  if (layers > 1) {
+    // A local atom's energy depends on every atom within L hops of it, and ghosts up to L-1 hops
+    // away need all their neighbours: the ghost shell must be L*cutoff wide, plus the skin
+    // because atoms move between neighbour-list builds (rc + skin is LAMMPS's width for L = 1).
+    if (comm->mode != Comm::SINGLE)
+      error->all(FLERR, fmt::format("pair_style mlip: model '{}' has {} message-passing layers and needs "
+                                    "'comm_modify mode single'", model_file, layers));
+    const double needed = layers * cutoff + neighbor->skin;
+    if (comm->cutghostuser < needed) {
+      comm->cutghostuser = needed;
+      if (comm->me == 0)
+        utils::logmesg(lmp, "pair_style mlip: {} message-passing layers x cutoff {} A + skin {} A: communication "
+                            "cutoff set to {} A (as 'comm_modify cutoff {}')\n",
+                       layers, cutoff, neighbor->skin, needed, needed);
+    }
+  }
+
+  // A full list: every centre sees all its neighbours, as the model's descriptors need. With
+  // message passing, ghosts get lists too (cutghost from init_one) so that messages can be
+  // passed between ghosts.
 #if MLIP_LAMMPS_NEW_NEIGHBOR_API    // LAMMPS >= 24Mar2022 (see cmake/LammpsVersion.cmake)
-  neighbor->add_request(this, NeighConst::REQ_FULL);
+  neighbor->add_request(this, layers > 1 ? NeighConst::REQ_FULL | NeighConst::REQ_GHOST : NeighConst::REQ_FULL);
 #else
   const int irequest = neighbor->request(this, instance_me);
   neighbor->requests[irequest]->half = 0;
   neighbor->requests[irequest]->full = 1;
+  neighbor->requests[irequest]->ghost = layers > 1 ? 1 : 0;
 #endif
 }
 
-double PairMLIP::init_one(int, int)
+/* ----------------------------------------------------------------------
+   init_one: the model's cutoff for every type pair (ghost lists use the same one)
+------------------------------------------------------------------------- */
+
+double PairMLIP::init_one(int i, int j)
 {
+  cutghost[i][j] = cutghost[j][i] = cutoff;
   return cutoff;
 }
 
 /* ----------------------------------------------------------------------
-   compute: local atoms in chunks -> graph -> model -> forces, energies, virials
+   compute: graph -> model -> forces, energies, virials
 ------------------------------------------------------------------------- */
 
 void PairMLIP::compute(int eflag, int vflag)
 {
   ev_init(eflag, vflag);
-  // Chunks bound the memory of one model call and keep its working set in cache.
-  for (int first = 0; first < list->inum; first += chunk_size)
-    evaluate_chunk(first, std::min(list->inum, first + chunk_size));
+  // Timers cover the steps of a run, as LAMMPS's loop time does (the setup call, which also
+  // pays for TorchScript's first-call optimisation, is reported alone only after a `run 0`).
+  const bool setup = update->setupflag != 0;
+  if (setup != impl->in_setup || update->firststep != impl->run_first || update->laststep != impl->run_last) {
+    impl->t_graph = impl->t_model = impl->t_forces = 0.0;
+    impl->calls = 0;
+  }
+  impl->in_setup = setup;
+  impl->run_first = update->firststep;
+  impl->run_last = update->laststep;
+
+  if (layers > 1) {
+    // No chunking: a chunk would need its own (L-1)-hop halo of complete neighbourhoods, which is
+    // not implemented; the whole subdomain and its ghost halo go through the model at once.
+    build_halo_graph();
+    evaluate_graph();
+  } else {
+    // Chunks bound the memory of one model call and keep its working set in cache.
+    for (int first = 0; first < list->inum; first += chunk_size) {
+      build_chunk_graph(first, std::min(list->inum, first + chunk_size));
+      evaluate_graph();
+    }
+  }
+  impl->calls++;
+  if (timing && update->whichflag == 1 && update->ntimestep == update->laststep) report_timing();
 }
 
-void PairMLIP::evaluate_chunk(int first, int last)
+/* ----------------------------------------------------------------------
+   build_chunk_graph: local atoms ilist[first, last) and their neighbours (local models)
+------------------------------------------------------------------------- */
+
+void PairMLIP::build_chunk_graph(int first, int last)
 {
   Impl &s = *impl;
+  const auto t0 = Clock::now();
   const double *const *x = atom->x;
-  double *const *f = atom->f;
   const int *type = atom->type;
-
   s.centers.assign(list->ilist + first, list->ilist + last);
   s.graph.build(
       s.centers, atom->nlocal + atom->nghost, cutoff, [&](int i) { return type_species[type[i]]; },
@@ -213,13 +352,88 @@ void PairMLIP::evaluate_chunk(int first, int last)
           visit(j, x[j][0] - x[i][0], x[j][1] - x[i][1], x[j][2] - x[i][2]);
         }
       });
+  if (timing) s.t_graph += seconds_since(t0);
+}
+
+/* ----------------------------------------------------------------------
+   build_halo_graph: all local atoms, then ghosts hop by hop (message-passing models).
+   Nodes within L-1 hops of a local atom get all their edges (they are within (L-1)*cutoff of
+   it, so inside the ghost shell with complete neighbour lists); nodes at hop L only send.
+   Energies come for the local atoms only (nodes [0, n_centers)).
+------------------------------------------------------------------------- */
+
+void PairMLIP::build_halo_graph()
+{
+  Impl &s = *impl;
+  const auto t0 = Clock::now();
+  const double *const *x = atom->x;
+  const int *type = atom->type;
+  mlip::ChunkGraph &g = s.graph;
+  const int nall = atom->nlocal + atom->nghost;
+  if (static_cast<int>(s.atom_node.size()) < nall) s.atom_node.resize(nall, -1);
+  g.node_atom.clear();
+  g.species.clear();
+  g.edge_index.clear();
+  g.edge_vectors.clear();
+  s.edge_nodes.clear();
+
+  auto add_node = [&](int i, int species) {
+    s.atom_node[i] = static_cast<int>(g.node_atom.size());
+    g.node_atom.push_back(i);
+    g.species.push_back(species);
+  };
+  for (int ii = 0; ii < list->inum; ii++) {
+    const int i = list->ilist[ii];
+    const int sp = type_species[type[i]];
+    if (sp >= 0) add_node(i, sp);
+  }
+  g.n_centers = static_cast<int64_t>(g.node_atom.size());
+
+  const double cut2 = cutoff * cutoff;
+  std::size_t hop_begin = 0, hop_end = g.node_atom.size();
+  for (int hop = 0; hop < layers; hop++) {
+    for (std::size_t c = hop_begin; c < hop_end; c++) {
+      const int i = g.node_atom[c];
+      const int *jlist = list->firstneigh[i];
+      for (int jj = 0; jj < list->numneigh[i]; jj++) {
+        const int j = jlist[jj] & NEIGHMASK;
+        const double dx = x[j][0] - x[i][0], dy = x[j][1] - x[i][1], dz = x[j][2] - x[i][2];
+        if (dx * dx + dy * dy + dz * dz >= cut2) continue;
+        const int sp = type_species[type[j]];
+        if (sp < 0) continue;
+        if (s.atom_node[j] < 0) add_node(j, sp);
+        g.edge_index.push_back(static_cast<int64_t>(c));
+        s.edge_nodes.push_back(s.atom_node[j]);
+        g.edge_vectors.insert(g.edge_vectors.end(), {dx, dy, dz});
+      }
+    }
+    hop_begin = hop_end;
+    hop_end = g.node_atom.size();
+  }
+  for (int a : g.node_atom) s.atom_node[a] = -1;    // ready for the next step
+  g.n_edges = static_cast<int64_t>(s.edge_nodes.size());
+  g.edge_index.insert(g.edge_index.end(), s.edge_nodes.begin(), s.edge_nodes.end());
+  if (timing) s.t_graph += seconds_since(t0);
+}
+
+/* ----------------------------------------------------------------------
+   evaluate_graph: model call on impl->graph, then energies, forces and virials
+------------------------------------------------------------------------- */
+
+void PairMLIP::evaluate_graph()
+{
+  Impl &s = *impl;
   const mlip::ChunkGraph &g = s.graph;
   if (g.n_centers == 0) return;
 
+  auto t0 = Clock::now();
   mlip::ModelOutput out;
   guarded(error, false, "model evaluation failed", [&] { out = mlip::evaluate_chunk(*s.model, s.graph); });
+  if (timing) s.t_model += seconds_since(t0);
+  t0 = Clock::now();
   const double *energy = out.atom_energy.data_ptr<double>();    // (n_centers)
   const double *grad = out.edge_grad.data_ptr<double>();        // (n_edges, 3) dE/dr_ij
+  double *const *f = atom->f;
 
   if (eflag_either) {
     for (int64_t c = 0; c < g.n_centers; c++) {
@@ -252,4 +466,25 @@ void PairMLIP::evaluate_chunk(int first, int last)
       }
     }
   }
+  if (timing) s.t_forces += seconds_since(t0);
+}
+
+/* ----------------------------------------------------------------------
+   report_timing: where pair time went in this run, averaged over ranks (all ranks call it)
+------------------------------------------------------------------------- */
+
+void PairMLIP::report_timing()
+{
+  const Impl &s = *impl;
+  double local[4] = {s.t_graph, s.t_model, s.t_forces, peak_rss_mib()}, sum[4], max[4];
+  MPI_Allreduce(local, sum, 4, MPI_DOUBLE, MPI_SUM, world);
+  MPI_Allreduce(local, max, 4, MPI_DOUBLE, MPI_MAX, world);
+  if (comm->me != 0) return;
+  const double nprocs = comm->nprocs;
+  // Per atom-step of wall time: ranks run side by side, so the rank average over all atoms.
+  const double scale = 1e6 / (nprocs * static_cast<double>(s.calls) * std::max<double>(1.0, atom->natoms));
+  utils::logmesg(lmp,
+                 "pair_style mlip timing: {} force calls, {} atoms, {} ranks; us/atom-step (rank average): "
+                 "graph {:.4g}, model {:.4g}, forces {:.4g}; peak RSS {:.1f} MiB max, {:.1f} MiB sum over ranks\n",
+                 s.calls, atom->natoms, comm->nprocs, sum[0] * scale, sum[1] * scale, sum[2] * scale, max[3], sum[3]);
 }

@@ -1,6 +1,6 @@
 /* -*- c++ -*- ----------------------------------------------------------
    mlip: machine-learning interatomic potentials for LAMMPS.
-   pair_style mlip MODEL [keyword value ...]
+   pair_style mlip MODEL [chunk N] [timing yes|no]
 ------------------------------------------------------------------------- */
 
 #ifdef PAIR_CLASS
@@ -39,11 +39,16 @@ class PairMLIP : public Pair {
 
   std::string model_file;
   int chunk_size;                // local atoms evaluated per model call (bounds memory)
+  int layers;                    // message-passing layers of the model (> 1: graph over ghosts)
+  int timing;                    // 1: time graph building and model calls, report after each run
   double cutoff;                 // model cutoff, from the model's metadata
   std::vector<int> type_species; // (ntypes + 1) model species index per LAMMPS type, -1 = NULL
 
   void allocate();
-  void evaluate_chunk(int first, int last);
+  void build_chunk_graph(int first, int last);
+  void build_halo_graph();
+  void evaluate_graph();
+  void report_timing();
 };
 
 }    // namespace LAMMPS_NS

@@ -1,7 +1,9 @@
 // pair_style mlip inside LAMMPS (through LAMMPS's library interface) against mlip's own
 // evaluation of the same structure: energies, forces, global and per-atom virials, per-atom
 // energies, to 1e-10 in float64, at any MPI rank count (ctest runs this on 1, 2 and 4 ranks,
-// with empty subdomains on 4), and the errors bad input must give.
+// with empty subdomains on 4), for a Morse pair model, se_e2_a (local) and PaiNN with 2
+// message-passing layers (ghost halo); NULL types; NVE energy conservation; the timing report;
+// and the errors bad input must give.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -9,13 +11,18 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 
 #include <fmt/format.h>
 
+#include "comm.h"
+#include "lammps.h"
 #include "library.h"
+#include "neighbor.h"
 #include "mlip/error.h"
 #include "support/morse_model.h"
 #include "support/reference.h"
+#include "support/test_models.h"
 
 namespace mlip {
 namespace {
@@ -29,18 +36,25 @@ int rank() {
   return r;
 }
 
-// Model files shared by all ranks: rank 0 writes, the others wait.
-std::string model_file(torch::Dtype dtype) {
+int nprocs() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// Model files shared by all ranks (support/test_models.h): rank 0 writes, the others wait.
+std::string model_path(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / "mlip_test_pair";
-  const std::string path = (dir / (dtype == torch::kFloat32 ? "morse32.pt" : "morse64.pt")).string();
+  const std::string path = (dir / (name + ".pt")).string();
   if (rank() == 0) {
     fs::create_directories(dir);
-    Model m = testing::make_morse_model({"H", "O"}, 3.5, dtype);
-    save_model(m.module(), m.metadata(), path);
+    testing::write_test_model(name, path);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   return path;
 }
+
+std::string model_file(torch::Dtype dtype) { return model_path(dtype == torch::kFloat32 ? "morse32" : "morse64"); }
 
 struct Box {
   double lx = 9.0, ly = 9.5, lz = 10.0, xy = 1.0, xz = -0.8, yz = 0.6;
@@ -75,10 +89,16 @@ Structure random_system(const Box& box, int n, double fill, unsigned seed) {
   return s;
 }
 
+// A global scalar of compute `id` at the current step (thermo keywords cannot name computes).
+double compute_scalar(void* handle, const std::string& id) {
+  const auto* v = static_cast<double*>(lammps_extract_compute(handle, id.c_str(), LMP_STYLE_GLOBAL, LMP_TYPE_SCALAR));
+  return v ? *v : std::nan("");
+}
+
 class Lammps {
  public:
-  Lammps() {
-    const char* argv[] = {"lmp", "-log", "none", "-screen", "none", "-nocite"};
+  explicit Lammps(const std::string& log = "none") {
+    const char* argv[] = {"lmp", "-log", log.c_str(), "-screen", "none", "-nocite"};
     handle_ = lammps_open(6, const_cast<char**>(argv), MPI_COMM_WORLD, nullptr);
   }
   ~Lammps() { lammps_close(handle_); }
@@ -97,6 +117,9 @@ class Lammps {
   void* handle_;
 };
 
+// LAMMPS atom type of atom i of a random_system: 1 = O, 2 and 3 = H (alternating).
+int lammps_type(const Structure& s, std::size_t i) { return s.numbers[i] == 8 ? 1 : (i % 2 ? 2 : 3); }
+
 // Sets up `s` in LAMMPS with atom types 1 = O, 2 = H, 3 = H (two types on one element).
 void setup_system(Lammps& lmp, const Structure& s, const Box& box, const std::string& pair_style,
                   const std::string& pair_coeff = "* * O H H", const std::string& extra = "") {
@@ -104,12 +127,13 @@ void setup_system(Lammps& lmp, const Structure& s, const Box& box, const std::st
   lmp.ok("atom_style atomic");
   lmp.ok("atom_modify map array");
   lmp.ok("newton on");
-  if (!extra.empty()) lmp.ok(extra);
+  std::istringstream lines(extra);  // extra commands, one per line
+  for (std::string line; std::getline(lines, line);) lmp.ok(line);
   lmp.ok(fmt::format("region box prism 0 {} 0 {} 0 {} {} {} {} units box", box.lx, box.ly, box.lz, box.xy,
                      box.xz, box.yz));
   lmp.ok("create_box 3 box");
   for (std::size_t i = 0; i < s.size(); ++i) {
-    const int type = s.numbers[i] == 8 ? 1 : (i % 2 ? 2 : 3);
+    const int type = lammps_type(s, i);
     lmp.ok(fmt::format("create_atoms {} single {:.17g} {:.17g} {:.17g} units box", type, s.positions[i][0],
                        s.positions[i][1], s.positions[i][2]));
   }
@@ -178,9 +202,250 @@ TEST(PairMLIP, EmptySubdomainsWork) {
   // All atoms in the lower 30% of x: with 4 ranks along x, two own no atom at all.
   const std::string model = model_file(torch::kFloat64);
   const Structure s = random_system(Box{}, 30, 0.3, 23);
-  int nprocs = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
-  expect_matches_reference(s, model, "pair_style mlip " + model, fmt::format("processors {} 1 1", nprocs));
+  expect_matches_reference(s, model, "pair_style mlip " + model, fmt::format("processors {} 1 1", nprocs()));
+}
+
+// The architectures of potentials/, each against the reference: se_e2_a is local (chunked),
+// PaiNN has 2 message-passing layers (one model call over local atoms and a ghost halo).
+TEST(PairMLIP, SeE2AMatchesReference) {
+  const std::string model = model_path("se_e2_a");
+  const Structure s = random_system(Box{}, 80, 1.0, 31);
+  expect_matches_reference(s, model, "pair_style mlip " + model);
+  expect_matches_reference(s, model, "pair_style mlip " + model + " chunk 5");
+}
+
+// A small skin, so that a ghost shell narrower than L * cutoff would show: LAMMPS's own shell
+// (cutoff + skin) would then miss most of the second hop.
+const char* kSmallSkin = "neighbor 0.1 bin";
+
+TEST(PairMLIP, MessagePassingModelMatchesReference) {
+  const std::string model = model_path("painn");
+  ASSERT_EQ(Model::load(model).metadata().message_passing_layers, 2);
+  const Structure s = random_system(Box{}, 80, 1.0, 32);
+  expect_matches_reference(s, model, "pair_style mlip " + model, kSmallSkin);
+  // `chunk` has no effect on message-passing models (whole subdomain + halo in one call).
+  expect_matches_reference(s, model, "pair_style mlip " + model + " chunk 3", kSmallSkin);
+}
+
+TEST(PairMLIP, MessagePassingAndSeE2AWithEmptySubdomains) {
+  // All atoms in the lower 30% of x: with 4 ranks along x, two own no atom at all, and one of
+  // them holds only ghosts that still carry messages to its neighbours' atoms.
+  const Structure s = random_system(Box{}, 30, 0.3, 33);
+  const std::string procs = fmt::format("processors {} 1 1", nprocs());
+  for (const char* name : {"painn", "se_e2_a"}) {
+    SCOPED_TRACE(name);
+    const std::string model = model_path(name);
+    expect_matches_reference(s, model, "pair_style mlip " + model, procs + "\n" + kSmallSkin);
+  }
+}
+
+// The ghost shell of a message-passing model must be L * cutoff + skin: set automatically when
+// the user's communication cutoff is smaller, kept when it is larger.
+TEST(PairMLIP, MessagePassingSetsTheCommunicationCutoff) {
+  const std::string model = model_path("painn");  // 2 layers, cutoff 3.0
+  const Structure s = random_system(Box{}, 20, 1.0, 34);
+  for (double user : {0.0, 12.0}) {
+    Lammps lmp;
+    setup_system(lmp, s, Box{}, "pair_style mlip " + model, "* * O H H", "neighbor 1.5 bin");
+    if (user > 0) lmp.ok(fmt::format("comm_modify cutoff {}", user));
+    lmp.ok("run 0");
+    const auto* comm = static_cast<LAMMPS_NS::LAMMPS*>(lmp.handle())->comm;
+    EXPECT_DOUBLE_EQ(comm->cutghostuser, user > 0 ? user : 2 * 3.0 + 1.5);
+  }
+  // Local models leave the communication cutoff alone (LAMMPS uses cutoff + skin).
+  Lammps lmp;
+  const std::string local = model_path("se_e2_a");
+  setup_system(lmp, s, Box{}, "pair_style mlip " + local);
+  lmp.ok("run 0");
+  EXPECT_EQ(static_cast<LAMMPS_NS::LAMMPS*>(lmp.handle())->comm->cutghostuser, 0.0);
+}
+
+// After atoms have moved (several neighbour-list builds, and steps in between where atoms are
+// up to skin/2 from where the lists were built), the message-passing forces are still exact.
+TEST(PairMLIP, MessagePassingStaysExactAfterAtomsMove) {
+  const std::string model = model_path("painn");
+  const Structure s0 = random_system(Box{}, 60, 1.0, 35);
+  Lammps lmp;
+  setup_system(lmp, s0, Box{}, "pair_style mlip " + model, "* * O H H", "neighbor 0.8 bin");
+  lmp.ok("mass * 16.0");
+  lmp.ok("neigh_modify every 1 delay 0 check yes");
+  lmp.ok("velocity all create 3000 4928459 dist gaussian");
+  lmp.ok("timestep 0.0005");
+  lmp.ok("fix 1 all nve");
+  lmp.ok("run 100");
+  const int n = static_cast<int>(s0.size());
+  ASSERT_EQ(lammps_get_thermo(lmp.handle(), "step"), 100.0);
+  EXPECT_GE(static_cast<LAMMPS_NS::LAMMPS*>(lmp.handle())->neighbor->ncalls, 3) << "lists must be rebuilt";
+  std::vector<double> x(3 * n), f(3 * n);
+  lammps_gather_atoms(lmp.handle(), const_cast<char*>("x"), 1, 3, x.data());
+  lammps_gather_atoms(lmp.handle(), const_cast<char*>("f"), 1, 3, f.data());
+  // The final structure, and the largest minimum-image displacement from the start.
+  Structure s = s0;
+  const Mat3 inv = inverse(s.cell.lattice);
+  double moved = 0.0;
+  for (int i = 0; i < n; ++i) {
+    Vec3 frac{};
+    for (int d = 0; d < 3; ++d) s.positions[i][d] = x[3 * i + d];
+    for (int k = 0; k < 3; ++k) {
+      for (int d = 0; d < 3; ++d) frac[k] += (s.positions[i][d] - s0.positions[i][d]) * inv[d][k];
+      frac[k] -= std::round(frac[k]);
+    }
+    Vec3 disp{};
+    for (int d = 0; d < 3; ++d) disp[d] = frac[0] * s.cell.lattice[0][d] + frac[1] * s.cell.lattice[1][d] +
+                                          frac[2] * s.cell.lattice[2][d];
+    moved = std::max(moved, norm(disp));
+  }
+  EXPECT_GT(moved, 0.4) << "atoms must move by more than skin/2 for this test to mean anything";
+  const testing::Evaluation ref = testing::evaluate_reference(Model::load(model), s);
+  double fmax = 0.0;
+  for (const auto& v : ref.forces) fmax = std::max({fmax, std::abs(v[0]), std::abs(v[1]), std::abs(v[2])});
+  for (int i = 0; i < n; ++i)
+    for (int d = 0; d < 3; ++d) EXPECT_NEAR(f[3 * i + d], ref.forces[i][d], 1e-10 * fmax) << "atom " << i;
+}
+
+// pair_coeff * * O H NULL: atoms of type 3 are not seen by the model at all. LAMMPS needs
+// coefficients for every type pair, so the NULL type gets them from pair_style zero under
+// hybrid/overlay; the mlip energy and forces must be those of the structure without type 3.
+void expect_null_type_ignored(const std::string& model, unsigned seed) {
+  const Structure s = random_system(Box{}, 70, 1.0, seed);
+  Structure kept;
+  kept.cell = s.cell;
+  std::vector<int> kept_index(s.size(), -1);
+  int n_null = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (lammps_type(s, i) == 3) {
+      ++n_null;
+      continue;
+    }
+    kept_index[i] = static_cast<int>(kept.size());
+    kept.positions.push_back(s.positions[i]);
+    kept.numbers.push_back(s.numbers[i]);
+  }
+  ASSERT_GT(n_null, 10);
+  Lammps lmp;
+  setup_system(lmp, s, Box{}, "pair_style hybrid/overlay mlip " + model + " zero 4.0", "* * mlip O H NULL",
+               kSmallSkin);
+  lmp.ok("pair_coeff * * zero");
+  lmp.ok("compute pe all pe/atom");
+  lmp.ok("compute emlip all pair mlip");
+  lmp.ok("run 0");
+
+  const testing::Evaluation ref = testing::evaluate_reference(Model::load(model), kept);
+  EXPECT_NEAR(compute_scalar(lmp.handle(), "emlip"), ref.energy, 1e-10 * std::abs(ref.energy));
+  EXPECT_NEAR(lammps_get_thermo(lmp.handle(), "pe"), ref.energy, 1e-10 * std::abs(ref.energy));
+  const int n = static_cast<int>(s.size());
+  std::vector<double> f(3 * n), pe(n);
+  lammps_gather_atoms(lmp.handle(), const_cast<char*>("f"), 1, 3, f.data());
+  lammps_gather(lmp.handle(), const_cast<char*>("c_pe"), 1, 1, pe.data());
+  double fmax = 0.0;
+  for (const auto& v : ref.forces) fmax = std::max({fmax, std::abs(v[0]), std::abs(v[1]), std::abs(v[2])});
+  ASSERT_GT(fmax, 0.1);
+  for (int i = 0; i < n; ++i) {
+    const int k = kept_index[i];
+    for (int d = 0; d < 3; ++d) {
+      if (k < 0) {
+        EXPECT_EQ(f[3 * i + d], 0.0) << "NULL-type atom " << i;
+      } else {
+        EXPECT_NEAR(f[3 * i + d], ref.forces[k][d], 1e-10 * fmax) << "atom " << i;
+      }
+    }
+    if (k < 0) {
+      EXPECT_EQ(pe[i], 0.0) << "NULL-type atom " << i;
+    } else {
+      EXPECT_NEAR(pe[i], ref.atom_energy[k], 1e-10 * std::abs(ref.atom_energy[k])) << "atom " << i;
+    }
+  }
+}
+
+TEST(PairMLIP, NullTypeIsIgnoredLocalModel) { expect_null_type_ignored(model_path("se_e2_a"), 36); }
+
+TEST(PairMLIP, NullTypeIsIgnoredMessagePassingModel) { expect_null_type_ignored(model_path("painn"), 37); }
+
+// NVE energy conservation of a water-like O/H system: 108 atoms, 2/3 of them H (masses 1.008
+// and 15.999), at water's number density (0.1 / A^3, fcc lattice a = 3.47 A, where the pressure
+// is about zero), at about 300 K. The potential is a Morse pair model (support/test_models.h
+// "morse_md": well depths 0.5-0.8 eV at 2.6 A, alpha 1.6 / A, cutoff 5 A), which keeps the
+// system bound and mechanically stable, overlaid with an se_e2_a model with random weights and an
+// energy scale of 0.03-0.05 ("se_e2_a_md", cutoff 4 A), which brings the many-body forces of a
+// real architecture into the dynamics. (A random se_e2_a model alone would not be bound, and
+// the default Morse test model collapses at this density.) After 200 steps of equilibration
+// from 600 K velocities (the velocity-Verlet energy offset from a state with no potential
+// energy, ~2e-4 eV/atom at 0.5 fs, is a property of the integrator, not of the forces), the run
+// is 2000 steps of 0.5 fs. Bound: max_t |E(t) - E(0)| / N < 1e-4 eV/atom, E the total energy
+// read through the library interface every 20 steps (measured: ~4e-5 eV/atom).
+TEST(PairMLIP, NveConservesEnergy) {
+  const std::string morse = model_path("morse_md"), se = model_path("se_e2_a_md");
+  Lammps lmp;
+  lmp.ok("units metal");
+  lmp.ok("atom_style atomic");
+  lmp.ok("atom_modify map array");
+  lmp.ok("newton on");
+  lmp.ok("lattice fcc 3.47");
+  lmp.ok("region box block 0 3 0 3 0 3");
+  lmp.ok("create_box 2 box");
+  lmp.ok("create_atoms 1 box");
+  lmp.ok("set type 1 type/ratio 2 0.6667 12345");
+  const int n = 108;
+  ASSERT_EQ(lammps_get_natoms(lmp.handle()), n);
+  lmp.ok("mass 1 15.999");
+  lmp.ok("mass 2 1.008");
+  lmp.ok(fmt::format("pair_style hybrid/overlay mlip {} mlip {}", morse, se));
+  lmp.ok("pair_coeff * * mlip 1 O H");
+  lmp.ok("pair_coeff * * mlip 2 O H");
+  lmp.ok("neighbor 1.0 bin");
+  lmp.ok("neigh_modify every 1 delay 0 check yes");
+  lmp.ok("compute ese all pair mlip 2");
+  lmp.ok("minimize 0 1e-4 100 1000");  // O and H have different well depths: relax the lattice
+  lmp.ok("reset_timestep 0");
+  lmp.ok("velocity all create 600 4928459 dist gaussian mom yes rot no");
+  lmp.ok("timestep 0.0005");
+  lmp.ok("fix 1 all nve");
+  lmp.ok("run 200");
+  const double e0 = lammps_get_thermo(lmp.handle(), "etotal");
+  const double ese0 = compute_scalar(lmp.handle(), "ese");
+  double drift = 0.0, tmin = 1e30, tmax = 0.0, pemax = -1e30, ese_change = 0.0;
+  for (int block = 0; block < 100; ++block) {
+    lmp.ok("run 20 pre no post no");
+    const double e = lammps_get_thermo(lmp.handle(), "etotal");
+    const double t = lammps_get_thermo(lmp.handle(), "temp");
+    drift = std::max(drift, std::abs(e - e0) / n);
+    tmin = std::min(tmin, t);
+    tmax = std::max(tmax, t);
+    pemax = std::max(pemax, lammps_get_thermo(lmp.handle(), "pe") / n);
+    ese_change = std::max(ese_change, std::abs(compute_scalar(lmp.handle(), "ese") - ese0));
+  }
+  ASSERT_EQ(lammps_get_thermo(lmp.handle(), "step"), 2200.0);
+  if (rank() == 0)
+    std::printf("NVE 2000 x 0.5 fs: max |E(t)-E(0)|/N = %.3g eV/atom, T in [%.0f, %.0f] K, pe/N <= %.3f eV, "
+                "se_e2_a energy changed by up to %.3g eV\n", drift, tmin, tmax, pemax, ese_change);
+  EXPECT_LT(drift, 1e-4);
+  EXPECT_LT(pemax, -4.0) << "the system must stay bound";
+  EXPECT_GT(tmin, 200.0);
+  EXPECT_LT(tmax, 400.0);
+  EXPECT_GT(ese_change, 1e-3) << "the se_e2_a part must take part in the dynamics";
+}
+
+// `timing yes` reports, after each run, the time per atom-step in graph building, the model call
+// and the force scatter, and the peak memory.
+TEST(PairMLIP, TimingReportAfterRun) {
+  const std::string model = model_path("se_e2_a");
+  const std::string log = (fs::temp_directory_path() / "mlip_test_pair" / fmt::format("timing{}.log", nprocs())).string();
+  {
+    Lammps lmp(log);
+    setup_system(lmp, random_system(Box{}, 40, 1.0, 38), Box{}, "pair_style mlip " + model + " timing yes");
+    lmp.ok("fix 1 all nve");
+    lmp.ok("run 3");
+  }
+  if (rank() == 0) {
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_NE(text.str().find(fmt::format("pair_style mlip timing: 3 force calls, 40 atoms, {} ranks; us/atom-step",
+                                          nprocs())),
+              std::string::npos)
+        << text.str();
+    EXPECT_NE(text.str().find("peak RSS"), std::string::npos);
+  }
 }
 
 TEST(PairMLIP, Float32ModelIsCloseToFloat64) {
@@ -229,7 +494,9 @@ TEST(PairMLIP, BadInputGivesClearErrors) {
   EXPECT_TRUE(has(error_of("pair_style mlip " + bad_file, "* * O H H"), "not a readable TorchScript model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H C"), "element 'C' for atom type 3 is not in model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H"), "followed by 3 element names"));
-  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks'"));
+  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, timing)"));
+  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " timing maybe", "* * O H H"),
+                  "timing must be 'yes' or 'no', not 'maybe'"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunk 0", "* * O H H"), "chunk must be >= 1"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H H", "newton off"), "requires 'newton on'"));
 }

@@ -1,0 +1,92 @@
+// Named models for the LAMMPS tests and benchmarks, written deterministically (fixed seeds, fixed
+// statistics), so that test_pair_mlip, the LAMMPS force-style YAML cases (tests/lammps/) and
+// benchmarks/bench_pair.sh all use the same files:
+//
+//   morse64, morse32   Morse pair model (support/morse_model.h), H O, rc 3.5
+//   se_e2_a            small se_e2_a (local), H O, rc 3.5, random weights, non-trivial scale/shift
+//   painn              small PaiNN with 2 message-passing layers, H O, rc 3.0, same
+//   morse_md           Morse binding for the NVE test: H O, rc 5.0, alpha 1.6 / A, r0 2.6 A
+//   se_e2_a_md         se_e2_a perturbation for the NVE test: H O, rc 4.0, energy scale 0.03-0.05
+//   se_e2_a_water64    se_e2_a with default hyperparameters (rc 6, embedding 25-50-100, fitting
+//   se_e2_a_water32    240x3), O H, random weights: the speed benchmark's model, float64/float32
+#pragma once
+
+#include <random>
+#include <string>
+
+#include "mlip/error.h"
+#include "mlip/potentials.h"
+#include "morse_model.h"
+
+namespace mlip::testing {
+
+// Per-species scale and shift drawn from a seeded generator: non-zero, different per species.
+inline void set_random_energy_buffers(torch::jit::Module& module, unsigned seed, double scale_lo, double scale_hi) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> scale(scale_lo, scale_hi), shift(-6.0, -1.0);
+  torch::NoGradGuard no_grad;  // only while setting buffers; never around evaluation
+  torch::Tensor s = module.attr("energy_scale").toTensor(), b = module.attr("energy_shift").toTensor();
+  for (int64_t k = 0; k < s.size(0); ++k) {
+    s[k] = scale(rng);
+    b[k] = shift(rng);
+  }
+}
+
+inline BuiltModel build_test_model(const std::string& architecture, double cutoff, const nlohmann::json& hyper,
+                                   torch::Dtype dtype, uint64_t seed,
+                                   const std::vector<std::string>& species = {"H", "O"}) {
+  ModelSpec spec;
+  spec.architecture = architecture;
+  spec.species = species;
+  spec.cutoff = cutoff;
+  spec.dtype = dtype;
+  spec.seed = seed;
+  spec.hyperparameters = hyper;
+  return build_model(spec);
+}
+
+/// Writes the model called `name` (see above) to `path`. Throws mlip::Error on an unknown name.
+inline void write_test_model(const std::string& name, const std::string& path) {
+  if (name == "morse64" || name == "morse32") {
+    Model m = make_morse_model({"H", "O"}, 3.5, name == "morse32" ? torch::kFloat32 : torch::kFloat64);
+    save_model(m.module(), m.metadata(), path);
+  } else if (name == "morse_md") {
+    // A stiffer, longer Morse (alpha r0 = 4.2, like Morse fits of fcc metals) whose fcc crystal
+    // is mechanically stable near water's number density (0.1 / A^3): the default alpha r0 = 2.1
+    // makes a dense system collapse, because attraction grows with every neighbour added.
+    Model m = make_morse_model({"H", "O"}, 5.0);
+    m.module().setattr("alpha", 1.6);
+    m.module().setattr("r0", 2.6);
+    save_model(m.module(), m.metadata(), path);
+  } else if (name == "se_e2_a" || name == "se_e2_a_md") {
+    const bool md = name == "se_e2_a_md";
+    BuiltModel b = build_test_model("se_e2_a", md ? 4.0 : 3.5,
+                                    {{"embedding", {4, 8}}, {"axis_neurons", 4}, {"fitting", {8, 8}},
+                                     {"rcut_smth", md ? 2.0 : 1.5}, {"neighbor_norm", 10.0}},
+                                    torch::kFloat64, 11);
+    if (md) {
+      set_random_energy_buffers(b.module, 12, 0.03, 0.05);
+    } else {
+      set_random_energy_buffers(b.module, 12, 0.5, 1.5);
+    }
+    {
+      torch::NoGradGuard no_grad;
+      b.module.attr("env_std").toTensor().copy_(torch::tensor({{0.3, 0.2}, {0.25, 0.15}}));
+    }
+    export_frozen(b.module, b.metadata, path);
+  } else if (name == "painn") {
+    BuiltModel b = build_test_model("painn", 3.0, {{"features", 8}, {"layers", 2}, {"radial_basis", 4}},
+                                    torch::kFloat64, 13);
+    set_random_energy_buffers(b.module, 14, 0.5, 1.5);
+    export_frozen(b.module, b.metadata, path);
+  } else if (name == "se_e2_a_water64" || name == "se_e2_a_water32") {
+    BuiltModel b = build_test_model("se_e2_a", 6.0, nlohmann::json::object(),
+                                    name == "se_e2_a_water32" ? torch::kFloat32 : torch::kFloat64, 1, {"O", "H"});
+    export_frozen(b.module, b.metadata, path);
+  } else {
+    throw Error("unknown test model '" + name + "' (known: morse64, morse32, morse_md, se_e2_a, se_e2_a_md, painn, "
+                "se_e2_a_water64, se_e2_a_water32)");
+  }
+}
+
+}  // namespace mlip::testing
