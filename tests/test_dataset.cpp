@@ -8,6 +8,7 @@
 
 #include "mlip/dataset.h"
 #include "mlip/error.h"
+#include "support/temp_dir.h"
 
 namespace mlip {
 namespace {
@@ -31,14 +32,7 @@ std::vector<Structure> sample_frames() {
   return frames;
 }
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / name) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using testing::TempDir;
 
 void expect_same(const std::vector<Frame>& a, const std::vector<Frame>& b) {
   ASSERT_EQ(a.size(), b.size());

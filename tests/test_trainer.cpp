@@ -9,6 +9,7 @@
 #include "communicator.h"
 #include "config.h"
 #include "mlip/error.h"
+#include "support/temp_dir.h"
 #include "mlip/io.h"
 #include "training.h"
 
@@ -17,18 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / name) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name, const std::string& text) const {
-    std::ofstream(path / name) << text;
-    return (path / name).string();
-  }
-};
+using testing::TempDir;
 
 const char* kMinimal = R"(model:
   architecture: se_e2_a

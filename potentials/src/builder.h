@@ -86,9 +86,20 @@ class ModuleBuilder {
     module_.register_attribute(name, c10::FloatType::get(), value);
   }
   torch::TensorOptions options() const { return options_; }
-  torch::jit::Module finish(const std::string& source) {
+
+  /// Defines forward() from `source` and returns the module with its metadata.
+  BuiltModel finish(const std::string& source, const ModelSpec& spec, const std::string& architecture,
+                    int message_passing_layers, const nlohmann::json& hyperparameters) {
     module_.define(source);
-    return module_;
+    BuiltModel built;
+    built.module = module_;
+    built.metadata.architecture = architecture;
+    built.metadata.species = spec.species;
+    built.metadata.cutoff = spec.cutoff;
+    built.metadata.message_passing_layers = message_passing_layers;
+    built.metadata.dtype = spec.dtype == torch::kFloat32 ? "float32" : "float64";
+    built.metadata.hyperparameters = hyperparameters;
+    return built;
   }
 
  private:

@@ -91,15 +91,7 @@ BuiltModel build_painn(const ModelSpec& spec) {
       << "    cs = species[:n_centers]\n"
       << "    return e.squeeze(1) * self.energy_scale[cs] + self.energy_shift[cs]\n";
 
-  BuiltModel built;
-  built.module = b.finish(src.str());
-  built.metadata.architecture = "painn";
-  built.metadata.species = spec.species;
-  built.metadata.cutoff = spec.cutoff;
-  built.metadata.message_passing_layers = static_cast<int>(layers);
-  built.metadata.dtype = spec.dtype == torch::kFloat32 ? "float32" : "float64";
-  built.metadata.hyperparameters = resolved;
-  return built;
+  return b.finish(src.str(), spec, "painn", static_cast<int>(layers), resolved);
 }
 
 }  // namespace mlip

@@ -133,15 +133,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "        e = e.index_copy(0, idx, y.squeeze(1))\n"
       << "    return e * self.energy_scale[cs] + self.energy_shift[cs]\n";
 
-  BuiltModel built;
-  built.module = b.finish(src.str());
-  built.metadata.architecture = "se_e2_a";
-  built.metadata.species = spec.species;
-  built.metadata.cutoff = rc;
-  built.metadata.message_passing_layers = 0;
-  built.metadata.dtype = spec.dtype == torch::kFloat32 ? "float32" : "float64";
-  built.metadata.hyperparameters = resolved;
-  return built;
+  return b.finish(src.str(), spec, "se_e2_a", 0, resolved);
 }
 
 void fit_se_e2_a_statistics(BuiltModel& model, const std::vector<const Frame*>& frames) {
