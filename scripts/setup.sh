@@ -10,7 +10,9 @@ echo "== [2/3] build (LAMMPS takes ~6 min on 2 cores the first time; ccache make
 "$here/scripts/build.sh"
 echo "== [3/3] check"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-if "$build/bin/lmp" -h | grep -qw mlip; then
+# Capture first: grep -q would stop reading early and, under pipefail, fail the pipeline.
+help="$("$build/bin/lmp" -h)"
+if grep -qw mlip <<<"$help"; then
   echo "LAMMPS at $build/bin/lmp has pair_style mlip"
 else
   echo "error: $build/bin/lmp does not list pair_style mlip" >&2
