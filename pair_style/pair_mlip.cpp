@@ -25,6 +25,8 @@
 #include "neighbor.h"
 #include "update.h"
 
+#include "pair_mlip_scatter.h"
+
 #include "mlip/chunk_graph.h"
 #include "mlip/error.h"
 #include "mlip/model.h"
@@ -186,7 +188,7 @@ void PairMLIP::settings(int narg, char **arg)
     }
   }
   guarded(error, true, "cannot load model", [&] {
-    impl->model = std::make_unique<mlip::Model>(mlip::Model::load(model_file));
+    impl->model = std::make_unique<mlip::Model>(mlip::Model::load(model_file, torch::Device(model_device())));
   });
   const bool malloc_tuned = keep_freed_memory();
   const auto &meta = impl->model->metadata();
@@ -304,18 +306,7 @@ double PairMLIP::init_one(int i, int j)
 
 void PairMLIP::compute(int eflag, int vflag)
 {
-  ev_init(eflag, vflag);
-  // Timers cover the steps of a run, as LAMMPS's loop time does (the setup call, which also
-  // pays for TorchScript's first-call optimisation, is reported alone only after a `run 0`).
-  const bool setup = update->setupflag != 0;
-  if (setup != impl->in_setup || update->firststep != impl->run_first || update->laststep != impl->run_last) {
-    impl->t_graph = impl->t_model = impl->t_forces = 0.0;
-    impl->calls = 0;
-  }
-  impl->in_setup = setup;
-  impl->run_first = update->firststep;
-  impl->run_last = update->laststep;
-
+  begin_compute(eflag, vflag);
   if (layers > 1) {
     // No chunking: a chunk would need its own (L-1)-hop halo of complete neighbourhoods, which is
     // not implemented; the whole subdomain and its ghost halo go through the model at once.
@@ -328,8 +319,43 @@ void PairMLIP::compute(int eflag, int vflag)
       evaluate_graph();
     }
   }
+  end_compute();
+}
+
+/* ----------------------------------------------------------------------
+   begin_compute / end_compute: what every compute() does first and last (mlip and mlip/kk)
+------------------------------------------------------------------------- */
+
+void PairMLIP::begin_compute(int eflag, int vflag, bool alloc)
+{
+  ev_init(eflag, vflag, alloc ? 1 : 0);    // mlip/kk allocates its per-atom arrays as views
+  // Timers cover the steps of a run, as LAMMPS's loop time does (the setup call, which also
+  // pays for TorchScript's first-call optimisation, is reported alone only after a `run 0`).
+  const bool setup = update->setupflag != 0;
+  if (setup != impl->in_setup || update->firststep != impl->run_first || update->laststep != impl->run_last) {
+    impl->t_graph = impl->t_model = impl->t_forces = 0.0;
+    impl->calls = 0;
+  }
+  impl->in_setup = setup;
+  impl->run_first = update->firststep;
+  impl->run_last = update->laststep;
+}
+
+void PairMLIP::end_compute()
+{
   impl->calls++;
   if (timing && update->whichflag == 1 && update->ntimestep == update->laststep) report_timing();
+}
+
+void PairMLIP::add_time(Timer which, double seconds)
+{
+  (which == GRAPH ? impl->t_graph : which == MODEL ? impl->t_model : impl->t_forces) += seconds;
+}
+
+mlip::Model &PairMLIP::model()
+{
+  if (!impl->model) error->all(FLERR, "pair_style mlip: no model loaded");
+  return *impl->model;
 }
 
 /* ----------------------------------------------------------------------
@@ -433,39 +459,40 @@ void PairMLIP::evaluate_graph()
   t0 = Clock::now();
   const double *energy = out.atom_energy.data_ptr<double>();    // (n_centers)
   const double *grad = out.edge_grad.data_ptr<double>();        // (n_edges, 3) dE/dr_ij
-  double *const *f = atom->f;
 
-  if (eflag_either) {
-    for (int64_t c = 0; c < g.n_centers; c++) {
-      if (eflag_global) eng_vdwl += energy[c];
-      if (eflag_atom) eatom[g.node_atom[c]] += energy[c];
+  // Plain adds into LAMMPS's arrays; the per-centre and per-edge terms are in pair_mlip_scatter.h.
+  struct Sink {
+    PairMLIP *pair;
+    double *const *f;
+    void add_energy(double e) const { pair->eng_vdwl += e; }
+    void add_energy_atom(int i, double e) const { pair->eatom[i] += e; }
+    void add_force(int i, double x, double y, double z) const
+    {
+      f[i][0] += x;
+      f[i][1] += y;
+      f[i][2] += z;
     }
-  }
-  for (int64_t e = 0; e < g.n_edges; e++) {
-    const int i = g.node_atom[g.edge_index[e]];
-    const int j = g.node_atom[g.edge_index[g.n_edges + e]];
-    const double *gr = grad + 3 * e;
-    const double *r = g.edge_vectors.data() + 3 * e;
-    // r_ij = x_j - x_i, so dE/dx_j = g and dE/dx_i = -g.
-    for (int d = 0; d < 3; d++) {
-      f[i][d] += gr[d];
-      f[j][d] -= gr[d];
+    void add_virial(const double *v) const
+    {
+      for (int k = 0; k < 6; k++) pair->virial[k] += v[k];
     }
-    if (vflag_either) {
-      // W = -r (x) g, the edge's share of sum_i x_i . f_i.
-      const double v[6] = {-r[0] * gr[0], -r[1] * gr[1], -r[2] * gr[2],
-                           -r[0] * gr[1], -r[0] * gr[2], -r[1] * gr[2]};
-      if (vflag_global)
-        for (int k = 0; k < 6; k++) virial[k] += v[k];
-      if (vflag_atom)
-        for (int k = 0; k < 6; k++) vatom[j][k] += v[k];
-      if (cvflag_atom) {
-        const double cv[9] = {v[0], v[1], v[2], v[3], v[4], v[5],
-                              -r[1] * gr[0], -r[2] * gr[0], -r[2] * gr[1]};
-        for (int k = 0; k < 9; k++) cvatom[j][k] += cv[k];
-      }
+    void add_virial_atom(int i, const double *v) const
+    {
+      for (int k = 0; k < 6; k++) pair->vatom[i][k] += v[k];
     }
-  }
+    void add_centroid_atom(int i, const double *cv) const
+    {
+      for (int k = 0; k < 9; k++) pair->cvatom[i][k] += cv[k];
+    }
+  };
+  const Sink sink{this, atom->f};
+  const mlip_scatter::Requests req{eflag_global != 0, eflag_atom != 0, vflag_global != 0, vflag_atom != 0,
+                                   cvflag_atom != 0};
+  if (eflag_either)
+    for (int64_t c = 0; c < g.n_centers; c++) mlip_scatter::centre(sink, req, g.node_atom[c], energy[c]);
+  for (int64_t e = 0; e < g.n_edges; e++)
+    mlip_scatter::edge(sink, req, g.node_atom[g.edge_index[e]], g.node_atom[g.edge_index[g.n_edges + e]],
+                       g.edge_vectors.data() + 3 * e, grad + 3 * e);
   if (timing) s.t_forces += seconds_since(t0);
 }
 

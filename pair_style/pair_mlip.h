@@ -18,6 +18,10 @@ PairStyle(mlip,PairMLIP);
 #include <string>
 #include <vector>
 
+namespace mlip {
+class Model;
+}
+
 namespace LAMMPS_NS {
 
 // Evaluates a frozen mlip model (TorchScript) on LAMMPS atoms. LibTorch stays out of this
@@ -48,6 +52,14 @@ class PairMLIP : public Pair {
   void build_chunk_graph(int first, int last);
   void build_halo_graph();
   void evaluate_graph();
+
+  // Shared with mlip/kk (pair_mlip_kokkos.h), which builds its graph from Kokkos views.
+  mlip::Model &model();
+  virtual const char *model_device() const { return "cpu"; }    // where settings() loads the model
+  void begin_compute(int eflag, int vflag, bool alloc = true);    // ev_init, timers
+  void end_compute();                           // timing report at the end of a run
+  enum Timer { GRAPH, MODEL, FORCES };
+  void add_time(Timer which, double seconds);
   void report_timing();
 };
 

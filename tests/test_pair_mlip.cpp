@@ -97,9 +97,11 @@ double compute_scalar(void* handle, const std::string& id) {
 
 class Lammps {
  public:
-  explicit Lammps(const std::string& log = "none") {
-    const char* argv[] = {"lmp", "-log", log.c_str(), "-screen", "none", "-nocite"};
-    handle_ = lammps_open(6, const_cast<char**>(argv), MPI_COMM_WORLD, nullptr);
+  // kokkos: run with the KOKKOS package on (-k on), so that the */kk styles exist.
+  explicit Lammps(const std::string& log = "none", bool kokkos = false) {
+    std::vector<const char*> argv = {"lmp", "-log", log.c_str(), "-screen", "none", "-nocite"};
+    if (kokkos) argv.insert(argv.end(), {"-k", "on", "t", "1", "-sf", "kk"});
+    handle_ = lammps_open(static_cast<int>(argv.size()), const_cast<char**>(argv.data()), MPI_COMM_WORLD, nullptr);
   }
   ~Lammps() { lammps_close(handle_); }
   // Runs one command; returns LAMMPS's error message, empty on success.
@@ -515,6 +517,149 @@ TEST(PairMLIP, RejectsUnitsOtherThanMetal) {
   EXPECT_NE(e.find("needs 'units metal', not 'units real'"), std::string::npos) << e;
 }
 
+// ---------------------------------------------------------------------------------------------
+// pair_style mlip/kk (KOKKOS package; Serial backend in this build) against pair_style mlip: the
+// same energies, forces, global virial, per-atom energies, per-atom and centroid virials, to
+// 1e-10 relative, on every rank count ctest runs (1, 2 and 4), with newton on.
+
+struct Snapshot {
+  double pe = 0.0;
+  std::vector<double> pressure, f, pe_atom, stress, cstress, x;
+};
+
+// Runs `setup` (commands, one per line: box, atoms, masses), the pair commands (one per line),
+// then `run` (0 = just evaluate, else NVE steps), and gathers everything by atom ID. With kokkos,
+// LAMMPS runs with -k on -sf kk: atom_style atomic is atomic/kk, pair_style mlip is mlip/kk.
+Snapshot snapshot(bool kokkos, const std::string& setup, const std::string& pair_commands, int run = 0) {
+  Lammps lmp("none", kokkos);
+  Snapshot out;
+  std::string commands = setup + pair_commands +
+                         "\ncompute pe all pe/atom\ncompute s all stress/atom NULL\n"
+                         "compute cs all centroid/stress/atom NULL\n"
+                         "thermo_style custom step pe pxx pyy pzz pxy pxz pyz\n";
+  if (run > 0)
+    commands += "velocity all create 300 4928459 loop geom\ntimestep 0.0005\nfix 1 all nve\n"
+                "neighbor 0.5 bin\nneigh_modify every 1 delay 0 check yes\n";
+  commands += fmt::format("run {}\n", run);
+  std::istringstream lines(commands);
+  for (std::string line; std::getline(lines, line);) {
+    const std::string err = lmp.command(line);
+    if (!err.empty()) {
+      ADD_FAILURE() << (kokkos ? "[kokkos] " : "") << line << ": " << err;
+      return out;
+    }
+  }
+  const int n = static_cast<int>(lammps_get_natoms(lmp.handle()));
+  out.pe = lammps_get_thermo(lmp.handle(), "pe");
+  for (const char* p : {"pxx", "pyy", "pzz", "pxy", "pxz", "pyz"}) out.pressure.push_back(lammps_get_thermo(lmp.handle(), p));
+  out.f.resize(3 * n);
+  out.x.resize(3 * n);
+  out.pe_atom.resize(n);
+  out.stress.resize(6 * n);
+  out.cstress.resize(9 * n);
+  lammps_gather_atoms(lmp.handle(), const_cast<char*>("f"), 1, 3, out.f.data());
+  lammps_gather_atoms(lmp.handle(), const_cast<char*>("x"), 1, 3, out.x.data());
+  lammps_gather(lmp.handle(), const_cast<char*>("c_pe"), 1, 1, out.pe_atom.data());
+  lammps_gather(lmp.handle(), const_cast<char*>("c_s"), 1, 6, out.stress.data());
+  lammps_gather(lmp.handle(), const_cast<char*>("c_cs"), 1, 9, out.cstress.data());
+  return out;
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0.0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+void expect_same(const std::vector<double>& a, const std::vector<double>& b, double tol, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  const double scale = std::max(max_abs(b), 1e-30);
+  int bad = 0;
+  for (std::size_t k = 0; k < a.size(); ++k)
+    if (std::abs(a[k] - b[k]) > tol * scale && ++bad <= 5) ADD_FAILURE() << what << "[" << k << "]: " << a[k] << " vs " << b[k];
+  EXPECT_EQ(bad, 0) << what << ": entries differing by more than " << tol << " x max |value| " << scale;
+}
+
+// mlip/kk and mlip on the same input: everything equal to `tol` relative. `pair_commands` has
+// {} where the style name goes: "mlip" for the reference, `kk_style` for the Kokkos run.
+void expect_kokkos_matches(const std::string& setup, const std::string& pair_commands, int run = 0,
+                           double tol = 1e-10, const std::string& kk_style = "mlip/kk", bool centroid = true) {
+  auto with_style = [&](const std::string& style) {
+    std::string text = pair_commands;
+    for (std::size_t at; (at = text.find("{}")) != std::string::npos;) text.replace(at, 2, style);
+    return text;
+  };
+  const Snapshot ref = snapshot(false, setup, with_style("mlip"), run);
+  const Snapshot kk = snapshot(true, setup, with_style(kk_style), run);
+  ASSERT_FALSE(ref.f.empty());
+  ASSERT_FALSE(kk.f.empty());
+  ASSERT_GT(max_abs(ref.f), 0.05) << "the test system must have non-trivial forces";
+  EXPECT_NEAR(kk.pe, ref.pe, tol * std::abs(ref.pe));
+  expect_same(kk.pressure, ref.pressure, tol, "pressure");
+  expect_same(kk.f, ref.f, tol, "forces");
+  expect_same(kk.pe_atom, ref.pe_atom, tol, "pe/atom");
+  expect_same(kk.stress, ref.stress, tol, "stress/atom");
+  if (centroid) expect_same(kk.cstress, ref.cstress, tol, "centroid/stress/atom");
+  if (run > 0) expect_same(kk.x, ref.x, tol, "positions after the run");
+}
+
+// Random O/H "water" atoms in the triclinic test box, types 1 = O, 2 = 3 = H.
+std::string water_setup(int n, unsigned seed) {
+  const Box box;
+  const Structure s = random_system(box, n, 1.0, seed);
+  std::string cmds = "units metal\natom_style atomic\natom_modify map array\nnewton on\n";
+  cmds += fmt::format("region box prism 0 {} 0 {} 0 {} {} {} {} units box\ncreate_box 3 box\n", box.lx, box.ly,
+                      box.lz, box.xy, box.xz, box.yz);
+  for (std::size_t i = 0; i < s.size(); ++i)
+    cmds += fmt::format("create_atoms {} single {:.17g} {:.17g} {:.17g} units box\n", lammps_type(s, i),
+                        s.positions[i][0], s.positions[i][1], s.positions[i][2]);
+  return cmds + "mass 1 15.999\nmass 2 1.008\nmass 3 1.008\n";
+}
+
+// bcc tantalum, 4 x 4 x 4 cells (128 atoms), atoms displaced randomly by up to 0.15 A.
+const std::string ta_setup =
+    "units metal\natom_style atomic\natom_modify map array\nnewton on\nlattice bcc 3.30\n"
+    "region box block 0 4 0 4 0 4\ncreate_box 1 box\ncreate_atoms 1 box\n"
+    "displace_atoms all random 0.15 0.15 0.15 8812 units box\nmass 1 180.95\n";
+
+TEST(PairMLIPKokkos, WaterSeE2AMatchesMlip) {
+  expect_kokkos_matches(water_setup(80, 31), "pair_style {} " + model_path("se_e2_a") + "\npair_coeff * * O H H");
+}
+
+TEST(PairMLIPKokkos, WaterSeE2AInChunksMatchesMlip) {
+  expect_kokkos_matches(water_setup(80, 32),
+                        "pair_style {} " + model_path("se_e2_a") + " chunk 7\npair_coeff * * O H H");
+}
+
+TEST(PairMLIPKokkos, HostVariantMatchesMlip) {
+  expect_kokkos_matches(water_setup(60, 33), "pair_style {} " + model_path("se_e2_a") + "\npair_coeff * * O H H",
+                        0, 1e-10, "mlip/kk/host");
+}
+
+TEST(PairMLIPKokkos, TantalumMatchesMlip) {
+  expect_kokkos_matches(ta_setup, "pair_style {} " + model_path("se_e2_a_ta") + "\npair_coeff * * Ta");
+}
+
+// Type 3 NULL under hybrid/overlay (pair_style zero gives LAMMPS its coefficients). The centroid
+// virial is not compared: LAMMPS's hybrid/overlay/kk (29Sep2021) does not sum its sub-styles'
+// centroid virials (pair_hybrid_kokkos.cpp has no cvatom), whatever the sub-style.
+TEST(PairMLIPKokkos, NullTypeMatchesMlip) {
+  expect_kokkos_matches(water_setup(80, 34),
+                        "pair_style hybrid/overlay {} " + model_path("se_e2_a") +
+                            " zero 4.0\npair_coeff * * {} O H NULL\npair_coeff * * zero",
+                        0, 1e-10, "mlip/kk", /*centroid=*/false);
+}
+
+TEST(PairMLIPKokkos, MessagePassingModelMatchesMlip) {
+  expect_kokkos_matches(water_setup(80, 35), "pair_style {} " + model_path("painn") + "\npair_coeff * * O H H");
+}
+
+// 100 NVE steps with neighbour-list rebuilds: trajectories agree (to 1e-8: 100 steps amplify
+// round-off differences in the force sums).
+TEST(PairMLIPKokkos, TantalumTrajectoryMatchesMlip) {
+  expect_kokkos_matches(ta_setup, "pair_style {} " + model_path("se_e2_a_ta") + "\npair_coeff * * Ta", 100, 1e-8);
+}
+
 }  // namespace
 }  // namespace mlip
 
@@ -529,6 +674,7 @@ int main(int argc, char** argv) {
   const int local = RUN_ALL_TESTS();
   int global = 0;
   MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  lammps_kokkos_finalize();  // Kokkos outlives the LAMMPS instances that started it
   MPI_Finalize();
   return global;
 }

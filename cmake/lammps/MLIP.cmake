@@ -25,6 +25,10 @@ add_subdirectory(${MLIP_ROOT}/common ${CMAKE_BINARY_DIR}/mlip-common)
 function(mlip_add_package)
   mlip_lammps_definitions(${LAMMPS_SOURCE_DIR} lammps_defs)
   set(sources ${MLIP_ROOT}/pair_style/pair_mlip.cpp)
+  if(PKG_KOKKOS)
+    # pair_style mlip/kk, mlip/kk/device, mlip/kk/host (pair_mlip_kokkos.h).
+    list(APPEND sources ${MLIP_ROOT}/pair_style/pair_mlip_kokkos.cpp)
+  endif()
   target_sources(lammps PRIVATE ${sources})
   target_include_directories(lammps PRIVATE ${MLIP_ROOT}/pair_style)
   target_link_libraries(lammps PRIVATE mlip::model)
@@ -36,6 +40,9 @@ function(mlip_add_package)
 
   # Register the style and regenerate style_pair.h, which LAMMPS wrote before this point.
   AddStyleHeader(${MLIP_ROOT}/pair_style/pair_mlip.h PAIR)
+  if(PKG_KOKKOS)
+    AddStyleHeader(${MLIP_ROOT}/pair_style/pair_mlip_kokkos.h PAIR)
+  endif()
   GenerateStyleHeader(${LAMMPS_STYLE_HEADERS_DIR} PAIR pair)
 
   # List MLIP among the installed packages (lmp -h, info).

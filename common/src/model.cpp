@@ -123,20 +123,35 @@ ModelOutput Model::evaluate(const ModelInput& in, bool need_grad) const {
   return out;
 }
 
-ModelOutput evaluate_chunk(const Model& model, ChunkGraph& graph, bool need_grad) {
-  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+ModelOutput evaluate_graph(const Model& model, const GraphView& g, bool need_grad) {
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(g.device);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(g.device);
+  // from_blob wants non-const pointers; the tensors are only read (Model::evaluate detaches the
+  // vectors before asking for their gradient, which does not write them).
+  auto* species = const_cast<int64_t*>(g.species);
+  auto* edge_index = const_cast<int64_t*>(g.edge_index);
+  auto* vectors = const_cast<double*>(g.edge_vectors);
   ModelInput in;
-  in.species = torch::from_blob(graph.species.data(), {static_cast<int64_t>(graph.species.size())}, i64)
-                   .to(model.device());
-  in.edge_index = torch::from_blob(graph.edge_index.data(), {2, graph.n_edges}, i64).to(model.device());
-  in.edge_vectors = torch::from_blob(graph.edge_vectors.data(), {graph.n_edges, 3}, f64)
-                        .to(model.device(), model.metadata().torch_dtype());
-  in.n_centers = graph.n_centers;
+  in.species = torch::from_blob(species, {g.n_nodes}, i64).to(model.device());
+  in.edge_index = torch::from_blob(edge_index, {2, g.n_edges}, {g.edge_index_stride, 1}, i64).to(model.device());
+  in.edge_vectors = torch::from_blob(vectors, {g.n_edges, 3}, f64).to(model.device(), model.metadata().torch_dtype());
+  in.n_centers = g.n_centers;
   ModelOutput out = model.evaluate(in, need_grad);
-  out.atom_energy = out.atom_energy.to(torch::kCPU, torch::kFloat64).contiguous();
-  if (out.edge_grad.defined()) out.edge_grad = out.edge_grad.to(torch::kCPU, torch::kFloat64).contiguous();
+  out.atom_energy = out.atom_energy.to(g.device, torch::kFloat64).contiguous();
+  if (out.edge_grad.defined()) out.edge_grad = out.edge_grad.to(g.device, torch::kFloat64).contiguous();
   return out;
+}
+
+ModelOutput evaluate_chunk(const Model& model, ChunkGraph& graph, bool need_grad) {
+  GraphView view;
+  view.species = graph.species.data();
+  view.n_nodes = static_cast<int64_t>(graph.species.size());
+  view.edge_index = graph.edge_index.data();
+  view.edge_index_stride = graph.n_edges;
+  view.edge_vectors = graph.edge_vectors.data();
+  view.n_edges = graph.n_edges;
+  view.n_centers = graph.n_centers;
+  return evaluate_graph(model, view, need_grad);
 }
 
 void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path) {

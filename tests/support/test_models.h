@@ -79,12 +79,24 @@ inline void write_test_model(const std::string& name, const std::string& path) {
                                     torch::kFloat64, 13);
     set_random_energy_buffers(b.module, 14, 0.5, 1.5);
     export_frozen(b.module, b.metadata, path);
+  } else if (name == "se_e2_a_ta") {
+    // One-species metal model (tantalum), cutoff 4.5 A: 1st-3rd bcc shells at a = 3.3 A.
+    BuiltModel b = build_test_model("se_e2_a", 4.5,
+                                    {{"embedding", {4, 8}}, {"axis_neurons", 4}, {"fitting", {8, 8}},
+                                     {"rcut_smth", 2.0}, {"neighbor_norm", 14.0}},
+                                    torch::kFloat64, 15, {"Ta"});
+    set_random_energy_buffers(b.module, 16, 0.5, 1.5);
+    {
+      torch::NoGradGuard no_grad;
+      b.module.attr("env_std").toTensor().copy_(torch::tensor({{0.2, 0.15}}));
+    }
+    export_frozen(b.module, b.metadata, path);
   } else if (name == "se_e2_a_water64" || name == "se_e2_a_water32") {
     BuiltModel b = build_test_model("se_e2_a", 6.0, nlohmann::json::object(),
                                     name == "se_e2_a_water32" ? torch::kFloat32 : torch::kFloat64, 1, {"O", "H"});
     export_frozen(b.module, b.metadata, path);
   } else {
-    throw Error("unknown test model '" + name + "' (known: morse64, morse32, morse_md, se_e2_a, se_e2_a_md, painn, "
+    throw Error("unknown test model '" + name + "' (known: morse64, morse32, morse_md, se_e2_a, se_e2_a_md, se_e2_a_ta, painn, "
                 "se_e2_a_water64, se_e2_a_water32)");
   }
 }

@@ -93,9 +93,27 @@ class Model {
 
 class ChunkGraph;
 
-/// Evaluates the graph of one chunk: wraps its buffers (owned by `graph`, alive for the call),
-/// converts to the model's dtype, and returns energies and edge gradients as contiguous float64
-/// CPU tensors, whatever the model's dtype and device.
+/// A graph held in memory the caller owns (ChunkGraph buffers, LAMMPS Kokkos views) and keeps
+/// alive during the call. Row-major arrays; edge_index row 1 starts edge_index_stride elements
+/// after row 0 (a view with spare capacity has stride > n_edges).
+struct GraphView {
+  const int64_t* species = nullptr;        // (n_nodes)
+  int64_t n_nodes = 0;
+  const int64_t* edge_index = nullptr;     // (2, stride)
+  int64_t edge_index_stride = 0;
+  const double* edge_vectors = nullptr;    // (n_edges, 3), Å
+  int64_t n_edges = 0;
+  int64_t n_centers = 0;
+  torch::Device device = torch::kCPU;      // where that memory lives
+};
+
+/// Evaluates a graph. The inputs are wrapped as tensors without a copy (from_blob; the memory
+/// stays the caller's) and converted only where the model needs another dtype or device: this
+/// is the one place such conversions happen. Returns energies and edge gradients as contiguous
+/// float64 tensors on the graph's device, whatever the model's dtype and device.
+ModelOutput evaluate_graph(const Model& model, const GraphView& graph, bool need_grad = true);
+
+/// evaluate_graph() on the buffers of one chunk (CPU).
 ModelOutput evaluate_chunk(const Model& model, ChunkGraph& graph, bool need_grad = true);
 
 /// Saves `module` with `metadata` as the extra file. Writes to a temporary file and renames it,
