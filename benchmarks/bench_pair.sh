@@ -18,7 +18,8 @@
 #
 # Environment: SIZES ("1k 10k 100k"), RANKS ("1 2"), CHUNKS ("64 256 1024 4096": scanned on the
 # SCAN_SIZE (10k) water box, 1 rank, SCAN_STEPS (3) steps), CHUNK (chunk for the main runs; default: the pair style's default),
-# FLOAT32 (1: also the float32 model at 10k), KEEP (1: keep the work directory).
+# FLOAT32 (1: also the float32 model at 10k), KOKKOS (1: also pair_style mlip/kk, run with
+# -k on t 1 -sf kk, next to each mlip float64 run), KEEP (1: keep the work directory).
 # Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
 set -euo pipefail
 
@@ -39,6 +40,8 @@ SCAN_SIZE=${SCAN_SIZE:-10k}
 SCAN_STEPS=${SCAN_STEPS:-3}
 CHUNK=${CHUNK:-}
 FLOAT32=${FLOAT32:-1}
+KOKKOS=${KOKKOS:-1}
+lmp_extra=()    # extra LAMMPS command-line arguments of the next run()
 work=$(mktemp -d /tmp/bench_pair.XXXXXX)
 [[ ${KEEP:-0} == 1 ]] || trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -101,7 +104,7 @@ run() {
   local log="$work/log.$(echo "$label-$np" | tr -c 'A-Za-z0-9_.-' '_')"
   echo "  $label, $np rank(s) ..." >&2
   /usr/bin/time -f "maxrss_kib %M" -o "$log.time" \
-    mpirun --oversubscribe -np "$np" "$lmp" -in "$input" -log "$log" -screen none -nocite "${vars[@]}"
+    mpirun --oversubscribe -np "$np" "$lmp" -in "$input" -log "$log" -screen none -nocite "${lmp_extra[@]}" "${vars[@]}"
   rows+=("$(awk -v label="$label" -v np="$np" -v rss="$(awk '/maxrss_kib/ {print $2}' "$log.time")" '
     /^Loop time of/ { loop = $4; steps = $9; atoms = $12 }
     /^Pair  *\|/ { pair = $5 }
@@ -140,6 +143,12 @@ for size in $SIZES; do
   for np in $RANKS; do
     run "mlip se_e2_a f64" "$np" in.mlip "data=water-$size.data" model=water64.pt "options=$options" \
       "steps=${mlip_steps[$size]}"
+    if [[ $KOKKOS == 1 ]]; then
+      lmp_extra=(-k on t 1 -sf kk)
+      run "mlip/kk se_e2_a f64" "$np" in.mlip "data=water-$size.data" model=water64.pt "options=$options" \
+        "steps=${mlip_steps[$size]}"
+      lmp_extra=()
+    fi
     if [[ $FLOAT32 == 1 && $size == 10k ]]; then
       run "mlip se_e2_a f32" "$np" in.mlip "data=water-$size.data" model=water32.pt "options=$options" \
         "steps=${mlip_steps[$size]}"
@@ -156,7 +165,7 @@ echo
 echo "$header"
 printf '%s\n' "${scan[@]}"
 echo
-echo "mlip (se_e2_a water, default chunk${CHUNK:+ $CHUNK}) vs snap (W_2940_2017_2):"
+echo "mlip and mlip/kk (se_e2_a water, default chunk${CHUNK:+ $CHUNK}) vs snap (W_2940_2017_2):"
 echo
 echo "$header"
 printf '%s\n' "${rows[@]}"

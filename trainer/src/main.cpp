@@ -64,13 +64,15 @@ int run_convert(const std::string& input, const std::string& output, const std::
 }
 
 int run_test(const std::string& model, const std::string& data, const std::string& format, const Units& units,
-             const std::string& csv) {
-  const MetricSums m = test_model(model, data, format, units, csv, [](const std::string& s) { std::printf("%s\n", s.c_str()); });
+             const TestOutputs& outputs) {
+  const MetricSums m =
+      test_model(model, data, format, units, outputs, [](const std::string& s) { std::printf("%s\n", s.c_str()); });
   std::printf("frames %.0f\n", m.frames);
   std::printf("energy RMSE  %.3f meV/atom\n", 1e3 * m.energy_rmse());
   std::printf("force RMSE   %.2f meV/A\n", 1e3 * m.forces_rmse());
   if (m.virial_n > 0) std::printf("virial RMSE  %.3f meV/atom\n", 1e3 * m.virial_rmse());
-  if (!csv.empty()) std::printf("per-frame results: %s\n", csv.c_str());
+  if (!outputs.per_frame_csv.empty()) std::printf("per-frame results: %s\n", outputs.per_frame_csv.c_str());
+  if (!outputs.forces_csv.empty()) std::printf("per-atom forces: %s\n", outputs.forces_csv.c_str());
   return 0;
 }
 
@@ -98,12 +100,15 @@ int main(int argc, char** argv) {
   exp->add_option("checkpoint", checkpoint, "Checkpoint folder, e.g. run/checkpoints/best")->required();
   exp->add_option("-o,--output", output, "Model file to write");
 
-  std::string model, data, format = "auto", csv;
+  std::string model, data, format = "auto";
+  TestOutputs test_outputs;
   auto* test = app.add_subcommand("test", "Evaluate a model on labelled data: energy, force and virial RMSE");
   test->add_option("model", model, "Model file (model.pt)")->required()->check(CLI::ExistingFile);
   test->add_option("data", data, "Data file or folder")->required()->check(CLI::ExistingPath);
   test->add_option("--format", format, "auto, extxyz, deepmd, n2p2 or fitsnap");
-  test->add_option("--per-frame", csv, "Write per-frame results to this CSV file");
+  test->add_option("--per-frame", test_outputs.per_frame_csv, "Write per-frame results to this CSV file");
+  test->add_option("--forces", test_outputs.forces_csv,
+                   "Write reference and predicted forces of every atom to this CSV file (parity plots)");
   Units units;
   test->add_option("--length-unit", units.length, "Length unit of the data file (angstrom, bohr, nm)");
   test->add_option("--energy-unit", units.energy, "Energy unit of the data file (eV, meV, kcal/mol, kJ/mol, hartree, Ry)");
@@ -134,7 +139,7 @@ int main(int argc, char** argv) {
     at::set_num_threads(threads);
     if (*train) return run_train(*comm, config_path, overrides, resume, stop_after);
     if (*exp) return run_export(checkpoint, output);
-    if (*test) return run_test(model, data, format, units, csv);
+    if (*test) return run_test(model, data, format, units, test_outputs);
     if (*conv) return run_convert(conv_in, conv_out, conv_format, conv_units, conv_frame, conv_reps, conv_types);
   } catch (const mlip::Error& e) {
     std::fprintf(stderr, "mlip-trainer: error: %s\n", e.what());

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mlip/error.h"
+#include "mlip/io.h"
 #include "training.h"
 
 #include <torch/serialize.h>
@@ -381,6 +383,16 @@ void Trainer::run(bool resume, int64_t stop_after_epochs) {
                        {"train_frames", data_.train.size()},
                        {"validation_frames", data_.validation.size()}});
     log(fmt::format("exported {} (best epoch {})", path, state_.best_epoch));
+    // The held-out frames, so that `mlip-trainer test` can be run on exactly them.
+    if (!data_.validation.empty()) {
+      std::vector<Structure> frames;
+      frames.reserve(data_.validation.size());
+      for (const Frame& f : data_.validation) frames.push_back(f.structure);
+      const std::string vpath = (out / "validation.xyz").string();
+      write_extxyz(vpath + ".tmp", frames);
+      fs::rename(vpath + ".tmp", vpath);
+      log(fmt::format("wrote {} ({} validation frames; mlip-trainer test {} {})", vpath, frames.size(), path, vpath));
+    }
   }
   comm_.barrier();
 }
@@ -409,7 +421,7 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
 }
 
 MetricSums test_model(const std::string& model_path, const std::string& data_path, const std::string& format,
-                      const Units& units, const std::string& per_frame_csv,
+                      const Units& units, const TestOutputs& outputs,
                       const std::function<void(const std::string&)>& log) {
   Model model = Model::load(model_path);
   const auto& meta = model.metadata();
@@ -421,21 +433,49 @@ MetricSums test_model(const std::string& model_path, const std::string& data_pat
   const std::vector<Frame> frames = load_frames(data_path, opts, &note);
   log(note);
   const SpeciesMap species(meta.species);
-  std::ofstream csv;
-  if (!per_frame_csv.empty()) {
-    csv.open(per_frame_csv);
-    csv << "frame,origin,atoms,energy_ref,energy_pred,force_rmse\n";
-  }
+  auto open_csv = [](const std::string& path, const char* header) {
+    std::ofstream out;
+    if (path.empty()) return out;
+    out.open(path);
+    if (!out) throw Error(path + ": cannot open for writing");
+    out << header;
+    return out;
+  };
+  std::ofstream csv = open_csv(outputs.per_frame_csv, "frame,origin,atoms,energy_ref,energy_pred,force_rmse\n");
+  std::ofstream fcsv = open_csv(outputs.forces_csv, "frame,atom,element,fx_ref,fy_ref,fz_ref,fx_pred,fy_pred,fz_pred\n");
+  std::vector<double> sq_by_species(meta.species.size(), 0.0), n_by_species(meta.species.size(), 0.0);
   MetricSums sums;
   for (std::size_t k = 0; k < frames.size(); ++k) {
+    const Structure& st = frames[k].structure;
     const BatchTensors t = to_tensors(make_batch({&frames[k]}, species), meta.torch_dtype());
     const Prediction p = predict(model.module(), t, false);
     MetricSums one;
     loss_terms(p, t, {1, 1, 1}, "mse", 0.0, 1.0, &one);
     sums.add(one);
     if (csv) {
-      csv << fmt::format("{},{},{},{:.10g},{:.10g},{:.6g}\n", k, frames[k].structure.origin, frames[k].structure.size(),
-                         t.energy[0].item<double>(), p.energy[0].item<double>(), one.forces_rmse());
+      csv << fmt::format("{},{},{},{:.10g},{:.10g},{:.6g}\n", k, st.origin, st.size(), t.energy[0].item<double>(),
+                         p.energy[0].item<double>(), one.forces_rmse());
+    }
+    if (!st.has_forces()) continue;
+    const torch::Tensor pf = p.forces.detach().to(torch::kFloat64).contiguous();
+    const double* f = pf.data_ptr<double>();
+    for (std::size_t i = 0; i < st.size(); ++i) {
+      const auto s = static_cast<std::size_t>(species.index(st.numbers[i], st.origin));
+      for (int d = 0; d < 3; ++d) {
+        const double err = f[3 * i + d] - st.forces[i][d];
+        sq_by_species[s] += err * err;
+        n_by_species[s] += 1.0;
+      }
+      if (fcsv) {
+        fcsv << fmt::format("{},{},{},{:.8g},{:.8g},{:.8g},{:.8g},{:.8g},{:.8g}\n", k, i, meta.species[s],
+                            st.forces[i][0], st.forces[i][1], st.forces[i][2], f[3 * i], f[3 * i + 1], f[3 * i + 2]);
+      }
+    }
+  }
+  for (std::size_t s = 0; s < meta.species.size(); ++s) {
+    if (n_by_species[s] > 0) {
+      log(fmt::format("force RMSE {:<3} {:.2f} meV/A ({:.0f} atoms)", meta.species[s],
+                      1e3 * std::sqrt(sq_by_species[s] / n_by_species[s]), n_by_species[s] / 3));
     }
   }
   return sums;

@@ -194,9 +194,15 @@ class Trainer {
 /// state.json plus `provenance`.
 void export_checkpoint(const std::string& checkpoint_dir, const std::string& output, nlohmann::json provenance);
 
-/// Evaluates a model file on data; per-frame rows if `per_frame_csv` is not empty.
+/// What `mlip-trainer test` writes besides the totals (empty paths: nothing).
+struct TestOutputs {
+  std::string per_frame_csv;   // frame, origin, atoms, reference and predicted energy, force RMSE
+  std::string forces_csv;      // one row per atom: element, reference and predicted force (parity plots)
+};
+
+/// Evaluates a model file on data. Logs the force RMSE per species (where the data has forces).
 MetricSums test_model(const std::string& model_path, const std::string& data_path, const std::string& format,
-                      const Units& units, const std::string& per_frame_csv,
+                      const Units& units, const TestOutputs& outputs,
                       const std::function<void(const std::string&)>& log);
 
 }  // namespace mlip::trainer
