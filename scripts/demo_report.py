@@ -52,7 +52,7 @@ def read_performance(path):
 
 
 def read_rdf(path):
-    """The last block of a fix ave/time vector file: rows (index, r, g, coordination)."""
+    """The last block of a fix ave/time vector file: (r, g, coordination) columns."""
     blocks, current = [], None
     with open(path) as f:
         for line in f:
@@ -65,7 +65,7 @@ def read_rdf(path):
             elif current is not None and len(words) >= 4:
                 current.append([float(w) for w in words[:4]])
     last = blocks[-1]
-    return [r[1] for r in last], [r[2] for r in last]
+    return [r[1] for r in last], [r[2] for r in last], [r[3] for r in last]
 
 
 def read_test(path):
@@ -83,7 +83,7 @@ def main():
     e_rmse, f_rmse, f_species = read_test(os.path.join(out, "test.log"))
     thermo = read_thermo(os.path.join(out, "md.log"))
     ns_day, us_atom_step, procs, steps, atoms = read_performance(os.path.join(out, "md.log"))
-    r, g = read_rdf(os.path.join(out, "rdf_OO.dat"))
+    r, g, coord = read_rdf(os.path.join(out, "rdf_OO.dat"))
 
     # Learning curve.
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
@@ -97,9 +97,10 @@ def main():
     plt.close(fig)
 
     # Force parity on the validation frames.
-    ref, pred, elem = [], [], []
+    ref, pred, elem, frames = [], [], [], set()
     with open(os.path.join(out, "validation_forces.csv")) as f:
         for row in csv.DictReader(f):
+            frames.add(row["frame"])
             for d in "xyz":
                 ref.append(float(row["f%s_ref" % d]))
                 pred.append(float(row["f%s_pred" % d]))
@@ -147,14 +148,18 @@ def main():
 
     half = len(thermo["Temp"]) // 2
     t_mean = sum(thermo["Temp"][half:]) / max(1, len(thermo["Temp"][half:]))
+    # O-O pairs closer than 2.3 A do not exist in liquid water (the hydrogen-bond O-O distance is
+    # ~2.8 A): a model with a hole pulls molecules together there. Coordination within 2.3 A:
+    close = max([c for ri, c in zip(r, coord) if ri <= 2.3] or [0.0])
     checks = [
         ("first O-O peak at 2.7-2.9 A", 2.7 <= peak_r <= 2.9, "%.2f A" % peak_r),
+        ("no O-O pairs closer than 2.3 A", close < 0.01, "%.3f" % close),
         ("mean T (second half) within 15 K of 300 K", abs(t_mean - 300.0) <= 15.0, "%.1f K" % t_mean),
     ]
     print()
     print("==================== mlip demo summary ====================")
     print("validation (%d frames held out): energy RMSE %.2f meV/atom, force RMSE %.1f meV/A (%s)"
-          % (len(set(range(0))) or len(ref) // (3 * 192), e_rmse, f_rmse,
+          % (len(frames), e_rmse, f_rmse,
              ", ".join("%s %s" % p for p in f_species)))
     print("training: %d epochs in %.1f min (best validation force RMSE %.1f meV/A)"
           % (len(m["epoch"]), m["elapsed_s"][-1] / 60, 1e3 * min(m["val_force_rmse_eV_per_A"])))

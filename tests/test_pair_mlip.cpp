@@ -517,6 +517,47 @@ TEST(PairMLIP, RejectsUnitsOtherThanMetal) {
   EXPECT_NE(e.find("needs 'units metal', not 'units real'"), std::string::npos) << e;
 }
 
+// Forces against central finite differences of the energy LAMMPS itself reports: atoms are moved
+// with `set atom ID x|y|z`, the energy is re-evaluated with `run 0`. h = 1e-4 A: the truncation
+// error (~h^2 f''') and round-off (~1e-16 E / h) both stay below 1e-7 eV/A here.
+void expect_forces_are_energy_gradient(const std::string& model, unsigned seed) {
+  const Box box;
+  const Structure s = random_system(box, 60, 1.0, seed);
+  Lammps lmp;
+  setup_system(lmp, s, box, "pair_style mlip " + model);
+  lmp.ok("thermo_style custom step pe");
+  lmp.ok("run 0");
+  const int n = static_cast<int>(s.size());
+  std::vector<double> f(3 * n), x(3 * n);
+  lammps_gather_atoms(lmp.handle(), const_cast<char*>("f"), 1, 3, f.data());
+  lammps_gather_atoms(lmp.handle(), const_cast<char*>("x"), 1, 3, x.data());
+  const double h = 1e-4;
+  const char* axis = "xyz";
+  double fmax = 0.0;
+  for (int i : {0, 7, 13, 29, 42, 59}) {
+    for (int d = 0; d < 3; ++d) {
+      double e[2];
+      for (int side = 0; side < 2; ++side) {
+        const double value = x[3 * i + d] + (side ? h : -h);
+        lmp.ok(fmt::format("set atom {} {} {:.17g}", i + 1, axis[d], value));
+        lmp.ok("run 0");
+        e[side] = lammps_get_thermo(lmp.handle(), "pe");
+      }
+      lmp.ok(fmt::format("set atom {} {} {:.17g}", i + 1, axis[d], x[3 * i + d]));
+      const double fd = -(e[1] - e[0]) / (2 * h);
+      fmax = std::max(fmax, std::abs(f[3 * i + d]));
+      EXPECT_NEAR(f[3 * i + d], fd, 1e-6 + 1e-6 * std::abs(fd)) << "atom " << i + 1 << " " << axis[d];
+    }
+  }
+  EXPECT_GT(fmax, 0.1) << "the test atoms must feel non-trivial forces";
+}
+
+TEST(PairMLIP, ForcesAreTheGradientOfLammpsEnergySeE2A) { expect_forces_are_energy_gradient(model_path("se_e2_a"), 41); }
+
+TEST(PairMLIP, ForcesAreTheGradientOfLammpsEnergyMessagePassing) {
+  expect_forces_are_energy_gradient(model_path("painn"), 42);
+}
+
 // ---------------------------------------------------------------------------------------------
 // pair_style mlip/kk (KOKKOS package; Serial backend in this build) against pair_style mlip: the
 // same energies, forces, global virial, per-atom energies, per-atom and centroid virials, to

@@ -154,6 +154,37 @@ TEST(Schedule, ExponentialCosineWarmupAndPrefactors) {
   EXPECT_NEAR(cos.lr(50), 1e-5 + (1e-3 - 1e-5) * 0.5, 1e-12);
 }
 
+// Reduce-on-plateau: the rate halves after more than `patience` epochs without a relative
+// improvement of `threshold`, never below final_lr, and its state survives a save/restore.
+TEST(Schedule, ReduceOnPlateau) {
+  Config c;
+  c.lr = 1e-3;
+  c.schedule.type = "plateau";
+  c.schedule.final_lr = 2e-4;
+  c.schedule.factor = 0.5;
+  c.schedule.patience = 2;
+  c.schedule.threshold = 0.01;
+  c.energy = {0.02, 1.0};
+  Schedule s(c, 100);
+  EXPECT_DOUBLE_EQ(s.lr(0), 1e-3);
+  EXPECT_FALSE(s.end_epoch(1.0));    // first metric: best
+  EXPECT_FALSE(s.end_epoch(0.9));    // improves
+  EXPECT_FALSE(s.end_epoch(0.895));  // < 1% better: bad epoch 1
+  EXPECT_FALSE(s.end_epoch(0.95));   // bad epoch 2
+  EXPECT_DOUBLE_EQ(s.lr(7), 1e-3);
+  EXPECT_TRUE(s.end_epoch(0.9));     // bad epoch 3 > patience: halve
+  EXPECT_DOUBLE_EQ(s.lr(7), 5e-4);
+  EXPECT_NEAR(s.prefactors(7).energy, 1.0 - 0.98 * 0.5, 1e-12);  // prefactors follow lr / lr0
+  Schedule resumed(c, 100);
+  resumed.restore(nlohmann::json::parse(s.state().dump()));
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(resumed.end_epoch(0.91), s.end_epoch(0.91)) << k;
+  EXPECT_DOUBLE_EQ(resumed.lr(9), 2.5e-4);
+  EXPECT_DOUBLE_EQ(s.lr(9), 2.5e-4);
+  for (int k = 0; k < 3; ++k) s.end_epoch(0.91);
+  EXPECT_DOUBLE_EQ(s.lr(12), 2e-4);  // 1.25e-4 would be below final_lr: the floor holds
+  for (int k = 0; k < 10; ++k) EXPECT_FALSE(s.end_epoch(0.91)) << "no reductions below the floor";
+}
+
 // A tiny training problem: 12 ethanol frames from data/, a small se_e2_a, float64.
 std::string tiny_config(const TempDir& dir, const std::string& out, int epochs) {
   auto frames = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",

@@ -241,9 +241,13 @@ Config read_config(const std::string& path, const std::vector<std::string>& over
   c.schedule.type = sched.get<std::string>("type", c.schedule.type);
   c.schedule.final_lr = sched.get<double>("final_lr", c.schedule.final_lr);
   c.schedule.warmup_steps = sched.get<int64_t>("warmup_steps", c.schedule.warmup_steps);
+  c.schedule.factor = sched.get<double>("factor", c.schedule.factor);
+  c.schedule.patience = sched.get<int64_t>("patience", c.schedule.patience);
+  c.schedule.threshold = sched.get<double>("threshold", c.schedule.threshold);
   sched.finish();
-  if (c.schedule.type != "exponential" && c.schedule.type != "cosine" && c.schedule.type != "constant") {
-    sched.fail(sched.node()["type"], "training.lr_schedule.type must be exponential, cosine or constant");
+  if (c.schedule.type != "exponential" && c.schedule.type != "cosine" && c.schedule.type != "constant" &&
+      c.schedule.type != "plateau") {
+    sched.fail(sched.node()["type"], "training.lr_schedule.type must be exponential, cosine, constant or plateau");
   }
   Section loss = training.section("loss");
   c.loss = loss.get<std::string>("type", c.loss);

@@ -21,9 +21,12 @@ struct DataSource {
 };
 
 struct ScheduleConfig {
-  std::string type = "exponential";  // exponential | cosine | constant
-  double final_lr = 1e-5;            // exponential and cosine end here
-  int64_t warmup_steps = 0;          // linear warm-up (cosine and exponential)
+  std::string type = "exponential";  // exponential | cosine | constant | plateau
+  double final_lr = 1e-5;            // exponential and cosine end here; plateau's floor
+  int64_t warmup_steps = 0;          // linear warm-up (all types)
+  double factor = 0.5;               // plateau: lr multiplier when validation stalls
+  int64_t patience = 5;              // plateau: epochs without improvement before reducing
+  double threshold = 1e-3;           // plateau: relative improvement that counts
 };
 
 struct PrefactorConfig {

@@ -184,10 +184,12 @@ MetricSums Trainer::train_epoch() {
       const double elapsed = state_.elapsed_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
       const double total = double(n_steps) * config_.epochs;
       const double done = double(state_.step);
+      double eta = elapsed / std::max(done, 1.0) * (total - done);
+      if (config_.max_minutes > 0) eta = std::min(eta, std::max(0.0, 60.0 * config_.max_minutes - elapsed));
       std::printf("  epoch %ld step %ld lr %.3g | train loss %.4g | %.2f steps/s | ETA %s\n",
                   static_cast<long>(state_.epoch + 1), static_cast<long>(state_.step), schedule_->lr(state_.step),
                   sums.frames > 0 ? sums.loss / sums.frames : 0.0, done / std::max(elapsed, 1e-9),
-                  format_duration(elapsed / std::max(done, 1.0) * (total - done)).c_str());
+                  format_duration(eta).c_str());
       std::fflush(stdout);
     }
   }
@@ -238,6 +240,7 @@ void Trainer::save_checkpoint(bool best) {
                        {"best_epoch", state_.best_epoch},
                        {"epochs_without_improvement", state_.epochs_without_improvement},
                        {"elapsed_seconds", state_.elapsed_seconds},
+                       {"schedule", schedule_->state()},
                        {"metadata", model_.metadata.to_json()},
                        {"config", config_text_}};
   std::ofstream(tmp / "state.json") << st.dump(2);
@@ -289,6 +292,7 @@ void Trainer::load_checkpoint(const std::string& dir) {
   state_.best_epoch = st["best_epoch"];
   state_.epochs_without_improvement = st["epochs_without_improvement"];
   state_.elapsed_seconds = st["elapsed_seconds"];
+  schedule_->restore(st.contains("schedule") ? st["schedule"] : nlohmann::json());
 }
 
 void Trainer::run(bool resume, int64_t stop_after_epochs) {
@@ -340,6 +344,10 @@ void Trainer::run(bool resume, int64_t stop_after_epochs) {
     state_.elapsed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
     start_ = std::chrono::steady_clock::now();
     const double metric = val.frames > 0 ? val.loss / val.frames : train.loss / std::max(train.frames, 1.0);
+    if (schedule_->end_epoch(metric)) {
+      log(fmt::format("lr_schedule plateau: no improvement for {} epochs, learning rate now {:.3g}",
+                      config_.schedule.patience + 1, schedule_->lr(state_.step)));
+    }
     const bool best = metric < state_.best_metric;
     if (best) {
       state_.best_metric = metric;

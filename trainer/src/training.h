@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -119,11 +120,21 @@ class Schedule {
   Prefactors prefactors(int64_t step) const;  // DeePMD: limit + (start - limit) lr / lr0
   Prefactors limits() const;
 
+  /// Reduce-on-plateau ("plateau"): called with each epoch's validation metric; multiplies the
+  /// learning rate by `factor` after more than `patience` epochs without a relative improvement
+  /// of `threshold`, down to `final_lr`. Returns true when it reduced. Other types ignore it.
+  bool end_epoch(double metric);
+  /// The plateau state, saved in checkpoints so that a resumed run continues exactly.
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& state);
+
  private:
   ScheduleConfig cfg_;
   double lr0_;
   int64_t total_;
   PrefactorConfig e_, f_, v_;
+  double plateau_scale_ = 1.0, plateau_best_ = std::numeric_limits<double>::infinity();
+  int64_t plateau_bad_epochs_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
