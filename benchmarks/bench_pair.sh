@@ -57,6 +57,17 @@ cd "$work"
 "$inputs" model se_e2_a_water32 water32.pt
 cp "$snap_dir"/W_2940_2017_2.snap "$snap_dir"/W_2940_2017_2.snapcoeff "$snap_dir"/W_2940_2017_2.snapparam .
 
+# The same NVE run for every potential.
+cat > in.md <<'EOF'
+neighbor     1.0 bin
+neigh_modify every 1 delay 0 check yes
+velocity     all create 300.0 4928459 loop geom
+timestep     0.0005
+fix          1 all nve
+thermo       100
+run          ${steps}
+EOF
+
 cat > in.mlip <<'EOF'
 units        metal
 atom_style   atomic
@@ -67,13 +78,7 @@ mass         1 15.999
 mass         2 1.008
 pair_style   mlip ${model} ${options}
 pair_coeff   * * O H
-neighbor     1.0 bin
-neigh_modify every 1 delay 0 check yes
-velocity     all create 300.0 4928459 loop geom
-timestep     0.0005
-fix          1 all nve
-thermo       100
-run          ${steps}
+include      in.md
 EOF
 
 cat > in.snap <<'EOF'
@@ -85,13 +90,7 @@ create_box   1 box
 create_atoms 1 box
 mass         1 183.84
 include      W_2940_2017_2.snap
-neighbor     1.0 bin
-neigh_modify every 1 delay 0 check yes
-velocity     all create 300.0 4928459 loop geom
-timestep     0.0005
-fix          1 all nve
-thermo       100
-run          ${steps}
+include      in.md
 EOF
 
 rows=()
