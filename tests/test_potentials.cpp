@@ -3,6 +3,7 @@
 // extensivity; periodic images; and the exported file evaluated by Python's torch.jit.load.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -22,20 +23,22 @@ using testing::evaluate_reference;
 struct Case {
   std::string architecture;
   torch::Dtype dtype;
+  bool repulsion = false;  // with the ZBL prior, switched on below 1.6 A (sample() has pairs from 0.8 A)
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.architecture << (c.dtype == torch::kFloat32 ? "/float32" : "/float64");
+  *os << c.architecture << (c.dtype == torch::kFloat32 ? "/float32" : "/float64") << (c.repulsion ? "/zbl" : "");
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  return info.param.architecture + (info.param.dtype == torch::kFloat32 ? "_float32" : "_float64");
+  return info.param.architecture + (info.param.dtype == torch::kFloat32 ? "_float32" : "_float64") +
+         (info.param.repulsion ? "_zbl" : "");
 }
 
 constexpr double kCutoff = 4.0;
 
 // A small but non-trivial model: random weights and random data statistics.
-Model make_model(const Case& c, uint64_t seed = 7) {
+BuiltModel build(const Case& c, uint64_t seed = 7) {
   ModelSpec spec;
   spec.architecture = c.architecture;
   spec.species = {"H", "O"};
@@ -48,13 +51,23 @@ Model make_model(const Case& c, uint64_t seed = 7) {
   } else {
     spec.hyperparameters = {{"features", 8}, {"layers", 2}, {"radial_basis", 6}};
   }
+  if (c.repulsion) spec.repulsion = "zbl";
   BuiltModel built = build_model(spec);
   torch::NoGradGuard no_grad;  // only while setting buffers; never around evaluation
+  if (c.repulsion) {
+    built.module.attr("rep_inner").toTensor().fill_(1.6);
+    built.module.setattr("rep_max", 1.6);
+  }
   built.module.attr("energy_shift").toTensor().copy_(torch::tensor({-13.6, -432.1}));
   built.module.attr("energy_scale").toTensor().copy_(torch::tensor({0.7, 1.3}));
   if (c.architecture == "se_e2_a") {
     built.module.attr("env_std").toTensor().copy_(torch::tensor({{0.3, 0.2}, {0.25, 0.15}}));
   }
+  return built;
+}
+
+Model make_model(const Case& c, uint64_t seed = 7) {
+  BuiltModel built = build(c, seed);
   return Model(built.module, built.metadata, torch::kCPU);
 }
 
@@ -286,9 +299,67 @@ TEST(Potentials, BadHyperparametersAreNamed) {
   }
 }
 
+// The ZBL prior: zero wherever the data was (so training is unchanged), the ZBL energy well below.
+double zbl(double r, double z1, double z2) {
+  const double x = r * (std::pow(z1, 0.23) + std::pow(z2, 0.23)) / 0.4685;
+  const double phi = 0.18175 * std::exp(-3.19980 * x) + 0.50986 * std::exp(-0.94229 * x) +
+                     0.28022 * std::exp(-0.40290 * x) + 0.02817 * std::exp(-0.20162 * x);
+  return 14.399645 * z1 * z2 / r * phi;
+}
+
+TEST(Repulsion, ZeroOnTrainingDataAndZblBelowIt) {
+  for (const auto& arch : architectures()) {
+    SCOPED_TRACE(arch);
+    BuiltModel plain = build({arch, torch::kFloat64, false});
+    BuiltModel prior = build({arch, torch::kFloat64, true});
+    // "Training data": the random structure, whose shortest pairs set the inner radii.
+    const Structure s = sample(5);
+    const Frame frame = make_frame(s, kCutoff);
+    fit_repulsion(prior, {&frame});
+    const auto inner = prior.metadata.hyperparameters.at("repulsion").at("inner");
+    ASSERT_TRUE(inner.contains("H-O") && inner.contains("H-H") && inner.contains("O-O")) << inner.dump();
+    EXPECT_GE(inner.at("H-O").get<double>(), 0.8);  // sample() keeps every pair >= 0.8 A apart
+    const Model a(plain.module, plain.metadata, torch::kCPU), b(prior.module, prior.metadata, torch::kCPU);
+    const auto ea = evaluate_reference(a, s), eb = evaluate_reference(b, s);
+    // Equal up to the order of floating-point sums (the prior adds exact zeros).
+    EXPECT_NEAR(ea.energy, eb.energy, 1e-12 * std::abs(ea.energy));
+    for (std::size_t i = 0; i < s.size(); ++i)
+      for (int d = 0; d < 3; ++d) EXPECT_NEAR(ea.forces[i][d], eb.forces[i][d], 1e-12);
+
+    // An O-O dimer (alone in a large open box) well below the data's shortest O-O distance, and
+    // in the switching region: the difference is the ZBL pair energy times the switch.
+    const double r_oo = inner.at("O-O").get<double>(), width = 0.5;
+    for (double r : {0.6, r_oo - 0.75 * width, r_oo - 0.25 * width, r_oo + 0.1}) {
+      Structure d;
+      d.cell.pbc = {false, false, false};
+      d.positions = {{0, 0, 0}, {r, 0, 0}};
+      d.numbers = {8, 8};
+      const double u = std::clamp((r - r_oo + width) / width, 0.0, 1.0);
+      const double sw = 1.0 - u * u * u * (6 * u * u - 15 * u + 10);
+      const double diff = evaluate_reference(b, d).energy - evaluate_reference(a, d).energy;
+      EXPECT_NEAR(diff, zbl(r, 8, 8) * sw, 1e-10 * std::max(1.0, zbl(r, 8, 8))) << "r = " << r;
+    }
+  }
+}
+
+TEST(Repulsion, BadSettingsAreNamed) {
+  ModelSpec spec;
+  spec.architecture = "se_e2_a";
+  spec.species = {"O"};
+  spec.repulsion = "lj";
+  try {
+    build_model(spec);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("repulsion 'lj'"), std::string::npos) << e.what();
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllModels, Potential,
                          ::testing::Values(Case{"se_e2_a", torch::kFloat64}, Case{"se_e2_a", torch::kFloat32},
-                                           Case{"painn", torch::kFloat64}, Case{"painn", torch::kFloat32}),
+                                           Case{"painn", torch::kFloat64}, Case{"painn", torch::kFloat32},
+                                           Case{"se_e2_a", torch::kFloat64, true},
+                                           Case{"painn", torch::kFloat32, true}),
                          case_name);
 
 }  // namespace

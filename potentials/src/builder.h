@@ -114,6 +114,10 @@ inline void add_energy_buffers(ModuleBuilder& b, int64_t n_species) {
   b.buffer("energy_scale", torch::ones({n_species}));
 }
 
+/// Registers the repulsion prior's buffers for `spec.repulsion` and returns the TorchScript lines
+/// that compute `e_rep` (n_centers,) from forward()'s arguments; "" when the spec has none.
+std::string add_repulsion(ModuleBuilder& b, const ModelSpec& spec);
+
 inline std::string num(double x) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", x);

@@ -89,7 +89,9 @@ BuiltModel build_painn(const ModelSpec& spec) {
   src << "    h = s.narrow(0, 0, n_centers)\n"
       << "    e = torch.matmul(torch.silu(torch.matmul(h, self.out1_w) + self.out1_b), self.out2_w) + self.out2_b\n"
       << "    cs = species[:n_centers]\n"
-      << "    return e.squeeze(1) * self.energy_scale[cs] + self.energy_shift[cs]\n";
+      << detail::add_repulsion(b, spec)
+      << "    return e.squeeze(1) * self.energy_scale[cs] + self.energy_shift[cs]"
+      << (spec.repulsion == "none" ? "" : " + e_rep") << "\n";
 
   return b.finish(src.str(), spec, "painn", static_cast<int>(layers), resolved);
 }

@@ -14,10 +14,19 @@ BuiltModel build_model(const ModelSpec& spec) {
   }
   if (!(spec.cutoff > 0.0)) throw Error("model: cutoff must be positive");
   if (spec.dtype != torch::kFloat32 && spec.dtype != torch::kFloat64) throw Error("model: dtype must be float32 or float64");
-  if (spec.architecture == "se_e2_a") return build_se_e2_a(spec);
-  if (spec.architecture == "painn") return build_painn(spec);
-  throw Error("model: unknown architecture '" + spec.architecture + "' (known: se_e2_a, painn)");
+  BuiltModel built;
+  if (spec.architecture == "se_e2_a") {
+    built = build_se_e2_a(spec);
+  } else if (spec.architecture == "painn") {
+    built = build_painn(spec);
+  } else {
+    throw Error("model: unknown architecture '" + spec.architecture + "' (known: se_e2_a, painn)");
+  }
+  if (spec.repulsion != "none")
+    built.metadata.hyperparameters["repulsion"] = {{"type", spec.repulsion}, {"width", spec.repulsion_width}};
+  return built;
 }
+
 
 void fit_descriptor_statistics(BuiltModel& model, const std::vector<const Frame*>& frames) {
   if (model.metadata.architecture == "se_e2_a") fit_se_e2_a_statistics(model, frames);

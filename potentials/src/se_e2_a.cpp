@@ -131,7 +131,9 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   dense_layers(src, "y", "fit", fit_widths, true, "        ");
   src << "        y = torch.matmul(y, self.fit_w" << out_l << "[t]) + self.fit_b" << out_l << "[t]\n"
       << "        e = e.index_copy(0, idx, y.squeeze(1))\n"
-      << "    return e * self.energy_scale[cs] + self.energy_shift[cs]\n";
+      << detail::add_repulsion(b, spec)
+      << "    return e * self.energy_scale[cs] + self.energy_shift[cs]" << (spec.repulsion == "none" ? "" : " + e_rep")
+      << "\n";
 
   return b.finish(src.str(), spec, "se_e2_a", 0, resolved);
 }

@@ -192,6 +192,8 @@ Config read_config(const std::string& path, const std::vector<std::string>& over
   c.cutoff = model.required<double>("cutoff");
   c.dtype = model.get<std::string>("dtype", c.dtype);
   c.model_seed = model.get<uint64_t>("seed", c.model_seed);
+  c.repulsion = model.get<std::string>("repulsion", c.repulsion);
+  c.repulsion_width = model.get<double>("repulsion_width", c.repulsion_width);
   const YAML::Node hp = model.raw("hyperparameters");
   if (hp && !hp.IsNull()) {
     if (!hp.IsMap()) model.fail(hp, "key 'model.hyperparameters' must be a mapping");
@@ -200,6 +202,10 @@ Config read_config(const std::string& path, const std::vector<std::string>& over
   model.finish();
   if (c.dtype != "float32" && c.dtype != "float64") model.fail(model.node()["dtype"], "model.dtype must be float32 or float64");
   if (!(c.cutoff > 0)) model.fail(model.node()["cutoff"], "model.cutoff must be positive");
+  if (c.repulsion != "none" && c.repulsion != "zbl")
+    model.fail(model.node()["repulsion"], "model.repulsion must be none or zbl");
+  if (!(c.repulsion_width > 0))
+    model.fail(model.node()["repulsion_width"], "model.repulsion_width must be positive");
 
   Section data = top.section("data");
   if (!data.node() || data.node().IsNull()) top.fail(root, "missing required section 'data'");

@@ -44,6 +44,8 @@ struct Config {
   std::string dtype = "float64";
   uint64_t model_seed = 1;
   nlohmann::json hyperparameters = nlohmann::json::object();
+  std::string repulsion = "none";       // none | zbl (short-range prior below the data's shortest pairs)
+  double repulsion_width = 0.5;         // Å
 
   // data
   std::vector<DataSource> train;

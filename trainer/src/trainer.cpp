@@ -73,6 +73,8 @@ void Trainer::setup_model_and_statistics() {
   spec.dtype = dtype_;
   spec.hyperparameters = config_.hyperparameters;
   spec.seed = config_.model_seed;
+  spec.repulsion = config_.repulsion;
+  spec.repulsion_width = config_.repulsion_width;
   model_ = build_model(spec);
 
   // Statistics from the training frames (identical on every rank: all ranks hold the split).
@@ -81,6 +83,15 @@ void Trainer::setup_model_and_statistics() {
   std::vector<const Frame*> sample;
   for (std::size_t k = 0; k < data_.train.size() && k < 200; ++k) sample.push_back(&data_.train[k]);
   fit_descriptor_statistics(model_, sample);
+  if (config_.repulsion != "none") {
+    std::vector<const Frame*> all;
+    for (const auto& f : data_.train) all.push_back(&f);
+    fit_repulsion(model_, all);
+    std::string radii;
+    for (const auto& [pair, r] : model_.metadata.hyperparameters["repulsion"]["inner"].items())
+      radii += fmt::format(" {}={:.3f}", pair, r.get<double>());
+    log(fmt::format("statistics: {} repulsion below the shortest training distances (A){}", config_.repulsion, radii));
+  }
   {
     torch::NoGradGuard no_grad;  // setting buffers
     model_.module.attr("energy_shift").toTensor().copy_(torch::tensor(shift));
@@ -161,6 +172,7 @@ MetricSums Trainer::train_epoch() {
   const auto batches = sampler_->epoch_batches(state_.epoch);
   MetricSums sums;
   times_ = StepTimes{};
+  const auto t_epoch = std::chrono::steady_clock::now();
   const int64_t n_steps = (static_cast<int64_t>(batches.size()) + config_.accumulate - 1) / config_.accumulate;
   for (int64_t s = 0; s < n_steps; ++s) {
     const Prefactors pre = schedule_->prefactors(state_.step);
@@ -193,6 +205,7 @@ MetricSums Trainer::train_epoch() {
       std::fflush(stdout);
     }
   }
+  times_.wall = since(t_epoch);
   std::vector<double> v = sums.pack();
   comm_.allreduce_sum(v.data(), v.size());
   sums.unpack(v);
@@ -359,11 +372,12 @@ void Trainer::run(bool resume, int64_t stop_after_epochs) {
     log(fmt::format("epoch {}/{} step {} | val E {:.2f} meV/atom  F {:.1f} meV/A  V {:.2f} meV/atom | loss {:.4g}{} | {}",
                     state_.epoch, config_.epochs, state_.step, 1e3 * val.energy_rmse(), 1e3 * val.forces_rmse(),
                     1e3 * val.virial_rmse(), metric, best ? " *" : "", format_duration(state_.elapsed_seconds)));
-    const double tt = std::max(times_.total(), 1e-12);
-    log(fmt::format("  throughput {:.2f} frames/s | step time: model {:.1f}%, data {:.1f}%, communication {:.1f}%, "
-                    "optimizer {:.1f}%",
-                    train.frames / tt, 100 * times_.model / tt, 100 * times_.data / tt,
-                    100 * times_.communication / tt, 100 * times_.optimizer / tt));
+    const double tt = std::max(times_.wall, 1e-12);
+    log(fmt::format("  throughput {:.2f} frames/s | step time: model {:.1f}%, optimizer {:.1f}%, data {:.1f}%, "
+                    "communication {:.1f}%, other {:.1f}% (outside model and optimizer: {:.1f}%)",
+                    train.frames / tt, 100 * times_.model / tt, 100 * times_.optimizer / tt, 100 * times_.data / tt,
+                    100 * times_.communication / tt, 100 * times_.other() / tt,
+                    100 * (times_.data + times_.communication + times_.other()) / tt));
     if (comm_.is_root()) {
       std::ofstream(csv_path, std::ios::app)
           << fmt::format("{},{},{:.1f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", state_.epoch, state_.step,

@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <limits>
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -147,7 +148,10 @@ struct StepTimes {
   double model = 0;          // forward, forces (double backward graph), backward
   double communication = 0;  // gradient all-reduce
   double optimizer = 0;      // clipping, optimiser, EMA
+  double wall = 0;           // the whole epoch's training loop, everything included
   double total() const { return data + model + communication + optimizer; }
+  /// Loop overhead, logging and everything else not timed above.
+  double other() const { return std::max(0.0, wall - total()); }
 };
 
 struct TrainState {

@@ -28,6 +28,11 @@ struct ModelSpec {
   torch::Dtype dtype = torch::kFloat64;
   nlohmann::json hyperparameters = nlohmann::json::object();
   uint64_t seed = 1;
+  /// Short-range prior added to every architecture (see src/repulsion.cpp): "none" or "zbl", the
+  /// ZBL repulsion switched on over `repulsion_width` Å below each pair's shortest distance in the
+  /// training data (fit_repulsion), so it is zero on every training structure.
+  std::string repulsion = "none";
+  double repulsion_width = 0.5;
 };
 
 /// A trainable model (parameters require grad) and its metadata.
@@ -53,6 +58,11 @@ void export_frozen(const torch::jit::Module& module, const ModelMetadata& metada
 /// radial and angular environment per centre species; PaiNN: none). Energy shift and scale are
 /// the trainer's business (energy_shift, energy_scale buffers).
 void fit_descriptor_statistics(BuiltModel& model, const std::vector<const Frame*>& frames);
+
+/// Sets the repulsion prior's inner radius of each species pair to the shortest distance between
+/// such atoms in `frames` (pairs never seen: no prior) and records them in the metadata. Does
+/// nothing for a model built without repulsion.
+void fit_repulsion(BuiltModel& model, const std::vector<const Frame*>& frames);
 
 // Per-architecture pieces, called through build_model and fit_descriptor_statistics.
 void fit_se_e2_a_statistics(BuiltModel& model, const std::vector<const Frame*>& frames);

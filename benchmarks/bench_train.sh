@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Training throughput of mlip-trainer on 1 and 2 MPI ranks, side by side with the same model
+# driven by a Python training loop (benchmarks/bench_train_python.py: Debian python3-torch loading
+# the trainable TorchScript module of an mlip-trainer checkpoint, same batch size, same loss).
+#
+#   benchmarks/bench_train.sh [BUILD_DIR]          (default: <repo>/build)
+#
+# Model: se_e2_a water, float32, default hyperparameters (rc 6 A, embedding 25-50-100, axis 16,
+# fitting 240x3). Data: data/water-deepmd (192-atom frames), global batch BATCH (2) frames, one
+# epoch of EPOCH_FRAMES (288, the training split) frames per run, after one untimed warm-up epoch.
+# Runs: mlip-trainer 1 rank x 1 thread, 1 rank x 2 threads, 2 ranks x 1 thread (mpirun), and
+# the Python loop with 1 and 2 threads. For mlip-trainer the figures are its own epoch log:
+# frames/s over the whole training loop, and the share of that wall time outside the model's
+# forward/backward and the optimiser (batching, gradient all-reduce, everything else).
+# Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
+set -euo pipefail
+
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=$(cd "${1:-$src/build}" && pwd)
+trainer=$build/bin/mlip-trainer
+[[ -x $trainer ]] || { echo "bench_train.sh: $trainer not found; build the project first" >&2; exit 1; }
+BATCH=${BATCH:-2}
+PY_STEPS=${PY_STEPS:-144}
+work=$(mktemp -d "${TMPDIR:-/tmp}/mlip-bench-train.XXXXXX")
+trap '[[ ${KEEP:-0} == 1 ]] || rm -rf "$work"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+
+cat >"$work/bench.yaml" <<EOF
+model:
+  architecture: se_e2_a
+  species: [O, H]
+  cutoff: 6.0
+  dtype: float32
+data:
+  train:
+    - path: $src/data/water-deepmd
+  validation_fraction: 0.1
+  cache_dir: $work/cache
+  batch:
+    frames: $BATCH
+training:
+  epochs: 2
+  optimizer: {type: adam, lr: 1.0e-4}
+output:
+  dir: $work/run
+  keep_checkpoints: 1
+  log_every: 0
+EOF
+
+# Prints "frames/s outside%" of the second (warm) epoch of one mlip-trainer run.
+run_trainer() {
+  local label=$1 threads=$2; shift 2
+  rm -rf "$work/run"
+  "$@" train "$work/bench.yaml" --threads "$threads" >"$work/$label.log" 2>&1 || { cat "$work/$label.log" >&2; exit 1; }
+  grep "throughput" "$work/$label.log" | tail -1 |
+    sed -E 's/.*throughput ([0-9.]+) frames\/s.*outside model and optimizer: ([0-9.]+)%.*/\1 \2/'
+}
+
+echo "== mlip-trainer training throughput, water se_e2_a float32, batch $BATCH frames (192 atoms each)"
+uptime
+read -r f1 o1 < <(run_trainer r1t1 1 "$trainer")
+read -r f1t2 o1t2 < <(run_trainer r1t2 2 "$trainer")
+read -r f2 o2 < <(run_trainer r2t1 1 mpirun -np 2 "$trainer")
+checkpoint=$(ls -d "$work"/run/checkpoints/epoch-* | tail -1)/model.pt
+
+py=/usr/bin/python3
+p1=$($py "$src/benchmarks/bench_train_python.py" "$checkpoint" "$src/data/water-deepmd" --batch-frames "$BATCH" \
+  --steps "$PY_STEPS" --threads 1 | tee "$work/py1.log" | sed -E 's/python loop: ([0-9.]+) frames.*/\1/')
+p2=$($py "$src/benchmarks/bench_train_python.py" "$checkpoint" "$src/data/water-deepmd" --batch-frames "$BATCH" \
+  --steps "$PY_STEPS" --threads 2 | tee "$work/py2.log" | sed -E 's/python loop: ([0-9.]+) frames.*/\1/')
+
+printf '%-34s %10s %22s\n' "run" "frames/s" "outside model+optim"
+printf '%-34s %10.2f %21.1f%%\n' "mlip-trainer 1 rank x 1 thread" "$f1" "$o1"
+printf '%-34s %10.2f %21.1f%%\n' "mlip-trainer 1 rank x 2 threads" "$f1t2" "$o1t2"
+printf '%-34s %10.2f %21.1f%%\n' "mlip-trainer 2 ranks x 1 thread" "$f2" "$o2"
+printf '%-34s %10.2f %22s\n' "Python loop, 1 thread" "$p1" "-"
+printf '%-34s %10.2f %22s\n' "Python loop, 2 threads" "$p2" "-"
+awk -v a="$f2" -v b="$f1" -v c="$f1t2" -v p="$p1" -v q="$p2" -v f="$f1" 'BEGIN {
+  printf "2 ranks / 1 rank x 1 thread: %.2fx (target >= 1.7x); 2 ranks / 1 rank x 2 threads: %.2fx\n", a / b, a / c;
+  printf "mlip-trainer / Python loop: %.2fx at 1 thread, %.2fx at 2 threads (2 threads: 1 rank x 2 threads)\n", f / p, c / q }'
