@@ -63,10 +63,12 @@ read -r f1t2 o1t2 < <(run_trainer r1t2 2 "$trainer")
 read -r f2 o2 < <(run_trainer r2t1 1 mpirun -np 2 "$trainer")
 checkpoint=$(ls -d "$work"/run/checkpoints/epoch-* | tail -1)/model.pt
 
-py=/usr/bin/python3
-p1=$($py "$src/benchmarks/bench_train_python.py" "$checkpoint" "$src/data/water-deepmd" --batch-frames "$BATCH" \
+# The Python loop gets the glibc malloc settings mlip-trainer makes for itself (tune_allocator in
+# trainer/src/main.cpp): without them it was 1.7x slower here, from page faults alone.
+py=(env MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_TOP_PAD_=268435456 /usr/bin/python3)
+p1=$("${py[@]}" "$src/benchmarks/bench_train_python.py" "$checkpoint" "$src/data/water-deepmd" --batch-frames "$BATCH" \
   --steps "$PY_STEPS" --threads 1 | tee "$work/py1.log" | sed -E 's/python loop: ([0-9.]+) frames.*/\1/')
-p2=$($py "$src/benchmarks/bench_train_python.py" "$checkpoint" "$src/data/water-deepmd" --batch-frames "$BATCH" \
+p2=$("${py[@]}" "$src/benchmarks/bench_train_python.py" "$checkpoint" "$src/data/water-deepmd" --batch-frames "$BATCH" \
   --steps "$PY_STEPS" --threads 2 | tee "$work/py2.log" | sed -E 's/python loop: ([0-9.]+) frames.*/\1/')
 
 printf '%-34s %10s %22s\n' "run" "frames/s" "outside model+optim"

@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 using testing::evaluate_reference;
 
 struct Case {
-  std::string architecture;
+  std::string architecture;  // or "se_e2_a_two_side": se_e2_a with type_one_side: false
   torch::Dtype dtype;
   bool repulsion = false;  // with the ZBL prior, switched on below 1.6 A (sample() has pairs from 0.8 A)
 };
@@ -40,14 +40,16 @@ constexpr double kCutoff = 4.0;
 // A small but non-trivial model: random weights and random data statistics.
 BuiltModel build(const Case& c, uint64_t seed = 7) {
   ModelSpec spec;
-  spec.architecture = c.architecture;
+  const bool se = c.architecture.rfind("se_e2_a", 0) == 0;
+  spec.architecture = se ? "se_e2_a" : c.architecture;
   spec.species = {"H", "O"};
   spec.cutoff = kCutoff;
   spec.dtype = c.dtype;
   spec.seed = seed;
-  if (c.architecture == "se_e2_a") {
+  if (se) {
     spec.hyperparameters = {{"embedding", {8, 16}}, {"axis_neurons", 4}, {"fitting", {16, 16}},
                             {"rcut_smth", 2.0}, {"neighbor_norm", 10.0}};
+    if (c.architecture == "se_e2_a_two_side") spec.hyperparameters["type_one_side"] = false;
   } else {
     spec.hyperparameters = {{"features", 8}, {"layers", 2}, {"radial_basis", 6}};
   }
@@ -60,7 +62,7 @@ BuiltModel build(const Case& c, uint64_t seed = 7) {
   }
   built.module.attr("energy_shift").toTensor().copy_(torch::tensor({-13.6, -432.1}));
   built.module.attr("energy_scale").toTensor().copy_(torch::tensor({0.7, 1.3}));
-  if (c.architecture == "se_e2_a") {
+  if (se) {
     built.module.attr("env_std").toTensor().copy_(torch::tensor({{0.3, 0.2}, {0.25, 0.15}}));
   }
   return built;
@@ -245,7 +247,7 @@ TEST_P(Potential, ExportedModelMatchesAndLoadsInPython) {
   ModelMetadata meta = model.metadata();
   export_frozen(const_cast<Model&>(model).module(), meta, path);
   const Model frozen = Model::load(path);
-  EXPECT_EQ(frozen.metadata().architecture, GetParam().architecture);
+  EXPECT_EQ(frozen.metadata().architecture, build(GetParam()).metadata.architecture);
   const Structure s = sample(6);
   const auto a = evaluate_reference(model, s), b = evaluate_reference(frozen, s);
   for (std::size_t i = 0; i < s.size(); ++i) {
@@ -268,7 +270,7 @@ TEST_P(Potential, ExportedModelMatchesAndLoadsInPython) {
                           " " + (dir / "in.json").string() + " " + (dir / "out.json").string();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const auto out = nlohmann::json::parse(std::ifstream(dir / "out.json"));
-  EXPECT_EQ(out["metadata"]["architecture"], GetParam().architecture);
+  EXPECT_EQ(out["metadata"]["architecture"], build(GetParam()).metadata.architecture);
   ASSERT_EQ(out["energies"].size(), s.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
     // Same LibTorch, same frozen graph: identical up to summation order inside kernels.
@@ -359,6 +361,7 @@ INSTANTIATE_TEST_SUITE_P(AllModels, Potential,
                          ::testing::Values(Case{"se_e2_a", torch::kFloat64}, Case{"se_e2_a", torch::kFloat32},
                                            Case{"painn", torch::kFloat64}, Case{"painn", torch::kFloat32},
                                            Case{"se_e2_a", torch::kFloat64, true},
+                                           Case{"se_e2_a_two_side", torch::kFloat64},
                                            Case{"painn", torch::kFloat32, true}),
                          case_name);
 

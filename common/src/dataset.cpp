@@ -5,6 +5,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <system_error>
+
+#include <unistd.h>
 
 #include "mlip/elements.h"
 #include "mlip/error.h"
@@ -118,9 +121,11 @@ class Reader {
   std::string path_;
 };
 
+// Written to a file of this process's own, then renamed: several processes (MPI ranks, parallel
+// jobs) may build the same cache at once, and each rename installs a complete file.
 void write_cache(const fs::path& path, uint64_t key, const std::vector<Frame>& frames) {
   fs::create_directories(path.parent_path());
-  const fs::path tmp = path.string() + ".tmp";
+  const fs::path tmp = path.string() + "." + std::to_string(::getpid()) + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw Error(tmp.string() + ": cannot write the data cache");
@@ -146,7 +151,11 @@ void write_cache(const fs::path& path, uint64_t key, const std::vector<Frame>& f
       w.vec(f.shifts);
     }
     out.flush();
-    if (!out) throw Error(tmp.string() + ": error while writing the data cache");
+    if (!out) {
+      std::error_code ignored;
+      fs::remove(tmp, ignored);
+      throw Error(tmp.string() + ": error while writing the data cache");
+    }
   }
   fs::rename(tmp, path);
 }
@@ -218,9 +227,14 @@ std::vector<Frame> load_frames(const std::string& source, const DatasetOptions& 
   frames.reserve(structures.size());
   for (Structure& s : structures) frames.push_back(make_frame(std::move(s), options.cutoff));
   if (!cache.empty()) {
-    write_cache(cache, key, frames);
+    std::string outcome = "cache written to " + cache.string();
+    try {
+      write_cache(cache, key, frames);
+    } catch (const std::exception& e) {  // a cache is an optimisation: failing to write one is not fatal
+      outcome = std::string("no cache (") + e.what() + ")";
+    }
     if (note) *note += (note->empty() ? "" : "; ") + source + ": " + std::to_string(frames.size()) +
-                       " frames read, cache written to " + cache.string();
+                       " frames read, " + outcome;
   } else if (note) {
     *note = source + ": " + std::to_string(frames.size()) + " frames read (no cache)";
   }

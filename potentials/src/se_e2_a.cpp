@@ -5,6 +5,7 @@
 //   s(r) = sw(r) / r, sw a C2 polynomial switch from 1 at rcut_smth to 0 at rc,
 //   env_ij = [s / std_r, s x/(r std_a), s y/(r std_a), s z/(r std_a)]   (std per centre species)
 //   G_ij = embedding_{species(j)}(s / std_r)                            (M1 features)
+//          (embedding_{species(i), species(j)} with type_one_side: false)
 //   T_i = (1/neighbor_norm) sum_j env_ij (x) G_ij                        (4 x M1)
 //   D_i = T_i^T T_i[:, :M2]                                              (M1 x M2, invariant)
 //   E_i = scale_{s_i} fitting_{s_i}(D_i) + shift_{s_i}
@@ -13,7 +14,9 @@
 // for the same reason: a shift would make an edge's contribution jump as it leaves the cutoff.
 //
 // Hyperparameters (defaults): rcut_smth (0.5 rc), embedding ([25, 50, 100]), axis_neurons (16),
-// fitting ([240, 240, 240]), neighbor_norm (0: set from data as the mean neighbour count, which
+// fitting ([240, 240, 240]), type_one_side (true: one embedding net per neighbour species, as
+// DeePMD-kit's option of that name; false: one per (centre, neighbour) species pair, ns^2 nets for
+// the same cost per edge and more freedom, e.g. for O-H versus H-H), neighbor_norm (0: set from data as the mean neighbour count, which
 // keeps T_i O(1) whatever the density; 100 until statistics are fitted).
 #include <algorithm>
 #include <cmath>
@@ -53,6 +56,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   const auto axis = hp.get<int64_t>("axis_neurons", 16);
   const auto fitting = hp.get<std::vector<int64_t>>("fitting", {240, 240, 240});
   const double neighbor_norm = hp.get<double>("neighbor_norm", 0.0);
+  const bool one_side = hp.get<bool>("type_one_side", true);
   const nlohmann::json resolved = hp.finish();
   if (!(rcut_smth >= 0.0 && rcut_smth < rc)) hp.fail("rcut_smth", "must be in [0, cutoff)");
   if (embedding.empty()) hp.fail("embedding", "needs at least one layer");
@@ -64,12 +68,13 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
 
   const int64_t ns = static_cast<int64_t>(spec.species.size());
   detail::ModuleBuilder b("SeE2A", spec.dtype, spec.seed);
+  const int64_t n_emb = one_side ? ns : ns * ns;  // embedding nets
   std::vector<int64_t> emb_widths = {1};
   emb_widths.insert(emb_widths.end(), embedding.begin(), embedding.end());
   for (std::size_t l = 0; l + 1 < emb_widths.size(); ++l) {
     const int64_t in = emb_widths[l], out = emb_widths[l + 1];
-    b.normal("emb_w" + std::to_string(l), {ns, in, out}, 1.0 / std::sqrt(double(in + out)));
-    b.normal("emb_b" + std::to_string(l), {ns, out}, 1.0);
+    b.normal("emb_w" + std::to_string(l), {n_emb, in, out}, 1.0 / std::sqrt(double(in + out)));
+    b.normal("emb_b" + std::to_string(l), {n_emb, out}, 1.0);
   }
   std::vector<int64_t> fit_widths = {m1 * axis};
   fit_widths.insert(fit_widths.end(), fitting.begin(), fitting.end());
@@ -101,7 +106,8 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    radial = s / std[:, 0]\n"
       << "    angular = (s / (r * std[:, 1])).unsqueeze(1) * edge_vectors\n"
       << "    env = torch.cat([radial.unsqueeze(1), angular], 1)\n"
-      << "    neighbor_species = species[neighbor]\n"
+      << (one_side ? "    net = species[neighbor]\n"
+                   : "    net = species[center] * " + std::to_string(ns) + " + species[neighbor]\n")
       // Dense (centre, slot) layout so that T_i = env_i^T G_i is one batched matrix product:
       // slot = rank of the edge among its centre's edges (any edge order is accepted).
       << "    counts = torch.bincount(center, minlength=n_centers)\n"
@@ -112,8 +118,8 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    slot = torch.zeros_like(center).index_copy(0, order, rank)\n"
       << "    cell = center * kmax + slot\n"
       << "    g = torch.zeros([n_centers * kmax, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
-      << "    for t in range(" << ns << "):\n"
-      << "        idx = torch.nonzero(neighbor_species == t).squeeze(1)\n"
+      << "    for t in range(" << n_emb << "):\n"
+      << "        idx = torch.nonzero(net == t).squeeze(1)\n"
       << "        x = radial.index_select(0, idx).unsqueeze(1)\n";
   dense_layers(src, "x", "emb", emb_widths, true, "        ");
   src << "        g = g.index_copy(0, cell.index_select(0, idx), x)\n"

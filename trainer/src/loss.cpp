@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include <torch/csrc/autograd/autograd.h>
@@ -35,6 +36,7 @@ BatchTensors to_tensors(const GraphBatch& b, torch::Dtype dtype) {
   t.has_forces_atom = mask(b.has_forces).index_select(0, t.frame_of_atom);
   t.virial = real(b.virial, {b.num_frames, 9});
   t.has_virial = mask(b.has_virial);
+  t.any_virial = std::any_of(b.has_virial.begin(), b.has_virial.end(), [](uint8_t v) { return v != 0; });
   t.weight = real(b.weight, {b.num_frames});
   return t;
 }
@@ -50,8 +52,12 @@ Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool creat
   if (!g.defined()) g = torch::zeros_like(vectors);
   // g = dE/dr_ij with r_ij = x_j - x_i: F_i += g, F_j -= g; W = -sum r (x) g per frame.
   p.forces = torch::zeros({b.n_atoms, 3}, g.options()).index_add(0, b.edge_index[0], g).index_add(0, b.edge_index[1], -g);
-  const torch::Tensor w = -(b.edge_vectors.unsqueeze(2) * g.unsqueeze(1)).reshape({-1, 9});
-  p.virial = torch::zeros({b.n_frames, 9}, g.options()).index_add(0, b.frame_of_edge, w);
+  if (b.any_virial) {
+    const torch::Tensor w = -(b.edge_vectors.unsqueeze(2) * g.unsqueeze(1)).reshape({-1, 9});
+    p.virial = torch::zeros({b.n_frames, 9}, g.options()).index_add(0, b.frame_of_edge, w);
+  } else {
+    p.virial = torch::zeros({b.n_frames, 9}, g.options());  // nothing to compare with: no graph, no cost
+  }
   if (!create_graph) {
     p.energy = p.energy.detach();
     p.forces = p.forces.detach();
@@ -118,7 +124,7 @@ Schedule::Schedule(const Config& c, int64_t total_steps)
       v_(c.virial) {}
 
 double Schedule::lr(int64_t step) const {
-  const double t = std::min(1.0, double(step) / double(total_));
+  const double t = std::min(1.0, std::max(double(step) / double(total_), time_fraction_));
   double lr = lr0_;
   if (cfg_.type == "exponential") {
     lr = lr0_ * std::pow(cfg_.final_lr / lr0_, t);

@@ -175,6 +175,12 @@ MetricSums Trainer::train_epoch() {
   const auto t_epoch = std::chrono::steady_clock::now();
   const int64_t n_steps = (static_cast<int64_t>(batches.size()) + config_.accumulate - 1) / config_.accumulate;
   for (int64_t s = 0; s < n_steps; ++s) {
+    if (config_.max_minutes > 0) {
+      // Every rank must use the same learning rate: the mean of the ranks' clocks.
+      double f = (state_.elapsed_seconds + since(start_)) / (60.0 * config_.max_minutes);
+      comm_.allreduce_sum(&f, 1);
+      schedule_->set_time_fraction(f / comm_.size());
+    }
     const Prefactors pre = schedule_->prefactors(state_.step);
     const int64_t b0 = s * config_.accumulate, b1 = std::min<int64_t>(b0 + config_.accumulate, batches.size());
     double global_frames = 0;

@@ -75,6 +75,7 @@ struct BatchTensors {
   int64_t n_frames = 0, n_atoms = 0;
   torch::Tensor species, edge_index, edge_vectors, frame_of_atom, frame_of_edge, atoms_per_frame;
   torch::Tensor energy, has_energy, forces, has_forces_atom, virial, has_virial, weight;
+  bool any_virial = false;  // some frame has a virial label
 };
 BatchTensors to_tensors(const GraphBatch& b, torch::Dtype dtype);
 
@@ -85,6 +86,7 @@ struct Prediction {
 };
 
 /// Energies, forces and virials of a batch; `create_graph` keeps the graph for a training step.
+/// Virials are computed only when some frame of the batch has one to compare with (else zeros).
 Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph);
 
 struct Prefactors {
@@ -125,6 +127,10 @@ class Schedule {
   /// learning rate by `factor` after more than `patience` epochs without a relative improvement
   /// of `threshold`, down to `final_lr`. Returns true when it reduced. Other types ignore it.
   bool end_epoch(double metric);
+  /// With training.max_minutes, the fraction of that time used so far: exponential and cosine
+  /// schedules then run on max(step / total steps, time fraction), so that they reach final_lr
+  /// when the time is up rather than at an epoch count the time never allows.
+  void set_time_fraction(double f) { time_fraction_ = f; }
   /// The plateau state, saved in checkpoints so that a resumed run continues exactly.
   nlohmann::json state() const;
   void restore(const nlohmann::json& state);
@@ -134,6 +140,7 @@ class Schedule {
   double lr0_;
   int64_t total_;
   PrefactorConfig e_, f_, v_;
+  double time_fraction_ = 0.0;
   double plateau_scale_ = 1.0, plateau_best_ = std::numeric_limits<double>::infinity();
   int64_t plateau_bad_epochs_ = 0;
 };
