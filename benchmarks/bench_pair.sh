@@ -19,7 +19,8 @@
 # Environment: SIZES ("1k 10k 100k"), RANKS ("1 2"), CHUNKS ("64 256 1024 4096": scanned on the
 # SCAN_SIZE (10k) water box, 1 rank, SCAN_STEPS (3) steps), CHUNK (chunk for the main runs; default: the pair style's default),
 # FLOAT32 (1: also the float32 model at 10k), KOKKOS (1: also pair_style mlip/kk, run with
-# -k on t 1 -sf kk, next to each mlip float64 run), KEEP (1: keep the work directory).
+# -k on t 1 -sf kk, next to each mlip float64 run), SNAP (0: no snap runs), KEEP (1: keep the work
+# directory). SIZES may include 1m (about a million atoms, one step: the memory bound).
 # Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
 set -euo pipefail
 
@@ -41,16 +42,18 @@ SCAN_STEPS=${SCAN_STEPS:-3}
 CHUNK=${CHUNK:-}
 FLOAT32=${FLOAT32:-1}
 KOKKOS=${KOKKOS:-1}
+SNAP=${SNAP:-1}
 lmp_extra=()    # extra LAMMPS command-line arguments of the next run()
 work=$(mktemp -d /tmp/bench_pair.XXXXXX)
 [[ ${KEEP:-0} == 1 ]] || trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # replication of the 192-atom water frame, bcc cells per side, and MD steps per size
-declare -A water_reps=([1k]="3 2 1" [10k]="6 3 3" [100k]="8 8 8")
-declare -A bcc_cells=([1k]=8 [10k]=17 [100k]=37)
-declare -A mlip_steps=([1k]=10 [10k]=3 [100k]=2)
-declare -A snap_steps=([1k]=20 [10k]=5 [100k]=2)
+# (1m: 998784 water atoms and 986078 W atoms, for the memory bound: SIZES=1m RANKS=1)
+declare -A water_reps=([1k]="3 2 1" [10k]="6 3 3" [100k]="8 8 8" [1m]="18 17 17")
+declare -A bcc_cells=([1k]=8 [10k]=17 [100k]=37 [1m]=79)
+declare -A mlip_steps=([1k]=10 [10k]=3 [100k]=2 [1m]=1)
+declare -A snap_steps=([1k]=20 [10k]=5 [100k]=2 [1m]=1)
 
 cd "$work"
 "$inputs" model se_e2_a_water64 water64.pt
@@ -152,7 +155,9 @@ for size in $SIZES; do
       run "mlip se_e2_a f32" "$np" in.mlip "data=water-$size.data" model=water32.pt "options=$options" \
         "steps=${mlip_steps[$size]}"
     fi
-    run "snap W_2940_2017_2" "$np" in.snap "n=${bcc_cells[$size]}" "steps=${snap_steps[$size]}"
+    if [[ $SNAP == 1 ]]; then
+      run "snap W_2940_2017_2" "$np" in.snap "n=${bcc_cells[$size]}" "steps=${snap_steps[$size]}"
+    fi
   done
 done
 
