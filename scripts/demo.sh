@@ -2,7 +2,7 @@
 # The main demo, from a fresh machine to molecular dynamics with a trained potential:
 #   1. installs what is missing and builds (scripts/setup.sh);
 #   2. trains an se_e2_a water potential on data/water-deepmd with mlip-trainer on all cores
-#      (MPI data parallelism, ~8 min);
+#      (MPI data parallelism, 11 min);
 #   3. exports model.pt and tests it on the held-out validation frames;
 #   4. runs NVT MD of liquid water at 300 K in LAMMPS with pair_style mlip on all cores (MPI);
 #   5. writes plots (learning curve, force parity, O-O RDF, temperature and energy) and prints
