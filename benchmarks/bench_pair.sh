@@ -36,7 +36,7 @@ snap_dir=$(ls -d "$src"/third_party/lammps-*/examples/snap 2>/dev/null | head -1
 
 SIZES=${SIZES:-"1k 10k 100k"}
 RANKS=${RANKS:-"1 2"}
-CHUNKS=${CHUNKS:-"64 256 1024 4096"}
+CHUNKS=${CHUNKS-"64 256 1024 4096"}   # set but empty: no chunk scan
 SCAN_SIZE=${SCAN_SIZE:-10k}
 SCAN_STEPS=${SCAN_STEPS:-3}
 CHUNK=${CHUNK:-}
