@@ -21,6 +21,9 @@
 # FLOAT32 (1: also the float32 model at 10k), KOKKOS (1: also pair_style mlip/kk, run with
 # -k on t 1 -sf kk, next to each mlip float64 run), SNAP (0: no snap runs), KEEP (1: keep the work
 # directory). SIZES may include 1m (about a million atoms, one step: the memory bound).
+# PAINN (1: also the message-passing model, PaiNN with default hyperparameters - 64 features,
+# 2 layers, rc 5 A, "painn_water64" - at every size but 1m, default chunk; and PAINN_CHUNKS
+# ("16 64 128 256 all") scanned on the 1k box, 1 rank; "all": one model call per step).
 # Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
 set -euo pipefail
 
@@ -43,6 +46,8 @@ CHUNK=${CHUNK:-}
 FLOAT32=${FLOAT32:-1}
 KOKKOS=${KOKKOS:-1}
 SNAP=${SNAP:-1}
+PAINN=${PAINN:-1}
+PAINN_CHUNKS=${PAINN_CHUNKS-"16 64 128 256 all"}
 lmp_extra=()    # extra LAMMPS command-line arguments of the next run()
 work=$(mktemp -d /tmp/bench_pair.XXXXXX)
 [[ ${KEEP:-0} == 1 ]] || trap 'rm -rf "$work"' EXIT
@@ -54,10 +59,12 @@ declare -A water_reps=([1k]="3 2 1" [10k]="6 3 3" [100k]="8 8 8" [1m]="18 17 17"
 declare -A bcc_cells=([1k]=8 [10k]=17 [100k]=37 [1m]=79)
 declare -A mlip_steps=([1k]=10 [10k]=3 [100k]=2 [1m]=1)
 declare -A snap_steps=([1k]=20 [10k]=5 [100k]=2 [1m]=1)
+declare -A painn_steps=([1k]=3 [10k]=1 [100k]=1)
 
 cd "$work"
 "$inputs" model se_e2_a_water64 water64.pt
 "$inputs" model se_e2_a_water32 water32.pt
+[[ $PAINN == 1 ]] && "$inputs" model painn_water64 painn64.pt
 cp "$snap_dir"/W_2940_2017_2.snap "$snap_dir"/W_2940_2017_2.snapcoeff "$snap_dir"/W_2940_2017_2.snapparam .
 
 # The same NVE run for every potential.
@@ -136,6 +143,15 @@ for c in $CHUNKS; do
   run "se_e2_a f64 chunk $c" 1 in.mlip "data=water-$SCAN_SIZE.data" model=water64.pt "options=chunk $c timing yes" \
     "steps=$SCAN_STEPS"
 done
+if [[ $PAINN == 1 && -n $PAINN_CHUNKS ]]; then
+  echo "== chunk scan: PaiNN float64, water 1k, 1 rank" >&2
+  [[ -f water-1k.data ]] || "$inputs" water water-1k.data ${water_reps[1k]}
+  for c in $PAINN_CHUNKS; do
+    [[ $c == all ]] && n=1000000000 || n=$c
+    run "painn f64 chunk $c" 1 in.mlip data=water-1k.data model=painn64.pt "options=chunk $n timing yes" \
+      "steps=${painn_steps[1k]}"
+  done
+fi
 scan=("${rows[@]}")
 rows=()
 
@@ -155,6 +171,10 @@ for size in $SIZES; do
       run "mlip se_e2_a f32" "$np" in.mlip "data=water-$size.data" model=water32.pt "options=$options" \
         "steps=${mlip_steps[$size]}"
     fi
+    if [[ $PAINN == 1 && -n ${painn_steps[$size]:-} ]]; then
+      run "mlip painn f64" "$np" in.mlip "data=water-$size.data" model=painn64.pt "options=$options" \
+        "steps=${painn_steps[$size]}"
+    fi
     if [[ $SNAP == 1 ]]; then
       run "snap W_2940_2017_2" "$np" in.snap "n=${bcc_cells[$size]}" "steps=${snap_steps[$size]}"
     fi
@@ -164,12 +184,12 @@ done
 echo
 echo "machine: $(getconf _NPROCESSORS_ONLN) cores, $(uptime | sed 's/.*load average/load average/')"
 echo
-echo "Chunk scan (se_e2_a float64, water $SCAN_SIZE, 1 rank; 'graph', 'model', 'forces': pair_style mlip timing, us/atom-step):"
+echo "Chunk scans (se_e2_a float64, water $SCAN_SIZE; PaiNN float64, water 1k; 1 rank; 'graph', 'model', 'forces': pair_style mlip timing, us/atom-step):"
 echo
 echo "$header"
 printf '%s\n' "${scan[@]}"
 echo
-echo "mlip and mlip/kk (se_e2_a water, default chunk${CHUNK:+ $CHUNK}) vs snap (W_2940_2017_2):"
+echo "mlip and mlip/kk (se_e2_a and PaiNN water, default chunk${CHUNK:+ $CHUNK}) vs snap (W_2940_2017_2):"
 echo
 echo "$header"
 printf '%s\n' "${rows[@]}"

@@ -7,10 +7,14 @@
    The model (common/include/mlip/model.h) returns per-atom energies from the edge vectors of a
    graph; forces are dE/dr_ij from autograd, scattered to both ends of each edge here.
 
-   Local models (0 or 1 message-passing layer) see only the neighbours of each centre, so local
-   atoms are evaluated in chunks of N. A model with L > 1 layers sees L neighbour shells: its
-   graph covers the local atoms and the ghosts within L-1 hops of them (all with their edges)
-   plus the ghosts one hop further (as message senders only); the ghost shell is L*cutoff wide.
+   Local atoms are evaluated in chunks of at most N per model call, so that the memory of a
+   call does not grow with the number of atoms a rank holds. Local models (0 or 1
+   message-passing layer) see only the neighbours of each centre: a chunk is N consecutive
+   local atoms. A model with L > 1 layers sees L neighbour shells: the graph of a chunk covers
+   its centres and every atom (local or ghost) within L-1 hops of them, all with their edges,
+   plus the atoms one hop further as message senders only; the ghost shell is L*cutoff wide.
+   Such a halo is recomputed by every chunk that touches it, so message-passing chunks are
+   large by default and spatially compact (recursive coordinate bisection of the local atoms).
 ------------------------------------------------------------------------- */
 
 #include "pair_mlip.h"
@@ -31,10 +35,12 @@
 #include "mlip/error.h"
 #include "mlip/model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #if defined(__linux__)
 #include <sys/resource.h>
@@ -87,6 +93,8 @@ struct PairMLIP::Impl {
   std::unique_ptr<mlip::Model> model;
   mlip::ChunkGraph graph;
   std::vector<int> centers;
+  std::vector<int> order;            // message-passing chunks: local atoms, chunk after chunk
+  std::vector<int> chunk_end;        // end of each chunk in `order`
   std::vector<int> atom_node;        // (nlocal + nghost) node of an atom in the halo graph, or -1
   std::vector<int64_t> edge_nodes;   // halo graph scratch: neighbour node of each edge
 
@@ -119,12 +127,21 @@ template <typename F> void guarded(Error *error, bool all_ranks, const std::stri
    constructor: style flags only; the model is loaded by settings()
 ------------------------------------------------------------------------- */
 
-// Default chunk 64: of 64, 256, 1024 and 4096 local atoms per model call, 64 was the fastest on
-// average for the se_e2_a water model (10k atoms, 1 rank, benchmarks/bench_pair.sh, 3 scans:
-// 309-336, 339, 312-354 and 556 us/atom-step) and needs the least memory (0.3, 0.6, 1.9 and
-// 5.3 GB peak): small blocks keep the model's working set in cache.
+// Default chunk for local models, 64: of 64, 256, 1024 and 4096 local atoms per model call,
+// 64 was the fastest on average for the se_e2_a water model (10k atoms, 1 rank,
+// benchmarks/bench_pair.sh, 3 scans: 309-336, 339, 312-354 and 556 us/atom-step) and needs the
+// least memory (0.3, 0.6, 1.9 and 5.3 GB peak): small blocks keep the model's working set in cache.
+constexpr int default_chunk_local = 64;
+// Default chunk for message-passing models, 128: each chunk also evaluates its halo (atoms
+// within (L-1) cutoffs, with all their edges), so small chunks repeat work and large ones need
+// memory. PaiNN with default hyperparameters (64 features, 2 layers, rc 5 A) on 10368 water
+// atoms, 1 rank (benchmarks/bench_pair.sh): chunk 64, 128, 256, 1024: 1853, 1190, 891 and
+// 832 us/atom-step, peak 1.1, 1.5, 2.6 and 6.5 GB; one call for the whole rank took 14 GB at
+// 1152 atoms. 128 keeps a rank under 2 GB; raise it where memory allows.
+constexpr int default_chunk_message_passing = 128;
+
 PairMLIP::PairMLIP(LAMMPS *lmp) :
-    Pair(lmp), impl(new Impl), chunk_size(64), layers(0), timing(0), cutoff(0.0)
+    Pair(lmp), impl(new Impl), chunk_size(0), layers(0), timing(0), cutoff(0.0)
 {
   single_enable = 0;          // many-body: no pairwise single()
   restartinfo = 0;            // the model file is the state; pair_style/pair_coeff are re-read
@@ -194,6 +211,8 @@ void PairMLIP::settings(int narg, char **arg)
   const auto &meta = impl->model->metadata();
   cutoff = meta.cutoff;
   layers = meta.message_passing_layers;
+  const bool chunk_given = chunk_size > 0;
+  if (!chunk_given) chunk_size = layers > 1 ? default_chunk_message_passing : default_chunk_local;
   // Neighbours of ghosts are needed when messages travel more than one hop. Set here, not in
   // init_style: pair_style hybrid reads the flag right after its sub-styles' settings().
   ghostneigh = layers > 1 ? 1 : 0;
@@ -205,8 +224,9 @@ void PairMLIP::settings(int narg, char **arg)
       utils::logmesg(lmp, "pair_style mlip: malloc keeps freed memory (mmap and trim thresholds "
                           "1 GiB) so that model buffers are reused between steps\n");
     if (layers > 1)
-      utils::logmesg(lmp, "pair_style mlip: message-passing model: local atoms and a ghost halo of {} x {} A "
-                          "are evaluated in one model call per step ('chunk' is not used)\n", layers, cutoff);
+      utils::logmesg(lmp, "pair_style mlip: message-passing model: at most {} local atoms per model call{}, in "
+                          "spatially compact chunks, each with its halo of {} x {} A\n",
+                     chunk_size, chunk_given ? "" : " (default; set with 'chunk N')", layers - 1, cutoff);
   }
 }
 
@@ -308,10 +328,15 @@ void PairMLIP::compute(int eflag, int vflag)
 {
   begin_compute(eflag, vflag);
   if (layers > 1) {
-    // No chunking: a chunk would need its own (L-1)-hop halo of complete neighbourhoods, which is
-    // not implemented; the whole subdomain and its ghost halo go through the model at once.
-    build_halo_graph();
-    evaluate_graph();
+    // Each chunk brings its own (L-1)-hop halo of complete neighbourhoods; compact chunks keep
+    // the halo, which is evaluated again by every chunk that needs it, small.
+    Impl &s = *impl;
+    split_local_atoms();
+    for (std::size_t c = 0; c < s.chunk_end.size(); c++) {
+      const int first = c == 0 ? 0 : s.chunk_end[c - 1];
+      build_halo_graph(s.order.data() + first, s.order.data() + s.chunk_end[c]);
+      evaluate_graph();
+    }
   } else {
     // Chunks bound the memory of one model call and keep its working set in cache.
     for (int first = 0; first < list->inum; first += chunk_size) {
@@ -382,13 +407,60 @@ void PairMLIP::build_chunk_graph(int first, int last)
 }
 
 /* ----------------------------------------------------------------------
-   build_halo_graph: all local atoms, then ghosts hop by hop (message-passing models).
-   Nodes within L-1 hops of a local atom get all their edges (they are within (L-1)*cutoff of
-   it, so inside the ghost shell with complete neighbour lists); nodes at hop L only send.
-   Energies come for the local atoms only (nodes [0, n_centers)).
+   split_local_atoms: the local atoms in chunks of at most chunk_size for message-passing
+   models, by recursive coordinate bisection: each cut halves the longest side of a chunk's
+   bounding box at the balanced position, so chunks are compact boxes (small halo per centre)
+   of nearly equal size. One chunk, in ilist order, when the rank holds no more than chunk_size.
 ------------------------------------------------------------------------- */
 
-void PairMLIP::build_halo_graph()
+void PairMLIP::split_local_atoms()
+{
+  Impl &s = *impl;
+  const auto t0 = Clock::now();
+  const int n = list->inum;
+  s.order.assign(list->ilist, list->ilist + n);
+  s.chunk_end.clear();
+  if (n == 0) return;
+  const double *const *x = atom->x;
+  // (begin, end) ranges of `order` still to be cut, depth first so chunks stay in space order
+  std::vector<std::pair<int, int>> todo{{0, n}};
+  while (!todo.empty()) {
+    const auto [begin, end] = todo.back();
+    todo.pop_back();
+    const int size = end - begin;
+    if (size <= chunk_size) {
+      s.chunk_end.push_back(end);
+      continue;
+    }
+    double lo[3] = {x[s.order[begin]][0], x[s.order[begin]][1], x[s.order[begin]][2]};
+    double hi[3] = {lo[0], lo[1], lo[2]};
+    for (int k = begin; k < end; k++)
+      for (int d = 0; d < 3; d++) {
+        lo[d] = std::min(lo[d], x[s.order[k]][d]);
+        hi[d] = std::max(hi[d], x[s.order[k]][d]);
+      }
+    int dim = 0;
+    for (int d = 1; d < 3; d++)
+      if (hi[d] - lo[d] > hi[dim] - lo[dim]) dim = d;
+    const int parts = (size + chunk_size - 1) / chunk_size;
+    const int mid = begin + static_cast<int>(static_cast<long long>(size) * (parts / 2) / parts);
+    std::nth_element(s.order.begin() + begin, s.order.begin() + mid, s.order.begin() + end,
+                     [&](int a, int b) { return x[a][dim] < x[b][dim]; });
+    todo.emplace_back(mid, end);    // the lower half is cut (and emitted) first
+    todo.emplace_back(begin, mid);
+  }
+  if (timing) s.t_graph += seconds_since(t0);
+}
+
+/* ----------------------------------------------------------------------
+   build_halo_graph: the local atoms [first, last), then atoms hop by hop (message-passing
+   models). Nodes within L-1 hops of a centre get all their edges (they are local, or ghosts
+   within (L-1)*cutoff of a local atom, so inside the ghost shell with complete neighbour
+   lists); nodes at hop L only send. Energies come for the centres only (nodes [0, n_centers));
+   the halo's own energies are another chunk's (local) or another rank's (ghost).
+------------------------------------------------------------------------- */
+
+void PairMLIP::build_halo_graph(const int *first, const int *last)
 {
   Impl &s = *impl;
   const auto t0 = Clock::now();
@@ -408,10 +480,9 @@ void PairMLIP::build_halo_graph()
     g.node_atom.push_back(i);
     g.species.push_back(species);
   };
-  for (int ii = 0; ii < list->inum; ii++) {
-    const int i = list->ilist[ii];
-    const int sp = type_species[type[i]];
-    if (sp >= 0) add_node(i, sp);
+  for (const int *p = first; p != last; ++p) {
+    const int sp = type_species[type[*p]];
+    if (sp >= 0) add_node(*p, sp);
   }
   g.n_centers = static_cast<int64_t>(g.node_atom.size());
 

@@ -42,7 +42,7 @@ class PairMLIP : public Pair {
   std::unique_ptr<Impl> impl;
 
   std::string model_file;
-  int chunk_size;                // local atoms evaluated per model call (bounds memory)
+  int chunk_size;                // most local atoms per model call (bounds memory); 0 until settings()
   int layers;                    // message-passing layers of the model (> 1: graph over ghosts)
   int timing;                    // 1: time graph building and model calls, report after each run
   double cutoff;                 // model cutoff, from the model's metadata
@@ -50,7 +50,8 @@ class PairMLIP : public Pair {
 
   void allocate();
   void build_chunk_graph(int first, int last);
-  void build_halo_graph();
+  void split_local_atoms();
+  void build_halo_graph(const int *first, const int *last);
   void evaluate_graph();
 
   // Shared with mlip/kk (pair_mlip_kokkos.h), which builds its graph from Kokkos views.

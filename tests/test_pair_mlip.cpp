@@ -207,8 +207,8 @@ TEST(PairMLIP, EmptySubdomainsWork) {
   expect_matches_reference(s, model, "pair_style mlip " + model, fmt::format("processors {} 1 1", nprocs()));
 }
 
-// The architectures of potentials/, each against the reference: se_e2_a is local (chunked),
-// PaiNN has 2 message-passing layers (one model call over local atoms and a ghost halo).
+// The architectures of potentials/, each against the reference: se_e2_a is local, PaiNN has 2
+// message-passing layers (a ghost halo of 2 cutoffs; chunks with halos of their own).
 TEST(PairMLIP, SeE2AMatchesReference) {
   const std::string model = model_path("se_e2_a");
   const Structure s = random_system(Box{}, 80, 1.0, 31);
@@ -225,8 +225,17 @@ TEST(PairMLIP, MessagePassingModelMatchesReference) {
   ASSERT_EQ(Model::load(model).metadata().message_passing_layers, 2);
   const Structure s = random_system(Box{}, 80, 1.0, 32);
   expect_matches_reference(s, model, "pair_style mlip " + model, kSmallSkin);
-  // `chunk` has no effect on message-passing models (whole subdomain + halo in one call).
-  expect_matches_reference(s, model, "pair_style mlip " + model + " chunk 3", kSmallSkin);
+}
+
+// Message-passing chunks: each chunk of centres brings its own halo (local atoms of other
+// chunks and ghosts within L-1 hops); down to one centre per call, the sums are the same.
+TEST(PairMLIP, MessagePassingModelInChunksMatchesReference) {
+  const std::string model = model_path("painn");
+  const Structure s = random_system(Box{}, 80, 1.0, 38);
+  for (int chunk : {1, 3, 17, 40}) {
+    SCOPED_TRACE(chunk);
+    expect_matches_reference(s, model, fmt::format("pair_style mlip {} chunk {}", model, chunk), kSmallSkin);
+  }
 }
 
 TEST(PairMLIP, MessagePassingAndSeE2AWithEmptySubdomains) {
@@ -238,6 +247,7 @@ TEST(PairMLIP, MessagePassingAndSeE2AWithEmptySubdomains) {
     SCOPED_TRACE(name);
     const std::string model = model_path(name);
     expect_matches_reference(s, model, "pair_style mlip " + model, procs + "\n" + kSmallSkin);
+    expect_matches_reference(s, model, "pair_style mlip " + model + " chunk 4", procs + "\n" + kSmallSkin);
   }
 }
 

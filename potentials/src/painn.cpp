@@ -66,25 +66,47 @@ BuiltModel build_painn(const ModelSpec& spec) {
       << "    fc = 0.5 * (torch.cos(r * (3.141592653589793 / self.cutoff)) + 1.0)\n"
       << "    rbf = torch.sin(r * k) / r\n"
       << "    s = self.embedding[species]\n"
-      << "    v = torch.zeros([n_nodes, 3, " << f << "], " << opts << ")\n";
+      << "    v = torch.zeros([n_nodes, 3, " << f << "], " << opts << ")\n"
+      << "    ce = center\n"
+      << "    ne = neighbor\n"
+      << "    rb = rbf\n"
+      << "    fe = fc\n"
+      << "    un = unit\n"
+      << "    n_out = n_nodes\n";
   for (int64_t l = 0; l < layers; ++l) {
     const std::string p = "self.l" + std::to_string(l) + "_";
+    const bool last = l == layers - 1;
+    // Only the centres' features after the last layer reach the energy: when the graph has
+    // other nodes (a halo of ghosts, or other chunks' atoms, in LAMMPS), the last layer passes
+    // only the messages into centres and updates only the centres (same sums, less work).
+    if (last)
+      src << "    if n_centers < n_nodes:\n"
+          << "        sel = torch.nonzero(center < n_centers).squeeze(1)\n"
+          << "        ce = center.index_select(0, sel)\n"
+          << "        ne = neighbor.index_select(0, sel)\n"
+          << "        rb = rbf.index_select(0, sel)\n"
+          << "        fe = fc.index_select(0, sel)\n"
+          << "        un = unit.index_select(0, sel)\n"
+          << "        n_out = n_centers\n";
     src << "    phi = torch.matmul(torch.silu(torch.matmul(s, " << p << "phi1_w) + " << p << "phi1_b), " << p
         << "phi2_w) + " << p << "phi2_b\n"
-        << "    w = (torch.matmul(rbf, " << p << "filter_w) + " << p << "filter_b) * fc\n"
-        << "    x = phi.index_select(0, neighbor) * w\n"
+        << "    w = (torch.matmul(rb, " << p << "filter_w) + " << p << "filter_b) * fe\n"
+        << "    x = phi.index_select(0, ne) * w\n"
         << "    xs, xvv, xvs = torch.split(x, " << f << ", 1)\n"
-        << "    s = s + torch.zeros_like(s).index_add(0, center, xs)\n"
-        << "    dv = v.index_select(0, neighbor) * xvv.unsqueeze(1) + unit.unsqueeze(2) * xvs.unsqueeze(1)\n"
-        << "    v = v + torch.zeros_like(v).index_add(0, center, dv)\n"
+        << "    s = s.narrow(0, 0, n_out) + torch.zeros([n_out, " << f << "], " << opts << ").index_add(0, ce, xs)\n"
+        // v is zero before the first layer: its x_vv v_j term vanishes there.
+        << (l == 0 ? "    dv = un.unsqueeze(2) * xvs.unsqueeze(1)\n"
+                   : "    dv = v.index_select(0, ne) * xvv.unsqueeze(1) + un.unsqueeze(2) * xvs.unsqueeze(1)\n")
+        << "    v = v.narrow(0, 0, n_out) + torch.zeros([n_out, 3, " << f << "], " << opts
+        << ").index_add(0, ce, dv)\n"
         << "    uv = torch.matmul(v, " << p << "U)\n"
         << "    vv = torch.matmul(v, " << p << "V)\n"
         << "    vnorm = torch.sqrt((vv * vv).sum(1) + 1e-8)\n"
         << "    a = torch.matmul(torch.silu(torch.matmul(torch.cat([s, vnorm], 1), " << p << "upd1_w) + " << p
         << "upd1_b), " << p << "upd2_w) + " << p << "upd2_b\n"
-        << "    avv, asv, ass = torch.split(a, " << f << ", 1)\n"
-        << "    v = v + avv.unsqueeze(1) * uv\n"
-        << "    s = s + asv * (uv * vv).sum(1) + ass\n";
+        << "    avv, asv, ass = torch.split(a, " << f << ", 1)\n";
+    if (!last) src << "    v = v + avv.unsqueeze(1) * uv\n";    // v after the last layer is not used
+    src << "    s = s + asv * (uv * vv).sum(1) + ass\n";
   }
   src << "    h = s.narrow(0, 0, n_centers)\n"
       << "    e = torch.matmul(torch.silu(torch.matmul(h, self.out1_w) + self.out1_b), self.out2_w) + self.out2_b\n"

@@ -9,6 +9,8 @@
 //   se_e2_a_md         se_e2_a perturbation for the NVE test: H O, rc 4.0, energy scale 0.03-0.05
 //   se_e2_a_water64    se_e2_a with default hyperparameters (rc 6, embedding 25-50-100, fitting
 //   se_e2_a_water32    240x3), O H, random weights: the speed benchmark's model, float64/float32
+//   painn_water64      PaiNN with default hyperparameters (64 features, 2 layers, 16 radial
+//                      functions), rc 5, O H, random weights, float64: the message-passing benchmark
 #pragma once
 
 #include <random>
@@ -95,9 +97,12 @@ inline void write_test_model(const std::string& name, const std::string& path) {
     BuiltModel b = build_test_model("se_e2_a", 6.0, nlohmann::json::object(),
                                     name == "se_e2_a_water32" ? torch::kFloat32 : torch::kFloat64, 1, {"O", "H"});
     export_frozen(b.module, b.metadata, path);
+  } else if (name == "painn_water64") {
+    BuiltModel b = build_test_model("painn", 5.0, nlohmann::json::object(), torch::kFloat64, 2, {"O", "H"});
+    export_frozen(b.module, b.metadata, path);
   } else {
     throw Error("unknown test model '" + name + "' (known: morse64, morse32, morse_md, se_e2_a, se_e2_a_md, se_e2_a_ta, painn, "
-                "se_e2_a_water64, se_e2_a_water32)");
+                "se_e2_a_water64, se_e2_a_water32, painn_water64)");
   }
 }
 
