@@ -3,12 +3,18 @@
 // model's matrix-product FLOPs per atom-step and the fraction of this machine's measured GEMM
 // rate that they reach. Evaluation goes through ChunkGraph + evaluate_chunk, as in LAMMPS.
 //
-//   build/bin/bench_potentials [--threads N] [--repeats N]
+//   build/bin/bench_potentials [--threads N] [--repeats N] [--arch NAME] [--dtype float32|float64]
+//                              [--atoms 1536|12288] [--chunk N] [--profile PREFIX]
+//
+// --arch, --dtype, --atoms, --chunk run only those cases (--chunk: local models); --profile writes one more pass of each case under
+// LibTorch's profiler to PREFIX.<arch>.<dtype>.<atoms>.<chunk>.json (chrome://tracing format;
+// benchmarks/profile_summary.py sums it by operator).
 //
 // FLOPs count matrix products only (2 m n k), forward pass; a force evaluation is counted as
 // twice the forward (the backward pass needs one input-gradient product per forward product, no
 // weight gradients). Element-wise work (tanh, products, index_add) is not counted.
 #include <ATen/Parallel.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <chrono>
 #include <cstdio>
@@ -72,12 +78,21 @@ double forward_flops_per_atom(const mlip::ModelMetadata& m, double edges_per_ato
 }  // namespace
 
 int main(int argc, char** argv) {
-  int threads = 1, repeats = 3;
+  int threads = 1, repeats = 3, only_atoms = 0, only_chunk = 0;
+  std::string only_arch, only_dtype, profile;
   for (int a = 1; a < argc; ++a) {
     if (!std::strcmp(argv[a], "--threads") && a + 1 < argc) threads = std::atoi(argv[++a]);
     else if (!std::strcmp(argv[a], "--repeats") && a + 1 < argc) repeats = std::atoi(argv[++a]);
+    else if (!std::strcmp(argv[a], "--arch") && a + 1 < argc) only_arch = argv[++a];
+    else if (!std::strcmp(argv[a], "--dtype") && a + 1 < argc) only_dtype = argv[++a];
+    else if (!std::strcmp(argv[a], "--atoms") && a + 1 < argc) only_atoms = std::atoi(argv[++a]);
+    else if (!std::strcmp(argv[a], "--chunk") && a + 1 < argc) only_chunk = std::atoi(argv[++a]);
+    else if (!std::strcmp(argv[a], "--profile") && a + 1 < argc) profile = argv[++a];
     else {
-      std::fprintf(stderr, "usage: %s [--threads N] [--repeats N]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--threads N] [--repeats N] [--arch se_e2_a|painn] [--dtype float32|float64] "
+                   "[--atoms 1536|12288] [--chunk N] [--profile PREFIX]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -97,6 +112,7 @@ int main(int argc, char** argv) {
   const std::vector<Arch> archs = {{"se_e2_a", nlohmann::json::object()}, {"painn", nlohmann::json::object()}};
   const double cutoff = 6.0;
   for (int reps : {2, 4}) {
+    if (only_atoms > 0 && static_cast<std::size_t>(only_atoms) != frame.size() * reps * reps * reps) continue;
     const mlip::Structure s = mlip::replicate(frame, reps, reps, reps);
     const mlip::NeighborList nl = mlip::build_neighbor_list(s, cutoff);
     std::vector<int64_t> first(s.size() + 1, 0);  // CSR over the centre-sorted edges
@@ -104,7 +120,10 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < s.size(); ++i) first[i + 1] += first[i];
     const double edges_per_atom = double(nl.size()) / s.size();
     for (const auto& arch : archs) {
+      if (!only_arch.empty() && arch.name != only_arch) continue;
       for (torch::Dtype dtype : {torch::kFloat32, torch::kFloat64}) {
+        const std::string dtype_name = dtype == torch::kFloat32 ? "float32" : "float64";
+        if (!only_dtype.empty() && dtype_name != only_dtype) continue;
         mlip::ModelSpec spec;
         spec.architecture = arch.name;
         spec.species = {"O", "H"};
@@ -118,6 +137,7 @@ int main(int argc, char** argv) {
         // Message passing needs every node's features: evaluate it whole; local models in chunks.
         std::vector<int> chunks = {static_cast<int>(s.size())};
         if (built.metadata.message_passing_layers == 0) chunks = {64, 256, static_cast<int>(s.size())};
+        if (only_chunk > 0 && built.metadata.message_passing_layers == 0) chunks = {only_chunk};
         for (int chunk : chunks) {
           mlip::ChunkGraph graph;
           std::vector<int> centers;
@@ -143,10 +163,19 @@ int main(int argc, char** argv) {
             best = std::min(best, seconds_since(t0));
           }
           const double per_atom = best / s.size();
-          std::printf("%-8s %-8s %6zu %6d %11.1f %13.2f %10.1f %8.1f%%\n", arch.name.c_str(),
-                      dtype == torch::kFloat32 ? "float32" : "float64", s.size(), chunk, 1e6 * per_atom, flops / 1e6,
-                      flops / per_atom / 1e9, 100.0 * flops / per_atom / 1e9 / gemm);
+          std::printf("%-8s %-8s %6zu %6d %11.1f %13.2f %10.1f %8.1f%%\n", arch.name.c_str(), dtype_name.c_str(),
+                      s.size(), chunk, 1e6 * per_atom, flops / 1e6, flops / per_atom / 1e9,
+                      100.0 * flops / per_atom / 1e9 / gemm);
           std::fflush(stdout);
+          if (!profile.empty()) {
+            const std::string file = profile + "." + arch.name + "." + dtype_name + "." + std::to_string(s.size()) +
+                                     "." + std::to_string(chunk) + ".json";
+            {
+              torch::autograd::profiler::RecordProfile guard(file);
+              run_once();
+            }
+            std::printf("  profile: %s\n", file.c_str());
+          }
         }
       }
     }

@@ -35,7 +35,7 @@ void dense_layers(std::ostringstream& src, const std::string& var, const std::st
   for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
     const std::string w = "self." + prefix + "_w" + std::to_string(l) + "[t]";
     const std::string b = "self." + prefix + "_b" + std::to_string(l) + "[t]";
-    const std::string h = "torch.tanh(torch.matmul(" + var + ", " + w + ") + " + b + ")";
+    const std::string h = "torch.tanh(torch.addmm(" + b + ", " + var + ", " + w + "))";
     if (residual && widths[l + 1] == widths[l]) {
       src << indent << var << " = " << var << " + " << h << "\n";
     } else if (residual && widths[l + 1] == 2 * widths[l]) {
@@ -117,14 +117,24 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    rank = torch.arange(n_edges, dtype=center.dtype, device=center.device) - first[center[order]]\n"
       << "    slot = torch.zeros_like(center).index_copy(0, order, rank)\n"
       << "    cell = center * kmax + slot\n"
-      << "    g = torch.zeros([n_centers * kmax, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
+      // The embedding runs net by net on its edges; the outputs, stacked with one zero row for the
+      // empty slots, are gathered into the dense layout by one index_select (its backward is one
+      // index_add), which moves far less memory than filling a zero tensor net by net.
+      << "    parts: List[Tensor] = []\n"
+      << "    edges: List[Tensor] = []\n"
       << "    for t in range(" << n_emb << "):\n"
       << "        idx = torch.nonzero(net == t).squeeze(1)\n"
       << "        x = radial.index_select(0, idx).unsqueeze(1)\n";
   dense_layers(src, "x", "emb", emb_widths, true, "        ");
-  src << "        g = g.index_copy(0, cell.index_select(0, idx), x)\n"
-      << "    env_d = torch.zeros([n_centers * kmax, 4], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
-      << "    env_d = env_d.index_copy(0, cell, env)\n"
+  src << "        parts.append(x)\n"
+      << "        edges.append(idx)\n"
+      << "    parts.append(torch.zeros([1, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device))\n"
+      << "    stacked = torch.cat(edges)\n"
+      << "    empty = torch.full([n_centers * kmax], n_edges, dtype=center.dtype, device=center.device)\n"
+      << "    source = empty.index_copy(0, cell.index_select(0, stacked), torch.arange(n_edges, dtype=center.dtype, device=center.device))\n"
+      << "    g = torch.cat(parts).index_select(0, source)\n"
+      << "    env_source = empty.index_copy(0, cell, torch.arange(n_edges, dtype=center.dtype, device=center.device))\n"
+      << "    env_d = torch.cat([env, torch.zeros([1, 4], dtype=edge_vectors.dtype, device=edge_vectors.device)]).index_select(0, env_source)\n"
       << "    tm = torch.bmm(env_d.view(n_centers, kmax, 4).transpose(1, 2), g.view(n_centers, kmax, " << m1
       << ")) * self.inv_neighbor_norm\n"
       << "    d = torch.bmm(tm.transpose(1, 2), tm.narrow(2, 0, " << axis << ")).reshape(n_centers, " << m1 * axis
@@ -135,7 +145,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "        idx = torch.nonzero(cs == t).squeeze(1)\n"
       << "        y = d.index_select(0, idx)\n";
   dense_layers(src, "y", "fit", fit_widths, true, "        ");
-  src << "        y = torch.matmul(y, self.fit_w" << out_l << "[t]) + self.fit_b" << out_l << "[t]\n"
+  src << "        y = torch.addmm(self.fit_b" << out_l << "[t], y, self.fit_w" << out_l << "[t])\n"
       << "        e = e.index_copy(0, idx, y.squeeze(1))\n"
       << detail::add_repulsion(b, spec)
       << "    return e * self.energy_scale[cs] + self.energy_shift[cs]" << (spec.repulsion == "none" ? "" : " + e_rep")
