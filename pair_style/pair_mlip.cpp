@@ -192,6 +192,8 @@ void PairMLIP::settings(int narg, char **arg)
   if (narg < 1)
     error->all(FLERR, "Illegal pair_style mlip command: expected 'pair_style mlip MODEL [chunk N] [timing yes|no]'");
   model_file = arg[0];
+  chunk_size = 0;    // a repeated pair_style command starts from the defaults
+  timing = 0;
   for (int iarg = 1; iarg < narg; iarg += 2) {
     if (iarg + 1 >= narg) error->all(FLERR, fmt::format("pair_style mlip: keyword '{}' needs a value", arg[iarg]));
     if (strcmp(arg[iarg], "chunk") == 0) {

@@ -238,6 +238,32 @@ TEST(PairMLIP, MessagePassingModelInChunksMatchesReference) {
   }
 }
 
+// The chunk default depends on the model (64 local, 128 message passing); a repeated pair_style
+// command starts from the defaults again rather than keeping the previous command's options.
+TEST(PairMLIP, ChunkDefaultsPerModelKindAndRepeatedPairStyle) {
+  const std::string log =
+      (fs::temp_directory_path() / "mlip_test_pair" / fmt::format("chunk{}.log", nprocs())).string();
+  {
+    Lammps lmp(log);
+    setup_system(lmp, random_system(Box{}, 40, 1.0, 39), Box{}, "pair_style mlip " + model_path("se_e2_a") + " chunk 5");
+    lmp.ok("run 0");
+    lmp.ok("pair_style mlip " + model_path("painn"));
+    lmp.ok("pair_coeff * * O H H");
+    lmp.ok("run 0");
+    lmp.ok("pair_style mlip " + model_path("painn") + " chunk 9");
+    lmp.ok("pair_coeff * * O H H");
+    lmp.ok("run 0");
+  }
+  if (rank() == 0) {
+    std::ifstream in(log);
+    std::stringstream text;
+    text << in.rdbuf();
+    EXPECT_NE(text.str().find("at most 128 local atoms per model call (default; set with 'chunk N')"),
+              std::string::npos) << text.str();
+    EXPECT_NE(text.str().find("at most 9 local atoms per model call, in"), std::string::npos) << text.str();
+  }
+}
+
 TEST(PairMLIP, MessagePassingAndSeE2AWithEmptySubdomains) {
   // All atoms in the lower 30% of x: with 4 ranks along x, two own no atom at all, and one of
   // them holds only ghosts that still carry messages to its neighbours' atoms.
