@@ -57,7 +57,7 @@ export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
 # (1m: 998784 water atoms and 986078 W atoms, for the memory bound: SIZES=1m RANKS=1)
 declare -A water_reps=([1k]="3 2 1" [10k]="6 3 3" [100k]="8 8 8" [1m]="18 17 17")
 declare -A bcc_cells=([1k]=8 [10k]=17 [100k]=37 [1m]=79)
-declare -A mlip_steps=([1k]=10 [10k]=3 [100k]=2 [1m]=1)
+declare -A mlip_steps=([1k]=10 [10k]=10 [100k]=2 [1m]=1)
 declare -A snap_steps=([1k]=20 [10k]=5 [100k]=2 [1m]=1)
 declare -A painn_steps=([1k]=3 [10k]=1 [100k]=1)
 
