@@ -134,11 +134,12 @@ template <typename F> void guarded(Error *error, bool all_ranks, const std::stri
 constexpr int default_chunk_local = 64;
 // Default chunk for message-passing models, 128: each chunk also evaluates its halo (atoms
 // within (L-1) cutoffs, with all their edges), so small chunks repeat work and large ones need
-// memory. PaiNN with default hyperparameters (64 features, 2 layers, rc 5 A), 1 rank
-// (benchmarks/bench_pair.sh): 1152 water atoms, chunk 16, 64, 128, 256 and all: 2346, 1484,
-// 1208, 1043 and 7768 us/atom-step, peak 0.5, 1.1, 1.5, 2.0 and 7.8 GB; 10368 atoms, chunk 128
-// and 256: 1190 and 891 us/atom-step, 1.5 and 2.6 GB. 128 keeps a rank under 2 GB; raise it
-// where memory allows.
+// memory. PaiNN with default hyperparameters (64 features, 2 layers, rc 5 A), 1 rank:
+// 1152 water atoms (benchmarks/bench_pair.sh's PaiNN chunk scan), chunk 16, 64, 128, 256 and
+// all: 2346, 1484, 1208, 1043 and 7768 us/atom-step, peak 0.5, 1.1, 1.5, 2.0 and 7.8 GB; 10368
+// atoms (its in.mlip, water-10k.data, 1 step, 'chunk N timing yes'), chunk 128 and 256: 1190
+// and 891 us/atom-step, 1.5 and 2.6 GB. 128 keeps a rank under 2 GB; raise it where memory
+// allows.
 constexpr int default_chunk_message_passing = 128;
 
 PairMLIP::PairMLIP(LAMMPS *lmp) :

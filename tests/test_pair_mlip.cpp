@@ -119,6 +119,14 @@ class Lammps {
   void* handle_;
 };
 
+// The whole text of a file (a LAMMPS log), empty if it cannot be read.
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 // LAMMPS atom type of atom i of a random_system: 1 = O, 2 and 3 = H (alternating).
 int lammps_type(const Structure& s, std::size_t i) { return s.numbers[i] == 8 ? 1 : (i % 2 ? 2 : 3); }
 
@@ -255,12 +263,10 @@ TEST(PairMLIP, ChunkDefaultsPerModelKindAndRepeatedPairStyle) {
     lmp.ok("run 0");
   }
   if (rank() == 0) {
-    std::ifstream in(log);
-    std::stringstream text;
-    text << in.rdbuf();
-    EXPECT_NE(text.str().find("at most 128 local atoms per model call (default; set with 'chunk N')"),
-              std::string::npos) << text.str();
-    EXPECT_NE(text.str().find("at most 9 local atoms per model call, in"), std::string::npos) << text.str();
+    const std::string text = read_text(log);
+    EXPECT_NE(text.find("at most 128 local atoms per model call (default; set with 'chunk N')"), std::string::npos)
+        << text;
+    EXPECT_NE(text.find("at most 9 local atoms per model call, in"), std::string::npos) << text;
   }
 }
 
@@ -475,14 +481,11 @@ TEST(PairMLIP, TimingReportAfterRun) {
     lmp.ok("run 3");
   }
   if (rank() == 0) {
-    std::ifstream in(log);
-    std::stringstream text;
-    text << in.rdbuf();
-    EXPECT_NE(text.str().find(fmt::format("pair_style mlip timing: 3 force calls, 40 atoms, {} ranks; us/atom-step",
-                                          nprocs())),
+    const std::string text = read_text(log);
+    EXPECT_NE(text.find(fmt::format("pair_style mlip timing: 3 force calls, 40 atoms, {} ranks; us/atom-step", nprocs())),
               std::string::npos)
-        << text.str();
-    EXPECT_NE(text.str().find("peak RSS"), std::string::npos);
+        << text;
+    EXPECT_NE(text.find("peak RSS"), std::string::npos);
   }
 }
 
