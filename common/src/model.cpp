@@ -1,6 +1,7 @@
 #include "mlip/model.h"
 
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -71,6 +72,15 @@ ModelMetadata ModelMetadata::from_json(const nlohmann::json& j, const std::strin
   return m;
 }
 
+// On the CPU the graph executor's optimisations (autodiff subgraphs, which split addmm into
+// mm + add, and their generated backward graphs) made se_e2_a 1.1x slower than op-by-op
+// execution with eager autograd; LibTorch 1.13 has no CPU fuser to make up for it. They also
+// change the rounding between the first (profiling) calls and the later ones, which made a
+// resumed training run differ from an uninterrupted one. The switch is thread-local.
+bool optimize_graphs_on(const torch::Device& device) {
+  return device.is_cpu() ? false : torch::jit::getGraphExecutorOptimize();
+}
+
 Model::Model(torch::jit::Module module, ModelMetadata metadata, torch::Device device)
     : module_(std::move(module)), metadata_(std::move(metadata)), device_(device) {}
 
@@ -106,7 +116,10 @@ ModelOutput Model::evaluate(const ModelInput& in, bool need_grad) const {
   if (need_grad) vectors = vectors.detach().requires_grad_(true);
   std::vector<torch::jit::IValue> args{in.species, in.edge_index, vectors, in.n_centers};
   ModelOutput out;
-  out.atom_energy = module_.forward(args).toTensor();
+  {
+    torch::jit::GraphOptimizerEnabledGuard optimize(optimize_graphs_on(device_));
+    out.atom_energy = module_.forward(args).toTensor();
+  }
   if (out.atom_energy.dim() != 1 || out.atom_energy.size(0) != in.n_centers) {
     throw Error("model returned energies of shape " + c10::str(out.atom_energy.sizes()) + ", expected (" +
                 std::to_string(in.n_centers) + ")");

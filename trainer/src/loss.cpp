@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include "training.h"
 
@@ -43,6 +44,7 @@ BatchTensors to_tensors(const GraphBatch& b, torch::Dtype dtype) {
 
 Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph) {
   torch::Tensor vectors = b.edge_vectors.detach().requires_grad_(true);
+  torch::jit::GraphOptimizerEnabledGuard optimize(optimize_graphs_on(vectors.device()));
   const torch::Tensor atom_energy =
       module.forward({b.species, b.edge_index, vectors, b.n_atoms}).toTensor();
   Prediction p;

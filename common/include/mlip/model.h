@@ -69,6 +69,12 @@ struct ModelOutput {
   torch::Tensor edge_grad;      // (n_edges, 3) dE/dr_ij, eV/Å; undefined if not requested
 };
 
+/// Whether TorchScript's graph executor should optimise models run on `device`: false on the
+/// CPU (see model.cpp), the current setting elsewhere. For torch::jit::GraphOptimizerEnabledGuard
+/// around every call of a model's forward(), in evaluation and in training alike, so that every
+/// call takes the same path (the optimiser's first calls are unoptimised profiling runs).
+bool optimize_graphs_on(const torch::Device& device);
+
 /// A loaded, frozen model: metadata plus the TorchScript module.
 class Model {
  public:
