@@ -28,22 +28,53 @@ namespace mlip {
 
 namespace {
 
-// y = act(x W[t] + b[t]) with DeePMD's residual connections: + x when the width is kept,
-// + [x, x] when it doubles.
-void dense_layers(std::ostringstream& src, const std::string& var, const std::string& prefix,
-                  const std::vector<int64_t>& widths, bool residual, const std::string& indent) {
+// The tanh layers of DeePMD's nets, y = tanh(x W[t] + b[t]), plus x when the width is kept
+// or [x, x] when it doubles, emitted as TorchScript that evaluates them through sigmoids:
+// tanh(z) = 2 sigmoid(2z) - 1, and LibTorch's CPU sigmoid costs a third of its tanh (float64
+// AVX512: 0.75 against 2.24 ns per value). Each layer's output is kept as x = a u - c, with the
+// scalars a and c known here; the next layer takes them into its weights and bias,
+//   x W + b = u (a W) + (b - c colsum(W)),
+// where freezing folds them into constants. The residual sums stay in that form
+// (a [u, u] - c + 2 h - 1 = 2 ([u, u] + h) - (c + 1) when a = 2), so the only elementwise passes
+// are the ones the tanh form needs. The function is the same; only the rounding differs.
+struct Affine {
+  double a = 1.0, c = 0.0;  // x = a u - c
+};
+
+using detail::num;
+
+// x W + b for x = a u - c, as (weight, bias) expressions.
+std::pair<std::string, std::string> folded(const std::string& w, const std::string& b, Affine x, double scale) {
+  const std::string weight = w + " * " + num(scale * x.a);
+  const std::string bias =
+      x.c == 0.0 ? b + " * " + num(scale) : "(" + b + " - " + num(x.c) + " * " + w + ".sum(0)) * " + num(scale);
+  return {weight, bias};
+}
+
+Affine dense_layers(std::ostringstream& src, const std::string& var, const std::string& prefix,
+                    const std::vector<int64_t>& widths, const std::string& indent) {
+  Affine x;
   for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
     const std::string w = "self." + prefix + "_w" + std::to_string(l) + "[t]";
     const std::string b = "self." + prefix + "_b" + std::to_string(l) + "[t]";
-    const std::string h = "torch.tanh(torch.addmm(" + b + ", " + var + ", " + w + "))";
-    if (residual && widths[l + 1] == widths[l]) {
-      src << indent << var << " = " << var << " + " << h << "\n";
-    } else if (residual && widths[l + 1] == 2 * widths[l]) {
-      src << indent << var << " = torch.cat([" << var << ", " << var << "], 1) + " << h << "\n";
+    const auto [weight, bias] = folded(w, b, x, 2.0);  // sigmoid(2 z)
+    // A one-wide input (the embedding's s) is an outer product: one addcmul, not a GEMM.
+    const std::string h = widths[l] == 1 ? "torch.sigmoid(torch.addcmul(" + bias + ", " + var + ", " + weight + "))"
+                                         : "torch.sigmoid(torch.addmm(" + bias + ", " + var + ", " + weight + "))";
+    const bool keep = widths[l + 1] == widths[l], doubles = widths[l + 1] == 2 * widths[l];
+    if (keep || doubles) {
+      if (x.a != 2.0) {  // bring x to 2 u - c first (only when the first layer is residual)
+        src << indent << var << " = " << var << " * " << num(x.a / 2.0) << "\n";
+        x.a = 2.0;
+      }
+      src << indent << var << " = " << (keep ? var : "torch.cat([" + var + ", " + var + "], 1)") << " + " << h << "\n";
+      x.c += 1.0;
     } else {
       src << indent << var << " = " << h << "\n";
+      x = Affine{2.0, 1.0};
     }
   }
+  return x;
 }
 
 }  // namespace
@@ -93,7 +124,6 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   b.float_attribute("cutoff", rc);
   b.float_attribute("rcut_smth", rcut_smth);
 
-  using detail::num;
   std::ostringstream src;
   src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
       << "    center = edge_index[0]\n"
@@ -125,7 +155,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    for t in range(" << n_emb << "):\n"
       << "        idx = torch.nonzero(net == t).squeeze(1)\n"
       << "        x = radial.index_select(0, idx).unsqueeze(1)\n";
-  dense_layers(src, "x", "emb", emb_widths, true, "        ");
+  const Affine g = dense_layers(src, "x", "emb", emb_widths, "        ");  // G = a x - c
   src << "        parts.append(x)\n"
       << "        edges.append(idx)\n"
       << "    parts.append(torch.zeros([1, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device))\n"
@@ -135,8 +165,10 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    g = torch.cat(parts).index_select(0, source)\n"
       << "    env_source = empty.index_copy(0, cell, torch.arange(n_edges, dtype=center.dtype, device=center.device))\n"
       << "    env_d = torch.cat([env, torch.zeros([1, 4], dtype=edge_vectors.dtype, device=edge_vectors.device)]).index_select(0, env_source)\n"
-      << "    tm = torch.bmm(env_d.view(n_centers, kmax, 4).transpose(1, 2), g.view(n_centers, kmax, " << m1
-      << ")) * self.inv_neighbor_norm\n"
+      << "    env_d = env_d.view(n_centers, kmax, 4)\n"
+      // sum_j env_j (x) (a u_j - c) = a sum_j env_j (x) u_j - c (sum_j env_j) (x) 1
+      << "    tm = (torch.bmm(env_d.transpose(1, 2), g.view(n_centers, kmax, " << m1 << ")) * " << num(g.a)
+      << " - env_d.sum(1).unsqueeze(2) * " << num(g.c) << ") * self.inv_neighbor_norm\n"
       << "    d = torch.bmm(tm.transpose(1, 2), tm.narrow(2, 0, " << axis << ")).reshape(n_centers, " << m1 * axis
       << ")\n"
       << "    cs = species[:n_centers]\n"
@@ -144,8 +176,9 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    for t in range(" << ns << "):\n"
       << "        idx = torch.nonzero(cs == t).squeeze(1)\n"
       << "        y = d.index_select(0, idx)\n";
-  dense_layers(src, "y", "fit", fit_widths, true, "        ");
-  src << "        y = torch.addmm(self.fit_b" << out_l << "[t], y, self.fit_w" << out_l << "[t])\n"
+  const Affine y = dense_layers(src, "y", "fit", fit_widths, "        ");
+  const auto [w_out, b_out] = folded("self.fit_w" + out_l + "[t]", "self.fit_b" + out_l + "[t]", y, 1.0);
+  src << "        y = torch.addmm(" << b_out << ", y, " << w_out << ")\n"
       << "        e = e.index_copy(0, idx, y.squeeze(1))\n"
       << detail::add_repulsion(b, spec)
       << "    return e * self.energy_scale[cs] + self.energy_shift[cs]" << (spec.repulsion == "none" ? "" : " + e_rep")
