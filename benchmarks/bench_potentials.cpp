@@ -1,20 +1,25 @@
 // Forward + force evaluation time per atom of each architecture on liquid water (frame 0 of
 // data/water-deepmd/data_0 replicated to 1536 and 12288 atoms), float32 and float64, with the
 // model's matrix-product FLOPs per atom-step and the fraction of this machine's measured GEMM
-// rate that they reach. Evaluation goes through ChunkGraph + evaluate_chunk, as in LAMMPS.
+// rate that they reach. The model is the frozen export, loaded back, and evaluation goes
+// through ChunkGraph + evaluate_chunk with pair_style mlip's chunking: local models in runs of
+// consecutive atoms (default chunks 64, 256 and all), message-passing models in spatially compact
+// chunks (split_compact) with their (L-1)-hop halo (default 128).
 //
 //   build/bin/bench_potentials [--threads N] [--repeats N] [--arch NAME] [--dtype float32|float64]
 //                              [--atoms 1536|12288] [--chunk N] [--profile PREFIX]
 //
-// --arch, --dtype, --atoms, --chunk run only those cases (--chunk: local models); --profile writes one more pass of each case under
+// --arch, --dtype, --atoms, --chunk run only those cases; --profile writes one more pass of each case under
 // LibTorch's profiler to PREFIX.<arch>.<dtype>.<atoms>.<chunk>.json (chrome://tracing format;
 // benchmarks/profile_summary.py sums it by operator).
 //
 // FLOPs count matrix products only (2 m n k), forward pass; a force evaluation is counted as
 // twice the forward (the backward pass needs one input-gradient product per forward product, no
-// weight gradients). Element-wise work (tanh, products, index_add) is not counted.
+// weight gradients). Element-wise work (tanh, products, index_add) is not counted, nor is the
+// work a message-passing chunk spends on its halo (which makes small chunks slower).
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,10 +28,13 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "mlip/chunk_graph.h"
 #include "mlip/io.h"
 #include "mlip/neighbor_list.h"
 #include "mlip/potentials.h"
+#include "mlip/runtime.h"
 
 namespace {
 
@@ -81,6 +89,8 @@ double forward_flops_per_atom(const mlip::ModelMetadata& m, double edges_per_ato
 }  // namespace
 
 int main(int argc, char** argv) {
+  mlip::prefer_avx512_kernels();  // before any tensor operation
+  mlip::keep_freed_memory();       // as pair_style mlip and mlip-trainer do
   int threads = 1, repeats = 3, only_atoms = 0, only_chunk = 0;
   std::string only_arch, only_dtype, profile;
   for (int a = 1; a < argc; ++a) {
@@ -101,8 +111,9 @@ int main(int argc, char** argv) {
   }
   at::set_num_threads(threads);
   const double gemm64 = gemm_gflops(torch::kFloat64), gemm32 = gemm_gflops(torch::kFloat32);
-  std::printf("LibTorch %d thread(s); measured GEMM (best of n = 512, 1024, 2048): float64 %.1f GFLOP/s, float32 %.1f GFLOP/s\n",
-              threads, gemm64, gemm32);
+  std::printf("LibTorch %d thread(s), %s kernels; measured GEMM (best of n = 512, 1024, 2048): float64 %.1f GFLOP/s, "
+              "float32 %.1f GFLOP/s\n",
+              threads, mlip::cpu_capability().c_str(), gemm64, gemm32);
   std::printf("Forward+forces per atom-step; FLOPs = matrix products, force step = 2 x forward\n");
   std::printf("%-8s %-8s %6s %6s %11s %13s %10s %9s\n", "model", "dtype", "atoms", "chunk", "us/atom", "MFLOP/atom",
               "GFLOP/s", "of GEMM");
@@ -134,26 +145,38 @@ int main(int argc, char** argv) {
         spec.dtype = dtype;
         spec.hyperparameters = arch.hp;
         mlip::BuiltModel built = mlip::build_model(spec);
-        const mlip::Model model(built.module, built.metadata, torch::kCPU);
+        // What pair_style mlip runs: the frozen export, loaded back.
+        const std::string model_file = "/tmp/mlip_bench_" + std::to_string(::getpid()) + ".pt";
+        mlip::export_frozen(built.module, built.metadata, model_file);
+        const mlip::Model model = mlip::Model::load(model_file, torch::kCPU);
+        std::remove(model_file.c_str());
+        const int layers = built.metadata.message_passing_layers;
         const double flops = 2.0 * forward_flops_per_atom(built.metadata, edges_per_atom);
         const double gemm = dtype == torch::kFloat32 ? gemm32 : gemm64;
-        // Message passing needs every node's features: evaluate it whole; local models in chunks.
-        std::vector<int> chunks = {static_cast<int>(s.size())};
-        if (built.metadata.message_passing_layers == 0) chunks = {64, 256, static_cast<int>(s.size())};
-        if (only_chunk > 0 && built.metadata.message_passing_layers == 0) chunks = {only_chunk};
+        std::vector<int> chunks = {64, 256, static_cast<int>(s.size())};
+        if (layers > 1) chunks = {128};
+        if (only_chunk > 0) chunks = {only_chunk};
         for (int chunk : chunks) {
           mlip::ChunkGraph graph;
-          std::vector<int> centers;
+          std::vector<int> order(s.size()), chunk_end;
+          for (std::size_t i = 0; i < s.size(); ++i) order[i] = static_cast<int>(i);
+          if (layers > 1) {
+            mlip::split_compact(order, chunk, [&](int i) { return s.positions[i].data(); }, chunk_end);
+          } else {
+            for (std::size_t a = chunk; a < s.size(); a += chunk) chunk_end.push_back(static_cast<int>(a));
+            chunk_end.push_back(static_cast<int>(s.size()));
+          }
+          // Periodic images of an atom share its node: they have the same environment.
           auto run_once = [&] {
-            for (int a0 = 0; a0 < static_cast<int>(s.size()); a0 += chunk) {
-              centers.clear();
-              for (int i = a0; i < std::min<int>(a0 + chunk, s.size()); ++i) centers.push_back(i);
+            for (std::size_t c = 0; c < chunk_end.size(); ++c) {
               graph.build(
-                  centers, static_cast<int>(s.size()), cutoff, [&](int i) { return s.numbers[i] == 8 ? 0 : 1; },
+                  order.data() + (c == 0 ? 0 : chunk_end[c - 1]), order.data() + chunk_end[c],
+                  static_cast<int>(s.size()), cutoff, [&](int i) { return s.numbers[i] == 8 ? 0 : 1; },
                   [&](int i, auto&& visit) {
                     for (int64_t e = first[i]; e < first[i + 1]; ++e)
                       visit(static_cast<int>(nl.neighbors[e]), nl.vectors[e][0], nl.vectors[e][1], nl.vectors[e][2]);
-                  });
+                  },
+                  std::max(layers, 1));
               mlip::evaluate_chunk(model, graph);
             }
           };

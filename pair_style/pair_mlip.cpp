@@ -34,6 +34,9 @@
 #include "mlip/chunk_graph.h"
 #include "mlip/error.h"
 #include "mlip/model.h"
+#include "mlip/runtime.h"
+
+#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <chrono>
@@ -44,9 +47,6 @@
 
 #if defined(__linux__)
 #include <sys/resource.h>
-#endif
-#if defined(__GLIBC__)
-#include <malloc.h>
 #endif
 
 using namespace LAMMPS_NS;
@@ -70,33 +70,14 @@ double peak_rss_mib()
   return -1.0;
 }
 
-// LibTorch allocates its autograd buffers (MBs each) afresh at every model call. With glibc's
-// default thresholds they are mapped and unmapped every time, and the page faults cost the
-// se_e2_a water model (1152 atoms, chunk 64, benchmarks/bench_pair.sh) 20% of its time
-// (370-400 -> 307 us/atom-step; 714 -> 421 before se_e2_a's batched contraction). Keeping
-// freed memory in the process removes that without raising the peak. Left alone if the user
-// set either threshold in the environment. Returns whether it changed anything.
-bool keep_freed_memory()
-{
-#if defined(__GLIBC__)
-  if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_")) return false;
-  return mallopt(M_MMAP_THRESHOLD, 1 << 30) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
-#else
-  return false;
-#endif
-}
-
 }    // namespace
 
 // LibTorch state, the graph (buffers reused from step to step) and the optional timers.
 struct PairMLIP::Impl {
   std::unique_ptr<mlip::Model> model;
   mlip::ChunkGraph graph;
-  std::vector<int> centers;
   std::vector<int> order;            // message-passing chunks: local atoms, chunk after chunk
   std::vector<int> chunk_end;        // end of each chunk in `order`
-  std::vector<int> atom_node;        // (nlocal + nghost) node of an atom in the halo graph, or -1
-  std::vector<int64_t> edge_nodes;   // halo graph scratch: neighbour node of each edge
 
   // Seconds spent per part since the start of the current run (timing yes).
   double t_graph = 0.0, t_model = 0.0, t_forces = 0.0;
@@ -154,6 +135,8 @@ PairMLIP::PairMLIP(LAMMPS *lmp) :
   // Per-atom centroid virial: each edge's -r_ij (x) dE/dr_ij goes to the neighbour atom j
   // (the form of Fan et al., PRB 92, 094301), which makes Green-Kubo heat flux correct.
   centroidstressflag = CENTROID_AVAIL;
+  // Before the first tensor operation of the process (the model is loaded in settings()).
+  mlip::prefer_avx512_kernels();
 }
 
 /* ----------------------------------------------------------------------
@@ -211,7 +194,7 @@ void PairMLIP::settings(int narg, char **arg)
   guarded(error, true, "cannot load model", [&] {
     impl->model = std::make_unique<mlip::Model>(mlip::Model::load(model_file, torch::Device(model_device())));
   });
-  const bool malloc_tuned = keep_freed_memory();
+  const bool malloc_tuned = mlip::keep_freed_memory();
   const auto &meta = impl->model->metadata();
   cutoff = meta.cutoff;
   layers = meta.message_passing_layers;
@@ -227,6 +210,9 @@ void PairMLIP::settings(int narg, char **arg)
     if (malloc_tuned)
       utils::logmesg(lmp, "pair_style mlip: malloc keeps freed memory (mmap and trim thresholds "
                           "1 GiB) so that model buffers are reused between steps\n");
+    if (impl->model->device().is_cpu())
+      utils::logmesg(lmp, "pair_style mlip: LibTorch CPU kernels {} (ATEN_CPU_CAPABILITY), {} thread(s) per rank\n",
+                     mlip::cpu_capability(), at::get_num_threads());
     if (layers > 1)
       utils::logmesg(lmp, "pair_style mlip: message-passing model: at most {} local atoms per model call{}, in "
                           "spatially compact chunks, each with its halo of {} x {} A\n",
@@ -335,16 +321,20 @@ void PairMLIP::compute(int eflag, int vflag)
     // Each chunk brings its own (L-1)-hop halo of complete neighbourhoods; compact chunks keep
     // the halo, which is evaluated again by every chunk that needs it, small.
     Impl &s = *impl;
-    split_local_atoms();
+    const auto t0 = Clock::now();
+    s.order.assign(list->ilist, list->ilist + list->inum);
+    const double *const *x = atom->x;
+    mlip::split_compact(s.order, chunk_size, [x](int i) { return x[i]; }, s.chunk_end);
+    if (timing) s.t_graph += seconds_since(t0);
     for (std::size_t c = 0; c < s.chunk_end.size(); c++) {
       const int first = c == 0 ? 0 : s.chunk_end[c - 1];
-      build_halo_graph(s.order.data() + first, s.order.data() + s.chunk_end[c]);
+      build_graph(s.order.data() + first, s.order.data() + s.chunk_end[c]);
       evaluate_graph();
     }
   } else {
     // Chunks bound the memory of one model call and keep its working set in cache.
     for (int first = 0; first < list->inum; first += chunk_size) {
-      build_chunk_graph(first, std::min(list->inum, first + chunk_size));
+      build_graph(list->ilist + first, list->ilist + std::min(list->inum, first + chunk_size));
       evaluate_graph();
     }
   }
@@ -388,132 +378,28 @@ mlip::Model &PairMLIP::model()
 }
 
 /* ----------------------------------------------------------------------
-   build_chunk_graph: local atoms ilist[first, last) and their neighbours (local models)
+   build_graph: the local atoms [first, last) as centres with their neighbours; for a
+   message-passing model with L layers, also atoms within L-1 hops (local, or ghosts within
+   (L-1)*cutoff of a local atom, so inside the ghost shell with complete neighbour lists) with
+   all their edges. Energies come for the centres only.
 ------------------------------------------------------------------------- */
 
-void PairMLIP::build_chunk_graph(int first, int last)
+void PairMLIP::build_graph(const int *first, const int *last)
 {
   Impl &s = *impl;
   const auto t0 = Clock::now();
   const double *const *x = atom->x;
   const int *type = atom->type;
-  s.centers.assign(list->ilist + first, list->ilist + last);
   s.graph.build(
-      s.centers, atom->nlocal + atom->nghost, cutoff, [&](int i) { return type_species[type[i]]; },
+      first, last, atom->nlocal + atom->nghost, cutoff, [&](int i) { return type_species[type[i]]; },
       [&](int i, auto &&visit) {
         const int *jlist = list->firstneigh[i];
         for (int jj = 0; jj < list->numneigh[i]; jj++) {
           const int j = jlist[jj] & NEIGHMASK;
           visit(j, x[j][0] - x[i][0], x[j][1] - x[i][1], x[j][2] - x[i][2]);
         }
-      });
-  if (timing) s.t_graph += seconds_since(t0);
-}
-
-/* ----------------------------------------------------------------------
-   split_local_atoms: the local atoms in chunks of at most chunk_size for message-passing
-   models, by recursive coordinate bisection: each cut halves the longest side of a chunk's
-   bounding box at the balanced position, so chunks are compact boxes (small halo per centre)
-   of nearly equal size. One chunk, in ilist order, when the rank holds no more than chunk_size.
-------------------------------------------------------------------------- */
-
-void PairMLIP::split_local_atoms()
-{
-  Impl &s = *impl;
-  const auto t0 = Clock::now();
-  const int n = list->inum;
-  s.order.assign(list->ilist, list->ilist + n);
-  s.chunk_end.clear();
-  if (n == 0) return;
-  const double *const *x = atom->x;
-  // (begin, end) ranges of `order` still to be cut, depth first so chunks stay in space order
-  std::vector<std::pair<int, int>> todo{{0, n}};
-  while (!todo.empty()) {
-    const auto [begin, end] = todo.back();
-    todo.pop_back();
-    const int size = end - begin;
-    if (size <= chunk_size) {
-      s.chunk_end.push_back(end);
-      continue;
-    }
-    double lo[3] = {x[s.order[begin]][0], x[s.order[begin]][1], x[s.order[begin]][2]};
-    double hi[3] = {lo[0], lo[1], lo[2]};
-    for (int k = begin; k < end; k++)
-      for (int d = 0; d < 3; d++) {
-        lo[d] = std::min(lo[d], x[s.order[k]][d]);
-        hi[d] = std::max(hi[d], x[s.order[k]][d]);
-      }
-    int dim = 0;
-    for (int d = 1; d < 3; d++)
-      if (hi[d] - lo[d] > hi[dim] - lo[dim]) dim = d;
-    const int parts = (size + chunk_size - 1) / chunk_size;
-    const int mid = begin + static_cast<int>(static_cast<long long>(size) * (parts / 2) / parts);
-    std::nth_element(s.order.begin() + begin, s.order.begin() + mid, s.order.begin() + end,
-                     [&](int a, int b) { return x[a][dim] < x[b][dim]; });
-    todo.emplace_back(mid, end);    // the lower half is cut (and emitted) first
-    todo.emplace_back(begin, mid);
-  }
-  if (timing) s.t_graph += seconds_since(t0);
-}
-
-/* ----------------------------------------------------------------------
-   build_halo_graph: the local atoms [first, last), then atoms hop by hop (message-passing
-   models). Nodes within L-1 hops of a centre get all their edges (they are local, or ghosts
-   within (L-1)*cutoff of a local atom, so inside the ghost shell with complete neighbour
-   lists); nodes at hop L only send. Energies come for the centres only (nodes [0, n_centers));
-   the halo's own energies are another chunk's (local) or another rank's (ghost).
-------------------------------------------------------------------------- */
-
-void PairMLIP::build_halo_graph(const int *first, const int *last)
-{
-  Impl &s = *impl;
-  const auto t0 = Clock::now();
-  const double *const *x = atom->x;
-  const int *type = atom->type;
-  mlip::ChunkGraph &g = s.graph;
-  const int nall = atom->nlocal + atom->nghost;
-  if (static_cast<int>(s.atom_node.size()) < nall) s.atom_node.resize(nall, -1);
-  g.node_atom.clear();
-  g.species.clear();
-  g.edge_index.clear();
-  g.edge_vectors.clear();
-  s.edge_nodes.clear();
-
-  auto add_node = [&](int i, int species) {
-    s.atom_node[i] = static_cast<int>(g.node_atom.size());
-    g.node_atom.push_back(i);
-    g.species.push_back(species);
-  };
-  for (const int *p = first; p != last; ++p) {
-    const int sp = type_species[type[*p]];
-    if (sp >= 0) add_node(*p, sp);
-  }
-  g.n_centers = static_cast<int64_t>(g.node_atom.size());
-
-  const double cut2 = cutoff * cutoff;
-  std::size_t hop_begin = 0, hop_end = g.node_atom.size();
-  for (int hop = 0; hop < layers; hop++) {
-    for (std::size_t c = hop_begin; c < hop_end; c++) {
-      const int i = g.node_atom[c];
-      const int *jlist = list->firstneigh[i];
-      for (int jj = 0; jj < list->numneigh[i]; jj++) {
-        const int j = jlist[jj] & NEIGHMASK;
-        const double dx = x[j][0] - x[i][0], dy = x[j][1] - x[i][1], dz = x[j][2] - x[i][2];
-        if (dx * dx + dy * dy + dz * dz >= cut2) continue;
-        const int sp = type_species[type[j]];
-        if (sp < 0) continue;
-        if (s.atom_node[j] < 0) add_node(j, sp);
-        g.edge_index.push_back(static_cast<int64_t>(c));
-        s.edge_nodes.push_back(s.atom_node[j]);
-        g.edge_vectors.insert(g.edge_vectors.end(), {dx, dy, dz});
-      }
-    }
-    hop_begin = hop_end;
-    hop_end = g.node_atom.size();
-  }
-  for (int a : g.node_atom) s.atom_node[a] = -1;    // ready for the next step
-  g.n_edges = static_cast<int64_t>(s.edge_nodes.size());
-  g.edge_index.insert(g.edge_index.end(), s.edge_nodes.begin(), s.edge_nodes.end());
+      },
+      std::max(layers, 1));
   if (timing) s.t_graph += seconds_since(t0);
 }
 

@@ -49,9 +49,7 @@ class PairMLIP : public Pair {
   std::vector<int> type_species; // (ntypes + 1) model species index per LAMMPS type, -1 = NULL
 
   void allocate();
-  void build_chunk_graph(int first, int last);
-  void split_local_atoms();
-  void build_halo_graph(const int *first, const int *last);
+  void build_graph(const int *first, const int *last);
   void evaluate_graph();
 
   // Shared with mlip/kk (pair_mlip_kokkos.h), which builds its graph from Kokkos views.
