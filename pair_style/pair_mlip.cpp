@@ -208,8 +208,8 @@ void PairMLIP::settings(int narg, char **arg)
                    meta.architecture, model_file, fmt::join(meta.species, " "), meta.cutoff,
                    meta.message_passing_layers, meta.dtype);
     if (malloc_tuned)
-      utils::logmesg(lmp, "pair_style mlip: malloc keeps freed memory (mmap and trim thresholds "
-                          "1 GiB) so that model buffers are reused between steps\n");
+      utils::logmesg(lmp, "pair_style mlip: malloc keeps freed memory (mmap threshold 1 GiB, no trimming) "
+                          "so that model buffers are reused between steps\n");
     if (impl->model->device().is_cpu())
       utils::logmesg(lmp, "pair_style mlip: LibTorch CPU kernels {} (ATEN_CPU_CAPABILITY), {} thread(s) per rank\n",
                      mlip::cpu_capability(), at::get_num_threads());

@@ -32,7 +32,7 @@ std::string cpu_capability() {
 bool keep_freed_memory() {
 #ifdef __GLIBC__
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_")) return false;
-  return mallopt(M_MMAP_THRESHOLD, 1 << 30) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1 &&
+  return mallopt(M_MMAP_THRESHOLD, 1 << 30) == 1 && mallopt(M_TRIM_THRESHOLD, -1) == 1 &&
          mallopt(M_TOP_PAD, 256 << 20) == 1;
 #else
   return false;

@@ -16,12 +16,16 @@ void prefer_avx512_kernels();
 /// The CPU kernel set ATen uses: "AVX512", "AVX2", "DEFAULT", ... (from at::show_config()).
 std::string cpu_capability();
 
-/// Makes glibc keep freed memory in the heap (mmap and trim thresholds 1 GiB, 256 MiB top pad).
-/// LibTorch allocates its autograd buffers (MBs each) afresh at every model call; with glibc's
-/// adaptive thresholds they are mapped and unmapped every time and every call pays the page
-/// faults. Measured here: pair_style mlip with the se_e2_a water model (1152 atoms, chunk 64)
-/// 370-400 -> 307 us/atom-step, without a higher peak; a Python loop driving a training step
-/// 1.7x, mlip-trainer 4%.
+/// Makes glibc keep freed memory in the heap: mmap threshold 1 GiB, no trimming, 256 MiB top
+/// pad. LibTorch allocates its autograd buffers (MBs each) afresh at every model call; with
+/// glibc's adaptive mmap threshold they are mapped and unmapped every time and every call pays
+/// the page faults, and with any finite trim threshold a call whose buffers exceed it (PaiNN:
+/// GBs) hands them back to the kernel at the end and faults them in again at the next call.
+/// The heap then stays at the peak of one call, which chunked evaluation bounds. Measured here:
+/// pair_style mlip with the se_e2_a water model (1152 atoms, chunk 64) 370-400 -> 307
+/// us/atom-step, without a higher peak; PaiNN in chunks of 128 (bench_potentials, 1536 atoms)
+/// with a 1 GiB trim threshold 9652 us/atom-step and 3.4 M page faults, untrimmed 2685 and
+/// 0.5 M; a Python loop driving a training step 1.7x, mlip-trainer 4%.
 /// Leaves malloc alone and returns false where the user set MALLOC_MMAP_THRESHOLD_ or
 /// MALLOC_TRIM_THRESHOLD_, or the C library is not glibc.
 bool keep_freed_memory();
