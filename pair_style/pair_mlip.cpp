@@ -119,7 +119,9 @@ constexpr int default_chunk_local = 64;
 // 1152 water atoms (benchmarks/bench_pair.sh's PaiNN chunk scan), chunk 16, 64, 128, 256 and
 // all: 2346, 1484, 1208, 1043 and 7768 us/atom-step, peak 0.5, 1.1, 1.5, 2.0 and 7.8 GB; 10368
 // atoms (its in.mlip, water-10k.data, 1 step, 'chunk N timing yes'), chunk 128 and 256: 1190
-// and 891 us/atom-step, 1.5 and 2.6 GB. 128 keeps a rank under 2 GB; raise it where memory
+// and 891 us/atom-step, 1.5 and 2.6 GB. Since malloc no longer trims the heap and TorchScript
+// runs op by op (mlip/runtime.h, mlip/model.h), 1152 atoms: chunk 128 1084 us/atom-step and
+// 0.8 GB, all 946 us/atom-step and 3.4 GB. 128 keeps a rank under 1 GB; raise it where memory
 // allows.
 constexpr int default_chunk_message_passing = 128;
 
