@@ -19,7 +19,6 @@
 // work a message-passing chunk spends on its halo (which makes small chunks slower).
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/profiler_legacy.h>
-#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <algorithm>
 #include <chrono>

@@ -21,7 +21,7 @@ class ChunkGraph {
   int64_t n_centers = 0;
   int64_t n_edges = 0;
 
-  /// Builds the graph of `centers` (caller's atom indices, n_atoms in all).
+  /// Builds the graph of the centres [first, last) (caller's atom indices, n_atoms in all).
   ///   species_of(i) -> model species index, or -1 for atoms the model skips;
   ///   for_each_neighbor(i, visit) calls visit(j, dx, dy, dz) for each neighbour j of i with
   ///   r_ij = (dx, dy, dz); edges at or beyond `cutoff` are dropped here.
@@ -30,12 +30,6 @@ class ChunkGraph {
   ///   edges, those at `hops` only send; so for_each_neighbor must give complete neighbour
   ///   lists out to hops - 1 (LAMMPS: ghost neighbour lists and a wide enough ghost shell).
   ///   Energies come for the centres only: the halo's are another chunk's or another rank's.
-  template <typename SpeciesOf, typename ForEachNeighbor>
-  void build(const std::vector<int>& centers, int n_atoms, double cutoff, SpeciesOf&& species_of,
-             ForEachNeighbor&& for_each_neighbor, int hops = 1) {
-    build(centers.data(), centers.data() + centers.size(), n_atoms, cutoff, species_of, for_each_neighbor, hops);
-  }
-
   template <typename SpeciesOf, typename ForEachNeighbor>
   void build(const int* first, const int* last, int n_atoms, double cutoff, SpeciesOf&& species_of,
              ForEachNeighbor&& for_each_neighbor, int hops = 1) {
