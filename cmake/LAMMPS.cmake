@@ -1,17 +1,25 @@
 # Builds LAMMPS with the MLIP package as an external project in <build>/lammps, and links
 # <build>/bin/lmp to it. The LAMMPS tree comes from LAMMPS_SOURCE_DIR (any LAMMPS from 29Sep2021
-# on) or from Debian's source package unpacked by scripts/install-deps.sh into third_party/.
+# on) or from the Debian source package that scripts/install-deps.sh unpacked into third_party/
+# (named in third_party/lammps-source).
+#
+# Or, with -DMLIP_LAMMPS_BUILD_DIR=<a LAMMPS build directory>, builds no LAMMPS and tests against
+# that one (cmake/LammpsBuildDir.cmake): scripts/check-lammps.sh uses it for the other two routes.
 include(ExternalProject)
 
+set(MLIP_LAMMPS_BUILD_DIR "" CACHE PATH "An existing LAMMPS build to test against instead of building one")
+if(MLIP_LAMMPS_BUILD_DIR)
+  include(LammpsBuildDir)
+  return()
+endif()
+set(MLIP_LAMMPS_HAS_MLIP ON)
+
 set(LAMMPS_SOURCE_DIR "$ENV{LAMMPS_SOURCE_DIR}" CACHE PATH "LAMMPS source tree (top level, with src/ and cmake/)")
-if(NOT LAMMPS_SOURCE_DIR)
-  file(GLOB candidates LIST_DIRECTORIES true "${PROJECT_SOURCE_DIR}/third_party/lammps-*")
-  foreach(dir IN LISTS candidates)
-    if(EXISTS "${dir}/cmake/CMakeLists.txt")
-      set(LAMMPS_SOURCE_DIR "${dir}" CACHE PATH "LAMMPS source tree" FORCE)
-      break()
-    endif()
-  endforeach()
+if(NOT LAMMPS_SOURCE_DIR AND EXISTS "${PROJECT_SOURCE_DIR}/third_party/lammps-source")
+  # The tree scripts/install-deps.sh fetched (the pinned Debian source package, or the fallback
+  # it announced).
+  file(STRINGS "${PROJECT_SOURCE_DIR}/third_party/lammps-source" dir LIMIT_COUNT 1)
+  set(LAMMPS_SOURCE_DIR "${dir}" CACHE PATH "LAMMPS source tree" FORCE)
 endif()
 if(NOT EXISTS "${LAMMPS_SOURCE_DIR}/cmake/CMakeLists.txt")
   message(FATAL_ERROR "No LAMMPS source tree found. Run scripts/install-deps.sh (unpacks Debian's LAMMPS "
@@ -39,10 +47,23 @@ set(lammps_args
   -DPKG_PLUGIN=on
   -DPKG_MOLECULE=on
   -DPKG_ML-SNAP=on
-  -DPKG_KOKKOS=on
-  -DEXTERNAL_KOKKOS=on
-  -DKokkos_DIR=${PROJECT_SOURCE_DIR}/cmake/kokkos
 )
+# The same LibTorch as the rest of mlip (cmake/MlipTorch.cmake).
+if(MLIP_TORCH_PYTHON)
+  list(APPEND lammps_args -DMLIP_TORCH_PYTHON=${MLIP_TORCH_PYTHON})
+else()
+  list(APPEND lammps_args -DTorch_DIR=${Torch_DIR})
+endif()
+
+# KOKKOS (pair_style mlip/kk) when a Kokkos that this LAMMPS accepts is at hand; otherwise one
+# line says why not. Each LAMMPS release names its minimum (29Sep2021: 3.4, 4Jul2026: 5.1).
+include(MlipKokkos)
+mlip_choose_kokkos("${LAMMPS_SOURCE_DIR}" MLIP_KOKKOS_DIR)
+if(MLIP_KOKKOS_DIR)
+  list(APPEND lammps_args -DPKG_KOKKOS=on -DEXTERNAL_KOKKOS=on -DKokkos_DIR=${MLIP_KOKKOS_DIR})
+else()
+  list(APPEND lammps_args -DPKG_KOKKOS=off)
+endif()
 if(CMAKE_CXX_COMPILER_LAUNCHER)
   list(APPEND lammps_args -DCMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER})
 endif()
@@ -71,10 +92,13 @@ if(MLIP_GTEST_SOURCE_DIR AND EXISTS "${MLIP_GTEST_SOURCE_DIR}/CMakeLists.txt" AN
       message(FATAL_ERROR "cannot pack ${MLIP_GTEST_SOURCE_DIR} into ${gtest_tarball} (tar: ${tar_rc})")
     endif()
   endif()
+  # LAMMPS checks the tarball's MD5 (29Sep2021) or SHA256 (later releases): give both.
   file(MD5 "${gtest_tarball}" gtest_md5)
-  list(APPEND lammps_args -DENABLE_TESTING=on -DGTEST_URL=file://${gtest_tarball} -DGTEST_MD5=${gtest_md5})
+  file(SHA256 "${gtest_tarball}" gtest_sha256)
+  list(APPEND lammps_args -DENABLE_TESTING=on -DGTEST_URL=file://${gtest_tarball} -DGTEST_MD5=${gtest_md5}
+                          -DGTEST_SHA256=${gtest_sha256} --no-warn-unused-cli)
   list(APPEND lammps_targets test_pair_style)
-  set(MLIP_LAMMPS_TEST_PAIR_STYLE ${MLIP_LAMMPS_BINARY_DIR}/unittest/force-styles/test_pair_style)
+  mlip_lammps_test_pair_style("${LAMMPS_SOURCE_DIR}" "${MLIP_LAMMPS_BINARY_DIR}" MLIP_LAMMPS_TEST_PAIR_STYLE)
   message(STATUS "LAMMPS force-style harness: test_pair_style (googletest from ${MLIP_GTEST_SOURCE_DIR})")
 else()
   message(STATUS "LAMMPS force-style harness skipped: needs googletest sources in MLIP_GTEST_SOURCE_DIR "

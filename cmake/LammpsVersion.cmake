@@ -27,3 +27,15 @@ function(mlip_lammps_definitions src_dir out)
   endif()
   set(${out} MLIP_LAMMPS_VERSION=${version} MLIP_LAMMPS_NEW_NEIGHBOR_API=${new_api} PARENT_SCOPE)
 endfunction()
+
+# mlip_lammps_test_pair_style(<lammps tree> <lammps build dir> <out var>): where LAMMPS's
+# force-style test driver lands: beside the test sources' build dir (29Sep2021) or, in releases
+# whose CMake sets CMAKE_RUNTIME_OUTPUT_DIRECTORY (4Feb2025 on), at the top of the build.
+function(mlip_lammps_test_pair_style lammps_dir binary_dir out)
+  file(STRINGS "${lammps_dir}/cmake/CMakeLists.txt" top REGEX "^set\\(CMAKE_RUNTIME_OUTPUT_DIRECTORY")
+  if(top)
+    set(${out} "${binary_dir}/test_pair_style" PARENT_SCOPE)
+  else()
+    set(${out} "${binary_dir}/unittest/force-styles/test_pair_style" PARENT_SCOPE)
+  endif()
+endfunction()

@@ -70,6 +70,15 @@ double peak_rss_mib()
   return -1.0;
 }
 
+// "O H": a model's species for messages (fmt::join moved between the fmt versions that LAMMPS
+// releases bundle, and utils::join_words is newer than 29Sep2021).
+std::string joined(const std::vector<std::string> &words)
+{
+  std::string out;
+  for (const auto &w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
 }    // namespace
 
 // LibTorch state, the graph (buffers reused from step to step) and the optional timers.
@@ -197,7 +206,7 @@ void PairMLIP::settings(int narg, char **arg)
     impl->model = std::make_unique<mlip::Model>(mlip::Model::load(model_file, torch::Device(model_device())));
   });
   const bool malloc_tuned = mlip::keep_freed_memory();
-  const auto &meta = impl->model->metadata();
+  const auto &meta = impl->model->info();
   cutoff = meta.cutoff;
   layers = meta.message_passing_layers;
   const bool chunk_given = chunk_size > 0;
@@ -207,7 +216,7 @@ void PairMLIP::settings(int narg, char **arg)
   ghostneigh = layers > 1 ? 1 : 0;
   if (comm->me == 0) {
     utils::logmesg(lmp, "pair_style mlip: {} model '{}', species {}, cutoff {} A, {} message-passing layers, {}\n",
-                   meta.architecture, model_file, fmt::join(meta.species, " "), meta.cutoff,
+                   meta.architecture, model_file, joined(meta.species), meta.cutoff,
                    meta.message_passing_layers, meta.dtype);
     if (malloc_tuned)
       utils::logmesg(lmp, "pair_style mlip: malloc keeps freed memory (mmap threshold 1 GiB, no trimming) "
@@ -237,7 +246,7 @@ void PairMLIP::coeff(int narg, char **arg)
   if (strcmp(arg[0], "*") != 0 || strcmp(arg[1], "*") != 0)
     error->all(FLERR, "pair_coeff mlip: the first two arguments must be '* *'");
 
-  const auto &meta = impl->model->metadata();
+  const auto &meta = impl->model->info();
   type_species.assign(ntypes + 1, -1);
   for (int t = 1; t <= ntypes; t++) {
     const std::string element = arg[1 + t];
@@ -245,7 +254,7 @@ void PairMLIP::coeff(int narg, char **arg)
     const int s = meta.species_index(element);
     if (s < 0)
       error->all(FLERR, fmt::format("pair_coeff mlip: element '{}' for atom type {} is not in model '{}' (species: {})",
-                                    element, t, model_file, fmt::join(meta.species, " ")));
+                                    element, t, model_file, joined(meta.species)));
     type_species[t] = s;
   }
   int count = 0;

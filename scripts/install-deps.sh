@@ -1,75 +1,141 @@
 #!/usr/bin/env bash
-# Installs everything mlip needs to build, test and run its demo on Debian 12 (bookworm), as root.
-# Idempotent: when every package is present and the LAMMPS source is unpacked, it changes nothing.
+# Installs everything mlip needs to build, test and run its demo on Debian 12 (bookworm), as root
+# (or with sudo). Idempotent: what is already there is kept. The default stack:
+#   LibTorch  PyPI's torch wheel (CUDA and NCCL inside) in a venv, third_party/torch-<version>/,
+#             version pinned in cmake/torch-version
+#   LAMMPS    Debian's source package of 4Jul2026 (sid), pinned below, into third_party/
+#   Kokkos    >= 5.1 for LAMMPS 4Jul2026's KOKKOS package, from Debian's source package (sid)
+#             when the archive serves it, built into third_party/kokkos/ (OpenMP + Serial)
 #
-#   scripts/install-deps.sh            # packages + LAMMPS source into third_party/
-#   MLIP_LAMMPS_SRC=/path scripts/...  # unpack LAMMPS elsewhere
+# Choices (environment variables):
+#   MLIP_TORCH_VERSION=2.15.0   another PyPI torch (2.11.0 and 2.15.0 are tested); "debian" for
+#                               Debian 12's LibTorch 1.13 (libtorch-dev, CPU only)
+#   MLIP_LAMMPS=20250204+dfsg.1-2 | 20220106.git7586adbb6a+ds1-2   another Debian LAMMPS source
+#   LAMMPS_SOURCE_DIR=/path     your own LAMMPS tree: nothing is fetched
+#   MLIP_KOKKOS_CUDA=1          build Kokkos with its CUDA backend too (for GPU machines)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-lammps_parent="${MLIP_LAMMPS_SRC:-$here/third_party}"
-
-packages=(
-  # toolchain
-  build-essential cmake ninja-build ccache pkg-config dpkg-dev
-  # LibTorch (CPU) and an optimised BLAS: Debian's LibTorch calls the system libblas.so.3,
-  # and the reference BLAS a fresh machine has makes matrix products ~30x slower.
-  libtorch-dev libopenblas0-openmp
-  # MPI, Kokkos (Serial), config, tests
-  libopenmpi-dev openmpi-bin libtrilinos-kokkos-dev libyaml-cpp-dev libyaml-dev
-  libgtest-dev libgmock-dev
-  # small libraries used by mlip
-  libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
-  # cross-checks in tests (ASE neighbour lists and extxyz, torch.jit.load) and the demo's plots
-  python3 python3-numpy python3-ase python3-torch python3-matplotlib
-)
-
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-
+tp="$here/third_party"
+say() { echo "[install-deps] $*"; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
+torch_version="${MLIP_TORCH_VERSION:-$(head -n1 "$here/cmake/torch-version")}"
+# Debian source packages: version and the suite whose index lists it. The first is the default;
+# the others are what the install falls back to, newest first, when the archive does not serve it.
+lammps_versions=("20260704+dfsg-2 sid" "20250204+dfsg.1-2 trixie" "20220106.git7586adbb6a+ds1-2 bookworm")
+kokkos_version="5.2.2-2"
+
+# ---------------------------------------------------------------------------------------------
+# Debian packages
+packages=(
+  build-essential cmake ninja-build ccache pkg-config dpkg-dev
+  libopenmpi-dev openmpi-bin libyaml-cpp-dev libyaml-dev libgtest-dev libgmock-dev
+  libcli11-dev libfmt-dev nlohmann-json3-dev
+  # Kokkos 3.4 (Serial): LAMMPS 29Sep2021's KOKKOS package, for scripts/check-lammps.sh
+  libtrilinos-kokkos-dev
+  # venv for PyPI's torch; cross-checks in tests (ASE) and the demo's plots
+  python3 python3-venv python3-numpy python3-ase python3-matplotlib
+)
+if [ "$torch_version" = debian ]; then
+  # Debian's LibTorch calls the system libblas.so.3: the reference BLAS is ~30x slower.
+  packages+=(libtorch-dev libopenblas0-openmp python3-torch)
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "[install-deps] installing: ${missing[*]}"
+  say "installing: ${missing[*]}"
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
-  echo "[install-deps] all ${#packages[@]} packages present"
+  say "all ${#packages[@]} Debian packages present"
+fi
+if [ "$torch_version" = debian ]; then
+  blas="$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 || true)"
+  case "$blas" in
+    *openblas*|*blis*|*mkl*) ;;
+    *) say "error: libblas.so.3 -> $blas is the reference BLAS; install libopenblas0-openmp" >&2; exit 1 ;;
+  esac
 fi
 
-# Fail loudly if the reference BLAS is still the active alternative.
-blas="$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 || true)"
-case "$blas" in
-  *openblas*|*blis*|*mkl*) ;;
-  *) echo "[install-deps] error: libblas.so.3 -> $blas is the reference BLAS; install libopenblas0-openmp" >&2
-     exit 1 ;;
-esac
-
-# LAMMPS source (Debian's 29Sep2021 update 2) unless the user brings their own tree.
-if [ -n "${LAMMPS_SOURCE_DIR:-}" ]; then
-  echo "[install-deps] using LAMMPS_SOURCE_DIR=$LAMMPS_SOURCE_DIR"
-elif compgen -G "$lammps_parent/lammps-*/src/version.h" >/dev/null; then
-  echo "[install-deps] LAMMPS source present in $lammps_parent"
-else
-  if ! grep -rqs "deb-src" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    echo "[install-deps] adding a deb-src entry for bookworm"
-    as_root tee /etc/apt/sources.list.d/mlip-debsrc.sources >/dev/null <<'SRC'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm bookworm-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-    as_root apt-get update -qq
+# ---------------------------------------------------------------------------------------------
+# LibTorch: PyPI's torch in a venv (pip's cache makes a second install fast)
+if [ "$torch_version" != debian ]; then
+  venv="$tp/torch-$torch_version"
+  have="$("$venv/bin/python3" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)"
+  if [ "$have" = "$torch_version" ]; then
+    say "torch $have present in $venv"
+  else
+    say "installing PyPI torch==$torch_version into $venv (about 3 minutes and 5-6 GB the first time)"
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "torch==$torch_version"
+    "$venv/bin/python3" -W ignore -c 'import torch; print("[install-deps] torch", torch.__version__, "CUDA", torch.version.cuda)'
   fi
-  mkdir -p "$lammps_parent"
-  echo "[install-deps] fetching LAMMPS source into $lammps_parent"
-  (cd "$lammps_parent" && apt-get source -qq lammps 2>&1 | grep -v "unsandboxed" || true)
-  compgen -G "$lammps_parent/lammps-*/src/version.h" >/dev/null ||
-    { echo "[install-deps] error: apt-get source lammps failed" >&2; exit 1; }
 fi
-echo "[install-deps] done"
+
+# ---------------------------------------------------------------------------------------------
+# Debian source packages (scripts/fetch-source.sh copes with an archive that serves them in part)
+fetch() {  # fetch PACKAGE VERSION DEST: 0 when unpacked, else 1 with the archive's answer in $fetch_error
+  fetch_error=""
+  local err
+  err="$(mktemp)"
+  if "$here/scripts/fetch-source.sh" "$@" 2>"$err"; then grep -v '^$' "$err" >&2 || true; rm -f "$err"; return 0; fi
+  fetch_error="$(tail -n1 "$err")"
+  rm -f "$err"
+  return 1
+}
+
+mkdir -p "$tp"
+if [ -n "${LAMMPS_SOURCE_DIR:-}" ]; then
+  say "using LAMMPS_SOURCE_DIR=$LAMMPS_SOURCE_DIR"
+else
+  # The wanted version first (MLIP_LAMMPS or the default), then the fallbacks, newest first.
+  wanted="${MLIP_LAMMPS:-${lammps_versions[0]%% *}}"
+  order=()
+  for entry in "${lammps_versions[@]}"; do if [ "${entry%% *}" = "$wanted" ]; then order+=("$entry"); fi; done
+  [ ${#order[@]} -gt 0 ] || { say "error: MLIP_LAMMPS=$wanted is not one of: ${lammps_versions[*]%% *}" >&2; exit 1; }
+  for entry in "${lammps_versions[@]}"; do if [ "${entry%% *}" != "$wanted" ]; then order+=("$entry"); fi; done
+  chosen=""
+  for entry in "${order[@]}"; do
+    ver="${entry%% *}" suite="${entry##* }"
+    dir="$tp/lammps-${ver%-*}"
+    if [ -f "$dir/src/version.h" ]; then chosen="$dir"; break; fi
+    say "fetching LAMMPS $ver ($suite) into $dir"
+    if fetch lammps "$ver" "$dir"; then chosen="$dir"; break; fi
+    say "LAMMPS $ver ($suite) is not served by the archive now (${fetch_error:-no answer}); trying the next one"
+  done
+  [ -n "$chosen" ] || { say "error: no LAMMPS source package could be fetched" >&2; exit 1; }
+  if [ "$(basename "$chosen")" != "lammps-${wanted%-*}" ]; then
+    say "WARNING: LAMMPS $wanted was asked for but could not be fetched; building $(basename "$chosen") instead"
+  fi
+  echo "$chosen" >"$tp/lammps-source"
+  say "LAMMPS: $(grep -m1 'define LAMMPS_VERSION' "$chosen/src/version.h" | cut -d'"' -f2) in $chosen"
+fi
+
+# Kokkos >= 5.1 for LAMMPS >= 2026's KOKKOS package. Debian sid's index lists kokkos 5.2.2-2, the
+# only Kokkos >= 4 in any suite; PyPI has no sdist with a Kokkos source >= 4 (pykokkos-base
+# bundles 3.x). Without it LAMMPS 4Jul2026 is built without KOKKOS (cmake/MlipKokkos.cmake).
+kokkos_prefix="$tp/kokkos"
+if [ -f "$kokkos_prefix/lib/cmake/Kokkos/KokkosConfig.cmake" ]; then
+  say "Kokkos present in $kokkos_prefix"
+elif [ "${MLIP_SKIP_KOKKOS:-0}" = 1 ]; then
+  say "Kokkos >= 5.1 not looked for (MLIP_SKIP_KOKKOS=1)"
+else
+  ksrc="$tp/kokkos-src"
+  rm -rf "$ksrc"
+  if fetch kokkos "$kokkos_version" "$ksrc"; then
+    say "building Kokkos $kokkos_version (OpenMP + Serial$([ "${MLIP_KOKKOS_CUDA:-0}" = 1 ] && echo " + CUDA")) into $kokkos_prefix"
+    cuda=()
+    if [ "${MLIP_KOKKOS_CUDA:-0}" = 1 ]; then cuda=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_CONSTEXPR=ON); fi
+    cmake -S "$ksrc" -B "$ksrc/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=20 \
+      -DCMAKE_INSTALL_PREFIX="$kokkos_prefix" -DBUILD_SHARED_LIBS=ON -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+      -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=ON "${cuda[@]}" >/dev/null
+    cmake --build "$ksrc/build" -j "$(nproc)" >/dev/null
+    cmake --install "$ksrc/build" >/dev/null
+  else
+    say "Kokkos $kokkos_version (sid) is not served by the archive now (${fetch_error:-no answer}): LAMMPS >= 2026 builds without KOKKOS; pass -DKokkos_DIR=<Kokkos >= 5.1> to have it"
+  fi
+fi
+say "done"

@@ -6,7 +6,10 @@
 #include <fstream>
 #include <random>
 
+#include <torch/version.h>
+
 #include "mlip/error.h"
+#include "mlip/io.h"
 #include "support/morse_model.h"
 #include "support/reference.h"
 
@@ -141,6 +144,38 @@ TEST(Model, MetadataValidationNamesTheKey) {
   }
   j.erase("cutoff");
   EXPECT_THROW(ModelMetadata::from_json(j, "m.pt"), Error);
+}
+
+// Model files written by an older stack (LibTorch 1.13.1, tests/data/libtorch-1.13/README.md) load
+// in this build and give the energies and forces that LibTorch 1.13 computed for them. This is
+// also the alarm for the TorchScript deprecation (docs/model-format.md): a LibTorch that stops
+// loading TorchScript archives fails here first.
+TEST(ModelFormat, FilesFromLibTorch113GiveTheSameEnergiesAndForces) {
+  const fs::path dir = fs::path(MLIP_SOURCE_DIR) / "tests/data/libtorch-1.13";
+  const Structure s = read_extxyz((dir / "water.xyz").string()).at(0);
+  std::ifstream in(dir / "reference.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  for (const char* name : {"se_e2_a.pt", "painn.pt"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Model> model;
+    try {
+      model = std::make_unique<Model>(Model::load((dir / name).string()));
+    } catch (const Error& e) {
+      FAIL() << "this LibTorch (" << TORCH_VERSION << ") no longer loads a TorchScript model file written by "
+             << "LibTorch 1.13: see docs/model-format.md for the exit path. " << e.what();
+    }
+    const Evaluation ev = evaluate(*model, s);
+    const auto& energy = ref.at(name).at("atom_energy");
+    const auto& forces = ref.at(name).at("forces");
+    ASSERT_EQ(energy.size(), s.size());
+    double total = 0;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      EXPECT_NEAR(ev.atom_energy[i], energy[i].get<double>(), 1e-10) << "atom " << i;
+      total += energy[i].get<double>();
+      for (int d = 0; d < 3; ++d) EXPECT_NEAR(ev.forces[i][d], forces[i][d].get<double>(), 1e-10) << "atom " << i;
+    }
+    EXPECT_NEAR(ev.energy, total, 1e-9);
+  }
 }
 
 }  // namespace

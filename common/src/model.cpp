@@ -1,5 +1,7 @@
 #include "mlip/model.h"
 
+#include "mlip/model_metadata.h"
+
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
@@ -12,7 +14,7 @@
 
 namespace mlip {
 
-int ModelMetadata::species_index(const std::string& element) const {
+int ModelInfo::species_index(const std::string& element) const {
   for (std::size_t i = 0; i < species.size(); ++i) {
     if (species[i] == element) return static_cast<int>(i);
   }
@@ -82,7 +84,11 @@ bool optimize_graphs_on(const torch::Device& device) {
 }
 
 Model::Model(torch::jit::Module module, ModelMetadata metadata, torch::Device device)
-    : module_(std::move(module)), metadata_(std::move(metadata)), device_(device) {}
+    : module_(std::move(module)),
+      metadata_(std::make_shared<const ModelMetadata>(std::move(metadata))),
+      device_(device) {}
+
+const ModelInfo& Model::info() const { return *metadata_; }
 
 Model Model::load(const std::string& path, const torch::Device& device) {
   if (!std::filesystem::is_regular_file(path)) throw Error(path + ": model file not found");
@@ -147,7 +153,7 @@ ModelOutput evaluate_graph(const Model& model, const GraphView& g, bool need_gra
   ModelInput in;
   in.species = torch::from_blob(species, {g.n_nodes}, i64).to(model.device());
   in.edge_index = torch::from_blob(edge_index, {2, g.n_edges}, {g.edge_index_stride, 1}, i64).to(model.device());
-  in.edge_vectors = torch::from_blob(vectors, {g.n_edges, 3}, f64).to(model.device(), model.metadata().torch_dtype());
+  in.edge_vectors = torch::from_blob(vectors, {g.n_edges, 3}, f64).to(model.device(), model.info().torch_dtype());
   in.n_centers = g.n_centers;
   ModelOutput out = model.evaluate(in, need_grad);
   out.atom_energy = out.atom_energy.to(g.device, torch::kFloat64).contiguous();

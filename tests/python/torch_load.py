@@ -1,6 +1,6 @@
 """Loads an exported mlip model with Python's torch.jit.load and evaluates it.
 
-Usage: /usr/bin/python3 torch_load.py MODEL.pt INPUT.json OUTPUT.json
+Usage: PYTHON torch_load.py MODEL.pt INPUT.json OUTPUT.json
 INPUT: {"species": [...], "edge_index": [[...], [...]], "edge_vectors": [[x, y, z], ...], "n_centers": n}
 OUTPUT: {"energies": [...], "metadata": {...}}
 """

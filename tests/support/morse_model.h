@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "mlip/model.h"
+#include "mlip/model_metadata.h"
 
 namespace mlip::testing {
 

@@ -19,17 +19,17 @@ struct Evaluation {
 };
 
 inline Evaluation evaluate_reference(const Model& model, const Structure& s) {
-  const NeighborList nl = build_neighbor_list(s, model.metadata().cutoff);
+  const NeighborList nl = build_neighbor_list(s, model.info().cutoff);
   const int64_t n = static_cast<int64_t>(s.size()), ne = static_cast<int64_t>(nl.size());
   std::vector<int64_t> species(n), index(2 * ne);
-  for (int64_t i = 0; i < n; ++i) species[i] = model.metadata().species_index(element_symbol(s.numbers[i]));
+  for (int64_t i = 0; i < n; ++i) species[i] = model.info().species_index(element_symbol(s.numbers[i]));
   std::copy(nl.centers.begin(), nl.centers.end(), index.begin());
   std::copy(nl.neighbors.begin(), nl.neighbors.end(), index.begin() + ne);
   ModelInput in;
   in.species = torch::tensor(species);
   in.edge_index = torch::tensor(index).reshape({2, ne});
   in.edge_vectors = torch::from_blob(const_cast<Vec3*>(nl.vectors.data()), {ne, 3}, torch::kFloat64)
-                        .to(model.metadata().torch_dtype());
+                        .to(model.info().torch_dtype());
   in.n_centers = n;
   const ModelOutput out = model.evaluate(in, true);
   const torch::Tensor grad = out.edge_grad.to(torch::kFloat64).contiguous();

@@ -22,17 +22,14 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <torch/script.h>
 
 namespace mlip {
 
-/// What a model file says about itself. Validated on load.
-struct ModelMetadata {
-  static constexpr int kFormatVersion = 1;
-  static constexpr const char* kExtraFile = "mlip/metadata.json";
-
-  int format_version = kFormatVersion;
+/// What a model file says about itself that its users need to run it. Plain types only: this
+/// header is included by the LAMMPS pair style, whose host may bundle its own copies of JSON or
+/// fmt headers, so the metadata's JSON parts live in mlip/model_metadata.h.
+struct ModelInfo {
   std::string architecture;              // e.g. "se_e2_a", "pair_table" in tests
   std::vector<std::string> species;      // element symbols; model species index = position
   double cutoff = 0.0;                   // Å
@@ -40,8 +37,6 @@ struct ModelMetadata {
   std::string dtype = "float64";         // "float32" or "float64"
   std::string length_unit = "angstrom";
   std::string energy_unit = "eV";
-  nlohmann::json hyperparameters = nlohmann::json::object();
-  nlohmann::json provenance = nlohmann::json::object();
 
   /// Ghost-shell width LAMMPS must communicate: cutoff for local models, layers x cutoff else.
   double interaction_range() const {
@@ -49,11 +44,11 @@ struct ModelMetadata {
   }
   torch::Dtype torch_dtype() const { return dtype == "float32" ? torch::kFloat32 : torch::kFloat64; }
   int species_index(const std::string& element) const;   // -1 if the model lacks it
-
-  nlohmann::json to_json() const;
-  /// Throws mlip::Error naming `where` and the offending key.
-  static ModelMetadata from_json(const nlohmann::json& j, const std::string& where);
 };
+
+/// ModelInfo plus the architecture's hyperparameters and the model's provenance (JSON), the
+/// whole of `mlip/metadata.json`: defined in mlip/model_metadata.h.
+struct ModelMetadata;
 
 /// Graph inputs of one model call, already on the model's device and dtype.
 struct ModelInput {
@@ -87,13 +82,14 @@ class Model {
   /// Per-atom energies and, if `need_grad`, dE/dr for every edge. Never call under NoGradGuard.
   ModelOutput evaluate(const ModelInput& in, bool need_grad) const;
 
-  const ModelMetadata& metadata() const { return metadata_; }
+  const ModelInfo& info() const;
+  const ModelMetadata& metadata() const { return *metadata_; }   // needs mlip/model_metadata.h
   const torch::Device& device() const { return device_; }
   torch::jit::Module& module() { return module_; }
 
  private:
   mutable torch::jit::Module module_;
-  ModelMetadata metadata_;
+  std::shared_ptr<const ModelMetadata> metadata_;   // immutable, shared by copies
   torch::Device device_;
 };
 

@@ -15,7 +15,7 @@
 #include <torch/script.h>
 
 #include "mlip/dataset.h"
-#include "mlip/model.h"
+#include "mlip/model_metadata.h"
 
 namespace mlip {
 
