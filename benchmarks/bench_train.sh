@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Training throughput of mlip-trainer on 1 and 2 MPI ranks, side by side with the same model
-# driven by a Python training loop (benchmarks/bench_train_python.py: Debian python3-torch loading
-# the trainable TorchScript module of an mlip-trainer checkpoint, same batch size, same loss).
+# driven by a Python training loop (benchmarks/bench_train_python.py: the build's own torch package
+# - the venv's PyPI torch, or Debian's python3-torch beside LibTorch 1.13 - loading the trainable
+# TorchScript module of an mlip-trainer checkpoint, same batch size, same loss). PYTHON=0 skips it.
 #
 #   benchmarks/bench_train.sh [BUILD_DIR]          (default: <repo>/build)
 #
@@ -65,11 +66,16 @@ checkpoint=$(ls -d "$work"/run/checkpoints/epoch-* | tail -1)/model.pt
 
 # The Python loop gets the glibc malloc settings mlip-trainer makes for itself (tune_allocator in
 # trainer/src/main.cpp): without them it was 1.7x slower here, from page faults alone.
-py=(env MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_TOP_PAD_=268435456 /usr/bin/python3)
+torch_python=$(sed -n 's/^MLIP_TORCH_PYTHON:FILEPATH=//p' "$build/CMakeCache.txt")
+py=(env MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 MALLOC_TOP_PAD_=268435456
+    "${torch_python:-/usr/bin/python3}" -W ignore)
+p1=nan p2=nan
+if [[ ${PYTHON:-1} == 1 ]]; then
 p1=$("${py[@]}" "$src/benchmarks/bench_train_python.py" "$checkpoint" "$src/data/water-deepmd" --batch-frames "$BATCH" \
   --steps "$PY_STEPS" --threads 1 | tee "$work/py1.log" | sed -E 's/python loop: ([0-9.]+) frames.*/\1/')
 p2=$("${py[@]}" "$src/benchmarks/bench_train_python.py" "$checkpoint" "$src/data/water-deepmd" --batch-frames "$BATCH" \
   --steps "$PY_STEPS" --threads 2 | tee "$work/py2.log" | sed -E 's/python loop: ([0-9.]+) frames.*/\1/')
+fi
 
 printf '%-34s %10s %22s\n' "run" "frames/s" "outside model+optim"
 printf '%-34s %10.2f %21.1f%%\n' "mlip-trainer 1 rank x 1 thread" "$f1" "$o1"

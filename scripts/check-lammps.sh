@@ -110,7 +110,7 @@ check() {
   t0=$(date +%s)
   dir="$checks/$version-$route"
   rm -rf "$dir" "$dir".*.log
-  mkdir -p "$checks"
+  mkdir -p "$dir"
   echo "== LAMMPS $version, route $route ($dir)"
   result=FAIL tests="-"
   if src="$(lammps_source "$version")"; then
