@@ -48,11 +48,12 @@ set(lammps_args
   -DPKG_MOLECULE=on
   -DPKG_ML-SNAP=on
 )
-# The same LibTorch as the rest of mlip (cmake/MlipTorch.cmake).
+# The same LibTorch as the rest of mlip (cmake/MlipTorch.cmake); both settings are passed, one
+# empty, so that a switch replaces what the sub-build cached.
 if(MLIP_TORCH_PYTHON)
-  list(APPEND lammps_args -DMLIP_TORCH_PYTHON=${MLIP_TORCH_PYTHON})
+  list(APPEND lammps_args -DMLIP_TORCH_PYTHON=${MLIP_TORCH_PYTHON} -DTorch_DIR=)
 else()
-  list(APPEND lammps_args -DTorch_DIR=${Torch_DIR})
+  list(APPEND lammps_args -DMLIP_TORCH_PYTHON= -DTorch_DIR=${Torch_DIR})
 endif()
 
 # KOKKOS (pair_style mlip/kk) when a Kokkos that this LAMMPS accepts is at hand; otherwise one

@@ -36,6 +36,8 @@ message(STATUS "LAMMPS build: ${MLIP_LAMMPS_BINARY_DIR} (${MLIP_LAMMPS_VERSION},
 mlip_lammps_test_pair_style("${LAMMPS_SOURCE_DIR}" "${MLIP_LAMMPS_BINARY_DIR}" MLIP_LAMMPS_TEST_PAIR_STYLE)
 if(NOT MLIP_LAMMPS_HAS_MLIP OR NOT EXISTS "${MLIP_LAMMPS_TEST_PAIR_STYLE}")
   set(MLIP_LAMMPS_TEST_PAIR_STYLE "")
+  message(STATUS "LAMMPS force-style harness skipped: no ${MLIP_LAMMPS_BINARY_DIR}'s test_pair_style with the "
+                 "MLIP package (configure LAMMPS with -DENABLE_TESTING=on and build test_pair_style)")
 endif()
 add_custom_target(lammps
   COMMAND ${CMAKE_COMMAND} -E make_directory ${PROJECT_BINARY_DIR}/bin

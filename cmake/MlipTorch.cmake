@@ -2,11 +2,13 @@
 # that happens to be on the system, and make it usable from every directory of the build.
 #
 # Which LibTorch, first match wins:
-#   -DTorch_DIR=<dir with TorchConfig.cmake>    any LibTorch (a libtorch zip, Debian's 1.13, ...)
+#   -DTorch_DIR=<dir with TorchConfig.cmake>    any LibTorch (a libtorch zip, a wheel's share/cmake/
+#                                               Torch, Debian's /usr/lib/x86_64-linux-gnu/cmake/Torch)
 #   -DMLIP_TORCH_PYTHON=<python> (or the environment variable of that name): the `torch` package
 #                                               that this Python imports, e.g. a venv's PyPI torch
-#   default: the venv that scripts/install-deps.sh makes, third_party/torch-<version>/, with the
-#            version pinned in cmake/torch-version (MLIP_TORCH_VERSION overrides it)
+#   default: MLIP_TORCH_VERSION (environment, else cmake/torch-version): a PyPI version, whose venv
+#            scripts/install-deps.sh makes in third_party/torch-<version>/, or "debian" for
+#            Debian 12's LibTorch 1.13 (libtorch-dev)
 #
 # PyPI's wheels need three things LibTorch's own config does not do (checked on 2.11 and 2.15):
 # its find_library() searches the system before the wheel (so a Debian libtorch.so would win),
@@ -15,12 +17,16 @@
 get_filename_component(MLIP_ROOT_FOR_TORCH "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 
 function(mlip_torch_from_python python)
+  if(NOT EXISTS "${python}")
+    message(FATAL_ERROR "mlip: MLIP_TORCH_PYTHON=${python} does not exist")
+  endif()
   execute_process(
-    COMMAND "${python}" -c
+    COMMAND "${python}" -W ignore -c
       "import os, torch; print(torch.__version__); print(os.path.dirname(torch.__file__)); print(torch.utils.cmake_prefix_path)"
-    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE
+    ERROR_STRIP_TRAILING_WHITESPACE)
   if(NOT rc EQUAL 0)
-    string(REGEX REPLACE "\n.*" "" err "${err}")
+    string(REGEX REPLACE ".*\n" "" err "${err}")  # the exception, not "Traceback ..."
     message(FATAL_ERROR "mlip: ${python} cannot import torch (${err}). Run scripts/install-deps.sh, or pass "
                         "-DMLIP_TORCH_PYTHON=<python with torch> or -DTorch_DIR=<LibTorch>/share/cmake/Torch.")
   endif()
@@ -28,9 +34,11 @@ function(mlip_torch_from_python python)
   list(GET out 0 version)
   list(GET out 1 root)
   list(GET out 2 prefix)
-  set(MLIP_TORCH_ROOT "${root}" PARENT_SCOPE)
   set(MLIP_TORCH_PY_VERSION "${version}" PARENT_SCOPE)
-  set(Torch_DIR "${prefix}/Torch" CACHE PATH "LibTorch's CMake config (from ${python})" FORCE)
+  set(MLIP_TORCH_PREFIX "${root}" PARENT_SCOPE)
+  set(Torch_DIR "${prefix}/Torch" CACHE PATH "LibTorch's CMake config" FORCE)
+  # Remembered, so that a Torch_DIR the user sets later is told apart from this one.
+  set(MLIP_TORCH_DIR_FROM_PYTHON "${prefix}/Torch" CACHE INTERNAL "")
 endfunction()
 
 # Links against the wheel's NVIDIA libraries (nvidia/*/lib beside torch/) where LibTorch's CUDA
@@ -52,9 +60,15 @@ macro(mlip_find_torch)
       file(STRINGS "${MLIP_ROOT_FOR_TORCH}/cmake/torch-version" MLIP_TORCH_VERSION LIMIT_COUNT 1)
     endif()
   endif()
-  set(MLIP_TORCH_ROOT "")
-  if(Torch_DIR AND NOT MLIP_TORCH_PYTHON)
+  set(MLIP_TORCH_PREFIX "")   # the LibTorch tree (include/, lib/) when known before find_package
+  if(Torch_DIR AND NOT Torch_DIR STREQUAL "${MLIP_TORCH_DIR_FROM_PYTHON}")
     set(MLIP_TORCH_SOURCE "Torch_DIR=${Torch_DIR}")
+    set(MLIP_TORCH_PYTHON "" CACHE FILEPATH "Python whose torch package provides LibTorch" FORCE)
+    get_filename_component(MLIP_TORCH_PREFIX "${Torch_DIR}/../../.." ABSOLUTE)
+  elseif(NOT MLIP_TORCH_PYTHON AND MLIP_TORCH_VERSION STREQUAL "debian")
+    set(Torch_DIR "/usr/lib/x86_64-linux-gnu/cmake/Torch" CACHE PATH "LibTorch's CMake config" FORCE)
+    set(MLIP_TORCH_DIR_FROM_PYTHON "" CACHE INTERNAL "")
+    set(MLIP_TORCH_SOURCE "Debian's LibTorch (MLIP_TORCH_VERSION=debian)")
   else()
     if(NOT MLIP_TORCH_PYTHON)
       set(MLIP_TORCH_PYTHON "${MLIP_ROOT_FOR_TORCH}/third_party/torch-${MLIP_TORCH_VERSION}/bin/python3")
@@ -67,26 +81,38 @@ macro(mlip_find_torch)
     endif()
     mlip_torch_from_python("${MLIP_TORCH_PYTHON}")
     set(MLIP_TORCH_SOURCE "torch ${MLIP_TORCH_PY_VERSION} of ${MLIP_TORCH_PYTHON}")
-    # Before the system's library directories, where another libtorch.so may be.
-    list(PREPEND CMAKE_PREFIX_PATH "${MLIP_TORCH_ROOT}" "${MLIP_TORCH_ROOT}/share/cmake")
   endif()
+  if(MLIP_TORCH_PREFIX)
+    # Before the system's library directories, where another libtorch.so may be.
+    list(PREPEND CMAKE_PREFIX_PATH "${MLIP_TORCH_PREFIX}")
+  endif()
+  # Switched to another LibTorch: forget where the previous one's libraries were found.
+  if(DEFINED MLIP_TORCH_CONFIG_USED AND NOT MLIP_TORCH_CONFIG_USED STREQUAL Torch_DIR)
+    get_cmake_property(cached CACHE_VARIABLES)
+    foreach(var IN LISTS cached)
+      if(var MATCHES "_LIBRARY$" AND "${${var}}" MATCHES "/lib(torch|c10|caffe2|kineto|shm)[^/]*$|-NOTFOUND$")
+        unset(${var} CACHE)
+      endif()
+    endforeach()
+    message(STATUS "mlip: LibTorch changed (was ${MLIP_TORCH_CONFIG_USED})")
+  endif()
+  set(MLIP_TORCH_CONFIG_USED "${Torch_DIR}" CACHE INTERNAL "")
   # The toolkit for a CUDA build of LibTorch (PyPI's wheels are); harmless for CPU builds.
   if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CUDAToolkit_ROOT /usr/local/cuda)
   endif()
   find_package(Torch REQUIRED)
 
-  # Never a LibTorch other than the chosen one (cached results of an earlier configure included).
-  get_filename_component(found_dir "${TORCH_LIBRARY}" DIRECTORY)
-  get_filename_component(found_dir "${found_dir}" REALPATH)
-  get_filename_component(expect_dir "${TORCH_INSTALL_PREFIX}/lib" REALPATH)
-  if(MLIP_TORCH_ROOT)
-    get_filename_component(expect_dir "${MLIP_TORCH_ROOT}/lib" REALPATH)
+  # Never a LibTorch other than the chosen one (cached results of an earlier configure included):
+  # libtorch.so must lie inside the tree whose config was read.
+  get_filename_component(found "${TORCH_LIBRARY}" REALPATH)
+  get_filename_component(tree "${TORCH_INSTALL_PREFIX}" REALPATH)
+  string(FIND "${found}" "${tree}/" at)
+  if(NOT at EQUAL 0)
+    message(FATAL_ERROR "mlip: ${MLIP_TORCH_SOURCE} (${tree}) was asked for, but CMake found ${TORCH_LIBRARY}. "
+                        "If a cached TORCH_LIBRARY is stale, configure a new build directory.")
   endif()
-  if(NOT found_dir STREQUAL expect_dir)
-    message(FATAL_ERROR "mlip: ${MLIP_TORCH_SOURCE} was asked for, but CMake found ${TORCH_LIBRARY}; "
-                        "remove the build directory's CMakeCache.txt and configure again.")
-  endif()
+  set(MLIP_TORCH_ROOT "${TORCH_INSTALL_PREFIX}")
 
   # Torch's imported targets are directory-scoped; the consumers of mlip::model live elsewhere.
   foreach(t torch torch_cpu torch_cuda torch_library c10 c10_cuda protobuf::libprotobuf torch::nvtoolsext

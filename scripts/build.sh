@@ -13,8 +13,9 @@ if [ ! -f "$build/build.ninja" ]; then
   cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLIP_LAMMPS_JOBS="$jobs" "$@"
 elif [ -n "${MLIP_TORCH_VERSION:-}" ]; then
   configured="$(sed -n 's/^MLIP_TORCH_PYTHON:FILEPATH=//p' "$build/CMakeCache.txt")"
-  case "$configured" in
-    */torch-"$MLIP_TORCH_VERSION"/*) ;;
+  [ -n "$configured" ] || configured="$(sed -n 's/^Torch_DIR:PATH=//p' "$build/CMakeCache.txt")"
+  case "$MLIP_TORCH_VERSION:$configured" in
+    *:*/torch-"$MLIP_TORCH_VERSION"/* | debian:/usr/lib/*) ;;
     *) echo "error: $build was configured with LibTorch from '${configured:-Torch_DIR}', not torch $MLIP_TORCH_VERSION;" \
             "use another MLIP_BUILD_DIR" >&2; exit 1 ;;
   esac

@@ -22,7 +22,11 @@ Suites: bookworm trixie sid
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
-  as_root apt-get update -qq
+  if ! as_root apt-get update -qq; then
+    as_root rm -f "$list"    # so that the next run tries again
+    echo "apt-get update failed with the deb-src entries added" >&2
+    exit 2
+  fi
 fi
 
 mkdir -p "$(dirname "$dest")"
@@ -33,11 +37,16 @@ for attempt in 1 2; do
   sleep 2
 done
 orig="$(compgen -G "$tmp/${pkg}_*.orig.tar.*" | head -n1 || true)"
-if compgen -G "$tmp/*.dsc" >/dev/null && compgen -G "$tmp/*.debian.tar.*" >/dev/null; then
-  (cd "$tmp" && dpkg-source -q -x ./*.dsc unpacked >/dev/null 2>&1)
+if compgen -G "$tmp/*.dsc" >/dev/null && compgen -G "$tmp/*.debian.tar.*" >/dev/null &&
+   (cd "$tmp" && dpkg-source -q -x ./*.dsc unpacked >"$tmp/dpkg-source.log" 2>&1); then
   mv "$tmp/unpacked" "$dest"
 elif [ -n "$orig" ]; then
-  say "note: the archive served $pkg $ver's upstream tarball but not its .dsc/Debian patches (404); using the tarball"
+  if [ -f "$tmp/dpkg-source.log" ]; then
+    say "note: dpkg-source could not unpack $pkg $ver ($(tail -n1 "$tmp/dpkg-source.log")); using the upstream tarball"
+    rm -rf "$tmp/unpacked"
+  fi
+  [ -f "$tmp/dpkg-source.log" ] ||
+    say "note: the archive served $pkg $ver's upstream tarball but not its .dsc/Debian patches (404); using the tarball"
   mkdir -p "$tmp/unpacked"
   tar -xf "$orig" -C "$tmp/unpacked"
   top=("$tmp"/unpacked/*)
