@@ -55,6 +55,7 @@ if(MLIP_TORCH_PYTHON)
 else()
   list(APPEND lammps_args -DMLIP_TORCH_PYTHON= -DTorch_DIR=${Torch_DIR})
 endif()
+list(APPEND lammps_args -DMLIP_LINK_TORCH_CUDA=${MLIP_LINK_TORCH_CUDA})
 
 # KOKKOS (pair_style mlip/kk) when a Kokkos that this LAMMPS accepts is at hand; otherwise one
 # line says why not. Each LAMMPS release names its minimum (29Sep2021: 3.4, 4Jul2026: 5.1).

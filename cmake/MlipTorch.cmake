@@ -101,6 +101,7 @@ macro(mlip_find_torch)
   if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CUDAToolkit_ROOT /usr/local/cuda)
   endif()
+  get_property(imported_before_torch DIRECTORY PROPERTY IMPORTED_TARGETS)
   find_package(Torch REQUIRED)
 
   # Never a LibTorch other than the chosen one (cached results of an earlier configure included):
@@ -115,14 +116,11 @@ macro(mlip_find_torch)
   set(MLIP_TORCH_ROOT "${TORCH_INSTALL_PREFIX}")
 
   # Torch's imported targets are directory-scoped; the consumers of mlip::model live elsewhere.
-  foreach(t torch torch_cpu torch_cuda torch_library c10 c10_cuda protobuf::libprotobuf torch::nvtoolsext
-            torch::cudart torch::cufft torch::curand torch::cublas torch::cudnn torch::nvrtc)
-    if(TARGET ${t})
-      get_target_property(imported ${t} IMPORTED)
-      get_target_property(global ${t} IMPORTED_GLOBAL)
-      if(imported AND NOT global)
-        set_target_properties(${t} PROPERTIES IMPORTED_GLOBAL TRUE)
-      endif()
+  get_property(imported DIRECTORY PROPERTY IMPORTED_TARGETS)
+  foreach(t IN LISTS imported)
+    get_target_property(global ${t} IMPORTED_GLOBAL)
+    if(NOT global AND NOT t IN_LIST imported_before_torch)
+      set_target_properties(${t} PROPERTIES IMPORTED_GLOBAL TRUE)
     endif()
   endforeach()
   set(MLIP_TORCH_CUDA OFF)
@@ -130,17 +128,34 @@ macro(mlip_find_torch)
     set(MLIP_TORCH_CUDA ON)
   endif()
   set(MLIP_LIBTORCH_VERSION "${Torch_VERSION}" CACHE INTERNAL "LibTorch version found")
+  if(MLIP_TORCH_CUDA AND NOT MLIP_LINK_TORCH_CUDA)
+    set(MLIP_TORCH_CUDA "in LibTorch, not linked: MLIP_LINK_TORCH_CUDA=OFF")
+  endif()
   message(STATUS "mlip: LibTorch ${Torch_VERSION} from ${MLIP_TORCH_SOURCE} (${TORCH_LIBRARY}; CUDA: ${MLIP_TORCH_CUDA})")
 endmacro()
 
-# mlip_link_torch(<target>): the target's users link LibTorch, with C++ runtime symbols bound to
-# libstdc++. Some wheels' libtorch.so (2.11) export their own copies of libstdc++ functions
-# (std::filesystem::remove_all, ...) that jump to address 0 when called from outside; listing
-# libstdc++ before LibTorch among the needed libraries makes both the link-time and the run-time
-# lookup find libstdc++'s definitions first.
+# mlip_link_torch(<target>): the target's users link LibTorch's CPU libraries, with C++ runtime
+# symbols bound to libstdc++.
+#
+# CPU only: PyPI's libtorch.so is a stub that pulls in libtorch_cuda.so and the CUDA, cuDNN and
+# NCCL libraries, which cost every process about 230 MiB more resident memory even when nothing
+# runs on a GPU (measured: a model load peaks at 347 MiB with them, 117 MiB with torch_cpu and
+# c10 alone; LibTorch 1.13 157 MiB). MLIP_LINK_TORCH_CUDA=ON links them for GPU work.
+#
+# libstdc++ first: some wheels' libtorch.so and libtorch_cpu.so (2.11) export their own copies of
+# libstdc++ functions (std::filesystem::remove_all, ...) that jump to address 0 when called from
+# outside; listing libstdc++ before LibTorch among the needed libraries makes both the link-time
+# and the run-time lookup find libstdc++'s definitions first.
+option(MLIP_LINK_TORCH_CUDA "Link LibTorch's CUDA libraries (a CUDA build of LibTorch)" OFF)
 function(mlip_link_torch target)
   target_link_options(${target} INTERFACE "LINKER:--push-state,--no-as-needed" "-lstdc++" "LINKER:--pop-state")
-  target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
+  if(TARGET torch_cpu_library AND NOT MLIP_LINK_TORCH_CUDA)
+    target_link_libraries(${target} PUBLIC torch_cpu_library)
+    target_include_directories(${target} SYSTEM PUBLIC ${TORCH_INCLUDE_DIRS})
+    target_compile_options(${target} PUBLIC ${TORCH_CXX_FLAGS})
+  else()
+    target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
+  endif()
   if(MLIP_TORCH_ROOT)
     mlip_torch_wheel_link_dirs(${target})
   endif()
