@@ -150,9 +150,15 @@ option(MLIP_LINK_TORCH_CUDA "Link LibTorch's CUDA libraries (a CUDA build of Lib
 function(mlip_link_torch target)
   target_link_options(${target} INTERFACE "LINKER:--push-state,--no-as-needed" "-lstdc++" "LINKER:--pop-state")
   if(TARGET torch_cpu_library AND NOT MLIP_LINK_TORCH_CUDA)
+    # What the `torch` target would have given: headers, flags and the C++ standard (LibTorch
+    # 2.15 asks its users for C++20).
     target_link_libraries(${target} PUBLIC torch_cpu_library)
     target_include_directories(${target} SYSTEM PUBLIC ${TORCH_INCLUDE_DIRS})
     target_compile_options(${target} PUBLIC ${TORCH_CXX_FLAGS})
+    get_target_property(features torch INTERFACE_COMPILE_FEATURES)
+    if(features)
+      target_compile_features(${target} PUBLIC ${features})
+    endif()
   else()
     target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
   endif()
