@@ -138,9 +138,9 @@ endmacro()
 # symbols bound to libstdc++.
 #
 # CPU only: PyPI's libtorch.so is a stub that pulls in libtorch_cuda.so and the CUDA, cuDNN and
-# NCCL libraries, which cost every process about 230 MiB more resident memory even when nothing
-# runs on a GPU (measured: a model load peaks at 347 MiB with them, 117 MiB with torch_cpu and
-# c10 alone; LibTorch 1.13 157 MiB). MLIP_LINK_TORCH_CUDA=ON links them for GPU work.
+# NCCL libraries, which cost every process resident memory even when nothing runs on a GPU
+# (benchmarks/bench_pair.sh, se_e2_a water, 1152 atoms, 1 rank: 559 MB peak with them, 224 MB
+# without; README "Speed and memory across the stacks"). MLIP_LINK_TORCH_CUDA=ON links them.
 #
 # libstdc++ first: some wheels' libtorch.so and libtorch_cpu.so (2.11) export their own copies of
 # libstdc++ functions (std::filesystem::remove_all, ...) that jump to address 0 when called from
@@ -162,7 +162,7 @@ function(mlip_link_torch target)
   else()
     target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
   endif()
-  if(MLIP_TORCH_ROOT)
-    mlip_torch_wheel_link_dirs(${target})
+  if(MLIP_TORCH_ROOT AND (MLIP_LINK_TORCH_CUDA OR NOT TARGET torch_cpu_library))
+    mlip_torch_wheel_link_dirs(${target})  # only libtorch_cuda.so needs them
   endif()
 endfunction()

@@ -78,19 +78,11 @@ gtest_args() {
   echo "-DGTEST_SHA256=$(sha256sum "$tarball" | cut -d' ' -f1) --no-warn-unused-cli"
 }
 
-# Kokkos for the user-route LAMMPS: the one cmake/MlipKokkos.cmake would pick (Debian's 3.4 for
-# 29Sep2021; none for later versions unless third_party/kokkos or Kokkos_DIR has one).
+# Kokkos for the user-route LAMMPS: the one mlip's own LAMMPS build picks (cmake/MlipKokkos.cmake).
 kokkos_args() {
-  local needed have dir
-  needed="$(grep -oE 'find_package\(Kokkos [0-9.]+' "$1/cmake/Modules/Packages/KOKKOS.cmake" | awk '{print $2}')"
-  for dir in ${Kokkos_DIR:-} "$here/third_party/kokkos/lib/cmake/Kokkos" "$here/cmake/kokkos"; do
-    have="$(cmake -DDIR="$dir" -DNEEDED="$needed" -P "$here/cmake/kokkos-version.cmake" 2>/dev/null || true)"
-    if [ -n "$have" ]; then
-      echo "-DPKG_KOKKOS=on -DEXTERNAL_KOKKOS=on -DKokkos_DIR=$dir"
-      return
-    fi
-  done
-  echo "-DPKG_KOKKOS=off"
+  local dir
+  dir="$(cmake -DLAMMPS="$1" ${Kokkos_DIR:+-DKokkos_DIR="$Kokkos_DIR"} -P "$here/cmake/choose-kokkos.cmake" 2>/dev/null | grep -v "^--" || true)"
+  if [ -n "$dir" ]; then echo "-DPKG_KOKKOS=on -DEXTERNAL_KOKKOS=on -DKokkos_DIR=$dir"; else echo "-DPKG_KOKKOS=off"; fi
 }
 
 # lammps_build SRC DIR EXTRA...: configures and builds a LAMMPS (shared library, MPI, exceptions,
