@@ -1,0 +1,91 @@
+#include "mlip/device.h"
+
+#include <dlfcn.h>
+
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "mlip/error.h"
+
+namespace mlip {
+namespace {
+
+// The directory of the libtorch_cpu.so this process runs (found from one of its functions).
+std::string torch_library_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&at::get_num_threads), &info) == 0 || info.dli_fname == nullptr) return "";
+  return std::filesystem::path(info.dli_fname).parent_path().string();
+}
+
+std::string visible_devices_note() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return v ? std::string(" (CUDA_VISIBLE_DEVICES=") + v + ")" : std::string();
+}
+
+}  // namespace
+
+std::string load_cuda_backend() {
+  static const std::string status = [] {
+    const std::string dir = torch_library_dir();
+    if (dir.empty()) return std::string("cannot locate libtorch_cpu.so (dladdr failed)");
+    const std::string lib = (std::filesystem::path(dir) / "libtorch_cuda.so").string();
+    if (!std::filesystem::exists(lib)) {
+      return "the LibTorch in " + dir + " has no CUDA backend (no libtorch_cuda.so): a CPU-only build";
+    }
+    // RTLD_GLOBAL: its operators and hooks register with the ATen already loaded.
+    if (dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+      const char* why = dlerror();
+      return lib + ": cannot be loaded: " + (why ? why : "unknown error");
+    }
+    return std::string();
+  }();
+  return status;
+}
+
+int cuda_device_count() {
+  if (!load_cuda_backend().empty()) return 0;
+  return static_cast<int>(torch::cuda::device_count());
+}
+
+torch::Device choose_device(const std::string& spec, int local_rank, const std::string& where, std::string* note) {
+  auto say = [&](const std::string& s) {
+    if (note) *note = s;
+  };
+  if (spec == "cpu") {
+    say("CPU (as asked)");
+    return torch::kCPU;
+  }
+  int index = -1;
+  if (spec.rfind("cuda:", 0) == 0) {
+    const std::string digits = spec.substr(5);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 4) {
+      throw Error(where + ": device '" + spec + "': expected cuda:N with N a GPU index");
+    }
+    index = std::stoi(digits);
+  } else if (spec != "cuda" && spec != "auto") {
+    throw Error(where + ": unknown device '" + spec + "' (known: cpu, cuda, cuda:N, auto)");
+  }
+  const std::string backend = load_cuda_backend();
+  const int count = backend.empty() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  if (count == 0) {
+    const std::string why = backend.empty() ? "LibTorch's CUDA backend sees no GPU" + visible_devices_note() : backend;
+    if (spec == "auto") {
+      say("CPU (device auto: " + why + ")");
+      return torch::kCPU;
+    }
+    throw Error(where + ": device '" + spec + "' asked for, but no GPU can be used: " + why);
+  }
+  if (index >= count) {
+    throw Error(where + ": device '" + spec + "': only " + std::to_string(count) + " GPU(s) visible" +
+                visible_devices_note());
+  }
+  if (index < 0) index = (local_rank < 0 ? 0 : local_rank) % count;
+  say("GPU cuda:" + std::to_string(index) + " of " + std::to_string(count) + " visible" + visible_devices_note() +
+      (spec == "cuda:" + std::to_string(index) ? "" : ", node-local rank " + std::to_string(local_rank)));
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+}  // namespace mlip

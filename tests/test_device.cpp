@@ -1,0 +1,130 @@
+// Device choice (mlip/device.h), shared by the trainer and the pair style, and the model
+// evaluation path on a GPU. Without a GPU the GPU cases are skipped with a "no GPU" line; the
+// choice logic and the loading of LibTorch's CUDA backend run on every machine.
+#include <gtest/gtest.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "mlip/device.h"
+#include "mlip/error.h"
+#include "mlip/model.h"
+#include "mlip/neighbor_list.h"
+#include "mlip/elements.h"
+#include "support/temp_dir.h"
+#include "support/test_models.h"
+
+namespace mlip {
+namespace {
+
+std::string error_of(const std::string& spec, int local_rank = 0) {
+  try {
+    choose_device(spec, local_rank, "training.device");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Device, CpuIsAlwaysAvailable) {
+  std::string note;
+  EXPECT_EQ(choose_device("cpu", 3, "x", &note), torch::Device(torch::kCPU));
+  EXPECT_NE(note.find("CPU"), std::string::npos);
+}
+
+TEST(Device, UnknownNamesAreErrorsNamingTheSetting) {
+  EXPECT_NE(error_of("gpu").find("training.device: unknown device 'gpu' (known: cpu, cuda, cuda:N, auto)"),
+            std::string::npos)
+      << error_of("gpu");
+  EXPECT_NE(error_of("cuda:").find("expected cuda:N"), std::string::npos);
+  EXPECT_NE(error_of("cuda:x1").find("expected cuda:N"), std::string::npos);
+  EXPECT_NE(error_of("CPU").find("unknown device"), std::string::npos);
+}
+
+// A CUDA build of LibTorch (PyPI's): its CUDA backend loads into a process linked with the CPU
+// libraries only, and registers its kernels with the ATen already loaded.
+TEST(Device, CudaBackendOfACudaLibTorchLoads) {
+#if MLIP_TEST_TORCH_HAS_CUDA
+  EXPECT_EQ(load_cuda_backend(), "");
+  const auto op = c10::Dispatcher::singleton().findSchema({"aten::empty", "memory_format"});
+  ASSERT_TRUE(op.has_value());
+  EXPECT_TRUE(op->hasKernelForDispatchKey(c10::DispatchKey::CUDA));
+  EXPECT_GE(cuda_device_count(), 0);
+#else
+  const std::string why = load_cuda_backend();
+  EXPECT_NE(why.find("CPU-only"), std::string::npos) << why;
+  EXPECT_EQ(cuda_device_count(), 0);
+#endif
+}
+
+TEST(Device, WithoutAGpuAutoIsTheCpuAndCudaAClearError) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: covered by the GPU cases";
+  std::string note;
+  EXPECT_EQ(choose_device("auto", 0, "pair_style mlip", &note), torch::Device(torch::kCPU));
+  EXPECT_NE(note.find("device auto"), std::string::npos) << note;
+  const std::string e = error_of("cuda");
+  EXPECT_NE(e.find("training.device: device 'cuda' asked for, but no GPU can be used"), std::string::npos) << e;
+  EXPECT_NE(error_of("cuda:0").find("no GPU can be used"), std::string::npos);
+}
+
+TEST(Device, GpuPerNodeLocalRank) {
+  const int n = cuda_device_count();
+  if (n == 0) GTEST_SKIP() << "no GPU";
+  for (int r = 0; r < 2 * n; ++r) {
+    EXPECT_EQ(choose_device("cuda", r, "x"), torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(r % n)));
+  }
+  EXPECT_EQ(choose_device("auto", 0, "x").type(), torch::kCUDA);
+  EXPECT_NE(error_of("cuda:" + std::to_string(n)).find("GPU(s) visible"), std::string::npos);
+}
+
+// Energies and edge gradients of the same graph on the GPU and on the CPU (float64): the
+// evaluation path of the pair style and of `mlip-trainer test` (evaluate_graph copies the graph
+// to the model's device and the results back).
+class DeviceModels : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DeviceModels, GpuEqualsCpuInFloat64) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const testing::TempDir dir(std::string("mlip_test_device_") + GetParam());
+  const std::string path = (dir.path / "model.pt").string();
+  testing::write_test_model(GetParam(), path);
+  const Model cpu = Model::load(path);
+  const Model gpu = Model::load(path, choose_device("cuda", 0, "test"));
+  Structure s;
+  s.cell.lattice = {{{6.1, 0, 0}, {0.4, 5.8, 0}, {-0.3, 0.5, 6.3}}};
+  s.cell.pbc = {true, true, true};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int i = 0; i < 24; ++i) {
+    Vec3 x{};
+    for (int d = 0; d < 3; ++d) x[d] = u(rng) * 6.0;
+    s.positions.push_back(x);
+    s.numbers.push_back(i % 3 == 0 ? 8 : 1);
+  }
+  const NeighborList nl = build_neighbor_list(s, cpu.info().cutoff);
+  const int64_t n = static_cast<int64_t>(s.size()), ne = static_cast<int64_t>(nl.size());
+  std::vector<int64_t> species(n), index(2 * ne);
+  for (int64_t i = 0; i < n; ++i) species[i] = cpu.info().species_index(element_symbol(s.numbers[i]));
+  std::copy(nl.centers.begin(), nl.centers.end(), index.begin());
+  std::copy(nl.neighbors.begin(), nl.neighbors.end(), index.begin() + ne);
+  GraphView g;
+  g.species = species.data();
+  g.n_nodes = n;
+  g.edge_index = index.data();
+  g.edge_index_stride = ne;
+  g.edge_vectors = &nl.vectors[0][0];
+  g.n_edges = ne;
+  g.n_centers = n;
+  const ModelOutput a = evaluate_graph(cpu, g), b = evaluate_graph(gpu, g);
+  ASSERT_TRUE(b.atom_energy.device().is_cpu());
+  const double scale_e = a.atom_energy.abs().max().item<double>(), scale_g = a.edge_grad.abs().max().item<double>();
+  EXPECT_LE((a.atom_energy - b.atom_energy).abs().max().item<double>(), 1e-8 * scale_e);
+  EXPECT_LE((a.edge_grad - b.edge_grad).abs().max().item<double>(), 1e-8 * scale_g);
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, DeviceModels, ::testing::Values("morse64", "se_e2_a", "painn"));
+
+}  // namespace
+}  // namespace mlip
