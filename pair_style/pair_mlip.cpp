@@ -1,7 +1,7 @@
 /* ----------------------------------------------------------------------
    mlip: machine-learning interatomic potentials for LAMMPS.
 
-   pair_style mlip MODEL [chunk N] [timing yes|no]
+   pair_style mlip MODEL [chunk N] [timing yes|no] [device cpu|cuda|cuda:N|auto]
    pair_coeff * * El1 El2 ... (element per LAMMPS type, NULL = not handled by the model)
 
    The model (common/include/mlip/model.h) returns per-atom energies from the edge vectors of a
@@ -15,6 +15,11 @@
    plus the atoms one hop further as message senders only; the ghost shell is L*cutoff wide.
    Such a halo is recomputed by every chunk that touches it, so message-passing chunks are
    large by default and spatially compact (recursive coordinate bisection of the local atoms).
+
+   With 'device cuda' (or auto, when a GPU is visible) the model runs on the rank's GPU (the
+   node-local rank modulo the visible GPUs, mlip/device.h): the graph is built on the host and
+   copied once per model call, energies and edge gradients come back once, and by default all
+   local atoms are one chunk, so that is once per step.
 ------------------------------------------------------------------------- */
 
 #include "pair_mlip.h"
@@ -32,6 +37,7 @@
 #include "pair_mlip_scatter.h"
 
 #include "mlip/chunk_graph.h"
+#include "mlip/device.h"
 #include "mlip/error.h"
 #include "mlip/model.h"
 #include "mlip/runtime.h"
@@ -133,6 +139,26 @@ constexpr int default_chunk_local = 64;
 // 0.8 GB, all 946 us/atom-step and 3.4 GB. 128 keeps a rank under 1 GB; raise it where memory
 // allows.
 constexpr int default_chunk_message_passing = 128;
+// On a GPU: all local atoms in one call (a GPU needs large calls to be busy; its memory, not the
+// cache, is the limit, and 'chunk N' bounds it).
+constexpr int default_chunk_gpu = 1 << 30;
+
+// The rank of this process among the ranks of `world` on the same node (shared memory).
+static int node_local_rank(MPI_Comm world)
+{
+#ifdef MPI_COMM_TYPE_SHARED
+  MPI_Comm node;
+  int rank = 0;
+  if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return 0;
+  MPI_Comm_rank(node, &rank);
+  MPI_Comm_free(&node);
+  return rank;
+#else
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);    // no shared-memory split in this MPI (LAMMPS's serial stubs)
+  return rank;
+#endif
+}
 
 PairMLIP::PairMLIP(LAMMPS *lmp) :
     Pair(lmp), impl(new Impl), chunk_size(0), layers(0), timing(0), cutoff(0.0)
@@ -179,16 +205,17 @@ void PairMLIP::allocate()
 }
 
 /* ----------------------------------------------------------------------
-   settings: pair_style mlip MODEL [chunk N] [timing yes|no]; loads the model on every rank
+   settings: pair_style mlip MODEL [chunk N] [timing yes|no] [device D]; loads the model on every rank
 ------------------------------------------------------------------------- */
 
 void PairMLIP::settings(int narg, char **arg)
 {
   if (narg < 1)
-    error->all(FLERR, "Illegal pair_style mlip command: expected 'pair_style mlip MODEL [chunk N] [timing yes|no]'");
+    error->all(FLERR, "Illegal pair_style mlip command: expected 'pair_style mlip MODEL [chunk N] [timing yes|no] [device D]'");
   model_file = arg[0];
   chunk_size = 0;    // a repeated pair_style command starts from the defaults
   timing = 0;
+  std::string device_asked;
   for (int iarg = 1; iarg < narg; iarg += 2) {
     if (iarg + 1 >= narg) error->all(FLERR, fmt::format("pair_style mlip: keyword '{}' needs a value", arg[iarg]));
     if (strcmp(arg[iarg], "chunk") == 0) {
@@ -198,19 +225,27 @@ void PairMLIP::settings(int narg, char **arg)
       if (strcmp(arg[iarg + 1], "yes") == 0) timing = 1;
       else if (strcmp(arg[iarg + 1], "no") == 0) timing = 0;
       else error->all(FLERR, fmt::format("pair_style mlip: timing must be 'yes' or 'no', not '{}'", arg[iarg + 1]));
+    } else if (strcmp(arg[iarg], "device") == 0) {
+      device_asked = arg[iarg + 1];
     } else {
-      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing)", arg[iarg]));
+      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device)", arg[iarg]));
     }
   }
+  std::string device_note;
+  std::string device;
+  // Before any other LibTorch call that asks about CUDA (mlip/device.h).
+  guarded(error, true, "device", [&] { device = model_device(device_asked, device_note); });
   guarded(error, true, "cannot load model", [&] {
-    impl->model = std::make_unique<mlip::Model>(mlip::Model::load(model_file, torch::Device(model_device())));
+    impl->model = std::make_unique<mlip::Model>(mlip::Model::load(model_file, torch::Device(device)));
   });
   const bool malloc_tuned = mlip::keep_freed_memory();
   const auto &meta = impl->model->info();
   cutoff = meta.cutoff;
   layers = meta.message_passing_layers;
   const bool chunk_given = chunk_size > 0;
-  if (!chunk_given) chunk_size = layers > 1 ? default_chunk_message_passing : default_chunk_local;
+  const bool on_gpu = !impl->model->device().is_cpu();
+  if (!chunk_given)
+    chunk_size = on_gpu ? default_chunk_gpu : layers > 1 ? default_chunk_message_passing : default_chunk_local;
   // Neighbours of ghosts are needed when messages travel more than one hop. Set here, not in
   // init_style: pair_style hybrid reads the flag right after its sub-styles' settings().
   ghostneigh = layers > 1 ? 1 : 0;
@@ -218,13 +253,15 @@ void PairMLIP::settings(int narg, char **arg)
     utils::logmesg(lmp, "pair_style mlip: {} model '{}', species {}, cutoff {} A, {} message-passing layers, {}\n",
                    meta.architecture, model_file, joined(meta.species), meta.cutoff,
                    meta.message_passing_layers, meta.dtype);
+    utils::logmesg(lmp, "pair_style mlip: model on {}{}\n", device_note,
+                   on_gpu && !chunk_given ? ", all local atoms in one call (set a limit with 'chunk N')" : "");
     if (malloc_tuned)
       utils::logmesg(lmp, "pair_style mlip: malloc keeps freed memory (mmap threshold 1 GiB, no trimming) "
                           "so that model buffers are reused between steps\n");
     if (impl->model->device().is_cpu())
       utils::logmesg(lmp, "pair_style mlip: LibTorch CPU kernels {} (ATEN_CPU_CAPABILITY), {} thread(s) per rank\n",
                      mlip::cpu_capability(), at::get_num_threads());
-    if (layers > 1)
+    if (layers > 1 && !on_gpu)
       utils::logmesg(lmp, "pair_style mlip: message-passing model: at most {} local atoms per model call{}, in "
                           "spatially compact chunks, each with its halo of {} x {} A\n",
                      chunk_size, chunk_given ? "" : " (default; set with 'chunk N')", layers - 1, cutoff);
@@ -380,6 +417,13 @@ void PairMLIP::end_compute()
 void PairMLIP::add_time(Timer which, double seconds)
 {
   (which == GRAPH ? impl->t_graph : which == MODEL ? impl->t_model : impl->t_forces) += seconds;
+}
+
+std::string PairMLIP::model_device(const std::string &asked, std::string &note)
+{
+  const torch::Device d =
+      mlip::choose_device(asked.empty() ? "cpu" : asked, node_local_rank(world), "pair_style mlip", &note);
+  return d.str();
 }
 
 mlip::Model &PairMLIP::model()

@@ -1,6 +1,6 @@
 /* -*- c++ -*- ----------------------------------------------------------
    mlip: machine-learning interatomic potentials for LAMMPS.
-   pair_style mlip MODEL [chunk N] [timing yes|no]
+   pair_style mlip MODEL [chunk N] [timing yes|no] [device cpu|cuda|cuda:N|auto]
 ------------------------------------------------------------------------- */
 
 #ifdef PAIR_CLASS
@@ -54,7 +54,9 @@ class PairMLIP : public Pair {
 
   // Shared with mlip/kk (pair_mlip_kokkos.h), which builds its graph from Kokkos views.
   mlip::Model &model();
-  virtual const char *model_device() const { return "cpu"; }    // where settings() loads the model
+  // Where settings() loads the model: `asked` is the device keyword's value ("" if none given);
+  // `note` gets a line for the log.
+  virtual std::string model_device(const std::string &asked, std::string &note);
   void begin_compute(int eflag, int vflag, bool alloc = true);    // ev_init, timers
   void end_compute();                           // timing report at the end of a run
   enum Timer { GRAPH, MODEL, FORCES };

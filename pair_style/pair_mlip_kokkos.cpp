@@ -131,9 +131,16 @@ template <class DeviceType> PairMLIPKokkos<DeviceType>::~PairMLIPKokkos()
   memoryKK->destroy_kokkos(k_cvatom, cvatom);
 }
 
-template <class DeviceType> const char *PairMLIPKokkos<DeviceType>::model_device() const
+// The model runs where the Kokkos views live: on the host, or on Kokkos's GPU.
+template <class DeviceType>
+std::string PairMLIPKokkos<DeviceType>::model_device(const std::string &asked, std::string &note)
 {
-  return std::is_same<typename DeviceType::memory_space, Kokkos::HostSpace>::value ? "cpu" : "cuda";
+  if (!asked.empty())
+    error->all(FLERR, fmt::format("pair_style mlip/kk: no 'device' keyword ('{}'): the model runs where Kokkos runs "
+                                  "(-k on g N / -sf kk); use pair_style mlip for 'device'", asked));
+  const torch::Device d = tensor_device<DeviceType>();
+  note = d.is_cpu() ? "the host (Kokkos host views)" : "Kokkos's GPU";
+  return d.str();
 }
 
 /* ----------------------------------------------------------------------

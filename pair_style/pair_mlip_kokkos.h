@@ -39,7 +39,7 @@ template <class DeviceType> class PairMLIPKokkos : public PairMLIP {
   void init_style() override;
 
  protected:
-  const char *model_device() const override;
+  std::string model_device(const std::string &asked, std::string &note) override;
 
   // One model call: graph of the sources, then model, then outputs.
   void evaluate_sources(int first, int count, bool whole_halo);

@@ -5,7 +5,11 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <ATen/Context.h>
+
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -57,6 +61,30 @@ TEST(Device, CudaBackendOfACudaLibTorchLoads) {
   const std::string why = load_cuda_backend();
   EXPECT_NE(why.find("CPU-only"), std::string::npos) << why;
   EXPECT_EQ(cuda_device_count(), 0);
+#endif
+}
+
+// LibTorch counts its devices once per process: loading the CUDA backend after a model has run
+// on the CPU, or after something asked ATen about CUDA, is refused with the reason (each case in
+// a fresh process: a death test re-runs the binary for it).
+TEST(Device, LateLoadingOfTheCudaBackendIsRefusedWithTheReason) {
+#if MLIP_TEST_TORCH_HAS_CUDA
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto late = [](bool after_model) {
+    if (after_model) {
+      testing::TempDir dir("mlip_test_device_late");
+      testing::write_test_model("morse64", (dir.path / "m.pt").string());
+      Model::load((dir.path / "m.pt").string());
+    } else {
+      at::show_config();
+    }
+    std::fprintf(stderr, "[%s]\n", load_cuda_backend().c_str());
+    std::exit(0);
+  };
+  EXPECT_EXIT(late(true), ::testing::ExitedWithCode(0), "must be loaded before the process's first model");
+  EXPECT_EXIT(late(false), ::testing::ExitedWithCode(0), "had settled on having no CUDA backend");
+#else
+  GTEST_SKIP() << "a CPU-only LibTorch";
 #endif
 }
 

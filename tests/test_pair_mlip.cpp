@@ -19,6 +19,7 @@
 #include "lammps.h"
 #include "library.h"
 #include "neighbor.h"
+#include "mlip/device.h"
 #include "mlip/error.h"
 #include "support/morse_model.h"
 #include "support/reference.h"
@@ -540,7 +541,10 @@ TEST(PairMLIP, BadInputGivesClearErrors) {
   EXPECT_TRUE(has(error_of("pair_style mlip " + bad_file, "* * O H H"), "not a readable TorchScript model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H C"), "element 'C' for atom type 3 is not in model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H"), "followed by 3 element names"));
-  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, timing)"));
+  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, timing, device)"));
+  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device gpu", "* * O H H"),
+                  "pair_style mlip: unknown device 'gpu' (known: cpu, cuda, cuda:N, auto)"));
+  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device cuda:x", "* * O H H"), "expected cuda:N"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " timing maybe", "* * O H H"),
                   "timing must be 'yes' or 'no', not 'maybe'"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunk 0", "* * O H H"), "chunk must be >= 1"));
@@ -689,10 +693,13 @@ void expect_kokkos_matches(const std::string& setup, const std::string& pair_com
 }
 
 // Random O/H "water" atoms in the triclinic test box, types 1 = O, 2 = 3 = H.
-std::string water_setup(int n, unsigned seed) {
+// `fraction` < 1: atoms only in that lower fraction of x, and the ranks split along x (empty
+// subdomains with 4 ranks and fraction 0.3).
+std::string water_setup(int n, unsigned seed, double fraction = 1.0) {
   const Box box;
-  const Structure s = random_system(box, n, 1.0, seed);
+  const Structure s = random_system(box, n, fraction, seed);
   std::string cmds = "units metal\natom_style atomic\natom_modify map array\nnewton on\n";
+  if (fraction < 1.0) cmds += fmt::format("processors {} 1 1\n", nprocs());
   cmds += fmt::format("region box prism 0 {} 0 {} 0 {} {} {} {} units box\ncreate_box 3 box\n", box.lx, box.ly,
                       box.lz, box.xy, box.xz, box.yz);
   for (std::size_t i = 0; i < s.size(); ++i)
@@ -706,6 +713,60 @@ const std::string ta_setup =
     "units metal\natom_style atomic\natom_modify map array\nnewton on\nlattice bcc 3.30\n"
     "region box block 0 4 0 4 0 4\ncreate_box 1 box\ncreate_atoms 1 box\n"
     "displace_atoms all random 0.15 0.15 0.15 8812 units box\nmass 1 180.95\n";
+
+// 'device cpu' is the default's path; 'device auto' without a GPU is the CPU too, and 'device
+// cuda' without one is an error that says so (with a GPU: the PairMLIPGpu cases).
+TEST(PairMLIP, DeviceCpuAndAutoWithoutGpu) {
+  const std::string model = model_path("se_e2_a");
+  const Structure s = random_system(Box{}, 60, 1.0, 51);
+  expect_matches_reference(s, model, "pair_style mlip " + model + " device cpu");
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: PairMLIPGpu covers auto and cuda";
+  expect_matches_reference(s, model, "pair_style mlip " + model + " device auto");
+  const std::string e = error_of("pair_style mlip " + model + " device cuda", "* * O H H");
+  EXPECT_NE(e.find("device 'cuda' asked for, but no GPU can be used"), std::string::npos) << e;
+}
+
+// pair_style mlip on the rank's GPU against the same on the CPU (float64): energies, forces,
+// per-atom energies and virials, and a short NVE trajectory. Skipped without a GPU.
+class PairMLIPGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  }
+  static void expect_gpu_matches(const std::string& setup, const std::string& pair_style_args,
+                                 const std::string& coeff, int run = 0, double tol = 1e-8) {
+    const Snapshot cpu = snapshot(false, setup, "pair_style mlip " + pair_style_args + "\npair_coeff " + coeff, run);
+    const Snapshot gpu =
+        snapshot(false, setup, "pair_style mlip " + pair_style_args + " device cuda\npair_coeff " + coeff, run);
+    ASSERT_FALSE(cpu.f.empty());
+    ASSERT_FALSE(gpu.f.empty());
+    EXPECT_NEAR(gpu.pe, cpu.pe, tol * std::abs(cpu.pe));
+    expect_same(gpu.pressure, cpu.pressure, tol, "pressure");
+    expect_same(gpu.f, cpu.f, tol, "forces");
+    expect_same(gpu.pe_atom, cpu.pe_atom, tol, "pe/atom");
+    expect_same(gpu.stress, cpu.stress, tol, "stress/atom");
+    expect_same(gpu.cstress, cpu.cstress, tol, "centroid/stress/atom");
+    if (run > 0) expect_same(gpu.x, cpu.x, tol, "positions after the run");
+  }
+};
+
+TEST_F(PairMLIPGpu, SeE2AMatchesCpu) {
+  expect_gpu_matches(water_setup(80, 52), model_path("se_e2_a"), "* * O H H");
+  expect_gpu_matches(water_setup(80, 52), model_path("se_e2_a") + " chunk 7", "* * O H H");
+}
+
+TEST_F(PairMLIPGpu, MessagePassingMatchesCpu) {
+  expect_gpu_matches(water_setup(80, 53), model_path("painn"), "* * O H H");
+}
+
+TEST_F(PairMLIPGpu, EmptySubdomainsMatchCpu) {
+  expect_gpu_matches(water_setup(40, 54, 0.3), model_path("se_e2_a"), "* * O H H");
+  expect_gpu_matches(water_setup(40, 55, 0.3), model_path("painn"), "* * O H H");
+}
+
+TEST_F(PairMLIPGpu, TrajectoryMatchesCpu) {
+  expect_gpu_matches(ta_setup, model_path("se_e2_a_ta"), "* * Ta", 50);
+}
 
 // Skipped, saying so, where this LAMMPS has no KOKKOS package (LAMMPS 4Jul2026 needs Kokkos >= 5.1,
 // which the default build may not have: cmake/MlipKokkos.cmake).

@@ -3,8 +3,10 @@
 #include <dlfcn.h>
 
 #include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/cuda.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 
@@ -25,7 +27,11 @@ std::string visible_devices_note() {
   return v ? std::string(" (CUDA_VISIBLE_DEVICES=") + v + ")" : std::string();
 }
 
+std::atomic<bool> cpu_model_loaded{false};
+
 }  // namespace
+
+void note_model_loaded_on_cpu() { cpu_model_loaded = true; }
 
 std::string load_cuda_backend() {
   static const std::string status = [] {
@@ -35,10 +41,22 @@ std::string load_cuda_backend() {
     if (!std::filesystem::exists(lib)) {
       return "the LibTorch in " + dir + " has no CUDA backend (no libtorch_cuda.so): a CPU-only build";
     }
+    const bool linked = dlopen(lib.c_str(), RTLD_NOW | RTLD_NOLOAD) != nullptr;
+    if (!linked && cpu_model_loaded) {
+      // LibTorch (autograd's device threads, ATen's CUDA hooks) counts its devices once, at first use.
+      return std::string("LibTorch's CUDA backend must be loaded before the process's first model runs on the "
+                         "CPU: choose the GPU in the first model of the process (the first pair_style mlip)");
+    }
     // RTLD_GLOBAL: its operators and hooks register with the ATen already loaded.
     if (dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
       const char* why = dlerror();
       return lib + ": cannot be loaded: " + (why ? why : "unknown error");
+    }
+    try {
+      at::detail::getCUDAHooks().showConfig();  // the placeholder hooks throw
+    } catch (const c10::Error&) {
+      return std::string("LibTorch had settled on having no CUDA backend before it was loaded (something asked "
+                         "about CUDA first, e.g. at::show_config()): choose the device first thing");
     }
     return std::string();
   }();

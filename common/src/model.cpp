@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "mlip/chunk_graph.h"
+#include "mlip/device.h"
 #include "mlip/elements.h"
 #include "mlip/error.h"
 
@@ -92,6 +93,7 @@ const ModelInfo& Model::info() const { return *metadata_; }
 
 Model Model::load(const std::string& path, const torch::Device& device) {
   if (!std::filesystem::is_regular_file(path)) throw Error(path + ": model file not found");
+  if (device.is_cpu()) note_model_loaded_on_cpu();
   torch::jit::ExtraFilesMap extra{{ModelMetadata::kExtraFile, ""}};
   torch::jit::Module module;
   try {

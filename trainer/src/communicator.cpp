@@ -12,8 +12,16 @@ void check(int rc, const char* what) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    throw Error(std::string("MPI ") + what + " failed: " + std::string(msg, len));
+    int rank = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    throw Error("rank " + std::to_string(rank) + ": MPI_" + what + " failed: " + std::string(msg, len));
   }
+}
+
+MPI_Datatype mpi_type(const torch::Tensor& t) {
+  if (t.scalar_type() == torch::kFloat64) return MPI_DOUBLE;
+  if (t.scalar_type() == torch::kFloat32) return MPI_FLOAT;
+  throw Error("all-reduce of a " + std::string(c10::toString(t.scalar_type())) + " tensor (float32/float64 only)");
 }
 
 class MpiCommunicator final : public Communicator {
@@ -25,8 +33,14 @@ class MpiCommunicator final : public Communicator {
       check(MPI_Init(argc, argv), "MPI_Init");
       owns_ = true;
     }
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    // Errors come back as return codes, checked and reported with the rank (check() above).
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "Comm_rank");
+    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "Comm_size");
+    MPI_Comm node;
+    check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "Comm_split_type");
+    check(MPI_Comm_rank(node, &local_rank_), "Comm_rank");
+    MPI_Comm_free(&node);
   }
   ~MpiCommunicator() override {
     int finalized = 0;
@@ -35,6 +49,17 @@ class MpiCommunicator final : public Communicator {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  std::string name() const override { return "mpi"; }
+  void allreduce_sum(torch::Tensor& t) override {
+    if (size_ == 1) return;
+    if (!t.is_contiguous()) throw Error("MPI all-reduce of a non-contiguous tensor");
+    // MPI is not assumed CUDA-aware: device memory goes through the host.
+    torch::Tensor host = t.is_cpu() ? t : t.cpu();
+    check(MPI_Allreduce(MPI_IN_PLACE, host.data_ptr(), static_cast<int>(host.numel()), mpi_type(host), MPI_SUM,
+                        MPI_COMM_WORLD), "Allreduce");
+    if (!t.is_cpu()) t.copy_(host);
+  }
   void allreduce_sum(double* data, std::size_t n) override {
     if (size_ > 1) check(MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "Allreduce");
   }
@@ -48,10 +73,10 @@ class MpiCommunicator final : public Communicator {
     bytes.resize(n);
     check(MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD), "Bcast");
   }
-  void barrier() override { MPI_Barrier(MPI_COMM_WORLD); }
+  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "Barrier"); }
 
  private:
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, local_rank_ = 0;
   bool owns_ = false;
 };
 

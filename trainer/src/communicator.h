@@ -1,11 +1,14 @@
 // How ranks of a data-parallel run talk: a small interface so that MPI (CPU) and NCCL (GPU)
-// implementations are interchangeable. The trainer calls it once per step for gradients (one
-// flat all-reduce) and for exact validation sums.
+// implementations are interchangeable. The trainer all-reduces gradients through it (in buckets,
+// gradient_reducer.h) and sums metrics for exact validation RMSEs. MPI carries everything on
+// the host; NCCL, where built (MLIP_NCCL), carries the gradients of a GPU run on the device.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <string>
+
+#include <torch/types.h>
 
 namespace mlip::trainer {
 
@@ -14,6 +17,14 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  /// The rank among this job's ranks on the same node (picks the GPU, mlip/device.h).
+  virtual int local_rank() const { return rank(); }
+  /// "serial", "mpi" or "nccl", for logs.
+  virtual std::string name() const = 0;
+  /// In-place sum over ranks of a contiguous float32/float64 tensor. The MPI backend reduces
+  /// host memory (a GPU tensor goes through a host copy); NCCL reduces GPU tensors on the
+  /// current CUDA stream.
+  virtual void allreduce_sum(torch::Tensor& t) = 0;
   /// In-place sum over ranks.
   virtual void allreduce_sum(double* data, std::size_t n) = 0;
   virtual void allreduce_sum(float* data, std::size_t n) = 0;
@@ -28,6 +39,8 @@ class SerialCommunicator final : public Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
+  std::string name() const override { return "serial"; }
+  void allreduce_sum(torch::Tensor&) override {}
   void allreduce_sum(double*, std::size_t) override {}
   void allreduce_sum(float*, std::size_t) override {}
   void broadcast(std::string&) override {}
@@ -36,5 +49,13 @@ class SerialCommunicator final : public Communicator {
 
 /// MPI_COMM_WORLD; initialises MPI if needed and finalises it if it did.
 std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv);
+
+/// Whether this build has the NCCL backend (CMake found NCCL and LibTorch's CUDA libraries).
+bool nccl_available();
+
+/// NCCL among the ranks of `host` (which carries the unique id and keeps doing everything but
+/// tensor all-reduces), each on its GPU `device`. Throws mlip::Error naming the rank and the
+/// NCCL call that failed, or saying that this build has no NCCL.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, const torch::Device& device);
 
 }  // namespace mlip::trainer

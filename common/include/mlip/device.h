@@ -19,6 +19,10 @@ namespace mlip {
 /// an empty string on success, else why not (a CPU-only LibTorch, a missing library, ...).
 std::string load_cuda_backend();
 
+/// Called by Model::load for a model on the CPU: after that, LibTorch may have counted its
+/// devices, and load_cuda_backend() refuses (with a message saying why) rather than half-work.
+void note_model_loaded_on_cpu();
+
 /// GPUs LibTorch sees (CUDA_VISIBLE_DEVICES applies); 0 without a CUDA backend or a driver.
 int cuda_device_count();
 

@@ -1,0 +1,107 @@
+// The NCCL backend: gradient all-reduces of a GPU run on the device, on LibTorch's current CUDA
+// stream (so they are ordered after the backward pass that produced the gradients without a
+// host synchronisation). Everything else (metrics, broadcasts, barriers) goes to the host
+// communicator, which also carries NCCL's unique id from rank 0 to the others.
+//
+// Built only where CMake found NCCL and LibTorch's CUDA libraries (MLIP_NCCL); elsewhere the
+// factory says so.
+#include "communicator.h"
+
+#include "mlip/error.h"
+
+#ifdef MLIP_HAVE_NCCL
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
+
+namespace mlip::trainer {
+
+#ifdef MLIP_HAVE_NCCL
+namespace {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(Communicator& host, const torch::Device& device) : host_(host), device_(device) {
+    if (!device.is_cuda()) fail("ncclCommInitRank", "the training device is " + device.str() + ", not a GPU");
+    std::string id(sizeof(ncclUniqueId), '\0');
+    if (host.is_root()) {
+      ncclUniqueId uid;
+      check(ncclGetUniqueId(&uid), "ncclGetUniqueId");
+      id.assign(reinterpret_cast<const char*>(&uid), sizeof(uid));
+    }
+    host.broadcast(id);
+    if (id.size() != sizeof(ncclUniqueId)) fail("ncclCommInitRank", "received a unique id of the wrong size");
+    ncclUniqueId uid;
+    std::memcpy(&uid, id.data(), sizeof(uid));
+    const c10::cuda::CUDAGuard guard(device.index());
+    check(ncclCommInitRank(&comm_, host.size(), uid, host.rank()), "ncclCommInitRank");
+  }
+  ~NcclCommunicator() override {
+    if (comm_ != nullptr) ncclCommDestroy(comm_);
+  }
+  int rank() const override { return host_.rank(); }
+  int size() const override { return host_.size(); }
+  int local_rank() const override { return host_.local_rank(); }
+  std::string name() const override { return "nccl"; }
+  void allreduce_sum(torch::Tensor& t) override {
+    if (!t.is_cuda() || t.device() != device_) {
+      fail("ncclAllReduce", "tensor on " + t.device().str() + ", expected " + device_.str());
+    }
+    if (!t.is_contiguous()) fail("ncclAllReduce", "non-contiguous tensor");
+    ncclDataType_t type = ncclFloat64;
+    if (t.scalar_type() == torch::kFloat32) {
+      type = ncclFloat32;
+    } else if (t.scalar_type() != torch::kFloat64) {
+      fail("ncclAllReduce", std::string("a ") + c10::toString(t.scalar_type()) + " tensor (float32/float64 only)");
+    }
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+    check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type, ncclSum, comm_, stream),
+          "ncclAllReduce");
+  }
+  void allreduce_sum(double* data, std::size_t n) override { host_.allreduce_sum(data, n); }
+  void allreduce_sum(float* data, std::size_t n) override { host_.allreduce_sum(data, n); }
+  void broadcast(std::string& bytes) override { host_.broadcast(bytes); }
+  void barrier() override { host_.barrier(); }
+
+ private:
+  [[noreturn]] void fail(const char* call, const std::string& why) const {
+    throw Error("rank " + std::to_string(host_.rank()) + ": " + call + " failed: " + why);
+  }
+  void check(ncclResult_t rc, const char* call) const {
+    if (rc == ncclSuccess) return;
+    std::string why = ncclGetErrorString(rc);
+    if (comm_ != nullptr) {
+      const char* last = ncclGetLastError(comm_);
+      if (last && *last) why += std::string(" (") + last + ")";
+    }
+    fail(call, why);
+  }
+
+  Communicator& host_;
+  torch::Device device_;
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace
+
+bool nccl_available() { return true; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, const torch::Device& device) {
+  return std::make_unique<NcclCommunicator>(host, device);
+}
+
+#else
+
+bool nccl_available() { return false; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, const torch::Device&) {
+  throw Error("rank " + std::to_string(host.rank()) +
+              ": communication.backend nccl: this mlip-trainer was built without NCCL (MLIP_NCCL=OFF: CMake found "
+              "no NCCL or no CUDA build of LibTorch)");
+}
+
+#endif
+
+}  // namespace mlip::trainer
