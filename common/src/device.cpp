@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <typeinfo>
 
 #include "mlip/error.h"
 
@@ -52,9 +53,10 @@ std::string load_cuda_backend() {
       const char* why = dlerror();
       return lib + ": cannot be loaded: " + (why ? why : "unknown error");
     }
-    try {
-      at::detail::getCUDAHooks().showConfig();  // the placeholder hooks throw
-    } catch (const c10::Error&) {
+    // ATen takes its CUDA hooks from the registry once; had it looked before, it keeps the
+    // placeholder (the interface class itself) for good.
+    const at::CUDAHooksInterface& hooks = at::detail::getCUDAHooks();
+    if (typeid(hooks) == typeid(at::CUDAHooksInterface)) {
       return std::string("LibTorch had settled on having no CUDA backend before it was loaded (something asked "
                          "about CUDA first, e.g. at::show_config()): choose the device first thing");
     }
