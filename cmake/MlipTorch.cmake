@@ -113,7 +113,7 @@ macro(mlip_find_torch)
     message(FATAL_ERROR "mlip: ${MLIP_TORCH_SOURCE} (${tree}) was asked for, but CMake found ${TORCH_LIBRARY}. "
                         "If a cached TORCH_LIBRARY is stale, configure a new build directory.")
   endif()
-  set(MLIP_TORCH_ROOT "${TORCH_INSTALL_PREFIX}")
+  set(MLIP_TORCH_ROOT "${TORCH_INSTALL_PREFIX}" CACHE INTERNAL "LibTorch install prefix")
 
   # Torch's imported targets are directory-scoped; the consumers of mlip::model live elsewhere.
   get_property(imported DIRECTORY PROPERTY IMPORTED_TARGETS)

@@ -8,6 +8,7 @@
 
 #include "communicator.h"
 #include "config.h"
+#include "mlip/device.h"
 #include "mlip/error.h"
 #include "support/temp_dir.h"
 #include "mlip/io.h"
@@ -247,6 +248,120 @@ TEST(Checkpoint, InterruptedAndResumedEqualsUninterrupted) {
   EXPECT_TRUE(fs::exists(fs::path(full_out) / "model.pt"));
   EXPECT_TRUE(fs::exists(fs::path(full_out) / "metrics.csv"));
   EXPECT_TRUE(fs::exists(fs::path(full_out) / "checkpoints" / "best" / "state.json"));
+}
+
+// The device path of the trainer, run on the CPU: per-frame tensors kept "on the device" and
+// concatenated into batches there (training.data_on_device, the default on GPUs) train bitwise
+// the same as batches built on the host; so do gradient buckets of any size.
+TEST(Training, DataKeptOnTheDeviceAndBucketsGiveBitwiseTheSameRun) {
+  TempDir dir("mlip_test_device_path");
+  SerialCommunicator comm;
+  auto train = [&](const std::string& name, const std::vector<std::string>& overrides) {
+    const std::string out = (dir.path / name).string();
+    std::vector<std::string> all = overrides;
+    all.push_back("training.device=cpu");
+    Trainer t(read_config(tiny_config(dir, out, 2), all), "", comm);
+    t.run(false);
+    EXPECT_TRUE(t.device().is_cpu());
+    return checkpoint_parameters(fs::path(out) / "checkpoints" / "epoch-000002");
+  };
+  const auto host = train("host", {"training.data_on_device=false"});
+  const auto resident = train("resident", {"training.data_on_device=true"});
+  const auto buckets = train("buckets", {"training.data_on_device=true", "communication.bucket_mb=0.0001"});
+  ASSERT_FALSE(host.empty());
+  ASSERT_EQ(host.size(), resident.size());
+  for (std::size_t i = 0; i < host.size(); ++i) {
+    EXPECT_TRUE(torch::equal(host[i], resident[i])) << "parameter " << i;
+    EXPECT_TRUE(torch::equal(host[i], buckets[i])) << "parameter " << i;
+  }
+}
+
+// concat() of per-frame batches is the batch make_batch() builds from the same frames.
+TEST(Training, ConcatenatedFramesEqualOneBatch) {
+  auto frames_xyz = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+                                ReadOptions{Units{"angstrom", "kcal/mol", ""}});
+  std::vector<Frame> frames;
+  for (int k = 0; k < 3; ++k) frames.push_back(make_frame(frames_xyz[k], 4.0));
+  frames[1].structure.virial = Mat3{{{1, 0, 0}, {0, 2, 0}, {0, 0, 3}}};
+  const SpeciesMap species({"H", "C", "O"});
+  const BatchTensors whole = to_tensors(make_batch({&frames[0], &frames[1], &frames[2]}, species), torch::kFloat64);
+  std::vector<BatchTensors> one;
+  for (const Frame& f : frames) one.push_back(to_device(to_tensors(make_batch({&f}, species), torch::kFloat64), torch::kCPU));
+  const BatchTensors joined = concat({&one[0], &one[1], &one[2]});
+  EXPECT_EQ(joined.n_atoms, whole.n_atoms);
+  EXPECT_EQ(joined.n_frames, whole.n_frames);
+  EXPECT_EQ(joined.any_virial, whole.any_virial);
+  for (auto member : {&BatchTensors::species, &BatchTensors::edge_index, &BatchTensors::edge_vectors,
+                      &BatchTensors::frame_of_atom, &BatchTensors::frame_of_edge, &BatchTensors::atoms_per_frame,
+                      &BatchTensors::energy, &BatchTensors::has_energy, &BatchTensors::forces,
+                      &BatchTensors::has_forces_atom, &BatchTensors::virial, &BatchTensors::has_virial,
+                      &BatchTensors::weight}) {
+    EXPECT_TRUE(torch::equal(joined.*member, whole.*member));
+  }
+}
+
+// Device and communication settings: bad values name the file and key; a GPU asked for where
+// there is none, or NCCL without a GPU, is a clear error before any training.
+TEST(Training, DeviceAndCommunicationErrors) {
+  TempDir dir("mlip_test_device_errors");
+  SerialCommunicator comm;
+  const std::string cfg = tiny_config(dir, (dir.path / "run").string(), 1);
+  auto run_error = [&](const std::vector<std::string>& overrides) -> std::string {
+    try {
+      Trainer t(read_config(cfg, overrides), "", comm);
+      t.run(false);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(error_of(cfg, {"communication.backend=gloo"}).find("communication.backend must be auto, mpi or nccl"),
+            std::string::npos);
+  EXPECT_NE(error_of(cfg, {"communication.bucket_mb=0"}).find("bucket_mb must be > 0"), std::string::npos);
+  EXPECT_NE(error_of(cfg, {"training.data_on_device=maybe"}).find("training.data_on_device must be"), std::string::npos);
+  EXPECT_NE(error_of(cfg, {"training.accumulate_dtype=float16"}).find("accumulate_dtype must be"), std::string::npos);
+  const std::string unknown = run_error({"training.device=gpu"});
+  EXPECT_NE(unknown.find("tiny.yaml: training.device: unknown device 'gpu'"), std::string::npos) << unknown;
+  const std::string nccl = run_error({"training.device=cpu", "communication.backend=nccl"});
+  EXPECT_NE(nccl.find("communication.backend nccl needs a GPU"), std::string::npos) << nccl;
+  if (cuda_device_count() > 0) return;
+  const std::string cuda = run_error({"training.device=cuda"});
+  EXPECT_NE(cuda.find("training.device: device 'cuda' asked for, but no GPU can be used"), std::string::npos) << cuda;
+  EXPECT_FALSE(fs::exists(dir.path / "run" / "checkpoints")) << "nothing written";
+}
+
+// Gradient buckets: every parameter in exactly one bucket, last parameters first, no bucket over
+// the size unless one parameter is larger; each bucket summed in one call.
+TEST(GradientReducer, BucketsCoverEveryParameterOnceInReverseOrder) {
+  struct Doubling final : Communicator {  // two ranks with identical gradients
+    std::vector<int64_t> calls;
+    int rank() const override { return 0; }
+    int size() const override { return 2; }
+    std::string name() const override { return "test"; }
+    void allreduce_sum(torch::Tensor& t) override {
+      calls.push_back(t.numel());
+      t.mul_(2.0);
+    }
+    void allreduce_sum(double*, std::size_t) override {}
+    void allreduce_sum(float*, std::size_t) override {}
+    void broadcast(std::string&) override {}
+    void barrier() override {}
+  };
+  std::vector<torch::Tensor> params;
+  for (int64_t n : {10, 300, 20, 30, 5}) params.push_back(torch::randn({n}, torch::kFloat64).requires_grad_(true));
+  for (auto& p : params) p.mutable_grad() = torch::randn_like(p);
+  params[2].mutable_grad() = torch::Tensor();  // no gradient: zeros
+  std::vector<torch::Tensor> before;
+  for (auto& p : params) before.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  GradientReducer reducer(params, 40 * sizeof(double));
+  EXPECT_EQ(reducer.buckets(), 4u);  // {5, 30}, {20}, {300}, {10}
+  Doubling comm;
+  reducer.reduce(comm);
+  EXPECT_EQ(comm.calls, (std::vector<int64_t>{35, 20, 300, 10}));
+  for (std::size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i].grad(), 2 * before[i])) << i;
+  double norm = 0;
+  for (auto& p : params) norm += p.grad().pow(2).sum().item<double>();
+  EXPECT_NEAR(reducer.gradient_norm(), std::sqrt(norm), 1e-12 * std::sqrt(norm));
 }
 
 TEST(Training, LossDecreasesOnTinyProblem) {

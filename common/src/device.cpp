@@ -30,6 +30,36 @@ std::string visible_devices_note() {
 
 std::atomic<bool> cpu_model_loaded{false};
 
+// GPUs the NVIDIA driver sees (CUDA_VISIBLE_DEVICES applies), asked through the driver library
+// itself, so that "auto" on a machine without a GPU costs nothing (LibTorch's CUDA backend costs
+// ~350 MB of resident memory once loaded). -1 and `why` set when there is no usable driver.
+int driver_gpu_count(std::string* why) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    *why = "no NVIDIA driver (libcuda.so.1 cannot be loaded)";
+    return -1;
+  }
+  using Init = int (*)(unsigned);
+  using Count = int (*)(int*);
+  const auto init = reinterpret_cast<Init>(dlsym(lib, "cuInit"));
+  const auto count = reinterpret_cast<Count>(dlsym(lib, "cuDeviceGetCount"));
+  int n = 0;
+  if (init == nullptr || count == nullptr) {
+    *why = "libcuda.so.1 lacks cuInit/cuDeviceGetCount";
+    return -1;
+  }
+  if (const int rc = init(0); rc != 0) {
+    *why = "the NVIDIA driver's cuInit failed with CUDA error " + std::to_string(rc) +
+           (rc == 100 ? " (no CUDA-capable device)" : "");
+    return -1;
+  }
+  if (count(&n) != 0 || n == 0) {
+    *why = "the NVIDIA driver sees no GPU";
+    return 0;
+  }
+  return n;
+}
+
 }  // namespace
 
 void note_model_loaded_on_cpu() { cpu_model_loaded = true; }
@@ -66,7 +96,8 @@ std::string load_cuda_backend() {
 }
 
 int cuda_device_count() {
-  if (!load_cuda_backend().empty()) return 0;
+  std::string why;
+  if (driver_gpu_count(&why) <= 0 || !load_cuda_backend().empty()) return 0;
   return static_cast<int>(torch::cuda::device_count());
 }
 
@@ -88,10 +119,15 @@ torch::Device choose_device(const std::string& spec, int local_rank, const std::
   } else if (spec != "cuda" && spec != "auto") {
     throw Error(where + ": unknown device '" + spec + "' (known: cpu, cuda, cuda:N, auto)");
   }
-  const std::string backend = load_cuda_backend();
-  const int count = backend.empty() ? static_cast<int>(torch::cuda::device_count()) : 0;
+  std::string why;
+  int count = driver_gpu_count(&why) > 0 ? -1 : 0;   // -1: ask LibTorch
+  if (count < 0) {
+    why = load_cuda_backend();
+    count = why.empty() ? static_cast<int>(torch::cuda::device_count()) : 0;
+    if (why.empty() && count == 0) why = "LibTorch's CUDA backend sees no GPU";
+  }
   if (count == 0) {
-    const std::string why = backend.empty() ? "LibTorch's CUDA backend sees no GPU" + visible_devices_note() : backend;
+    why += visible_devices_note();
     if (spec == "auto") {
       say("CPU (device auto: " + why + ")");
       return torch::kCPU;

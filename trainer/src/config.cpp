@@ -235,6 +235,17 @@ Config read_config(const std::string& path, const std::vector<std::string>& over
   c.grad_clip = training.get<double>("grad_clip", c.grad_clip);
   c.ema_decay = training.get<double>("ema_decay", c.ema_decay);
   c.early_stopping_patience = training.get<int64_t>("early_stopping_patience", c.early_stopping_patience);
+  c.device = training.get<std::string>("device", c.device);
+  c.data_on_device = training.get<std::string>("data_on_device", c.data_on_device);
+  c.tf32 = training.get<bool>("tf32", c.tf32);
+  c.deterministic = training.get<bool>("deterministic", c.deterministic);
+  c.accumulate_dtype = training.get<std::string>("accumulate_dtype", c.accumulate_dtype);
+  if (c.data_on_device != "auto" && c.data_on_device != "true" && c.data_on_device != "false") {
+    training.fail(training.node()["data_on_device"], "training.data_on_device must be auto, true or false");
+  }
+  if (c.accumulate_dtype != "float64" && c.accumulate_dtype != "float32") {
+    training.fail(training.node()["accumulate_dtype"], "training.accumulate_dtype must be float64 or float32");
+  }
   Section opt = training.section("optimizer");
   c.optimizer = opt.get<std::string>("type", c.optimizer);
   c.lr = opt.get<double>("lr", c.lr);
@@ -270,6 +281,15 @@ Config read_config(const std::string& path, const std::vector<std::string>& over
   if (c.loss != "mse" && c.loss != "huber") loss.fail(loss.node()["type"], "training.loss.type must be mse or huber");
   training.finish();
   if (c.epochs < 1) training.fail(training.node(), "training.epochs must be >= 1");
+
+  Section comm = top.section("communication");
+  c.comm_backend = comm.get<std::string>("backend", c.comm_backend);
+  c.bucket_mb = comm.get<double>("bucket_mb", c.bucket_mb);
+  comm.finish();
+  if (c.comm_backend != "auto" && c.comm_backend != "mpi" && c.comm_backend != "nccl") {
+    comm.fail(comm.node()["backend"], "communication.backend must be auto, mpi or nccl, not '" + c.comm_backend + "'");
+  }
+  if (!(c.bucket_mb > 0)) comm.fail(comm.node()["bucket_mb"], "communication.bucket_mb must be > 0");
 
   Section output = top.section("output");
   c.output_dir = output.get<std::string>("dir", c.output_dir);

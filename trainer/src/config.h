@@ -72,6 +72,17 @@ struct Config {
   double ema_decay = 0.0;               // EMA of weights for validation/export (0: off)
   int64_t early_stopping_patience = 0;  // epochs without improvement (0: off)
 
+  // where training runs (docs/config.md "Devices and communication")
+  std::string device = "auto";          // auto | cpu | cuda | cuda:N (mlip/device.h)
+  std::string data_on_device = "auto";  // auto (= true on a GPU) | true | false
+  bool tf32 = false;                    // TF32 matrix products for float32 models on GPUs
+  bool deterministic = true;            // deterministic GPU kernels (bitwise resume)
+  std::string accumulate_dtype = "float64";  // energies, forces and loss: float64 | float32
+
+  // communication
+  std::string comm_backend = "auto";    // auto (nccl on GPUs where built, else mpi) | mpi | nccl
+  double bucket_mb = 25.0;              // gradient all-reduce bucket size
+
   // output
   std::string output_dir = "run";
   int64_t keep_checkpoints = 3;

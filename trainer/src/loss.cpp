@@ -12,20 +12,20 @@ BatchTensors to_tensors(const GraphBatch& b, torch::Dtype dtype) {
   auto i64 = [](const std::vector<int64_t>& v, std::vector<int64_t> shape) {
     return torch::from_blob(const_cast<int64_t*>(v.data()), shape, torch::kInt64).clone();
   };
-  auto real = [&](const std::vector<double>& v, std::vector<int64_t> shape) {
-    // Always a copy: the tensors must outlive the GraphBatch they come from.
-    return torch::from_blob(const_cast<double*>(v.data()), shape, torch::kFloat64).to(dtype, false, /*copy=*/true);
+  // Always copies: the tensors must outlive the GraphBatch they come from.
+  auto real = [&](const std::vector<double>& v, std::vector<int64_t> shape, torch::Dtype as = torch::kFloat64) {
+    return torch::from_blob(const_cast<double*>(v.data()), shape, torch::kFloat64).to(as, false, /*copy=*/true);
   };
   auto mask = [&](const std::vector<uint8_t>& v) {
     return torch::from_blob(const_cast<uint8_t*>(v.data()), {static_cast<int64_t>(v.size())}, torch::kUInt8)
-        .to(dtype, false, /*copy=*/true);
+        .to(torch::kFloat64, false, /*copy=*/true);
   };
   BatchTensors t;
   t.n_frames = b.num_frames;
   t.n_atoms = b.num_atoms;
   t.species = i64(b.species, {b.num_atoms});
   t.edge_index = i64(b.edge_index, {2, b.num_edges});
-  t.edge_vectors = real(b.edge_vectors, {b.num_edges, 3});
+  t.edge_vectors = real(b.edge_vectors, {b.num_edges, 3}, dtype);
   t.frame_of_atom = i64(b.frame_of_atom, {b.num_atoms});
   t.frame_of_edge = t.frame_of_atom.index_select(0, t.edge_index[0]);
   std::vector<double> counts(b.num_frames);
@@ -42,20 +42,64 @@ BatchTensors to_tensors(const GraphBatch& b, torch::Dtype dtype) {
   return t;
 }
 
-Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph) {
+BatchTensors to_device(const BatchTensors& b, const torch::Device& device) {
+  if (b.species.device() == device) return b;
+  const bool pin = device.is_cuda();
+  auto move = [&](const torch::Tensor& t) { return (pin ? t.pin_memory() : t).to(device, /*non_blocking=*/pin); };
+  BatchTensors t = b;
+  for (torch::Tensor* x : {&t.species, &t.edge_index, &t.edge_vectors, &t.frame_of_atom, &t.frame_of_edge,
+                           &t.atoms_per_frame, &t.energy, &t.has_energy, &t.forces, &t.has_forces_atom, &t.virial,
+                           &t.has_virial, &t.weight}) {
+    *x = move(*x);
+  }
+  return t;
+}
+
+BatchTensors concat(const std::vector<const BatchTensors*>& parts) {
+  if (parts.size() == 1) return *parts.front();
+  BatchTensors t;
+  std::vector<torch::Tensor> species, edge_index, frame_of_atom, frame_of_edge;
+  auto gather = [&](torch::Tensor BatchTensors::*member) {
+    std::vector<torch::Tensor> v;
+    for (const BatchTensors* p : parts) v.push_back(p->*member);
+    return torch::cat(v);
+  };
+  for (const BatchTensors* p : parts) {
+    edge_index.push_back(p->edge_index + t.n_atoms);       // node numbers after the earlier frames'
+    frame_of_atom.push_back(p->frame_of_atom + t.n_frames);
+    frame_of_edge.push_back(p->frame_of_edge + t.n_frames);
+    t.n_atoms += p->n_atoms;
+    t.n_frames += p->n_frames;
+    t.any_virial = t.any_virial || p->any_virial;
+  }
+  t.species = gather(&BatchTensors::species);
+  t.edge_index = torch::cat(edge_index, 1);
+  t.edge_vectors = gather(&BatchTensors::edge_vectors);
+  t.frame_of_atom = torch::cat(frame_of_atom);
+  t.frame_of_edge = torch::cat(frame_of_edge);
+  for (auto member : {&BatchTensors::atoms_per_frame, &BatchTensors::energy, &BatchTensors::has_energy,
+                      &BatchTensors::forces, &BatchTensors::has_forces_atom, &BatchTensors::virial,
+                      &BatchTensors::has_virial, &BatchTensors::weight}) {
+    t.*member = gather(member);
+  }
+  return t;
+}
+
+Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph, torch::Dtype accumulate) {
   torch::Tensor vectors = b.edge_vectors.detach().requires_grad_(true);
   torch::jit::GraphOptimizerEnabledGuard optimize(optimize_graphs_on(vectors.device()));
   const torch::Tensor atom_energy =
-      module.forward({b.species, b.edge_index, vectors, b.n_atoms}).toTensor();
+      module.forward({b.species, b.edge_index, vectors, b.n_atoms}).toTensor().to(accumulate);
   Prediction p;
   p.energy = torch::zeros({b.n_frames}, atom_energy.options()).index_add(0, b.frame_of_atom, atom_energy);
   torch::Tensor g = torch::autograd::grad({p.energy.sum()}, {vectors}, {}, /*retain_graph=*/create_graph,
                                           create_graph, /*allow_unused=*/true)[0];
   if (!g.defined()) g = torch::zeros_like(vectors);
+  g = g.to(accumulate);
   // g = dE/dr_ij with r_ij = x_j - x_i: F_i += g, F_j -= g; W = -sum r (x) g per frame.
   p.forces = torch::zeros({b.n_atoms, 3}, g.options()).index_add(0, b.edge_index[0], g).index_add(0, b.edge_index[1], -g);
   if (b.any_virial) {
-    const torch::Tensor w = -(b.edge_vectors.unsqueeze(2) * g.unsqueeze(1)).reshape({-1, 9});
+    const torch::Tensor w = -(b.edge_vectors.to(accumulate).unsqueeze(2) * g.unsqueeze(1)).reshape({-1, 9});
     p.virial = torch::zeros({b.n_frames, 9}, g.options()).index_add(0, b.frame_of_edge, w);
   } else {
     p.virial = torch::zeros({b.n_frames, 9}, g.options());  // nothing to compare with: no graph, no cost
@@ -95,26 +139,36 @@ torch::Tensor elementwise_loss(const torch::Tensor& d, const std::string& kind, 
 
 torch::Tensor loss_terms(const Prediction& p, const BatchTensors& b, const Prefactors& pre, const std::string& kind,
                          double huber_delta, double normalizer, MetricSums* sums) {
-  const torch::Tensor de = (p.energy - b.energy) / b.atoms_per_frame * b.has_energy;            // (F)
-  const torch::Tensor df = (p.forces - b.forces) * b.has_forces_atom.unsqueeze(1);              // (N, 3)
-  const torch::Tensor dv = (p.virial - b.virial) / b.atoms_per_frame.unsqueeze(1) * b.has_virial.unsqueeze(1);
+  const auto as = p.energy.scalar_type();  // labels are float64: a no-op unless accumulating in float32
+  const torch::Tensor n_atoms = b.atoms_per_frame.to(as), has_energy = b.has_energy.to(as);
+  const torch::Tensor has_forces = b.has_forces_atom.to(as), has_virial = b.has_virial.to(as);
+  const torch::Tensor de = (p.energy - b.energy.to(as)) / n_atoms * has_energy;                 // (F)
+  const torch::Tensor df = (p.forces - b.forces.to(as)) * has_forces.unsqueeze(1);              // (N, 3)
+  const torch::Tensor dv = (p.virial - b.virial.to(as)) / n_atoms.unsqueeze(1) * has_virial.unsqueeze(1);
   // Per-frame means of the force loss over that frame's 3N components.
   const torch::Tensor lf_frame = torch::zeros({b.n_frames}, df.options())
                                      .index_add(0, b.frame_of_atom, elementwise_loss(df, kind, huber_delta).sum(1)) /
-                                 (3.0 * b.atoms_per_frame);
+                                 (3.0 * n_atoms);
   const torch::Tensor le = elementwise_loss(de, kind, huber_delta);
   const torch::Tensor lv = elementwise_loss(dv, kind, huber_delta).sum(1) / 9.0;
   const torch::Tensor per_frame = pre.energy * le + pre.forces * lf_frame + pre.virial * lv;
-  const torch::Tensor loss = (b.weight * per_frame).sum() / normalizer;
+  const torch::Tensor loss = (b.weight.to(as) * per_frame).sum() / normalizer;
   if (sums) {
+    // One device-to-host copy for all of them.
+    const torch::Tensor v =
+        torch::stack({(de * de).sum(), has_energy.sum(), (df * df).sum(), has_forces.sum(), (dv * dv).sum(),
+                      has_virial.sum(), loss.detach()})
+            .to(torch::kCPU, torch::kFloat64)
+            .contiguous();
+    const double* x = v.data_ptr<double>();
     MetricSums m;
-    m.energy_sq = (de * de).sum().item<double>();
-    m.energy_n = b.has_energy.sum().item<double>();
-    m.forces_sq = (df * df).sum().item<double>();
-    m.forces_n = 3.0 * b.has_forces_atom.sum().item<double>();
-    m.virial_sq = (dv * dv).sum().item<double>();
-    m.virial_n = 9.0 * b.has_virial.sum().item<double>();
-    m.loss = loss.item<double>() * normalizer;
+    m.energy_sq = x[0];
+    m.energy_n = x[1];
+    m.forces_sq = x[2];
+    m.forces_n = 3.0 * x[3];
+    m.virial_sq = x[4];
+    m.virial_n = 9.0 * x[5];
+    m.loss = x[6] * normalizer;
     m.frames = static_cast<double>(b.n_frames);
     sums->add(m);
   }

@@ -7,6 +7,8 @@
 // factory says so.
 #include "communicator.h"
 
+#include <cstring>
+
 #include "mlip/error.h"
 
 #ifdef MLIP_HAVE_NCCL

@@ -11,10 +11,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "mlip/device.h"
 #include "mlip/error.h"
 #include "mlip/io.h"
 #include "training.h"
 
+#include <ATen/Context.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/serialize.h>
 
 namespace mlip::trainer {
@@ -50,7 +53,51 @@ std::vector<const Frame*> pointers(const std::vector<Frame>& frames, const std::
 
 Trainer::Trainer(Config config, std::string config_text, Communicator& comm)
     : config_(std::move(config)), config_text_(std::move(config_text)), comm_(comm),
-      dtype_(config_.dtype == "float32" ? torch::kFloat32 : torch::kFloat64) {}
+      dtype_(config_.dtype == "float32" ? torch::kFloat32 : torch::kFloat64),
+      accumulate_(config_.accumulate_dtype == "float32" ? torch::kFloat32 : torch::kFloat64) {}
+
+void Trainer::setup_device() {
+  std::string note;
+  device_ = choose_device(config_.device, comm_.local_rank(), config_.file + ": training.device", &note);
+  if (device_.is_cuda()) {
+    c10::impl::getDeviceGuardImpl(torch::kCUDA)->setDevice(device_);  // LibTorch's current device
+    at::globalContext().setAllowTF32CuBLAS(config_.tf32);
+    at::globalContext().setAllowTF32CuDNN(config_.tf32);
+    if (config_.deterministic) {
+      // cuBLAS is deterministic with a fixed workspace; index_add_ and friends with this switch.
+      setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+      at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
+    }
+  }
+  const std::string& backend = config_.comm_backend;
+  if (backend == "nccl" && !device_.is_cuda()) {
+    throw Error(config_.file + ": communication.backend nccl needs a GPU, but training.device gave " + note);
+  }
+  if (comm_.size() > 1 && device_.is_cuda() && (backend == "nccl" || (backend == "auto" && nccl_available()))) {
+    nccl_ = make_nccl_communicator(comm_, device_);
+  }
+  const bool resident = config_.data_on_device == "true" || (config_.data_on_device == "auto" && device_.is_cuda());
+  log(fmt::format("device: rank 0 on {}{}; {}; gradients summed by {} in buckets of <= {} MB{}", note,
+                  comm_.size() > 1 ? " (each rank: its node-local rank's GPU)" : "",
+                  resident ? "training data kept on the device"
+                  : device_.is_cuda() ? "batches copied to the device per step" : "batches built per step",
+                  gradient_comm().name(), config_.bucket_mb,
+                  device_.is_cuda() ? fmt::format("; TF32 {}, deterministic kernels {}, sums in {}",
+                                                  config_.tf32 ? "on" : "off", config_.deterministic ? "on" : "off",
+                                                  config_.accumulate_dtype)
+                                    : ""));
+}
+
+BatchTensors Trainer::batch(const std::vector<Frame>& frames, const std::vector<BatchTensors>& resident,
+                            const std::vector<int64_t>& idx) const {
+  if (!resident.empty()) {
+    std::vector<const BatchTensors*> parts;
+    parts.reserve(idx.size());
+    for (int64_t k : idx) parts.push_back(&resident[k]);
+    return concat(parts);
+  }
+  return to_device(to_tensors(make_batch(pointers(frames, idx), *species_), dtype_), device_);
+}
 
 void Trainer::log(const std::string& line) const {
   if (comm_.is_root()) {
@@ -101,7 +148,18 @@ void Trainer::setup_model_and_statistics() {
   for (std::size_t s = 0; s < shift.size(); ++s) shifts += fmt::format(" {}={:.6g}", config_.species[s], shift[s]);
   log(fmt::format("statistics: energy shift (eV){}; energy scale {:.4g} (force RMS, eV/A)", shifts, scale));
 
+  model_.module.to(device_);
+  const bool resident = config_.data_on_device == "true" || (config_.data_on_device == "auto" && device_.is_cuda());
+  if (resident) {
+    // One frame per entry, on the device for good: batches are put together there (concat).
+    for (auto [frames, cache] : {std::pair{&data_.train, &resident_train_}, {&data_.validation, &resident_validation_}}) {
+      cache->clear();
+      cache->reserve(frames->size());
+      for (const Frame& f : *frames) cache->push_back(to_device(to_tensors(make_batch({&f}, *species_), dtype_), device_));
+    }
+  }
   params_ = trainable_parameters(model_.module);
+  reducer_ = std::make_unique<GradientReducer>(params_, static_cast<std::size_t>(config_.bucket_mb * (1 << 20)));
   if (config_.ema_decay > 0)
     for (const auto& p : params_) ema_.push_back(p.detach().clone());
   if (config_.optimizer == "adamw") {
@@ -127,30 +185,15 @@ void Trainer::swap_ema() {
 }
 
 void Trainer::step_optimizer() {
-  // One flat all-reduce of every gradient, then the average over the global batch is already
-  // in the loss normalisation. Flattening counts as communication.
+  // Gradients summed over the ranks in buckets (the average over the global batch is already in
+  // the loss normalisation); copying into and out of the buckets counts as communication.
   const auto t_comm = std::chrono::steady_clock::now();
-  std::vector<torch::Tensor> grads;
-  for (auto& p : params_) {
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    grads.push_back(p.grad().reshape({-1}));
-  }
-  torch::Tensor flat = torch::cat(grads).contiguous();
-  if (comm_.size() > 1) {
-    if (flat.scalar_type() == torch::kFloat64) comm_.allreduce_sum(flat.data_ptr<double>(), flat.numel());
-    else comm_.allreduce_sum(flat.data_ptr<float>(), flat.numel());
-  }
-  int64_t offset = 0;
-  for (auto& p : params_) {
-    const int64_t n = p.numel();
-    p.mutable_grad().copy_(flat.narrow(0, offset, n).view_as(p));
-    offset += n;
-  }
+  reducer_->reduce(gradient_comm());
   times_.communication += since(t_comm);
   const auto t_opt = std::chrono::steady_clock::now();
   if (config_.grad_clip > 0) {
     // Clip the global gradient norm (same on every rank: the gradients are already reduced).
-    const double norm = flat.norm().item<double>();
+    const double norm = reducer_->gradient_norm();
     if (norm > config_.grad_clip) {
       torch::NoGradGuard no_grad;  // scaling gradients
       for (auto& p : params_) p.mutable_grad().mul_(config_.grad_clip / norm);
@@ -189,10 +232,10 @@ MetricSums Trainer::train_epoch() {
       const auto mine = rank_share(batches[k], comm_.rank(), comm_.size());
       if (mine.empty()) continue;
       auto t0 = std::chrono::steady_clock::now();
-      const BatchTensors t = to_tensors(make_batch(pointers(data_.train, mine), *species_), dtype_);
+      const BatchTensors t = batch(data_.train, resident_train_, mine);
       times_.data += since(t0);
       t0 = std::chrono::steady_clock::now();
-      const Prediction p = predict(model_.module, t, /*create_graph=*/true);
+      const Prediction p = predict(model_.module, t, /*create_graph=*/true, accumulate_);
       torch::Tensor loss = loss_terms(p, t, pre, config_.loss, config_.huber_delta, global_frames, &sums);
       loss.backward();
       times_.model += since(t0);
@@ -228,8 +271,8 @@ MetricSums Trainer::validate() {
   const std::size_t chunk = 8;
   for (std::size_t a = 0; a < mine.size(); a += chunk) {
     std::vector<int64_t> part(mine.begin() + a, mine.begin() + std::min(mine.size(), a + chunk));
-    const BatchTensors t = to_tensors(make_batch(pointers(data_.validation, part), *species_), dtype_);
-    const Prediction p = predict(model_.module, t, /*create_graph=*/false);
+    const BatchTensors t = batch(data_.validation, resident_validation_, part);
+    const Prediction p = predict(model_.module, t, /*create_graph=*/false, accumulate_);
     loss_terms(p, t, limits, config_.loss, config_.huber_delta, 1.0, &sums);
   }
   swap_ema();
@@ -289,18 +332,18 @@ void Trainer::save_checkpoint(bool best) {
 }
 
 void Trainer::load_checkpoint(const std::string& dir) {
-  torch::jit::Module loaded = torch::jit::load((fs::path(dir) / "model.pt").string());
+  torch::jit::Module loaded = torch::jit::load((fs::path(dir) / "model.pt").string(), device_);
   {
     torch::NoGradGuard no_grad;  // restoring weights
     for (const auto& p : loaded.named_parameters()) model_.module.attr(p.name).toTensor().copy_(p.value);
     for (const auto& b : loaded.named_buffers()) model_.module.attr(b.name).toTensor().copy_(b.value);
   }
   torch::serialize::InputArchive archive;
-  archive.load_from((fs::path(dir) / "optimizer.pt").string());
+  archive.load_from((fs::path(dir) / "optimizer.pt").string(), device_);
   optimizer_->load(archive);
   if (!ema_.empty()) {
     std::vector<torch::Tensor> saved;
-    torch::load(saved, (fs::path(dir) / "ema.pt").string());
+    torch::load(saved, (fs::path(dir) / "ema.pt").string(), device_);
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < ema_.size(); ++i) ema_[i].copy_(saved.at(i));
   }
@@ -331,6 +374,7 @@ void Trainer::run(bool resume, int64_t stop_after_epochs) {
   }
   if (resume && latest.empty()) throw Error(config_.output_dir + ": --resume given but no checkpoint found");
   comm_.barrier();
+  setup_device();
   setup_model_and_statistics();
   if (!latest.empty()) {
     load_checkpoint(latest);
@@ -342,13 +386,14 @@ void Trainer::run(bool resume, int64_t stop_after_epochs) {
     std::ofstream(csv_path) << "epoch,step,elapsed_s,lr,train_loss,val_loss,val_energy_rmse_eV_per_atom,"
                                "val_force_rmse_eV_per_A,val_virial_rmse_eV_per_atom\n";
   }
-  log(fmt::format("training {} ({} parameters) on {} rank(s), {} steps per epoch", config_.architecture,
+  log(fmt::format("training {} ({} parameters, {} gradient bucket(s)) on {} rank(s), {} steps per epoch",
+                  config_.architecture,
                   [&] {
                     int64_t n = 0;
                     for (const auto& p : params_) n += p.numel();
                     return n;
                   }(),
-                  comm_.size(), (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate));
+                  reducer_->buckets(), comm_.size(), (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate));
 
   const int64_t run_start_epoch = state_.epoch;
   while (state_.epoch < config_.epochs) {
@@ -430,10 +475,11 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
   if (!fs::exists(dir / "model.pt") || !fs::exists(dir / "state.json")) {
     throw Error(checkpoint_dir + ": not a checkpoint folder (needs model.pt and state.json)");
   }
-  torch::jit::Module module = torch::jit::load((dir / "model.pt").string());
+  // On the CPU, whatever device trained it: model files are portable.
+  torch::jit::Module module = torch::jit::load((dir / "model.pt").string(), torch::kCPU);
   if (fs::exists(dir / "ema.pt")) {
     std::vector<torch::Tensor> ema;
-    torch::load(ema, (dir / "ema.pt").string());
+    torch::load(ema, (dir / "ema.pt").string(), torch::kCPU);
     torch::NoGradGuard no_grad;  // installing the EMA weights
     std::size_t i = 0;
     for (const auto& p : module.named_parameters()) p.value.copy_(ema.at(i++));

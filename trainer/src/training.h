@@ -16,6 +16,7 @@
 
 #include "communicator.h"
 #include "config.h"
+#include "gradient_reducer.h"
 #include "mlip/dataset.h"
 #include "mlip/potentials.h"
 
@@ -70,7 +71,7 @@ double force_rms(const std::vector<Frame>& frames);
 // Predictions and loss
 // ---------------------------------------------------------------------------------------------
 
-/// A GraphBatch as tensors in the model's dtype.
+/// A GraphBatch as tensors: edge vectors in the model's dtype, labels in float64.
 struct BatchTensors {
   int64_t n_frames = 0, n_atoms = 0;
   torch::Tensor species, edge_index, edge_vectors, frame_of_atom, frame_of_edge, atoms_per_frame;
@@ -78,6 +79,13 @@ struct BatchTensors {
   bool any_virial = false;  // some frame has a virial label
 };
 BatchTensors to_tensors(const GraphBatch& b, torch::Dtype dtype);
+
+/// The same batch with every tensor on `device` (non-blocking from pinned host memory).
+BatchTensors to_device(const BatchTensors& b, const torch::Device& device);
+
+/// Several batches as one, on their device: what to_tensors(make_batch(all frames)) gives, made
+/// from per-frame tensors that stay on the device (training.data_on_device), with no host copy.
+BatchTensors concat(const std::vector<const BatchTensors*>& parts);
 
 struct Prediction {
   torch::Tensor energy;  // (n_frames)
@@ -87,7 +95,10 @@ struct Prediction {
 
 /// Energies, forces and virials of a batch; `create_graph` keeps the graph for a training step.
 /// Virials are computed only when some frame of the batch has one to compare with (else zeros).
-Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph);
+/// Per-atom energies and edge gradients are summed into frame energies, forces and virials in
+/// `accumulate` (training.accumulate_dtype; a no-op for float64 models).
+Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph,
+                   torch::Dtype accumulate = torch::kFloat64);
 
 struct Prefactors {
   double energy = 1, forces = 1, virial = 0;
@@ -109,6 +120,7 @@ struct MetricSums {
 
 /// sum_frames w_f (p_E l(dE/N) + p_F mean l(dF) + p_V mean l(dW/N)) / normalizer, with l the
 /// squared error or the Huber function; frames without a label contribute nothing to that term.
+/// Computed in the prediction's dtype; `sums` costs one device-to-host copy.
 torch::Tensor loss_terms(const Prediction& p, const BatchTensors& b, const Prefactors& pre, const std::string& kind,
                          double huber_delta, double normalizer, MetricSums* sums);
 
@@ -184,9 +196,16 @@ class Trainer {
   const TrainState& state() const { return state_; }
   const StepTimes& last_epoch_times() const { return times_; }
   BuiltModel& model() { return model_; }
+  const torch::Device& device() const { return device_; }
 
  private:
+  void setup_device();
   void setup_model_and_statistics();
+  /// The batch of frames `idx` of `frames` on the training device (from `resident` when the
+  /// data stays on the device).
+  BatchTensors batch(const std::vector<Frame>& frames, const std::vector<BatchTensors>& resident,
+                     const std::vector<int64_t>& idx) const;
+  Communicator& gradient_comm() { return nccl_ ? *nccl_ : comm_; }
   MetricSums train_epoch();
   void step_optimizer();
   void save_checkpoint(bool best);
@@ -202,6 +221,11 @@ class Trainer {
   std::unique_ptr<SpeciesMap> species_;
   BuiltModel model_;
   torch::Dtype dtype_;
+  torch::Device device_ = torch::kCPU;
+  torch::Dtype accumulate_ = torch::kFloat64;
+  std::unique_ptr<Communicator> nccl_;          // gradients of a multi-GPU run (else comm_)
+  std::unique_ptr<GradientReducer> reducer_;
+  std::vector<BatchTensors> resident_train_, resident_validation_;  // per frame, on device_
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> ema_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

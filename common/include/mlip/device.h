@@ -23,7 +23,8 @@ std::string load_cuda_backend();
 /// devices, and load_cuda_backend() refuses (with a message saying why) rather than half-work.
 void note_model_loaded_on_cpu();
 
-/// GPUs LibTorch sees (CUDA_VISIBLE_DEVICES applies); 0 without a CUDA backend or a driver.
+/// GPUs LibTorch sees (CUDA_VISIBLE_DEVICES applies); 0 without a driver, a GPU or a CUDA
+/// backend (the backend is loaded only where the driver sees a GPU).
 int cuda_device_count();
 
 /// The device named by `spec`:
@@ -32,7 +33,8 @@ int cuda_device_count();
 ///              there are as many ranks as GPUs (local_rank: the rank among the job's ranks on
 ///              this node, see node_local_rank() in the trainer and the pair style)
 ///   "cuda:N"   GPU N of the visible ones
-///   "auto"     "cuda" when a GPU is visible, else "cpu"
+///   "auto"     "cuda" when a GPU is visible, else "cpu" (asked of the NVIDIA driver first, so
+///              that a machine without one never loads LibTorch's CUDA backend)
 /// Throws mlip::Error naming `where` (e.g. "pair_style mlip", "training.device") and the cause
 /// when the spec is unknown or no GPU can be used. `note`, if given, gets one line saying what
 /// was chosen and why (for logs).

@@ -1,0 +1,61 @@
+#include "gradient_reducer.h"
+
+#include "mlip/error.h"
+
+namespace mlip::trainer {
+
+GradientReducer::GradientReducer(const std::vector<torch::Tensor>& params, std::size_t bucket_bytes)
+    : params_(params) {
+  std::size_t bytes = 0;
+  for (std::size_t k = params_.size(); k-- > 0;) {
+    const torch::Tensor& p = params_[k];
+    const std::size_t size = static_cast<std::size_t>(p.numel()) * p.element_size();
+    const bool same_kind = !buckets_.empty() && params_[buckets_.back().params.front()].options().type_equal(p.options());
+    if (buckets_.empty() || !same_kind || bytes + size > bucket_bytes) {
+      buckets_.emplace_back();
+      bytes = 0;
+    }
+    buckets_.back().params.push_back(k);
+    bytes += size;
+  }
+  for (Bucket& b : buckets_) {
+    int64_t n = 0;
+    for (std::size_t k : b.params) n += params_[k].numel();
+    b.buffer = torch::empty({n}, params_[b.params.front()].options().requires_grad(false));
+  }
+}
+
+void GradientReducer::reduce(Communicator& comm) {
+  torch::NoGradGuard no_grad;  // copying gradients
+  for (torch::Tensor& p : params_) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  }
+  if (comm.size() == 1) return;
+  for (Bucket& b : buckets_) {
+    int64_t offset = 0;
+    for (std::size_t k : b.params) {
+      const int64_t n = params_[k].numel();
+      b.buffer.narrow(0, offset, n).copy_(params_[k].grad().reshape({-1}));
+      offset += n;
+    }
+    comm.allreduce_sum(b.buffer);
+    offset = 0;
+    for (std::size_t k : b.params) {
+      const int64_t n = params_[k].numel();
+      params_[k].mutable_grad().copy_(b.buffer.narrow(0, offset, n).view_as(params_[k]));
+      offset += n;
+    }
+  }
+}
+
+double GradientReducer::gradient_norm() const {
+  std::vector<torch::Tensor> norms;
+  norms.reserve(params_.size());
+  for (const torch::Tensor& p : params_) {
+    if (p.grad().defined()) norms.push_back(p.grad().norm());
+  }
+  if (norms.empty()) return 0.0;
+  return torch::stack(norms).norm().item<double>();
+}
+
+}  // namespace mlip::trainer
