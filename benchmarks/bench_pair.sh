@@ -24,6 +24,8 @@
 # PAINN (1: also the message-passing model, PaiNN with default hyperparameters - 64 features,
 # 2 layers, rc 5 A, "painn_water64" - at every size but 1m, default chunk; and PAINN_CHUNKS
 # ("16 64 128 256 all") scanned on the 1k box, 1 rank; "all": one model call per step).
+# DEVICE (cuda, cuda:N or auto: pair_style mlip runs its model there, 'device DEVICE'; the mlip
+# rows are labelled with it; scripts/gpu-check.sh uses it).
 # Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
 set -euo pipefail
 
@@ -35,7 +37,10 @@ for f in "$lmp" "$inputs"; do
   [[ -x $f ]] || { echo "bench_pair.sh: $f not found; build the project first" >&2; exit 1; }
 done
 snap_dir=$(ls -d "$src"/third_party/lammps-*/examples/snap 2>/dev/null | head -1 || true)
-[[ -n $snap_dir ]] || { echo "bench_pair.sh: no LAMMPS examples/snap under third_party/" >&2; exit 1; }
+if [[ ${SNAP:-1} == 1 && -z $snap_dir ]]; then
+  echo "bench_pair.sh: no LAMMPS examples/snap under third_party/ (SNAP=0 runs without snap)" >&2
+  exit 1
+fi
 
 SIZES=${SIZES:-"1k 10k 100k"}
 RANKS=${RANKS:-"1 2"}
@@ -65,7 +70,7 @@ cd "$work"
 "$inputs" model se_e2_a_water64 water64.pt
 "$inputs" model se_e2_a_water32 water32.pt
 [[ $PAINN == 1 ]] && "$inputs" model painn_water64 painn64.pt
-cp "$snap_dir"/W_2940_2017_2.snap "$snap_dir"/W_2940_2017_2.snapcoeff "$snap_dir"/W_2940_2017_2.snapparam .
+[[ $SNAP == 1 ]] && cp "$snap_dir"/W_2940_2017_2.snap "$snap_dir"/W_2940_2017_2.snapcoeff "$snap_dir"/W_2940_2017_2.snapparam .
 
 # The same NVE run for every potential.
 cat > in.md <<'EOF'
@@ -136,6 +141,12 @@ header="| potential | atoms | ranks | steps | total us/atom-step | LAMMPS (non-p
 
 options="timing yes"
 [[ -n $CHUNK ]] && options="chunk $CHUNK timing yes"
+DEVICE=${DEVICE:-}
+on=""
+if [[ -n $DEVICE ]]; then
+  options="$options device $DEVICE"
+  on=" on $DEVICE"
+fi
 
 echo "== chunk scan: se_e2_a float64, water $SCAN_SIZE, 1 rank" >&2
 "$inputs" water "water-$SCAN_SIZE.data" ${water_reps[$SCAN_SIZE]}
@@ -159,7 +170,7 @@ echo "== mlip and snap" >&2
 for size in $SIZES; do
   [[ -f water-$size.data ]] || "$inputs" water "water-$size.data" ${water_reps[$size]}
   for np in $RANKS; do
-    run "mlip se_e2_a f64" "$np" in.mlip "data=water-$size.data" model=water64.pt "options=$options" \
+    run "mlip se_e2_a f64$on" "$np" in.mlip "data=water-$size.data" model=water64.pt "options=$options" \
       "steps=${mlip_steps[$size]}"
     if [[ $KOKKOS == 1 ]]; then
       lmp_extra=(-k on t 1 -sf kk)
@@ -168,11 +179,11 @@ for size in $SIZES; do
       lmp_extra=()
     fi
     if [[ $FLOAT32 == 1 && $size == 10k ]]; then
-      run "mlip se_e2_a f32" "$np" in.mlip "data=water-$size.data" model=water32.pt "options=$options" \
+      run "mlip se_e2_a f32$on" "$np" in.mlip "data=water-$size.data" model=water32.pt "options=$options" \
         "steps=${mlip_steps[$size]}"
     fi
     if [[ $PAINN == 1 && -n ${painn_steps[$size]:-} ]]; then
-      run "mlip painn f64" "$np" in.mlip "data=water-$size.data" model=painn64.pt "options=$options" \
+      run "mlip painn f64$on" "$np" in.mlip "data=water-$size.data" model=painn64.pt "options=$options" \
         "steps=${painn_steps[$size]}"
     fi
     if [[ $SNAP == 1 ]]; then

