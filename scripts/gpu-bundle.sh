@@ -9,8 +9,8 @@
 #   headers/               header-only libraries with their CMake package files, unpacked from
 #                          Debian packages (CLI11, nlohmann-json, fmt), and NCCL's nccl.h
 #   lammps-src.tar.xz      the LAMMPS source mlip builds against (third_party/lammps-source),
-#                          trimmed to what the build uses: cmake/, src/ (core, MOLECULE, ML-SNAP,
-#                          PLUGIN, KOKKOS, STUBS), lib/ README files
+#                          trimmed to what the build uses: cmake/, src/ (core with its bundled
+#                          fmt and JSON headers, MOLECULE, ML-SNAP, PLUGIN, KOKKOS, STUBS)
 #   MANIFEST               each file, its size and origin
 #
 # Binary Debian libraries are not bundled: the GPU machine's C library and libstdc++ may be
@@ -63,7 +63,8 @@ name=$(basename "$lammps")
 (cd "$(dirname "$lammps")" &&
   tar -cJf "$out/lammps-src.tar.xz" --exclude='*.md' \
     "$name/cmake" "$name/src"/*.cpp "$name/src"/*.h "$name/src/MOLECULE" "$name/src/ML-SNAP" "$name/src/PLUGIN" \
-    "$name/src/KOKKOS" "$name/src/STUBS" "$name/src/Makefile" $(cd "$name" && ls -d LICENSE README 2>/dev/null | sed "s|^|$name/|"))
+    "$name/src/KOKKOS" "$name/src/STUBS" "$name/src/Makefile" \
+    $(cd "$name/src" && ls -d [a-z]*/ 2>/dev/null | sed "s|^|$name/src/|") $(cd "$name" && ls -d LICENSE README 2>/dev/null | sed "s|^|$name/|"))
 
 (cd "$out" && find . -type f ! -name MANIFEST -printf '%s %p\n' | sort -k2) > "$out/MANIFEST.tmp"
 {
