@@ -320,8 +320,9 @@ TEST(Training, DeviceAndCommunicationErrors) {
   EXPECT_NE(error_of(cfg, {"communication.bucket_mb=0"}).find("bucket_mb must be > 0"), std::string::npos);
   EXPECT_NE(error_of(cfg, {"training.data_on_device=maybe"}).find("training.data_on_device must be"), std::string::npos);
   EXPECT_NE(error_of(cfg, {"training.accumulate_dtype=float16"}).find("accumulate_dtype must be"), std::string::npos);
-  const std::string unknown = run_error({"training.device=gpu"});
-  EXPECT_NE(unknown.find("tiny.yaml: training.device: unknown device 'gpu'"), std::string::npos) << unknown;
+  EXPECT_NE(error_of(cfg, {"training.device=gpu"}).find("training.device must be auto, cpu, cuda or cuda:N, not 'gpu'"),
+            std::string::npos);
+  EXPECT_NE(error_of(cfg, {"training.device=cuda:x"}).find("training.device must be"), std::string::npos);
   const std::string nccl = run_error({"training.device=cpu", "communication.backend=nccl"});
   EXPECT_NE(nccl.find("communication.backend nccl needs a GPU"), std::string::npos) << nccl;
   if (cuda_device_count() > 0) return;

@@ -74,6 +74,10 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD), "Bcast");
   }
   void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "Barrier"); }
+  void abort(int code) override {
+    if (size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    std::exit(code);
+  }
 
  private:
   int rank_ = 0, size_ = 1, local_rank_ = 0;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -31,6 +32,9 @@ class Communicator {
   /// Rank 0's bytes to every rank (resized on the receivers).
   virtual void broadcast(std::string& bytes) = 0;
   virtual void barrier() = 0;
+  /// Ends every rank of the job (after this rank printed why): one failing rank must not leave
+  /// the others waiting in a collective.
+  virtual void abort(int code) { std::exit(code); }
   bool is_root() const { return rank() == 0; }
 };
 

@@ -240,6 +240,11 @@ Config read_config(const std::string& path, const std::vector<std::string>& over
   c.tf32 = training.get<bool>("tf32", c.tf32);
   c.deterministic = training.get<bool>("deterministic", c.deterministic);
   c.accumulate_dtype = training.get<std::string>("accumulate_dtype", c.accumulate_dtype);
+  const bool gpu_index = c.device.rfind("cuda:", 0) == 0 && c.device.size() > 5 &&
+                         c.device.find_first_not_of("0123456789", 5) == std::string::npos;
+  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda" && !gpu_index) {
+    training.fail(training.node()["device"], "training.device must be auto, cpu, cuda or cuda:N, not '" + c.device + "'");
+  }
   if (c.data_on_device != "auto" && c.data_on_device != "true" && c.data_on_device != "false") {
     training.fail(training.node()["data_on_device"], "training.data_on_device must be auto, true or false");
   }

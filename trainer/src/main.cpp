@@ -77,6 +77,17 @@ int run_test(const std::string& model, const std::string& data, const std::strin
   return 0;
 }
 
+// One line naming the rank (in a multi-rank run), then the whole job ends: the other ranks may
+// be waiting for this one in a collective (MPI or NCCL).
+int fail(Communicator* comm, const char* kind, const std::string& what) {
+  const bool many = comm && comm->size() > 1;
+  std::fprintf(stderr, "mlip-trainer: %s%s: %s\n", kind, many ? fmt::format(" (rank {})", comm->rank()).c_str() : "",
+               what.c_str());
+  std::fflush(stderr);
+  if (many) comm->abort(1);
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -145,11 +156,9 @@ int main(int argc, char** argv) {
     if (*test) return run_test(model, data, format, units, test_outputs);
     if (*conv) return run_convert(conv_in, conv_out, conv_format, conv_units, conv_frame, conv_reps, conv_types);
   } catch (const mlip::Error& e) {
-    std::fprintf(stderr, "mlip-trainer: error: %s\n", e.what());
-    return 1;
+    return fail(comm.get(), "error", e.what());
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "mlip-trainer: LibTorch error: %s\n", e.what_without_backtrace());
-    return 1;
+    return fail(comm.get(), "LibTorch error", e.what_without_backtrace());
   }
   return 0;
 }
