@@ -18,6 +18,7 @@
 #include "mlip/model.h"
 #include "mlip/neighbor_list.h"
 #include "mlip/elements.h"
+#include "support/gpu.h"
 #include "support/temp_dir.h"
 #include "support/test_models.h"
 
@@ -99,8 +100,8 @@ TEST(Device, WithoutAGpuAutoIsTheCpuAndCudaAClearError) {
 }
 
 TEST(Device, GpuPerNodeLocalRank) {
+  if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const int n = cuda_device_count();
-  if (n == 0) GTEST_SKIP() << "no GPU";
   for (int r = 0; r < 2 * n; ++r) {
     EXPECT_EQ(choose_device("cuda", r, "x"), torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(r % n)));
   }
@@ -114,7 +115,7 @@ TEST(Device, GpuPerNodeLocalRank) {
 class DeviceModels : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(DeviceModels, GpuEqualsCpuInFloat64) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const testing::TempDir dir(std::string("mlip_test_device_") + GetParam());
   const std::string path = (dir.path / "model.pt").string();
   testing::write_test_model(GetParam(), path);

@@ -21,6 +21,7 @@
 #include "neighbor.h"
 #include "mlip/device.h"
 #include "mlip/error.h"
+#include "support/gpu.h"
 #include "support/morse_model.h"
 #include "support/reference.h"
 #include "support/test_models.h"
@@ -731,7 +732,7 @@ TEST(PairMLIP, DeviceCpuAndAutoWithoutGpu) {
 class PairMLIPGpu : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+    if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   }
   static void expect_gpu_matches(const std::string& setup, const std::string& pair_style_args,
                                  const std::string& coeff, int run = 0, double tol = 1e-8) {

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "mlip/device.h"
 #include "mlip/error.h"
+#include "support/gpu.h"
 #include "support/temp_dir.h"
 #include "mlip/io.h"
 #include "training.h"
@@ -216,7 +217,9 @@ output:
 
 std::vector<torch::Tensor> checkpoint_parameters(const fs::path& dir) {
   std::vector<torch::Tensor> out;
-  for (const auto& p : torch::jit::load((dir / "model.pt").string()).named_parameters()) out.push_back(p.value);
+  for (const auto& p : torch::jit::load((dir / "model.pt").string(), torch::kCPU).named_parameters()) {
+    out.push_back(p.value);
+  }
   return out;
 }
 
@@ -363,6 +366,38 @@ TEST(GradientReducer, BucketsCoverEveryParameterOnceInReverseOrder) {
   double norm = 0;
   for (auto& p : params) norm += p.grad().pow(2).sum().item<double>();
   EXPECT_NEAR(reducer.gradient_norm(), std::sqrt(norm), 1e-12 * std::sqrt(norm));
+}
+
+// The trainer on a GPU (skipped without one): interrupted + resumed equals uninterrupted bitwise
+// (training.deterministic), data kept on the device equals batches copied per step bitwise, and
+// the GPU run follows the CPU run (float64) to round-off.
+TEST(TrainingGpu, ResumeDataPathsAndCpuAgreement) {
+  if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir("mlip_test_gpu_training");
+  SerialCommunicator comm;
+  auto params = [&](const std::string& name, const std::vector<std::string>& overrides, int stop_after = 0,
+                    bool resume_after = false) {
+    const std::string out = (dir.path / name).string();
+    const std::string cfg = tiny_config(dir, out, 3);
+    Trainer t(read_config(cfg, overrides), "", comm);
+    t.run(false, stop_after);
+    if (resume_after) {
+      Trainer r(read_config(cfg, overrides), "", comm);
+      r.run(true);
+    }
+    return checkpoint_parameters(fs::path(out) / "checkpoints" / "epoch-000003");
+  };
+  const auto full = params("full", {"training.device=cuda"});
+  const auto split = params("split", {"training.device=cuda"}, 2, true);
+  const auto host = params("host", {"training.device=cuda", "training.data_on_device=false"});
+  const auto cpu = params("cpu", {"training.device=cpu"});
+  ASSERT_FALSE(full.empty());
+  for (std::size_t i = 0; i < full.size(); ++i) {
+    EXPECT_TRUE(torch::equal(full[i], split[i])) << "resume, parameter " << i;
+    EXPECT_TRUE(torch::equal(full[i], host[i])) << "data on device, parameter " << i;
+    const double scale = cpu[i].abs().max().item<double>();
+    EXPECT_LE((full[i] - cpu[i]).abs().max().item<double>(), 1e-8 * scale) << "GPU vs CPU, parameter " << i;
+  }
 }
 
 TEST(Training, LossDecreasesOnTinyProblem) {
