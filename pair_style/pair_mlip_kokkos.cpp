@@ -33,6 +33,7 @@
 
 #include "pair_mlip_scatter.h"
 
+#include "mlip/device.h"
 #include "mlip/error.h"
 #include "mlip/model.h"
 
@@ -52,11 +53,17 @@ template <class Space> struct NeedsAtomics : std::true_type {};
 template <> struct NeedsAtomics<Kokkos::Serial> : std::false_type {};
 #endif
 
-// Where the views of DeviceType live, as a LibTorch device.
+// Where the views of DeviceType live, as a LibTorch device: the host, or the GPU Kokkos runs on
+// (-k on g N gives each rank one). The CUDA branch has not been compiled yet: no Kokkos with
+// CUDA could be built here (README "GPUs").
 template <class DeviceType> torch::Device tensor_device()
 {
   if (std::is_same<typename DeviceType::memory_space, Kokkos::HostSpace>::value) return torch::kCPU;
-  return torch::Device(torch::kCUDA);
+  int index = 0;
+#ifdef KOKKOS_ENABLE_CUDA
+  index = Kokkos::Cuda().cuda_device();
+#endif
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
 
 // The views the outputs go to; the per-call totals (energy, global virial) go to the reduction
@@ -139,7 +146,12 @@ std::string PairMLIPKokkos<DeviceType>::model_device(const std::string &asked, s
     error->all(FLERR, fmt::format("pair_style mlip/kk: no 'device' keyword ('{}'): the model runs where Kokkos runs "
                                   "(-k on g N / -sf kk); use pair_style mlip for 'device'", asked));
   const torch::Device d = tensor_device<DeviceType>();
-  note = d.is_cpu() ? "the host (Kokkos host views)" : "Kokkos's GPU";
+  note = d.is_cpu() ? "the host (Kokkos host views)" : "Kokkos's GPU " + d.str();
+  if (!d.is_cpu()) {
+    // LibTorch's CUDA backend, loaded before the model (mlip/device.h).
+    const std::string why = mlip::load_cuda_backend();
+    if (!why.empty()) error->all(FLERR, "pair_style mlip/kk: the model cannot run on Kokkos's GPU: " + why);
+  }
   return d.str();
 }
 
