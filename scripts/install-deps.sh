@@ -31,7 +31,7 @@ kokkos_version="5.2.2-2"
 packages=(
   build-essential cmake ninja-build ccache pkg-config dpkg-dev
   libopenmpi-dev openmpi-bin libyaml-cpp-dev libyaml-dev libgtest-dev libgmock-dev
-  libcli11-dev libfmt-dev nlohmann-json3-dev
+  libcli11-dev libfmt-dev nlohmann-json3-dev zlib1g-dev
   # Kokkos 3.4 (Serial): LAMMPS 29Sep2021's KOKKOS package, for scripts/check-lammps.sh
   libtrilinos-kokkos-dev
   # venv for PyPI's torch; cross-checks in tests (ASE) and the demo's plots

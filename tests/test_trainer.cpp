@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoint.h"
 #include "communicator.h"
 #include "config.h"
 #include "mlip/device.h"
@@ -398,6 +399,88 @@ TEST(TrainingGpu, ResumeDataPathsAndCpuAgreement) {
     const double scale = cpu[i].abs().max().item<double>();
     EXPECT_LE((full[i] - cpu[i]).abs().max().item<double>(), 1e-8 * scale) << "GPU vs CPU, parameter " << i;
   }
+}
+
+// Checkpoint files: a failed write names the file and the cause; altered or truncated files are
+// found by their digests, and --resume falls back to the newest intact checkpoint.
+TEST(Checkpoint, FailedWritesNameTheFileAndTheCause) {
+  const std::string big(1 << 20, 'x');
+  try {
+    checkpoint::write_file("/dev/full", big);
+    ADD_FAILURE() << "no error writing to /dev/full";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/full: write failed after 0 of 1048576 bytes: No space left on device"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(checkpoint::write_file("/nonexistent-dir/x", "y"), Error);
+}
+
+TEST(Checkpoint, DamagedCheckpointsAreFoundAndResumeUsesTheNewestIntactOne) {
+  TempDir dir("mlip_test_damaged_checkpoint");
+  SerialCommunicator comm;
+  const std::string out = (dir.path / "run").string();
+  Trainer first(read_config(tiny_config(dir, out, 3)), "", comm);
+  first.run(false);
+  const fs::path ck = fs::path(out) / "checkpoints";
+  EXPECT_EQ(checkpoint::verify(ck / "epoch-000003"), "");
+  EXPECT_EQ(checkpoint::verify(ck / "best"), "");
+  {  // one flipped byte in the middle of the weights
+    std::fstream f(ck / "epoch-000003" / "model.pt", std::ios::in | std::ios::out | std::ios::binary);
+    const auto middle = static_cast<std::streamoff>(fs::file_size(ck / "epoch-000003" / "model.pt") / 2);
+    f.seekg(middle);
+    const char c = static_cast<char>(f.get());
+    f.seekp(middle);
+    f.put(static_cast<char>(~c));
+  }
+  EXPECT_NE(checkpoint::verify(ck / "epoch-000003").find("model.pt does not match its CRC-32"), std::string::npos);
+  fs::resize_file(ck / "epoch-000002" / "optimizer.pt", 100);
+  EXPECT_NE(checkpoint::verify(ck / "epoch-000002").find("optimizer.pt has 100 bytes"), std::string::npos);
+  fs::remove(ck / "epoch-000001" / "state.json");
+  EXPECT_NE(checkpoint::verify(ck / "epoch-000001").find("state.json is missing"), std::string::npos);
+  // Nothing intact: resume refuses, saying so.
+  Trainer none(read_config(tiny_config(dir, out, 4)), "", comm);
+  try {
+    none.run(true);
+    ADD_FAILURE() << "resumed from damaged checkpoints";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no checkpoint is intact"), std::string::npos) << e.what();
+  }
+  // A fresh run writes epochs 1-2; damage epoch 2: resume continues from epoch 1.
+  const std::string out2 = (dir.path / "run2").string();
+  Trainer second(read_config(tiny_config(dir, out2, 3)), "", comm);
+  second.run(false, /*stop_after_epochs=*/2);
+  fs::resize_file(fs::path(out2) / "checkpoints" / "epoch-000002" / "model.pt", 10);
+  Trainer resumed(read_config(tiny_config(dir, out2, 3)), "", comm);
+  resumed.run(true);
+  EXPECT_EQ(resumed.state().epoch, 3);
+  EXPECT_EQ(checkpoint::verify(fs::path(out2) / "checkpoints" / "epoch-000003"), "");
+}
+
+TEST(Checkpoint, ResumeRefusesADifferentModelAndListsTheKeys) {
+  TempDir dir("mlip_test_resume_model");
+  SerialCommunicator comm;
+  const std::string out = (dir.path / "run").string();
+  const std::string cfg = tiny_config(dir, out, 2);
+  Trainer first(read_config(cfg), "", comm);
+  first.run(false, 1);
+  auto resume_error = [&](const std::vector<std::string>& overrides) -> std::string {
+    try {
+      Trainer t(read_config(cfg, overrides), "", comm);
+      t.run(true);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const std::string e = resume_error({"model.cutoff=4.5", "model.hyperparameters.fitting=[8, 16]"});
+  EXPECT_NE(e.find("differs from the model of checkpoint"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.cutoff"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.hyperparameters.fitting"), std::string::npos) << e;
+  EXPECT_NE(resume_error({"model.species=[C, H, O]"}).find("model.species"), std::string::npos);
+  EXPECT_NE(resume_error({"model.dtype=float32"}).find("model.dtype"), std::string::npos);
+  // The data, batch and schedule may change.
+  EXPECT_EQ(resume_error({"data.batch.frames=3"}), "no error");
 }
 
 TEST(Training, LossDecreasesOnTinyProblem) {

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint.h"
 #include "mlip/device.h"
 #include "mlip/error.h"
 #include "mlip/io.h"
@@ -24,14 +25,6 @@ namespace mlip::trainer {
 namespace fs = std::filesystem;
 
 namespace {
-
-void fsync_path(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
 
 std::string format_duration(double seconds) {
   const auto s = static_cast<long>(seconds);
@@ -282,56 +275,107 @@ MetricSums Trainer::validate() {
   return sums;
 }
 
+// The model section of the config as the checkpoint records it: what a resumed run must match.
+static nlohmann::json model_settings(const Config& c) {
+  return {{"architecture", c.architecture}, {"species", c.species},     {"cutoff", c.cutoff},
+          {"dtype", c.dtype},               {"repulsion", c.repulsion}, {"repulsion_width", c.repulsion_width},
+          {"hyperparameters", c.hyperparameters}};
+}
+
 void Trainer::save_checkpoint(bool best) {
   if (!comm_.is_root()) return;
+  namespace ck = checkpoint;
   const fs::path root = checkpoint_dir();
   const std::string name = fmt::format("epoch-{:06d}", state_.epoch);
   const fs::path tmp = root / (name + ".tmp");
+  ck::fault_point("begin", state_.epoch);
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-  model_.module.save((tmp / "model.pt").string());
-  {
-    torch::serialize::OutputArchive archive;
-    optimizer_->save(archive);
-    archive.save_to((tmp / "optimizer.pt").string());
+  // Everything is serialised in memory, then written by one checked, fsynced path.
+  auto bytes_of = [](const auto& save) {
+    std::ostringstream out(std::ios::binary);
+    save(out);
+    return out.str();
+  };
+  ck::write_file(tmp / "model.pt", bytes_of([&](std::ostream& o) { model_.module.save(o); }));
+  ck::fault_point("model.pt", -1);
+  ck::write_file(tmp / "optimizer.pt", bytes_of([&](std::ostream& o) {
+                   torch::serialize::OutputArchive archive;
+                   optimizer_->save(archive);
+                   archive.save_to(o);
+                 }));
+  ck::fault_point("optimizer.pt", -1);
+  if (!ema_.empty()) {
+    ck::write_file(tmp / "ema.pt", bytes_of([&](std::ostream& o) { torch::save(ema_, o); }));
+    ck::fault_point("ema.pt", -1);
   }
-  if (!ema_.empty()) torch::save(ema_, (tmp / "ema.pt").string());
-  nlohmann::json st = {{"epoch", state_.epoch},
-                       {"step", state_.step},
-                       {"best_metric", state_.best_metric},
-                       {"best_epoch", state_.best_epoch},
-                       {"epochs_without_improvement", state_.epochs_without_improvement},
-                       {"elapsed_seconds", state_.elapsed_seconds},
-                       {"schedule", schedule_->state()},
-                       {"metadata", model_.metadata.to_json()},
-                       {"config", config_text_}};
-  std::ofstream(tmp / "state.json") << st.dump(2);
-  for (const auto& e : fs::directory_iterator(tmp)) fsync_path(e.path());
+  const nlohmann::json st = {{"epoch", state_.epoch},
+                             {"step", state_.step},
+                             {"best_metric", state_.best_metric},
+                             {"best_epoch", state_.best_epoch},
+                             {"epochs_without_improvement", state_.epochs_without_improvement},
+                             {"elapsed_seconds", state_.elapsed_seconds},
+                             {"schedule", schedule_->state()},
+                             {"metadata", model_.metadata.to_json()},
+                             {"model_settings", model_settings(config_)},
+                             {"config", config_text_}};
+  ck::write_file(tmp / "state.json", st.dump(2));
+  ck::fault_point("state.json", -1);
+  ck::seal(tmp);
+  ck::fault_point("sealed", -1);
   const fs::path final_dir = root / name;
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);  // atomic: a checkpoint is complete or absent
-  fsync_path(root);
-  if (best) {
-    const fs::path best_tmp = root / "best.tmp", best_dir = root / "best";
-    fs::remove_all(best_tmp);
-    fs::copy(final_dir, best_tmp, fs::copy_options::recursive);
-    fs::remove_all(best_dir);
-    fs::rename(best_tmp, best_dir);
-  }
+  ck::sync(root);
+  ck::fault_point("renamed", -1);
+  if (best) update_best(final_dir);
   // Keep the last k epoch checkpoints (best/ is kept separately).
-  std::vector<fs::path> epochs;
-  for (const auto& e : fs::directory_iterator(root)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind("epoch-", 0) == 0 && n.find(".tmp") == std::string::npos) epochs.push_back(e.path());
+  std::vector<fs::path> epochs = ck::epoch_folders(root);
+  for (std::size_t k = static_cast<std::size_t>(std::max<int64_t>(1, config_.keep_checkpoints)); k < epochs.size(); ++k) {
+    fs::remove_all(epochs[k]);
   }
-  std::sort(epochs.begin(), epochs.end());
-  while (static_cast<int64_t>(epochs.size()) > std::max<int64_t>(1, config_.keep_checkpoints)) {
-    fs::remove_all(epochs.front());
-    epochs.erase(epochs.begin());
-  }
+  ck::fault_point("pruned", -1);
+}
+
+void Trainer::update_best(const fs::path& epoch_dir) {
+  namespace ck = checkpoint;
+  const fs::path root = checkpoint_dir();
+  const fs::path best_tmp = root / "best.tmp";
+  fs::remove_all(best_tmp);
+  fs::copy(epoch_dir, best_tmp, fs::copy_options::recursive);
+  const std::string damaged = ck::verify(best_tmp);
+  if (!damaged.empty()) throw Error(best_tmp.string() + ": the copy of " + epoch_dir.string() + " is damaged: " + damaged);
+  for (const auto& e : fs::directory_iterator(best_tmp)) ck::sync(e.path());
+  ck::sync(best_tmp);
+  ck::fault_point("best-copied", -1);
+  ck::replace_folder(best_tmp, root / "best");
+  ck::fault_point("best-replaced", -1);
 }
 
 void Trainer::load_checkpoint(const std::string& dir) {
+  const auto st = nlohmann::json::parse(std::ifstream(fs::path(dir) / "state.json"));
+  if (st.contains("model_settings")) {
+    // A resumed run must train the same model: list every key that differs.
+    const nlohmann::json diff = nlohmann::json::diff(st["model_settings"], model_settings(config_));
+    std::vector<std::string> differing;  // "model.hyperparameters.embedding", each once
+    for (const auto& d : diff) {
+      std::string key = "model" + d["path"].get<std::string>();
+      while (key.find_last_of('/') != std::string::npos &&
+             key.find_first_not_of("0123456789", key.find_last_of('/') + 1) == std::string::npos) {
+        key.erase(key.find_last_of('/'));  // list elements: the list's key
+      }
+      std::replace(key.begin(), key.end(), '/', '.');
+      if (std::find(differing.begin(), differing.end(), key) == differing.end()) differing.push_back(key);
+    }
+    std::string keys;
+    for (const auto& k : differing) keys += (keys.empty() ? "" : ", ") + k;
+    if (!keys.empty()) {
+      throw Error(config_.file + ": differs from the model of checkpoint " + dir + " in " + keys +
+                  "; resume with the checkpoint's model settings, or start a new output.dir");
+    }
+  } else {
+    log(dir + ": written by an older mlip-trainer, without the model settings to compare with this config");
+  }
   torch::jit::Module loaded = torch::jit::load((fs::path(dir) / "model.pt").string(), device_);
   {
     torch::NoGradGuard no_grad;  // restoring weights
@@ -347,7 +391,6 @@ void Trainer::load_checkpoint(const std::string& dir) {
     torch::NoGradGuard no_grad;
     for (std::size_t i = 0; i < ema_.size(); ++i) ema_[i].copy_(saved.at(i));
   }
-  const auto st = nlohmann::json::parse(std::ifstream(fs::path(dir) / "state.json"));
   state_.epoch = st["epoch"];
   state_.step = st["step"];
   state_.best_metric = st["best_metric"];
@@ -357,28 +400,76 @@ void Trainer::load_checkpoint(const std::string& dir) {
   schedule_->restore(st.contains("schedule") ? st["schedule"] : nlohmann::json());
 }
 
+std::string Trainer::newest_intact_checkpoint() {
+  std::string chosen;
+  for (const fs::path& dir : checkpoint::epoch_folders(checkpoint_dir())) {
+    if (!fs::exists(dir / "digests.json") && fs::exists(dir / "state.json")) {
+      log(dir.string() + ": written by an older mlip-trainer (no digests.json): used without verification");
+      chosen = dir.string();
+      break;
+    }
+    const std::string damaged = checkpoint::verify(dir);
+    if (damaged.empty()) {
+      chosen = dir.string();
+      break;
+    }
+    log(fmt::format("checkpoint {} is not intact ({}); trying the one before it", dir.string(), damaged));
+  }
+  return chosen;
+}
+
+// After a resume: best/ must hold the best epoch's checkpoint (a kill between writing an epoch's
+// checkpoint and copying it to best/ leaves the previous best there), and metrics.csv only the
+// epochs up to the one resumed from.
+void Trainer::repair_after_resume(const std::string& resumed_from) {
+  if (!comm_.is_root()) return;
+  const fs::path best = fs::path(checkpoint_dir()) / "best";
+  int64_t best_saved = -1;
+  if (checkpoint::verify(best).empty()) {
+    best_saved = nlohmann::json::parse(std::ifstream(best / "state.json")).at("epoch").get<int64_t>();
+  }
+  if (state_.best_epoch == state_.epoch && best_saved != state_.epoch) {
+    log(fmt::format("best/ holds epoch {}, the best is epoch {}: updating it", best_saved, state_.epoch));
+    update_best(resumed_from);
+  }
+  const fs::path csv = fs::path(config_.output_dir) / "metrics.csv";
+  if (!fs::exists(csv)) return;
+  std::ifstream in(csv);
+  std::string kept, line;
+  bool header = true, dropped = false;
+  while (std::getline(in, line)) {
+    if (!header && std::atoll(line.c_str()) > state_.epoch) {
+      dropped = true;
+      continue;
+    }
+    kept += line + "\n";
+    header = false;
+  }
+  if (!dropped) return;
+  checkpoint::write_file(csv.string() + ".tmp", kept);
+  fs::rename(csv.string() + ".tmp", csv);
+}
+
 void Trainer::run(bool resume, int64_t stop_after_epochs) {
   start_ = std::chrono::steady_clock::now();
   const fs::path out = config_.output_dir;
-  std::string latest;
-  if (fs::exists(checkpoint_dir())) {
-    for (const auto& e : fs::directory_iterator(checkpoint_dir())) {
-      const std::string n = e.path().filename().string();
-      if (n.rfind("epoch-", 0) == 0 && n.find(".tmp") == std::string::npos && e.path().string() > latest)
-        latest = e.path().string();
-    }
-  }
-  if (!latest.empty() && !resume) {
+  const bool any = !checkpoint::epoch_folders(checkpoint_dir()).empty();
+  if (any && !resume) {
     throw Error(config_.output_dir + ": holds checkpoints of an earlier run; pass --resume to continue it, or "
                 "choose another output.dir (nothing is overwritten)");
   }
-  if (resume && latest.empty()) throw Error(config_.output_dir + ": --resume given but no checkpoint found");
+  const std::string latest = resume ? newest_intact_checkpoint() : std::string();
+  if (resume && latest.empty()) {
+    throw Error(config_.output_dir + (any ? ": --resume given but no checkpoint is intact (see above)"
+                                          : ": --resume given but no checkpoint found"));
+  }
   comm_.barrier();
   setup_device();
   setup_model_and_statistics();
   if (!latest.empty()) {
     load_checkpoint(latest);
     log(fmt::format("resumed from {} (epoch {}, step {})", latest, state_.epoch, state_.step));
+    repair_after_resume(latest);
   }
   if (comm_.is_root()) fs::create_directories(out);
   const std::string csv_path = (out / "metrics.csv").string();

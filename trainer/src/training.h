@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -209,7 +210,10 @@ class Trainer {
   MetricSums train_epoch();
   void step_optimizer();
   void save_checkpoint(bool best);
+  void update_best(const std::filesystem::path& epoch_dir);
   void load_checkpoint(const std::string& dir);
+  std::string newest_intact_checkpoint();
+  void repair_after_resume(const std::string& resumed_from);
   std::string checkpoint_dir() const;
   void log(const std::string& line) const;
   void swap_ema();

@@ -1,0 +1,157 @@
+#include "checkpoint.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "mlip/error.h"
+
+namespace mlip::trainer::checkpoint {
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+uint32_t crc32_of(const std::string& bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  std::size_t at = 0;
+  while (at < bytes.size()) {  // zlib takes uInt lengths
+    const uInt n = static_cast<uInt>(std::min<std::size_t>(bytes.size() - at, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + at), n);
+    at += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+std::string read_all(const fs::path& path, bool* ok) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *ok = static_cast<bool>(in) || in.eof();
+  return ss.str();
+}
+
+constexpr const char* kDigests = "digests.json";
+
+}  // namespace
+
+void write_file(const fs::path& path, const std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(path.string() + ": cannot open for writing: " + errno_text());
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? errno_text() : "short write";
+      ::close(fd);
+      throw Error(path.string() + ": write failed after " + std::to_string(done) + " of " +
+                  std::to_string(bytes.size()) + " bytes: " + why);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+    const std::string why = errno_text();
+    ::close(fd);
+    throw Error(path.string() + ": fsync failed: " + why);
+  }
+  if (::close(fd) != 0) throw Error(path.string() + ": close failed: " + errno_text());
+}
+
+void sync(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+void seal(const fs::path& dir) {
+  nlohmann::json files = nlohmann::json::object();
+  std::vector<fs::path> paths;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().filename() != kDigests) paths.push_back(e.path());
+  }
+  std::sort(paths.begin(), paths.end());
+  for (const auto& p : paths) {
+    bool ok = false;
+    const std::string bytes = read_all(p, &ok);
+    if (!ok) throw Error(p.string() + ": cannot read back: " + errno_text());
+    files[p.filename().string()] = {{"bytes", bytes.size()}, {"crc32", crc32_of(bytes)}};
+  }
+  write_file(dir / kDigests, nlohmann::json{{"files", files}}.dump(2));
+  sync(dir);
+}
+
+std::string verify(const fs::path& dir) {
+  const fs::path list = dir / kDigests;
+  if (!fs::is_regular_file(list)) return "no " + std::string(kDigests) + " (incomplete or from an older mlip)";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(std::ifstream(list));
+  } catch (const nlohmann::json::exception& e) {
+    return std::string(kDigests) + " is damaged: " + e.what();
+  }
+  if (!j.contains("files") || !j["files"].is_object() || j["files"].empty()) return std::string(kDigests) + " lists no files";
+  for (const auto& [name, d] : j["files"].items()) {
+    bool ok = false;
+    if (!fs::is_regular_file(dir / name)) return name + " is missing";
+    const std::string bytes = read_all(dir / name, &ok);
+    if (!ok) return name + " cannot be read";
+    if (!d.contains("bytes") || !d.contains("crc32")) return std::string(kDigests) + " entry for " + name + " is damaged";
+    if (bytes.size() != d["bytes"].get<std::size_t>()) {
+      return name + " has " + std::to_string(bytes.size()) + " bytes, " + std::to_string(d["bytes"].get<std::size_t>()) +
+             " were written";
+    }
+    if (crc32_of(bytes) != d["crc32"].get<uint32_t>()) return name + " does not match its CRC-32 (altered bytes)";
+  }
+  return "";
+}
+
+void replace_folder(const fs::path& src, const fs::path& dst) {
+  if (!fs::exists(dst)) {
+    fs::rename(src, dst);
+  } else if (::renameat2(AT_FDCWD, src.c_str(), AT_FDCWD, dst.c_str(), RENAME_EXCHANGE) != 0) {
+    throw Error(dst.string() + ": cannot exchange with " + src.string() + ": " + errno_text());
+  } else {
+    fault_point("best-exchanged", -1);
+    fs::remove_all(src);  // now the old one
+  }
+  sync(dst.parent_path());
+}
+
+std::vector<fs::path> epoch_folders(const fs::path& root) {
+  std::vector<fs::path> out;
+  if (!fs::is_directory(root)) return out;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("epoch-", 0) == 0 && n.find(".tmp") == std::string::npos) out.push_back(e.path());
+  }
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+
+void fault_point(const std::string& name, long epoch) {
+  static const char* spec = std::getenv("MLIP_FAULT_POINT");
+  static long current_epoch = -1;
+  if (epoch >= 0) current_epoch = epoch;
+  if (spec == nullptr) return;
+  const std::string s = spec;
+  const auto at = s.find('@');
+  if (s.substr(0, at) != name) return;
+  if (at != std::string::npos && std::atol(s.c_str() + at + 1) != current_epoch) return;
+  std::fprintf(stderr, "mlip-trainer: fault injected at '%s' (MLIP_FAULT_POINT)\n", name.c_str());
+  std::fflush(stderr);
+  std::_Exit(86);
+}
+
+}  // namespace mlip::trainer::checkpoint
