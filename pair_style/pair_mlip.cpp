@@ -250,9 +250,10 @@ void PairMLIP::settings(int narg, char **arg)
   // init_style: pair_style hybrid reads the flag right after its sub-styles' settings().
   ghostneigh = layers > 1 ? 1 : 0;
   if (comm->me == 0) {
-    utils::logmesg(lmp, "pair_style mlip: {} model '{}', species {}, cutoff {} A, {} message-passing layers, {}\n",
+    utils::logmesg(lmp, "pair_style mlip: {} model '{}', species {}, cutoff {} A, {} message-passing layers, {}, {}\n",
                    meta.architecture, model_file, joined(meta.species), meta.cutoff,
-                   meta.message_passing_layers, meta.dtype);
+                   meta.message_passing_layers, meta.dtype,
+                   meta.digest_checked ? "file digest checked" : "no file digest (written by an older mlip)");
     utils::logmesg(lmp, "pair_style mlip: model on {}{}\n", device_note,
                    on_gpu && !chunk_given ? ", all local atoms in one call (set a limit with 'chunk N')" : "");
     if (malloc_tuned)

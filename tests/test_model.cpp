@@ -6,12 +6,14 @@
 #include <fstream>
 #include <random>
 
+#include <caffe2/serialize/inline_container.h>
 #include <torch/version.h>
 
 #include "mlip/error.h"
 #include "mlip/io.h"
 #include "support/morse_model.h"
 #include "support/reference.h"
+#include "support/test_models.h"
 
 namespace mlip {
 namespace {
@@ -131,6 +133,48 @@ TEST(Model, BadFilesGiveClearErrors) {
   const std::string bare = (dir / "bare.pt").string();
   model.module().save(bare);
   EXPECT_NE(message_of(bare).find("no mlip/metadata.json"), std::string::npos);
+}
+
+// One altered byte in any record of a saved model (weights, code, pickles, metadata, the digest)
+// is rejected on load with the file's name: LibTorch itself loads a model whose weight bytes were
+// changed. A directory gets its own message.
+TEST(Model, AlteredBytesInAnyRecordAreRejectedNamingTheFile) {
+  const fs::path dir = fs::temp_directory_path() / "mlip_test_model_digest";
+  fs::create_directories(dir);
+  const std::string good = (dir / "se_e2_a.pt").string();
+  testing::write_test_model("se_e2_a", good);
+  EXPECT_TRUE(Model::load(good).info().digest_checked);
+  std::string bytes;
+  {
+    std::ifstream in(good, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  caffe2::serialize::PyTorchStreamReader reader(good);
+  int altered = 0;
+  for (const std::string& name : reader.getAllRecords()) {
+    if (name == ".data/serialization_id") continue;  // PyTorch's per-save id, not content
+    const std::size_t offset = reader.getRecordOffset(name);
+    const std::size_t size = std::get<1>(reader.getRecord(name));
+    if (size == 0) continue;
+    std::string copy = bytes;
+    copy[offset + size / 2] = static_cast<char>(~copy[offset + size / 2]);
+    const std::string bad = (dir / "altered.pt").string();
+    std::ofstream(bad, std::ios::binary) << copy;
+    try {
+      Model::load(bad);
+      ADD_FAILURE() << "a byte altered in record " << name << " was not noticed";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(bad + ": ", 0), 0u) << name << ": " << e.what();
+    }
+    ++altered;
+  }
+  EXPECT_GT(altered, 10);
+  try {
+    Model::load(dir.string());
+    ADD_FAILURE() << "a directory loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a directory, not a model file"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Model, MetadataValidationNamesTheKey) {

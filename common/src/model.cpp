@@ -2,11 +2,15 @@
 
 #include "mlip/model_metadata.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <zlib.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 
 #include "mlip/chunk_graph.h"
 #include "mlip/device.h"
@@ -91,16 +95,81 @@ Model::Model(torch::jit::Module module, ModelMetadata metadata, torch::Device de
 
 const ModelInfo& Model::info() const { return *metadata_; }
 
+namespace {
+
+constexpr const char* kDigestFile = "mlip/digest.json";
+
+// CRC-32 over the names and bytes of every record of a TorchScript archive, in name order, but
+// the digest's own record and PyTorch's per-save serialization id. Returns (crc, records).
+std::pair<uint32_t, std::size_t> records_crc32(caffe2::serialize::PyTorchStreamReader& reader) {
+  std::vector<std::string> names = reader.getAllRecords();
+  std::sort(names.begin(), names.end());
+  uLong crc = crc32(0L, Z_NULL, 0);
+  std::size_t count = 0;
+  auto feed = [&crc](const char* data, std::size_t n) {
+    for (std::size_t at = 0; at < n;) {
+      const uInt chunk = static_cast<uInt>(std::min<std::size_t>(n - at, 1u << 30));
+      crc = crc32(crc, reinterpret_cast<const Bytef*>(data + at), chunk);
+      at += chunk;
+    }
+  };
+  for (const std::string& name : names) {
+    if (name == std::string("extra/") + kDigestFile || name == ".data/serialization_id") continue;
+    feed(name.c_str(), name.size() + 1);
+    auto [data, size] = reader.getRecord(name);
+    feed(static_cast<const char*>(data.get()), size);
+    ++count;
+  }
+  return {static_cast<uint32_t>(crc), count};
+}
+
+nlohmann::json digest_json(const std::pair<uint32_t, std::size_t>& d) {
+  return {{"algorithm", "crc32 of record names and bytes"}, {"crc32", d.first}, {"records", d.second}};
+}
+
+// "" when the file's records match `digest_text`; else why not.
+std::string check_digest(const std::string& path, const std::string& digest_text) {
+  nlohmann::json expected;
+  try {
+    expected = nlohmann::json::parse(digest_text);
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    const nlohmann::json actual = digest_json(records_crc32(reader));
+    if (actual["crc32"] != expected.at("crc32") || actual["records"] != expected.at("records")) {
+      return "its records do not match the digest saved with it (CRC-32 " + actual["crc32"].dump() + " over " +
+             actual["records"].dump() + " records, saved " + expected.at("crc32").dump() + " over " +
+             expected.at("records").dump() + "): bytes were altered after it was written";
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return std::string(kDigestFile) + " is damaged: " + e.what();
+  } catch (const c10::Error& e) {
+    return std::string("its records cannot be read: ") + e.what_without_backtrace();
+  }
+  return "";
+}
+
+}  // namespace
+
 Model Model::load(const std::string& path, const torch::Device& device) {
+  if (std::filesystem::is_directory(path)) {
+    const bool checkpoint = std::filesystem::exists(std::filesystem::path(path) / "state.json");
+    throw Error(path + ": is a directory, not a model file" +
+                (checkpoint ? std::string(" (a checkpoint folder: export it with mlip-trainer export ") + path +
+                                  " -o model.pt)"
+                            : std::string()));
+  }
   if (!std::filesystem::is_regular_file(path)) throw Error(path + ": model file not found");
   if (device.is_cpu()) note_model_loaded_on_cpu();
-  torch::jit::ExtraFilesMap extra{{ModelMetadata::kExtraFile, ""}};
+  torch::jit::ExtraFilesMap extra{{ModelMetadata::kExtraFile, ""}, {kDigestFile, ""}};
   torch::jit::Module module;
   try {
     module = torch::jit::load(path, device, extra);
   } catch (const c10::Error& e) {
     throw Error(path + ": not a readable TorchScript model (truncated or corrupted?): " +
                 e.what_without_backtrace());
+  } catch (const std::exception& e) {  // e.g. torch::jit::ErrorReport from damaged code records
+    std::string what = e.what();
+    what = what.substr(0, what.find('\n'));
+    throw Error(path + ": not a readable TorchScript model (truncated or corrupted?): " + what);
   }
   const std::string& text = extra[ModelMetadata::kExtraFile];
   if (text.empty()) {
@@ -114,6 +183,11 @@ Model Model::load(const std::string& path, const torch::Device& device) {
     throw Error(path + ": metadata is not valid JSON: " + e.what());
   }
   ModelMetadata meta = ModelMetadata::from_json(j, path);
+  if (!extra[kDigestFile].empty()) {
+    const std::string why = check_digest(path, extra[kDigestFile]);
+    if (!why.empty()) throw Error(path + ": " + why);
+    meta.digest_checked = true;
+  }
   if (!module.find_method("forward")) throw Error(path + ": the module has no forward()");
   module.eval();
   return Model(std::move(module), std::move(meta), device);
@@ -179,10 +253,21 @@ void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const
   const std::string tmp = path + ".tmp";
   torch::jit::ExtraFilesMap extra{{ModelMetadata::kExtraFile, metadata.to_json().dump(2)}};
   try {
+    // The digest covers every record but itself, so it is taken from a first save in memory;
+    // the second save, with it, has the same records (read back and checked below).
+    std::ostringstream first(std::ios::binary);
+    module.save(first, extra);
+    std::istringstream in(first.str(), std::ios::binary);
+    caffe2::serialize::PyTorchStreamReader reader(&in);
+    extra[kDigestFile] = digest_json(records_crc32(reader)).dump();
     module.save(tmp, extra);
   } catch (const c10::Error& e) {
     std::remove(tmp.c_str());
     throw Error(path + ": cannot write model: " + e.what_without_backtrace());
+  }
+  if (const std::string why = check_digest(tmp, extra[kDigestFile]); !why.empty()) {
+    std::remove(tmp.c_str());
+    throw Error(path + ": the model written (" + tmp + ") does not read back as saved: " + why);
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);

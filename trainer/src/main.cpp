@@ -159,6 +159,9 @@ int main(int argc, char** argv) {
     return fail(comm.get(), "error", e.what());
   } catch (const c10::Error& e) {
     return fail(comm.get(), "LibTorch error", e.what_without_backtrace());
+  } catch (const std::exception& e) {  // filesystem, JSON, YAML, allocation: one line, no backtrace
+    std::string what = e.what();
+    return fail(comm.get(), "error", what.substr(0, what.find('\n')));
   }
   return 0;
 }

@@ -566,6 +566,10 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
   if (!fs::exists(dir / "model.pt") || !fs::exists(dir / "state.json")) {
     throw Error(checkpoint_dir + ": not a checkpoint folder (needs model.pt and state.json)");
   }
+  if (fs::exists(dir / "digests.json")) {
+    const std::string damaged = checkpoint::verify(dir);
+    if (!damaged.empty()) throw Error(checkpoint_dir + ": damaged checkpoint: " + damaged);
+  }
   // On the CPU, whatever device trained it: model files are portable.
   torch::jit::Module module = torch::jit::load((dir / "model.pt").string(), torch::kCPU);
   if (fs::exists(dir / "ema.pt")) {

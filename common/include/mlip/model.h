@@ -37,6 +37,9 @@ struct ModelInfo {
   std::string dtype = "float64";         // "float32" or "float64"
   std::string length_unit = "angstrom";
   std::string energy_unit = "eV";
+  /// Whether the file carried a digest of its records (mlip/digest.json, written by save_model)
+  /// and Model::load checked it; files from older mlip versions have none.
+  bool digest_checked = false;
 
   /// Ghost-shell width LAMMPS must communicate: cutoff for local models, layers x cutoff else.
   double interaction_range() const {
@@ -74,7 +77,8 @@ bool optimize_graphs_on(const torch::Device& device);
 class Model {
  public:
   /// Loads and validates `path`. Throws mlip::Error naming the file on a missing, truncated or
-  /// corrupted file, missing metadata, or a module without the contract's forward().
+  /// corrupted file, bytes altered since it was saved (its digest, see save_model), missing
+  /// metadata, or a module without the contract's forward().
   static Model load(const std::string& path, const torch::Device& device = torch::kCPU);
 
   Model(torch::jit::Module module, ModelMetadata metadata, torch::Device device);
@@ -118,8 +122,12 @@ ModelOutput evaluate_graph(const Model& model, const GraphView& graph, bool need
 /// evaluate_graph() on the buffers of one chunk (CPU).
 ModelOutput evaluate_chunk(const Model& model, ChunkGraph& graph, bool need_grad = true);
 
-/// Saves `module` with `metadata` as the extra file. Writes to a temporary file and renames it,
-/// so an existing model file is never left half-written.
+/// Saves `module` with `metadata` as the extra file and a digest of all the file's records (the
+/// extra file mlip/digest.json: CRC-32 over every record's name and bytes but its own and
+/// PyTorch's per-save id), which Model::load checks: LibTorch does not check the zip's own CRCs,
+/// and a model with altered weight bytes would otherwise load and run. Writes to a temporary
+/// file, reads it back and checks it, then renames it, so an existing model file is never left
+/// half-written.
 void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path);
 
 /// Forces and virials from edge gradients g_ij = dE/dr_ij, r_ij = x_j - x_i:
