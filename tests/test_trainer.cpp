@@ -483,6 +483,45 @@ TEST(Checkpoint, ResumeRefusesADifferentModelAndListsTheKeys) {
   EXPECT_EQ(resume_error({"data.batch.frames=3"}), "no error");
 }
 
+// Labels the loss weights but the data lacks: a warning naming the source and the count, and
+// "n/a" (never 0) for their metrics; `test` on data without any label is an error that leaves
+// earlier CSV results in place.
+TEST(Training, MissingLabelsAreWarnedAndShownAsNA) {
+  TempDir dir("mlip_test_missing_labels");
+  SerialCommunicator comm;
+  auto frames = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+                            ReadOptions{Units{"angstrom", "kcal/mol", ""}});
+  frames.resize(12);
+  for (auto& f : frames) f.forces.clear();  // energies only
+  const std::string data = (dir.path / "energies-only.xyz").string();
+  write_extxyz(data, frames);
+  std::string cfg = tiny_config(dir, (dir.path / "run").string(), 1);
+  ::testing::internal::CaptureStdout();
+  Trainer t(read_config(cfg, {"data.train=[" + data + "]"}), "", comm);
+  t.run(false);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("WARNING: " + data + ": 12 of 12 frames have no forces"), std::string::npos) << out;
+  EXPECT_NE(out.find("F n/a meV/A"), std::string::npos) << out;
+  EXPECT_TRUE(std::isnan(t.validate().forces_rmse()));
+
+  for (auto& f : frames) f.energy.reset();  // no label at all
+  const std::string bare = (dir.path / "unlabelled.xyz").string();
+  write_extxyz(bare, frames);
+  const std::string csv = dir.file("frames.csv", "earlier results\n");
+  TestOutputs outputs;
+  outputs.per_frame_csv = csv;
+  try {
+    test_model((dir.path / "run" / "model.pt").string(), bare, "auto", Units{}, outputs, [](const std::string&) {});
+    ADD_FAILURE() << "test on unlabelled data did not fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing to test the model against"), std::string::npos) << e.what();
+  }
+  std::ifstream in(csv);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(first, "earlier results");
+}
+
 TEST(Training, LossDecreasesOnTinyProblem) {
   TempDir dir("mlip_test_tiny_training");
   SerialCommunicator comm;

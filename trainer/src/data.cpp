@@ -1,5 +1,8 @@
 #include <algorithm>
 #include <numeric>
+#include <tuple>
+
+#include <fmt/format.h>
 
 #include "mlip/error.h"
 #include "training.h"
@@ -7,6 +10,28 @@
 namespace mlip::trainer {
 
 namespace {
+
+// A label the loss weights (its prefactor's start or limit > 0) but some frames of a source lack:
+// one warning line per source and label, with the count.
+void warn_missing_labels(const std::string& source, const std::vector<Frame>& frames, const Config& c,
+                         const std::function<void(const std::string&)>& log) {
+  std::size_t no_energy = 0, no_forces = 0, no_virial = 0;
+  for (const Frame& f : frames) {
+    no_energy += f.structure.energy ? 0 : 1;
+    no_forces += f.structure.has_forces() ? 0 : 1;
+    no_virial += f.structure.virial ? 0 : 1;
+  }
+  auto weighted = [](const PrefactorConfig& p) { return p.start > 0 || p.limit > 0; };
+  for (auto [label, missing, used] : {std::tuple{"energies", no_energy, weighted(c.energy)},
+                                      {"forces", no_forces, weighted(c.forces)},
+                                      {"virials", no_virial, weighted(c.virial)}}) {
+    if (used && missing > 0) {
+      log(fmt::format("WARNING: {}: {} of {} frames have no {}, which the loss weights (training.loss): those "
+                      "frames add nothing to that term",
+                      source, missing, frames.size(), label));
+    }
+  }
+}
 
 std::vector<Frame> load_sources(const std::vector<DataSource>& sources, const Config& c,
                                 const std::function<void(const std::string&)>& log) {
@@ -20,6 +45,7 @@ std::vector<Frame> load_sources(const std::vector<DataSource>& sources, const Co
     std::string note;
     std::vector<Frame> frames = load_frames(src.path, opts, &note);
     log(note);
+    warn_missing_labels(src.path, frames, c, log);
     for (Frame& f : frames) {
       f.structure.weight *= src.weight;
       all.push_back(std::move(f));

@@ -4,6 +4,8 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
+#include <fmt/format.h>
+
 #include "training.h"
 
 namespace mlip::trainer {
@@ -110,6 +112,11 @@ Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool creat
     p.virial = p.virial.detach();
   }
   return p;
+}
+
+std::string milli(double value, int decimals) {
+  if (std::isnan(value)) return "n/a";
+  return fmt::format("{:.{}f}", 1e3 * value, decimals);
 }
 
 void MetricSums::add(const MetricSums& o) {

@@ -69,9 +69,10 @@ int run_test(const std::string& model, const std::string& data, const std::strin
   const MetricSums m =
       test_model(model, data, format, units, outputs, [](const std::string& s) { std::printf("%s\n", s.c_str()); });
   std::printf("frames %.0f\n", m.frames);
-  std::printf("energy RMSE  %.3f meV/atom\n", 1e3 * m.energy_rmse());
-  std::printf("force RMSE   %.2f meV/A\n", 1e3 * m.forces_rmse());
-  if (m.virial_n > 0) std::printf("virial RMSE  %.3f meV/atom\n", 1e3 * m.virial_rmse());
+  std::printf("energy RMSE  %s meV/atom%s\n", milli(m.energy_rmse(), 3).c_str(),
+              m.energy_n > 0 ? "" : " (no frame has an energy)");
+  std::printf("force RMSE   %s meV/A%s\n", milli(m.forces_rmse(), 2).c_str(), m.forces_n > 0 ? "" : " (no frame has forces)");
+  if (m.virial_n > 0) std::printf("virial RMSE  %s meV/atom\n", milli(m.virial_rmse(), 3).c_str());
   if (!outputs.per_frame_csv.empty()) std::printf("per-frame results: %s\n", outputs.per_frame_csv.c_str());
   if (!outputs.forces_csv.empty()) std::printf("per-atom forces: %s\n", outputs.forces_csv.c_str());
   return 0;

@@ -511,9 +511,9 @@ void Trainer::run(bool resume, int64_t stop_after_epochs) {
     } else {
       ++state_.epochs_without_improvement;
     }
-    log(fmt::format("epoch {}/{} step {} | val E {:.2f} meV/atom  F {:.1f} meV/A  V {:.2f} meV/atom | loss {:.4g}{} | {}",
-                    state_.epoch, config_.epochs, state_.step, 1e3 * val.energy_rmse(), 1e3 * val.forces_rmse(),
-                    1e3 * val.virial_rmse(), metric, best ? " *" : "", format_duration(state_.elapsed_seconds)));
+    log(fmt::format("epoch {}/{} step {} | val E {} meV/atom  F {} meV/A  V {} meV/atom | loss {:.4g}{} | {}",
+                    state_.epoch, config_.epochs, state_.step, milli(val.energy_rmse(), 2), milli(val.forces_rmse(), 1),
+                    milli(val.virial_rmse(), 2), metric, best ? " *" : "", format_duration(state_.elapsed_seconds)));
     const double tt = std::max(times_.wall, 1e-12);
     log(fmt::format("  throughput {:.2f} frames/s | step time: model {:.1f}%, optimizer {:.1f}%, data {:.1f}%, "
                     "communication {:.1f}%, other {:.1f}% (outside model and optimizer: {:.1f}%)",
@@ -602,13 +602,30 @@ MetricSums test_model(const std::string& model_path, const std::string& data_pat
   const std::vector<Frame> frames = load_frames(data_path, opts, &note);
   log(note);
   const SpeciesMap species(meta.species);
+  std::size_t labelled = 0;
+  for (const Frame& f : frames) labelled += (f.structure.energy || f.structure.has_forces()) ? 1 : 0;
+  if (labelled == 0) {
+    throw Error(data_path + ": none of its " + std::to_string(frames.size()) +
+                " frames has an energy or forces: nothing to test the model against");
+  }
+  if (labelled < frames.size()) {
+    log(fmt::format("WARNING: {}: {} of {} frames have neither energy nor forces; they are left out of the RMSEs",
+                    data_path, frames.size() - labelled, frames.size()));
+  }
+  // Written to PATH.tmp and renamed at the end: a failed run never empties earlier results.
   auto open_csv = [](const std::string& path, const char* header) {
     std::ofstream out;
     if (path.empty()) return out;
-    out.open(path);
-    if (!out) throw Error(path + ": cannot open for writing");
+    out.open(path + ".tmp");
+    if (!out) throw Error(path + ".tmp: cannot open for writing");
     out << header;
     return out;
+  };
+  auto finish_csv = [](std::ofstream& out, const std::string& path) {
+    if (path.empty()) return;
+    out.close();
+    if (!out) throw Error(path + ".tmp: write failed");
+    fs::rename(path + ".tmp", path);
   };
   std::ofstream csv = open_csv(outputs.per_frame_csv, "frame,origin,atoms,energy_ref,energy_pred,force_rmse\n");
   std::ofstream fcsv = open_csv(outputs.forces_csv, "frame,atom,element,fx_ref,fy_ref,fz_ref,fx_pred,fy_pred,fz_pred\n");
@@ -622,8 +639,8 @@ MetricSums test_model(const std::string& model_path, const std::string& data_pat
     loss_terms(p, t, {1, 1, 1}, "mse", 0.0, 1.0, &one);
     sums.add(one);
     if (csv) {
-      csv << fmt::format("{},{},{},{:.10g},{:.10g},{:.6g}\n", k, st.origin, st.size(), t.energy[0].item<double>(),
-                         p.energy[0].item<double>(), one.forces_rmse());
+      csv << fmt::format("{},{},{},{:.10g},{:.10g},{:.6g}\n", k, st.origin, st.size(),
+                         st.energy ? *st.energy : MetricSums::kNoLabel, p.energy[0].item<double>(), one.forces_rmse());
     }
     if (!st.has_forces()) continue;
     const torch::Tensor pf = p.forces.detach().to(torch::kFloat64).contiguous();
@@ -641,6 +658,8 @@ MetricSums test_model(const std::string& model_path, const std::string& data_pat
       }
     }
   }
+  finish_csv(csv, outputs.per_frame_csv);
+  finish_csv(fcsv, outputs.forces_csv);
   for (std::size_t s = 0; s < meta.species.size(); ++s) {
     if (n_by_species[s] > 0) {
       log(fmt::format("force RMSE {:<3} {:.2f} meV/A ({:.0f} atoms)", meta.species[s],

@@ -114,10 +114,15 @@ struct MetricSums {
   void add(const MetricSums& o);
   std::vector<double> pack() const;
   void unpack(const std::vector<double>& v);
-  double energy_rmse() const { return energy_n > 0 ? std::sqrt(energy_sq / energy_n) : 0.0; }
-  double forces_rmse() const { return forces_n > 0 ? std::sqrt(forces_sq / forces_n) : 0.0; }
-  double virial_rmse() const { return virial_n > 0 ? std::sqrt(virial_sq / virial_n) : 0.0; }
+  // NaN where no frame had that label (printed "n/a"; never 0).
+  double energy_rmse() const { return energy_n > 0 ? std::sqrt(energy_sq / energy_n) : kNoLabel; }
+  double forces_rmse() const { return forces_n > 0 ? std::sqrt(forces_sq / forces_n) : kNoLabel; }
+  double virial_rmse() const { return virial_n > 0 ? std::sqrt(virial_sq / virial_n) : kNoLabel; }
+  static constexpr double kNoLabel = std::numeric_limits<double>::quiet_NaN();
 };
+
+/// `value` (eV...) in milli-units with `decimals`, or "n/a" for a metric without labels (NaN).
+std::string milli(double value, int decimals);
 
 /// sum_frames w_f (p_E l(dE/N) + p_F mean l(dF) + p_V mean l(dW/N)) / normalizer, with l the
 /// squared error or the Huber function; frames without a label contribute nothing to that term.
