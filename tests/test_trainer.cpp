@@ -73,6 +73,19 @@ TEST(Config, ErrorsNameFileLineAndKey) {
   EXPECT_TRUE(has(error_of(syntax), "syntax.yaml:"));
   EXPECT_TRUE(has(error_of(typo, {"nokey"}), "expected key.subkey=value"));
   EXPECT_TRUE(has(error_of((dir.path / "absent.yaml").string()), "cannot open config file"));
+  // Keys given twice (yaml-cpp would read the first silently), syntax errors with the column, and
+  // a --set value of the wrong type named by its --set argument.
+  const std::string twice = dir.file("twice.yaml", std::string(kMinimal) + "training:\n  epochs: 3\n  epochs: 30\n");
+  EXPECT_TRUE(has(error_of(twice), "twice.yaml:9: duplicate key 'epochs' (first at line 8)"));
+  const std::string twice_top = dir.file("twice_top.yaml", std::string(kMinimal) + "data:\n  train: [b.xyz]\n");
+  EXPECT_TRUE(has(error_of(twice_top), "twice_top.yaml:7: duplicate key 'data' (first at line 5)"));
+  const std::string colon = dir.file("colon.yaml", "model:\n  cutoff: [4.0\n  species: x\n");
+  EXPECT_TRUE(has(error_of(colon), "colon.yaml:"));
+  EXPECT_TRUE(has(error_of(colon), ": YAML syntax error"));
+  EXPECT_TRUE(has(error_of(typo, {"training.epochs=many"}),
+                  "--set 'training.epochs=many': key 'training.epochs' has the wrong type"));
+  EXPECT_TRUE(has(error_of(typo, {"training.optimizer.type=sgd"}),
+                  "--set 'training.optimizer.type=sgd': training.optimizer.type must be adam or adamw"));
 }
 
 // A batch of two frames with hand-set predictions, to check each loss term by hand.

@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -49,7 +50,8 @@ class Section {
       }
     }
   }
-  [[noreturn]] void fail(const YAML::Node& at, const std::string& what) const {
+  [[noreturn]] void fail(const YAML::Node& at, const std::string& what) const;
+  [[noreturn]] void fail_in_file(const YAML::Node& at, const std::string& what) const {
     int line = 0;
     try {
       line = at.Mark().line + 1;  // yaml-cpp counts from 0; an invalid node has no mark
@@ -138,6 +140,13 @@ std::vector<DataSource> read_sources(Section& parent, const std::string& key, co
   return out;
 }
 
+// The value nodes --set put into the config, with their assignment: errors about them name the
+// --set argument, not the file (read_config clears it first).
+std::vector<std::pair<YAML::Node, std::string>>& override_nodes() {
+  static thread_local std::vector<std::pair<YAML::Node, std::string>> nodes;
+  return nodes;
+}
+
 void set_override(YAML::Node root, const std::string& assignment) {
   const auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
@@ -161,6 +170,28 @@ void set_override(YAML::Node root, const std::string& assignment) {
     chain.push_back(next);
   }
   chain.back()[keys.back()] = value;
+  override_nodes().emplace_back(chain.back()[keys.back()], assignment);
+}
+
+// yaml-cpp keeps both entries of a key given twice and reads the first: an error instead.
+void reject_duplicate_keys(const YAML::Node& node, const std::string& path) {
+  if (node.IsSequence()) {
+    for (const auto& item : node) reject_duplicate_keys(item, path);
+  }
+  if (!node.IsMap()) return;
+  std::map<std::string, int> seen;  // key -> line
+  for (const auto& kv : node) {
+    if (kv.first.IsScalar()) {
+      const std::string key = kv.first.Scalar();
+      const int line = kv.first.Mark().line + 1;
+      if (const auto it = seen.find(key); it != seen.end()) {
+        throw Error(path + ":" + std::to_string(line) + ": duplicate key '" + key + "' (first at line " +
+                    std::to_string(it->second) + ")");
+      }
+      seen.emplace(key, line);
+    }
+    reject_duplicate_keys(kv.second, path);
+  }
 }
 
 YAML::Node load(const std::string& path, const std::vector<std::string>& overrides) {
@@ -170,16 +201,26 @@ YAML::Node load(const std::string& path, const std::vector<std::string>& overrid
   } catch (const YAML::BadFile&) {
     throw Error(path + ": cannot open config file");
   } catch (const YAML::ParserException& e) {
-    throw Error(path + ":" + std::to_string(e.mark.line + 1) + ": YAML syntax error: " + e.msg);
+    throw Error(path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                ": YAML syntax error: " + e.msg);
   }
   if (!root.IsMap()) throw Error(path + ": the config must be a mapping (model:, data:, training:, output:)");
+  reject_duplicate_keys(root, path);
   for (const auto& o : overrides) set_override(root, o);
   return root;
 }
 
 }  // namespace
 
+void Section::fail(const YAML::Node& at, const std::string& what) const {
+  for (const auto& [node, assignment] : override_nodes()) {
+    if (at.IsDefined() && node.IsDefined() && at.is(node)) throw Error("--set '" + assignment + "': " + what);
+  }
+  fail_in_file(at, what);
+}
+
 Config read_config(const std::string& path, const std::vector<std::string>& overrides) {
+  override_nodes().clear();
   const YAML::Node root = load(path, overrides);
   Config c;
   c.file = path;
