@@ -38,6 +38,7 @@
 
 #include "mlip/chunk_graph.h"
 #include "mlip/device.h"
+#include "mlip/elements.h"
 #include "mlip/error.h"
 #include "mlip/model.h"
 #include "mlip/runtime.h"
@@ -318,6 +319,7 @@ void PairMLIP::init_style()
   // Forces land on ghost atoms (the far end of each edge) and must be reverse-communicated.
   if (force->newton_pair == 0) error->all(FLERR, "pair_style mlip requires 'newton on'");
   if (atom->tag_enable == 0) error->all(FLERR, "pair_style mlip requires atom IDs");
+  warn_about_masses();
 
   if (layers > 1) {
     // A local atom's energy depends on every atom within L hops of it, and ghosts up to L-1 hops
@@ -347,6 +349,27 @@ void PairMLIP::init_style()
   neighbor->requests[irequest]->full = 1;
   neighbor->requests[irequest]->ghost = layers > 1 ? 1 : 0;
 #endif
+}
+
+/* ----------------------------------------------------------------------
+   warn_about_masses: a type whose mass is not its element's (a type mapped to the wrong element
+   in pair_coeff, or masses in another order) gets a warning; isotopes are a reason to ignore it
+------------------------------------------------------------------------- */
+
+void PairMLIP::warn_about_masses()
+{
+  if (comm->me != 0 || atom->mass == nullptr || atom->mass_setflag == nullptr) return;
+  const auto &meta = impl->model->info();
+  for (int t = 1; t <= atom->ntypes; t++) {
+    if (t >= static_cast<int>(type_species.size()) || type_species[t] < 0 || !atom->mass_setflag[t]) continue;
+    const std::string &element = meta.species[type_species[t]];
+    const double expected = mlip::atomic_mass(mlip::atomic_number(element));
+    if (std::abs(atom->mass[t] - expected) > 0.01 * expected)
+      error->warning(FLERR, fmt::format("pair_style mlip: atom type {} is mapped to {} (pair_coeff) but its mass is {} "
+                                        "(the element's is {:.4f}); fine for isotopes, else check pair_coeff and "
+                                        "the masses",
+                                        t, element, atom->mass[t], expected));
+  }
 }
 
 /* ----------------------------------------------------------------------
@@ -469,6 +492,7 @@ void PairMLIP::evaluate_graph()
   const mlip::ChunkGraph &g = s.graph;
   if (g.n_centers == 0) return;
 
+  check_distances();
   auto t0 = Clock::now();
   mlip::ModelOutput out;
   guarded(error, false, "model evaluation failed", [&] { out = mlip::evaluate_chunk(*s.model, s.graph); });
@@ -511,6 +535,26 @@ void PairMLIP::evaluate_graph()
     mlip_scatter::edge(sink, req, g.node_atom[g.edge_index[e]], g.node_atom[g.edge_index[g.n_edges + e]],
                        g.edge_vectors.data() + 3 * e, grad + 3 * e);
   if (timing) s.t_forces += seconds_since(t0);
+}
+
+/* ----------------------------------------------------------------------
+   check_distances: two atoms closer than min_distance (0.1 A) mean a broken simulation (atoms
+   flown into each other, a wrong data file): stop with both atom IDs rather than evaluate a
+   model far outside anything it was trained on
+------------------------------------------------------------------------- */
+
+void PairMLIP::check_distances()
+{
+  constexpr double min_distance = 0.1;
+  const mlip::ChunkGraph &g = impl->graph;
+  const double *v = g.edge_vectors.data();
+  for (int64_t e = 0; e < g.n_edges; e++) {
+    const double r2 = v[3 * e] * v[3 * e] + v[3 * e + 1] * v[3 * e + 1] + v[3 * e + 2] * v[3 * e + 2];
+    if (r2 >= min_distance * min_distance) continue;
+    const int i = g.node_atom[g.edge_index[e]], j = g.node_atom[g.edge_index[g.n_edges + e]];
+    error->one(FLERR, fmt::format("pair_style mlip: atoms {} and {} are {:.4g} A apart (less than {} A) at step {}",
+                                  atom->tag[i], atom->tag[j], std::sqrt(r2), min_distance, update->ntimestep));
+  }
 }
 
 /* ----------------------------------------------------------------------

@@ -51,6 +51,8 @@ class PairMLIP : public Pair {
   void allocate();
   void build_graph(const int *first, const int *last);
   void evaluate_graph();
+  void check_distances();
+  void warn_about_masses();
 
   // Shared with mlip/kk (pair_mlip_kokkos.h), which builds its graph from Kokkos views.
   mlip::Model &model();

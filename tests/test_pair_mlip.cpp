@@ -552,6 +552,56 @@ TEST(PairMLIP, BadInputGivesClearErrors) {
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H H", "newton off"), "requires 'newton on'"));
 }
 
+// Two atoms 0.05 A apart stop the run with both atom IDs (one rank: LAMMPS reports an error found
+// on one rank of several by aborting). A directory as the model path says it is one.
+TEST(PairMLIP, AtomsTooCloseStopTheRunNamingBoth) {
+  if (nprocs() > 1) GTEST_SKIP() << "error->one aborts a multi-rank library run";
+  const std::string model = model_path("se_e2_a");
+  Lammps lmp;
+  lmp.ok("units metal");
+  lmp.ok("atom_modify map array");
+  lmp.ok("region box block 0 9 0 9 0 9 units box");
+  lmp.ok("create_box 2 box");
+  lmp.ok("create_atoms 1 single 3 3 3 units box");
+  lmp.ok("create_atoms 2 single 3.05 3 3 units box");
+  lmp.ok("create_atoms 2 single 5 5 5 units box");
+  lmp.ok("mass 1 15.999");
+  lmp.ok("mass 2 1.008");
+  lmp.ok("pair_style mlip " + model);
+  lmp.ok("pair_coeff * * O H");
+  const std::string e = lmp.command("run 0");
+  EXPECT_NE(e.find("atoms 1 and 2 are 0.05 A apart (less than 0.1 A) at step 0"), std::string::npos) << e;
+  EXPECT_NE(error_of("pair_style mlip " + fs::temp_directory_path().string(), "* * O H H")
+                .find("is a directory, not a model file"),
+            std::string::npos);
+}
+
+// A type whose mass is not its element's gets a warning (types in the wrong order are the usual
+// cause); the element's own mass gets none.
+TEST(PairMLIP, MassNotMatchingTheElementWarns) {
+  const std::string model = model_path("se_e2_a");
+  const std::string log =
+      (fs::temp_directory_path() / "mlip_test_pair" / fmt::format("mass{}.log", nprocs())).string();
+  {
+    Lammps lmp(log);
+    lmp.ok("units metal");
+    lmp.ok("region box block 0 9 0 9 0 9 units box");
+    lmp.ok("create_box 2 box");
+    lmp.ok("create_atoms 1 single 3 3 3 units box");
+    lmp.ok("create_atoms 2 single 4 3 3 units box");
+    lmp.ok("mass 1 1.008");    // type 1 is O below
+    lmp.ok("mass 2 1.008");
+    lmp.ok("pair_style mlip " + model);
+    lmp.ok("pair_coeff * * O H");
+    lmp.ok("run 0");
+  }
+  if (rank() != 0) return;
+  const std::string text = read_text(log);
+  EXPECT_NE(text.find("atom type 1 is mapped to O (pair_coeff) but its mass is 1.008 (the element's is 15.9990)"),
+            std::string::npos) << text;
+  EXPECT_EQ(text.find("atom type 2 is mapped"), std::string::npos);
+}
+
 TEST(PairMLIP, RejectsUnitsOtherThanMetal) {
   const std::string model = model_file(torch::kFloat64);
   Lammps lmp;

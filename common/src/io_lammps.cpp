@@ -60,6 +60,12 @@ void write_lammps_data(const std::string& path, const Structure& s, const std::v
       std::snprintf(line, sizeof line, "%.17g %.17g %.17g xy xz yz\n", xy, xz, yz);
       out << line;
     }
+    out << "\nMasses\n\n";
+    for (std::size_t t = 0; t < type_elements.size(); ++t) {
+      std::snprintf(line, sizeof line, "%zu %.7g  # %s\n", t + 1, atomic_mass(atomic_number(type_elements[t])),
+                    type_elements[t].c_str());
+      out << line;
+    }
     out << "\nAtoms # atomic\n\n";
     for (std::size_t i = 0; i < s.size(); ++i) {
       const int t = type_of_z[s.numbers[i]];

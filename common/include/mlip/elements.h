@@ -16,4 +16,7 @@ int atomic_number(std::string_view symbol);
 /// Symbol of an atomic number (8 -> "O"); throws mlip::Error outside 1..118.
 const std::string& element_symbol(int atomic_number);
 
+/// Standard atomic weight of element `atomic_number` (g/mol = LAMMPS metal units' mass).
+double atomic_mass(int atomic_number);
+
 }  // namespace mlip
