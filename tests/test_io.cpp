@@ -658,6 +658,9 @@ TEST_F(Deepmd, NpyFormatErrors) {
   write_npy(base / "half.npy", "<f2", {2}, v.data(), 4);
   expect_contains(error_of([&] { read_npy((base / "half.npy").string()); }),
                   {"half.npy", "unsupported dtype"});
+  write_npy(base / "long.npy", "<f8", {2, 8}, v.data(), 144);  // header declares 16 values, 18 follow
+  expect_contains(error_of([&] { read_npy((base / "long.npy").string()); }),
+                  {"long.npy", "declares shape (2, 8)", "128 bytes", "holds 144 bytes"});
   write_npy(base / "short.npy", "<f8", {2, 9}, v.data(), 100);
   expect_contains(error_of([&] { read_npy((base / "short.npy").string()); }),
                   {"short.npy", "truncated", "(2, 9)", "144 bytes", "100"});
@@ -798,6 +801,10 @@ TEST_F(Fitsnap, Errors) {
         {"forces.json:frame 0", "Forces has 1 rows, expected 2"});
   check("elem.json", replace("[\"Ta\", \"Ta\"]", "[\"Ta\", \"Zz\"]"),
         {"elem.json:frame 0", "unknown element 'Zz'"});
+  // A misspelt label would drop it silently: an error naming the key and the one meant.
+  check("typo.json", replace("\"Forces\"", "\"Forcs\""),
+        {"typo.json:frame 0", "unknown key \"Forcs\" (did you mean \"Forces\"?)"});
+  check("case.json", replace("\"Energy\"", "\"energy\""), {"case.json:frame 0", "did you mean \"Energy\""});
   check("num.json", replace("[1.5, 1.5, 1.5]", "[1.5, \"x\", 1.5]"),
         {"num.json:frame 0", "Positions[1][1] is not a number"});
   check("row.json", replace("[1.5, 1.5, 1.5]", "[1.5, 1.5]"),

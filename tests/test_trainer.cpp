@@ -517,6 +517,18 @@ TEST(Training, MissingLabelsAreWarnedAndShownAsNA) {
   EXPECT_NE(out.find("F n/a meV/A"), std::string::npos) << out;
   EXPECT_TRUE(std::isnan(t.validate().forces_rmse()));
 
+  // A model species absent from the data, and a cutoff too short for any pair, warn.
+  ::testing::internal::CaptureStdout();
+  Trainer short_cutoff(read_config(cfg, {"data.train=[" + data + "]", "model.cutoff=0.5", "model.species=[H, C, O, N]",
+                                         "model.hyperparameters.rcut_smth=0.2",
+                                         "output.dir=" + (dir.path / "run-short").string()}),
+                       "", comm);
+  short_cutoff.run(false);  // trains (on energies of isolated atoms), but says so
+  const std::string warned = ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(warned.find("of 9 training frames have no pair of atoms within model.cutoff = 0.5 A"), std::string::npos)
+      << warned;
+  EXPECT_NE(warned.find("model species 'N' (model.species) occurs in no training frame"), std::string::npos) << warned;
+
   for (auto& f : frames) f.energy.reset();  // no label at all
   const std::string bare = (dir.path / "unlabelled.xyz").string();
   write_extxyz(bare, frames);

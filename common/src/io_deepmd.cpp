@@ -119,6 +119,11 @@ NpyArray read_npy(const std::string& path) {
                 " needs " + std::to_string(count * item) + " bytes, the file has " +
                 std::to_string(available));
   }
+  if (available > count * item) {
+    throw Error(path + ": .npy header declares shape " + array.shape_string() + " of " + array.dtype + " (" +
+                std::to_string(count * item) + " bytes) but the file holds " + std::to_string(available) +
+                " bytes of data");
+  }
   array.data.resize(count);
   const unsigned char* p = u + data_start;
   for (std::size_t k = 0; k < count; ++k, p += item) {

@@ -75,6 +75,38 @@ std::string stress_unit(const std::string& style) {
   return "";
 }
 
+// Edit distance (insertions, deletions, substitutions), case-insensitive.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) == std::tolower(static_cast<unsigned char>(b[j - 1]));
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// A key that is not one of `known` but within two edits of one ("Forcs", "energy") is a typo that
+// would silently drop a label: an error naming both. Other keys (FitSNAP extensions) are ignored.
+void reject_misspelt_keys(const json& object, std::initializer_list<const char*> known, const std::string& where) {
+  for (const auto& item : object.items()) {
+    const std::string& key = item.key();
+    bool exact = false;
+    const char* near = nullptr;
+    for (const char* k : known) {
+      if (key == k) exact = true;
+      else if (edit_distance(key, k) <= 2) near = k;
+    }
+    if (!exact && near) throw Error(where + ": unknown key \"" + key + "\" (did you mean \"" + near + "\"?)");
+  }
+}
+
 // The stress unit of the file. The *Style keys, when present, must name the units in `units`;
 // their factors are compared, so that aliases agree.
 std::string check_styles(const json& dataset, const Units& units, const std::string& path) {
@@ -157,6 +189,9 @@ std::vector<Structure> read_one_file(const std::string& path, const ReadOptions&
   if (!dataset.contains("Data") || !dataset["Data"].is_array() || dataset["Data"].empty()) {
     throw Error(path + ": \"Dataset\" has no non-empty \"Data\" array");
   }
+  reject_misspelt_keys(dataset, {"Data", "Label", "AtomTypeStyle", "PositionsStyle", "LatticeStyle", "EnergyStyle",
+                                 "ForcesStyle", "StressStyle"},
+                       path + ": \"Dataset\"");
   const std::string stress_unit = check_styles(dataset, options.units, path);
   const double length = options.units.length_factor();
   const double energy = options.units.energy_factor();
@@ -170,6 +205,7 @@ std::vector<Structure> read_one_file(const std::string& path, const ReadOptions&
     s.origin = path + ":frame " + std::to_string(k);
     const std::string& where = s.origin;
     if (!c.is_object()) throw Error(where + ": configuration is not an object");
+    reject_misspelt_keys(c, {"AtomTypes", "Positions", "Lattice", "NumAtoms", "Energy", "Forces", "Stress"}, where);
     for (const char* key : {"AtomTypes", "Positions", "Lattice"}) {
       if (!c.contains(key)) throw Error(where + ": missing required field \"" + key + "\"");
     }

@@ -105,6 +105,7 @@ void Trainer::setup_model_and_statistics() {
   data_ = load_data(config_, [this](const std::string& s) { log(s); });
   log(fmt::format("data: {} training and {} validation frames", data_.train.size(), data_.validation.size()));
   species_ = std::make_unique<SpeciesMap>(config_.species);
+  warn_about_data();
 
   ModelSpec spec;
   spec.architecture = config_.architecture;
@@ -165,6 +166,29 @@ void Trainer::setup_model_and_statistics() {
   sampler_ = std::make_unique<Sampler>(data_.train, config_.batch_frames, config_.batch_atoms, config_.seed);
   const int64_t steps_per_epoch = (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate;
   schedule_ = std::make_unique<Schedule>(config_, steps_per_epoch * config_.epochs);
+}
+
+// Data that cannot teach the model what the config asks: frames without a single pair within the
+// cutoff, and model species no training frame has.
+void Trainer::warn_about_data() const {
+  std::size_t isolated = 0;
+  std::vector<bool> present(config_.species.size(), false);
+  for (const Frame& f : data_.train) {
+    isolated += f.num_edges() == 0 ? 1 : 0;
+    for (int z : f.structure.numbers) present[static_cast<std::size_t>(species_->index(z, f.structure.origin))] = true;
+  }
+  if (isolated > 0) {
+    log(fmt::format("WARNING: {} of {} training frames have no pair of atoms within model.cutoff = {} A: the model "
+                    "learns nothing from their geometry",
+                    isolated, data_.train.size(), config_.cutoff));
+  }
+  for (std::size_t k = 0; k < present.size(); ++k) {
+    if (!present[k]) {
+      log(fmt::format("WARNING: model species '{}' (model.species) occurs in no training frame: its parameters "
+                      "stay as initialised",
+                      config_.species[k]));
+    }
+  }
 }
 
 void Trainer::swap_ema() {

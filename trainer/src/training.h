@@ -207,6 +207,7 @@ class Trainer {
  private:
   void setup_device();
   void setup_model_and_statistics();
+  void warn_about_data() const;
   /// The batch of frames `idx` of `frames` on the training device (from `resident` when the
   /// data stays on the device).
   BatchTensors batch(const std::vector<Frame>& frames, const std::vector<BatchTensors>& resident,
