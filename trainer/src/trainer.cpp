@@ -299,184 +299,8 @@ MetricSums Trainer::validate() {
   return sums;
 }
 
-// The model section of the config as the checkpoint records it: what a resumed run must match.
-static nlohmann::json model_settings(const Config& c) {
-  return {{"architecture", c.architecture}, {"species", c.species},     {"cutoff", c.cutoff},
-          {"dtype", c.dtype},               {"repulsion", c.repulsion}, {"repulsion_width", c.repulsion_width},
-          {"hyperparameters", c.hyperparameters}};
-}
-
-void Trainer::save_checkpoint(bool best) {
-  if (!comm_.is_root()) return;
-  namespace ck = checkpoint;
-  const fs::path root = checkpoint_dir();
-  const std::string name = fmt::format("epoch-{:06d}", state_.epoch);
-  const fs::path tmp = root / (name + ".tmp");
-  ck::fault_point("begin", state_.epoch);
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  // Everything is serialised in memory, then written by one checked, fsynced path.
-  auto bytes_of = [](const auto& save) {
-    std::ostringstream out(std::ios::binary);
-    save(out);
-    return out.str();
-  };
-  ck::write_file(tmp / "model.pt", bytes_of([&](std::ostream& o) { model_.module.save(o); }));
-  ck::fault_point("model.pt", -1);
-  ck::write_file(tmp / "optimizer.pt", bytes_of([&](std::ostream& o) {
-                   torch::serialize::OutputArchive archive;
-                   optimizer_->save(archive);
-                   archive.save_to(o);
-                 }));
-  ck::fault_point("optimizer.pt", -1);
-  if (!ema_.empty()) {
-    ck::write_file(tmp / "ema.pt", bytes_of([&](std::ostream& o) { torch::save(ema_, o); }));
-    ck::fault_point("ema.pt", -1);
-  }
-  const nlohmann::json st = {{"epoch", state_.epoch},
-                             {"step", state_.step},
-                             {"best_metric", state_.best_metric},
-                             {"best_epoch", state_.best_epoch},
-                             {"epochs_without_improvement", state_.epochs_without_improvement},
-                             {"elapsed_seconds", state_.elapsed_seconds},
-                             {"schedule", schedule_->state()},
-                             {"metadata", model_.metadata.to_json()},
-                             {"model_settings", model_settings(config_)},
-                             {"config", config_text_}};
-  ck::write_file(tmp / "state.json", st.dump(2));
-  ck::fault_point("state.json", -1);
-  ck::seal(tmp);
-  ck::fault_point("sealed", -1);
-  const fs::path final_dir = root / name;
-  fs::remove_all(final_dir);
-  fs::rename(tmp, final_dir);  // atomic: a checkpoint is complete or absent
-  ck::sync(root);
-  ck::fault_point("renamed", -1);
-  if (best) update_best(final_dir);
-  // Keep the last k epoch checkpoints (best/ is kept separately).
-  std::vector<fs::path> epochs = ck::epoch_folders(root);
-  for (std::size_t k = static_cast<std::size_t>(std::max<int64_t>(1, config_.keep_checkpoints)); k < epochs.size(); ++k) {
-    fs::remove_all(epochs[k]);
-  }
-  ck::fault_point("pruned", -1);
-}
-
-void Trainer::update_best(const fs::path& epoch_dir) {
-  namespace ck = checkpoint;
-  const fs::path root = checkpoint_dir();
-  const fs::path best_tmp = root / "best.tmp";
-  fs::remove_all(best_tmp);
-  fs::copy(epoch_dir, best_tmp, fs::copy_options::recursive);
-  const std::string damaged = ck::verify(best_tmp);
-  if (!damaged.empty()) throw Error(best_tmp.string() + ": the copy of " + epoch_dir.string() + " is damaged: " + damaged);
-  for (const auto& e : fs::directory_iterator(best_tmp)) ck::sync(e.path());
-  ck::sync(best_tmp);
-  ck::fault_point("best-copied", -1);
-  ck::replace_folder(best_tmp, root / "best");
-  ck::fault_point("best-replaced", -1);
-}
-
-void Trainer::load_checkpoint(const std::string& dir) {
-  const auto st = nlohmann::json::parse(std::ifstream(fs::path(dir) / "state.json"));
-  if (st.contains("model_settings")) {
-    // A resumed run must train the same model: list every key that differs.
-    const nlohmann::json diff = nlohmann::json::diff(st["model_settings"], model_settings(config_));
-    std::vector<std::string> differing;  // "model.hyperparameters.embedding", each once
-    for (const auto& d : diff) {
-      std::string key = "model" + d["path"].get<std::string>();
-      while (key.find_last_of('/') != std::string::npos &&
-             key.find_first_not_of("0123456789", key.find_last_of('/') + 1) == std::string::npos) {
-        key.erase(key.find_last_of('/'));  // list elements: the list's key
-      }
-      std::replace(key.begin(), key.end(), '/', '.');
-      if (std::find(differing.begin(), differing.end(), key) == differing.end()) differing.push_back(key);
-    }
-    std::string keys;
-    for (const auto& k : differing) keys += (keys.empty() ? "" : ", ") + k;
-    if (!keys.empty()) {
-      throw Error(config_.file + ": differs from the model of checkpoint " + dir + " in " + keys +
-                  "; resume with the checkpoint's model settings, or start a new output.dir");
-    }
-  } else {
-    log(dir + ": written by an older mlip-trainer, without the model settings to compare with this config");
-  }
-  torch::jit::Module loaded = torch::jit::load((fs::path(dir) / "model.pt").string(), device_);
-  {
-    torch::NoGradGuard no_grad;  // restoring weights
-    for (const auto& p : loaded.named_parameters()) model_.module.attr(p.name).toTensor().copy_(p.value);
-    for (const auto& b : loaded.named_buffers()) model_.module.attr(b.name).toTensor().copy_(b.value);
-  }
-  torch::serialize::InputArchive archive;
-  archive.load_from((fs::path(dir) / "optimizer.pt").string(), device_);
-  optimizer_->load(archive);
-  if (!ema_.empty()) {
-    std::vector<torch::Tensor> saved;
-    torch::load(saved, (fs::path(dir) / "ema.pt").string(), device_);
-    torch::NoGradGuard no_grad;
-    for (std::size_t i = 0; i < ema_.size(); ++i) ema_[i].copy_(saved.at(i));
-  }
-  state_.epoch = st["epoch"];
-  state_.step = st["step"];
-  state_.best_metric = st["best_metric"];
-  state_.best_epoch = st["best_epoch"];
-  state_.epochs_without_improvement = st["epochs_without_improvement"];
-  state_.elapsed_seconds = st["elapsed_seconds"];
-  schedule_->restore(st.contains("schedule") ? st["schedule"] : nlohmann::json());
-}
-
-std::string Trainer::newest_intact_checkpoint() {
-  std::string chosen;
-  for (const fs::path& dir : checkpoint::epoch_folders(checkpoint_dir())) {
-    if (!fs::exists(dir / "digests.json") && fs::exists(dir / "state.json")) {
-      log(dir.string() + ": written by an older mlip-trainer (no digests.json): used without verification");
-      chosen = dir.string();
-      break;
-    }
-    const std::string damaged = checkpoint::verify(dir);
-    if (damaged.empty()) {
-      chosen = dir.string();
-      break;
-    }
-    log(fmt::format("checkpoint {} is not intact ({}); trying the one before it", dir.string(), damaged));
-  }
-  return chosen;
-}
-
-// After a resume: best/ must hold the best epoch's checkpoint (a kill between writing an epoch's
-// checkpoint and copying it to best/ leaves the previous best there), and metrics.csv only the
-// epochs up to the one resumed from.
-void Trainer::repair_after_resume(const std::string& resumed_from) {
-  if (!comm_.is_root()) return;
-  const fs::path best = fs::path(checkpoint_dir()) / "best";
-  int64_t best_saved = -1;
-  if (checkpoint::verify(best).empty()) {
-    best_saved = nlohmann::json::parse(std::ifstream(best / "state.json")).at("epoch").get<int64_t>();
-  }
-  if (state_.best_epoch == state_.epoch && best_saved != state_.epoch) {
-    log(fmt::format("best/ holds epoch {}, the best is epoch {}: updating it", best_saved, state_.epoch));
-    update_best(resumed_from);
-  }
-  const fs::path csv = fs::path(config_.output_dir) / "metrics.csv";
-  if (!fs::exists(csv)) return;
-  std::ifstream in(csv);
-  std::string kept, line;
-  bool header = true, dropped = false;
-  while (std::getline(in, line)) {
-    if (!header && std::atoll(line.c_str()) > state_.epoch) {
-      dropped = true;
-      continue;
-    }
-    kept += line + "\n";
-    header = false;
-  }
-  if (!dropped) return;
-  checkpoint::write_file(csv.string() + ".tmp", kept);
-  fs::rename(csv.string() + ".tmp", csv);
-}
-
 void Trainer::run(bool resume, int64_t stop_after_epochs) {
   start_ = std::chrono::steady_clock::now();
-  const fs::path out = config_.output_dir;
   const bool any = !checkpoint::epoch_folders(checkpoint_dir()).empty();
   if (any && !resume) {
     throw Error(config_.output_dir + ": holds checkpoints of an earlier run; pass --resume to continue it, or "
@@ -495,21 +319,7 @@ void Trainer::run(bool resume, int64_t stop_after_epochs) {
     log(fmt::format("resumed from {} (epoch {}, step {})", latest, state_.epoch, state_.step));
     repair_after_resume(latest);
   }
-  if (comm_.is_root()) fs::create_directories(out);
-  const std::string csv_path = (out / "metrics.csv").string();
-  if (comm_.is_root() && !fs::exists(csv_path)) {
-    std::ofstream(csv_path) << "epoch,step,elapsed_s,lr,train_loss,val_loss,val_energy_rmse_eV_per_atom,"
-                               "val_force_rmse_eV_per_A,val_virial_rmse_eV_per_atom\n";
-  }
-  log(fmt::format("training {} ({} parameters, {} gradient bucket(s)) on {} rank(s), {} steps per epoch",
-                  config_.architecture,
-                  [&] {
-                    int64_t n = 0;
-                    for (const auto& p : params_) n += p.numel();
-                    return n;
-                  }(),
-                  reducer_->buckets(), comm_.size(), (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate));
-
+  start_outputs();
   const int64_t run_start_epoch = state_.epoch;
   while (state_.epoch < config_.epochs) {
     if (stop_after_epochs > 0 && state_.epoch - run_start_epoch >= stop_after_epochs) {
@@ -519,178 +329,96 @@ void Trainer::run(bool resume, int64_t stop_after_epochs) {
     }
     const MetricSums train = train_epoch();
     ++state_.epoch;
-    const MetricSums val = validate();
-    state_.elapsed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    start_ = std::chrono::steady_clock::now();
-    const double metric = val.frames > 0 ? val.loss / val.frames : train.loss / std::max(train.frames, 1.0);
-    if (schedule_->end_epoch(metric)) {
-      log(fmt::format("lr_schedule plateau: no improvement for {} epochs, learning rate now {:.3g}",
-                      config_.schedule.patience + 1, schedule_->lr(state_.step)));
-    }
-    const bool best = metric < state_.best_metric;
-    if (best) {
-      state_.best_metric = metric;
-      state_.best_epoch = state_.epoch;
-      state_.epochs_without_improvement = 0;
-    } else {
-      ++state_.epochs_without_improvement;
-    }
-    log(fmt::format("epoch {}/{} step {} | val E {} meV/atom  F {} meV/A  V {} meV/atom | loss {:.4g}{} | {}",
-                    state_.epoch, config_.epochs, state_.step, milli(val.energy_rmse(), 2), milli(val.forces_rmse(), 1),
-                    milli(val.virial_rmse(), 2), metric, best ? " *" : "", format_duration(state_.elapsed_seconds)));
-    const double tt = std::max(times_.wall, 1e-12);
-    log(fmt::format("  throughput {:.2f} frames/s | step time: model {:.1f}%, optimizer {:.1f}%, data {:.1f}%, "
-                    "communication {:.1f}%, other {:.1f}% (outside model and optimizer: {:.1f}%)",
-                    train.frames / tt, 100 * times_.model / tt, 100 * times_.optimizer / tt, 100 * times_.data / tt,
-                    100 * times_.communication / tt, 100 * times_.other() / tt,
-                    100 * (times_.data + times_.communication + times_.other()) / tt));
-    if (comm_.is_root()) {
-      std::ofstream(csv_path, std::ios::app)
-          << fmt::format("{},{},{:.1f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", state_.epoch, state_.step,
-                         state_.elapsed_seconds, schedule_->lr(state_.step), train.loss / std::max(train.frames, 1.0),
-                         metric, val.energy_rmse(), val.forces_rmse(), val.virial_rmse());
-    }
-    save_checkpoint(best);
-    comm_.barrier();
-    if (config_.early_stopping_patience > 0 && state_.epochs_without_improvement >= config_.early_stopping_patience) {
-      log(fmt::format("early stop: no improvement for {} epochs", state_.epochs_without_improvement));
-      break;
-    }
-    if (config_.max_minutes > 0 && state_.elapsed_seconds > 60.0 * config_.max_minutes) {
-      log(fmt::format("stopping: training.max_minutes = {} reached", config_.max_minutes));
-      break;
-    }
+    if (!end_epoch(train)) break;
   }
-  if (comm_.is_root()) {
-    // Export the best checkpoint (EMA weights when enabled) with its provenance.
-    const fs::path best = fs::path(checkpoint_dir()) / "best";
-    const std::string path = (out / "model.pt").string();
-    export_checkpoint(best.string(), path,
-                      {{"best_epoch", state_.best_epoch},
-                       {"steps", state_.step},
-                       {"train_frames", data_.train.size()},
-                       {"validation_frames", data_.validation.size()}});
-    log(fmt::format("exported {} (best epoch {})", path, state_.best_epoch));
-    // The held-out frames, so that `mlip-trainer test` can be run on exactly them.
-    if (!data_.validation.empty()) {
-      std::vector<Structure> frames;
-      frames.reserve(data_.validation.size());
-      for (const Frame& f : data_.validation) frames.push_back(f.structure);
-      const std::string vpath = (out / "validation.xyz").string();
-      write_extxyz(vpath + ".tmp", frames);
-      fs::rename(vpath + ".tmp", vpath);
-      log(fmt::format("wrote {} ({} validation frames; mlip-trainer test {} {})", vpath, frames.size(), path, vpath));
-    }
-  }
+  finish_outputs();
   comm_.barrier();
 }
 
-void export_checkpoint(const std::string& checkpoint_dir, const std::string& output, nlohmann::json provenance) {
-  const fs::path dir = checkpoint_dir;
-  if (!fs::exists(dir / "model.pt") || !fs::exists(dir / "state.json")) {
-    throw Error(checkpoint_dir + ": not a checkpoint folder (needs model.pt and state.json)");
+// The run folder and metrics.csv (kept across resumes), and the run's first log line.
+void Trainer::start_outputs() {
+  const fs::path out = config_.output_dir;
+  if (comm_.is_root()) fs::create_directories(out);
+  const std::string csv_path = (out / "metrics.csv").string();
+  if (comm_.is_root() && !fs::exists(csv_path)) {
+    std::ofstream(csv_path) << "epoch,step,elapsed_s,lr,train_loss,val_loss,val_energy_rmse_eV_per_atom,"
+                               "val_force_rmse_eV_per_A,val_virial_rmse_eV_per_atom\n";
   }
-  if (fs::exists(dir / "digests.json")) {
-    const std::string damaged = checkpoint::verify(dir);
-    if (!damaged.empty()) throw Error(checkpoint_dir + ": damaged checkpoint: " + damaged);
-  }
-  // On the CPU, whatever device trained it: model files are portable.
-  torch::jit::Module module = torch::jit::load((dir / "model.pt").string(), torch::kCPU);
-  if (fs::exists(dir / "ema.pt")) {
-    std::vector<torch::Tensor> ema;
-    torch::load(ema, (dir / "ema.pt").string(), torch::kCPU);
-    torch::NoGradGuard no_grad;  // installing the EMA weights
-    std::size_t i = 0;
-    for (const auto& p : module.named_parameters()) p.value.copy_(ema.at(i++));
-  }
-  const auto state = nlohmann::json::parse(std::ifstream(dir / "state.json"));
-  ModelMetadata meta = ModelMetadata::from_json(state.at("metadata"), (dir / "state.json").string());
-  provenance["trainer"] = "mlip-trainer";
-  provenance["checkpoint_epoch"] = state.at("epoch");
-  provenance["ema_weights"] = fs::exists(dir / "ema.pt");
-  provenance["config"] = state.at("config");
-  meta.provenance = provenance;
-  export_frozen(module, meta, output);
+  int64_t n_parameters = 0;
+  for (const auto& p : params_) n_parameters += p.numel();
+  log(fmt::format("training {} ({} parameters, {} gradient bucket(s)) on {} rank(s), {} steps per epoch",
+                  config_.architecture, n_parameters, reducer_->buckets(), comm_.size(),
+                  (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate));
 }
 
-MetricSums test_model(const std::string& model_path, const std::string& data_path, const std::string& format,
-                      const Units& units, const TestOutputs& outputs,
-                      const std::function<void(const std::string&)>& log) {
-  Model model = Model::load(model_path);
-  const auto& meta = model.metadata();
-  DatasetOptions opts;
-  opts.format = format;
-  opts.read.units = units;
-  opts.cutoff = meta.cutoff;
-  std::string note;
-  const std::vector<Frame> frames = load_frames(data_path, opts, &note);
-  log(note);
-  const SpeciesMap species(meta.species);
-  std::size_t labelled = 0;
-  for (const Frame& f : frames) labelled += (f.structure.energy || f.structure.has_forces()) ? 1 : 0;
-  if (labelled == 0) {
-    throw Error(data_path + ": none of its " + std::to_string(frames.size()) +
-                " frames has an energy or forces: nothing to test the model against");
+// After an epoch's training steps: validation, schedule, best, log lines, metrics.csv, the
+// checkpoint. Returns false when the run should stop (early stopping, max_minutes).
+bool Trainer::end_epoch(const MetricSums& train) {
+  const MetricSums val = validate();
+  state_.elapsed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  start_ = std::chrono::steady_clock::now();
+  const double metric = val.frames > 0 ? val.loss / val.frames : train.loss / std::max(train.frames, 1.0);
+  if (schedule_->end_epoch(metric)) {
+    log(fmt::format("lr_schedule plateau: no improvement for {} epochs, learning rate now {:.3g}",
+                    config_.schedule.patience + 1, schedule_->lr(state_.step)));
   }
-  if (labelled < frames.size()) {
-    log(fmt::format("WARNING: {}: {} of {} frames have neither energy nor forces; they are left out of the RMSEs",
-                    data_path, frames.size() - labelled, frames.size()));
+  const bool best = metric < state_.best_metric;
+  if (best) {
+    state_.best_metric = metric;
+    state_.best_epoch = state_.epoch;
+    state_.epochs_without_improvement = 0;
+  } else {
+    ++state_.epochs_without_improvement;
   }
-  // Written to PATH.tmp and renamed at the end: a failed run never empties earlier results.
-  auto open_csv = [](const std::string& path, const char* header) {
-    std::ofstream out;
-    if (path.empty()) return out;
-    out.open(path + ".tmp");
-    if (!out) throw Error(path + ".tmp: cannot open for writing");
-    out << header;
-    return out;
-  };
-  auto finish_csv = [](std::ofstream& out, const std::string& path) {
-    if (path.empty()) return;
-    out.close();
-    if (!out) throw Error(path + ".tmp: write failed");
-    fs::rename(path + ".tmp", path);
-  };
-  std::ofstream csv = open_csv(outputs.per_frame_csv, "frame,origin,atoms,energy_ref,energy_pred,force_rmse\n");
-  std::ofstream fcsv = open_csv(outputs.forces_csv, "frame,atom,element,fx_ref,fy_ref,fz_ref,fx_pred,fy_pred,fz_pred\n");
-  std::vector<double> sq_by_species(meta.species.size(), 0.0), n_by_species(meta.species.size(), 0.0);
-  MetricSums sums;
-  for (std::size_t k = 0; k < frames.size(); ++k) {
-    const Structure& st = frames[k].structure;
-    const BatchTensors t = to_tensors(make_batch({&frames[k]}, species), meta.torch_dtype());
-    const Prediction p = predict(model.module(), t, false);
-    MetricSums one;
-    loss_terms(p, t, {1, 1, 1}, "mse", 0.0, 1.0, &one);
-    sums.add(one);
-    if (csv) {
-      csv << fmt::format("{},{},{},{:.10g},{:.10g},{:.6g}\n", k, st.origin, st.size(),
-                         st.energy ? *st.energy : MetricSums::kNoLabel, p.energy[0].item<double>(), one.forces_rmse());
-    }
-    if (!st.has_forces()) continue;
-    const torch::Tensor pf = p.forces.detach().to(torch::kFloat64).contiguous();
-    const double* f = pf.data_ptr<double>();
-    for (std::size_t i = 0; i < st.size(); ++i) {
-      const auto s = static_cast<std::size_t>(species.index(st.numbers[i], st.origin));
-      for (int d = 0; d < 3; ++d) {
-        const double err = f[3 * i + d] - st.forces[i][d];
-        sq_by_species[s] += err * err;
-        n_by_species[s] += 1.0;
-      }
-      if (fcsv) {
-        fcsv << fmt::format("{},{},{},{:.8g},{:.8g},{:.8g},{:.8g},{:.8g},{:.8g}\n", k, i, meta.species[s],
-                            st.forces[i][0], st.forces[i][1], st.forces[i][2], f[3 * i], f[3 * i + 1], f[3 * i + 2]);
-      }
-    }
+  log(fmt::format("epoch {}/{} step {} | val E {} meV/atom  F {} meV/A  V {} meV/atom | loss {:.4g}{} | {}",
+                  state_.epoch, config_.epochs, state_.step, milli(val.energy_rmse(), 2), milli(val.forces_rmse(), 1),
+                  milli(val.virial_rmse(), 2), metric, best ? " *" : "", format_duration(state_.elapsed_seconds)));
+  const double tt = std::max(times_.wall, 1e-12);
+  log(fmt::format("  throughput {:.2f} frames/s | step time: model {:.1f}%, optimizer {:.1f}%, data {:.1f}%, "
+                  "communication {:.1f}%, other {:.1f}% (outside model and optimizer: {:.1f}%)",
+                  train.frames / tt, 100 * times_.model / tt, 100 * times_.optimizer / tt, 100 * times_.data / tt,
+                  100 * times_.communication / tt, 100 * times_.other() / tt,
+                  100 * (times_.data + times_.communication + times_.other()) / tt));
+  if (comm_.is_root()) {
+    std::ofstream(fs::path(config_.output_dir) / "metrics.csv", std::ios::app)
+        << fmt::format("{},{},{:.1f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", state_.epoch, state_.step,
+                       state_.elapsed_seconds, schedule_->lr(state_.step), train.loss / std::max(train.frames, 1.0),
+                       metric, val.energy_rmse(), val.forces_rmse(), val.virial_rmse());
   }
-  finish_csv(csv, outputs.per_frame_csv);
-  finish_csv(fcsv, outputs.forces_csv);
-  for (std::size_t s = 0; s < meta.species.size(); ++s) {
-    if (n_by_species[s] > 0) {
-      log(fmt::format("force RMSE {:<3} {:.2f} meV/A ({:.0f} atoms)", meta.species[s],
-                      1e3 * std::sqrt(sq_by_species[s] / n_by_species[s]), n_by_species[s] / 3));
-    }
+  save_checkpoint(best);
+  comm_.barrier();
+  if (config_.early_stopping_patience > 0 && state_.epochs_without_improvement >= config_.early_stopping_patience) {
+    log(fmt::format("early stop: no improvement for {} epochs", state_.epochs_without_improvement));
+    return false;
   }
-  return sums;
+  if (config_.max_minutes > 0 && state_.elapsed_seconds > 60.0 * config_.max_minutes) {
+    log(fmt::format("stopping: training.max_minutes = {} reached", config_.max_minutes));
+    return false;
+  }
+  return true;
+}
+
+// The exported model (best checkpoint, EMA weights when enabled, with provenance) and the
+// held-out frames, so that `mlip-trainer test` can be run on exactly them.
+void Trainer::finish_outputs() {
+  if (!comm_.is_root()) return;
+  const fs::path out = config_.output_dir;
+  const fs::path best = fs::path(checkpoint_dir()) / "best";
+  const std::string path = (out / "model.pt").string();
+  export_checkpoint(best.string(), path,
+                    {{"best_epoch", state_.best_epoch},
+                     {"steps", state_.step},
+                     {"train_frames", data_.train.size()},
+                     {"validation_frames", data_.validation.size()}});
+  log(fmt::format("exported {} (best epoch {})", path, state_.best_epoch));
+  if (data_.validation.empty()) return;
+  std::vector<Structure> frames;
+  frames.reserve(data_.validation.size());
+  for (const Frame& f : data_.validation) frames.push_back(f.structure);
+  const std::string vpath = (out / "validation.xyz").string();
+  write_extxyz(vpath + ".tmp", frames);
+  fs::rename(vpath + ".tmp", vpath);
+  log(fmt::format("wrote {} ({} validation frames; mlip-trainer test {} {})", vpath, frames.size(), path, vpath));
 }
 
 }  // namespace mlip::trainer

@@ -214,6 +214,9 @@ class Trainer {
                      const std::vector<int64_t>& idx) const;
   Communicator& gradient_comm() { return nccl_ ? *nccl_ : comm_; }
   MetricSums train_epoch();
+  void start_outputs();
+  bool end_epoch(const MetricSums& train);
+  void finish_outputs();
   void step_optimizer();
   void save_checkpoint(bool best);
   void update_best(const std::filesystem::path& epoch_dir);

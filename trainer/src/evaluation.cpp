@@ -1,0 +1,127 @@
+// Model files from checkpoints (export) and models on labelled data (test).
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/serialize.h>
+
+#include "checkpoint.h"
+#include "mlip/error.h"
+#include "mlip/io.h"
+#include "mlip/model_metadata.h"
+#include "training.h"
+
+namespace mlip::trainer {
+namespace fs = std::filesystem;
+
+void export_checkpoint(const std::string& checkpoint_dir, const std::string& output, nlohmann::json provenance) {
+  const fs::path dir = checkpoint_dir;
+  if (!fs::exists(dir / "model.pt") || !fs::exists(dir / "state.json")) {
+    throw Error(checkpoint_dir + ": not a checkpoint folder (needs model.pt and state.json)");
+  }
+  if (fs::exists(dir / "digests.json")) {
+    const std::string damaged = checkpoint::verify(dir);
+    if (!damaged.empty()) throw Error(checkpoint_dir + ": damaged checkpoint: " + damaged);
+  }
+  // On the CPU, whatever device trained it: model files are portable.
+  torch::jit::Module module = torch::jit::load((dir / "model.pt").string(), torch::kCPU);
+  if (fs::exists(dir / "ema.pt")) {
+    std::vector<torch::Tensor> ema;
+    torch::load(ema, (dir / "ema.pt").string(), torch::kCPU);
+    torch::NoGradGuard no_grad;  // installing the EMA weights
+    std::size_t i = 0;
+    for (const auto& p : module.named_parameters()) p.value.copy_(ema.at(i++));
+  }
+  const auto state = nlohmann::json::parse(std::ifstream(dir / "state.json"));
+  ModelMetadata meta = ModelMetadata::from_json(state.at("metadata"), (dir / "state.json").string());
+  provenance["trainer"] = "mlip-trainer";
+  provenance["checkpoint_epoch"] = state.at("epoch");
+  provenance["ema_weights"] = fs::exists(dir / "ema.pt");
+  provenance["config"] = state.at("config");
+  meta.provenance = provenance;
+  export_frozen(module, meta, output);
+}
+
+MetricSums test_model(const std::string& model_path, const std::string& data_path, const std::string& format,
+                      const Units& units, const TestOutputs& outputs,
+                      const std::function<void(const std::string&)>& log) {
+  Model model = Model::load(model_path);
+  const auto& meta = model.metadata();
+  DatasetOptions opts;
+  opts.format = format;
+  opts.read.units = units;
+  opts.cutoff = meta.cutoff;
+  std::string note;
+  const std::vector<Frame> frames = load_frames(data_path, opts, &note);
+  log(note);
+  const SpeciesMap species(meta.species);
+  std::size_t labelled = 0;
+  for (const Frame& f : frames) labelled += (f.structure.energy || f.structure.has_forces()) ? 1 : 0;
+  if (labelled == 0) {
+    throw Error(data_path + ": none of its " + std::to_string(frames.size()) +
+                " frames has an energy or forces: nothing to test the model against");
+  }
+  if (labelled < frames.size()) {
+    log(fmt::format("WARNING: {}: {} of {} frames have neither energy nor forces; they are left out of the RMSEs",
+                    data_path, frames.size() - labelled, frames.size()));
+  }
+  // Written to PATH.tmp and renamed at the end: a failed run never empties earlier results.
+  auto open_csv = [](const std::string& path, const char* header) {
+    std::ofstream out;
+    if (path.empty()) return out;
+    out.open(path + ".tmp");
+    if (!out) throw Error(path + ".tmp: cannot open for writing");
+    out << header;
+    return out;
+  };
+  auto finish_csv = [](std::ofstream& out, const std::string& path) {
+    if (path.empty()) return;
+    out.close();
+    if (!out) throw Error(path + ".tmp: write failed");
+    fs::rename(path + ".tmp", path);
+  };
+  std::ofstream csv = open_csv(outputs.per_frame_csv, "frame,origin,atoms,energy_ref,energy_pred,force_rmse\n");
+  std::ofstream fcsv = open_csv(outputs.forces_csv, "frame,atom,element,fx_ref,fy_ref,fz_ref,fx_pred,fy_pred,fz_pred\n");
+  std::vector<double> sq_by_species(meta.species.size(), 0.0), n_by_species(meta.species.size(), 0.0);
+  MetricSums sums;
+  for (std::size_t k = 0; k < frames.size(); ++k) {
+    const Structure& st = frames[k].structure;
+    const BatchTensors t = to_tensors(make_batch({&frames[k]}, species), meta.torch_dtype());
+    const Prediction p = predict(model.module(), t, false);
+    MetricSums one;
+    loss_terms(p, t, {1, 1, 1}, "mse", 0.0, 1.0, &one);
+    sums.add(one);
+    if (csv) {
+      csv << fmt::format("{},{},{},{:.10g},{:.10g},{:.6g}\n", k, st.origin, st.size(),
+                         st.energy ? *st.energy : MetricSums::kNoLabel, p.energy[0].item<double>(), one.forces_rmse());
+    }
+    if (!st.has_forces()) continue;
+    const torch::Tensor pf = p.forces.detach().to(torch::kFloat64).contiguous();
+    const double* f = pf.data_ptr<double>();
+    for (std::size_t i = 0; i < st.size(); ++i) {
+      const auto s = static_cast<std::size_t>(species.index(st.numbers[i], st.origin));
+      for (int d = 0; d < 3; ++d) {
+        const double err = f[3 * i + d] - st.forces[i][d];
+        sq_by_species[s] += err * err;
+        n_by_species[s] += 1.0;
+      }
+      if (fcsv) {
+        fcsv << fmt::format("{},{},{},{:.8g},{:.8g},{:.8g},{:.8g},{:.8g},{:.8g}\n", k, i, meta.species[s],
+                            st.forces[i][0], st.forces[i][1], st.forces[i][2], f[3 * i], f[3 * i + 1], f[3 * i + 2]);
+      }
+    }
+  }
+  finish_csv(csv, outputs.per_frame_csv);
+  finish_csv(fcsv, outputs.forces_csv);
+  for (std::size_t s = 0; s < meta.species.size(); ++s) {
+    if (n_by_species[s] > 0) {
+      log(fmt::format("force RMSE {:<3} {:.2f} meV/A ({:.0f} atoms)", meta.species[s],
+                      1e3 * std::sqrt(sq_by_species[s] / n_by_species[s]), n_by_species[s] / 3));
+    }
+  }
+  return sums;
+}
+
+}  // namespace mlip::trainer

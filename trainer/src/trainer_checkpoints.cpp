@@ -1,0 +1,193 @@
+// The trainer's side of the checkpoint protocol (trainer/src/checkpoint.h has the file
+// operations): what a checkpoint holds, how best/ follows it, and what --resume checks and repairs.
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/serialize.h>
+
+#include "checkpoint.h"
+#include "mlip/error.h"
+#include "training.h"
+
+namespace mlip::trainer {
+namespace fs = std::filesystem;
+
+// The model section of the config as the checkpoint records it: what a resumed run must match.
+static nlohmann::json model_settings(const Config& c) {
+  return {{"architecture", c.architecture}, {"species", c.species},     {"cutoff", c.cutoff},
+          {"dtype", c.dtype},               {"repulsion", c.repulsion}, {"repulsion_width", c.repulsion_width},
+          {"hyperparameters", c.hyperparameters}};
+}
+
+void Trainer::save_checkpoint(bool best) {
+  if (!comm_.is_root()) return;
+  namespace ck = checkpoint;
+  const fs::path root = checkpoint_dir();
+  const std::string name = fmt::format("epoch-{:06d}", state_.epoch);
+  const fs::path tmp = root / (name + ".tmp");
+  ck::fault_point("begin", state_.epoch);
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  // Everything is serialised in memory, then written by one checked, fsynced path.
+  auto bytes_of = [](const auto& save) {
+    std::ostringstream out(std::ios::binary);
+    save(out);
+    return out.str();
+  };
+  ck::write_file(tmp / "model.pt", bytes_of([&](std::ostream& o) { model_.module.save(o); }));
+  ck::fault_point("model.pt", -1);
+  ck::write_file(tmp / "optimizer.pt", bytes_of([&](std::ostream& o) {
+                   torch::serialize::OutputArchive archive;
+                   optimizer_->save(archive);
+                   archive.save_to(o);
+                 }));
+  ck::fault_point("optimizer.pt", -1);
+  if (!ema_.empty()) {
+    ck::write_file(tmp / "ema.pt", bytes_of([&](std::ostream& o) { torch::save(ema_, o); }));
+    ck::fault_point("ema.pt", -1);
+  }
+  const nlohmann::json st = {{"epoch", state_.epoch},
+                             {"step", state_.step},
+                             {"best_metric", state_.best_metric},
+                             {"best_epoch", state_.best_epoch},
+                             {"epochs_without_improvement", state_.epochs_without_improvement},
+                             {"elapsed_seconds", state_.elapsed_seconds},
+                             {"schedule", schedule_->state()},
+                             {"metadata", model_.metadata.to_json()},
+                             {"model_settings", model_settings(config_)},
+                             {"config", config_text_}};
+  ck::write_file(tmp / "state.json", st.dump(2));
+  ck::fault_point("state.json", -1);
+  ck::seal(tmp);
+  ck::fault_point("sealed", -1);
+  const fs::path final_dir = root / name;
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);  // atomic: a checkpoint is complete or absent
+  ck::sync(root);
+  ck::fault_point("renamed", -1);
+  if (best) update_best(final_dir);
+  // Keep the last k epoch checkpoints (best/ is kept separately).
+  std::vector<fs::path> epochs = ck::epoch_folders(root);
+  for (std::size_t k = static_cast<std::size_t>(std::max<int64_t>(1, config_.keep_checkpoints)); k < epochs.size(); ++k) {
+    fs::remove_all(epochs[k]);
+  }
+  ck::fault_point("pruned", -1);
+}
+
+void Trainer::update_best(const fs::path& epoch_dir) {
+  namespace ck = checkpoint;
+  const fs::path root = checkpoint_dir();
+  const fs::path best_tmp = root / "best.tmp";
+  fs::remove_all(best_tmp);
+  fs::copy(epoch_dir, best_tmp, fs::copy_options::recursive);
+  const std::string damaged = ck::verify(best_tmp);
+  if (!damaged.empty()) throw Error(best_tmp.string() + ": the copy of " + epoch_dir.string() + " is damaged: " + damaged);
+  for (const auto& e : fs::directory_iterator(best_tmp)) ck::sync(e.path());
+  ck::sync(best_tmp);
+  ck::fault_point("best-copied", -1);
+  ck::replace_folder(best_tmp, root / "best");
+  ck::fault_point("best-replaced", -1);
+}
+
+void Trainer::load_checkpoint(const std::string& dir) {
+  const auto st = nlohmann::json::parse(std::ifstream(fs::path(dir) / "state.json"));
+  if (st.contains("model_settings")) {
+    // A resumed run must train the same model: list every key that differs.
+    const nlohmann::json diff = nlohmann::json::diff(st["model_settings"], model_settings(config_));
+    std::vector<std::string> differing;  // "model.hyperparameters.embedding", each once
+    for (const auto& d : diff) {
+      std::string key = "model" + d["path"].get<std::string>();
+      while (key.find_last_of('/') != std::string::npos &&
+             key.find_first_not_of("0123456789", key.find_last_of('/') + 1) == std::string::npos) {
+        key.erase(key.find_last_of('/'));  // list elements: the list's key
+      }
+      std::replace(key.begin(), key.end(), '/', '.');
+      if (std::find(differing.begin(), differing.end(), key) == differing.end()) differing.push_back(key);
+    }
+    std::string keys;
+    for (const auto& k : differing) keys += (keys.empty() ? "" : ", ") + k;
+    if (!keys.empty()) {
+      throw Error(config_.file + ": differs from the model of checkpoint " + dir + " in " + keys +
+                  "; resume with the checkpoint's model settings, or start a new output.dir");
+    }
+  } else {
+    log(dir + ": written by an older mlip-trainer, without the model settings to compare with this config");
+  }
+  torch::jit::Module loaded = torch::jit::load((fs::path(dir) / "model.pt").string(), device_);
+  {
+    torch::NoGradGuard no_grad;  // restoring weights
+    for (const auto& p : loaded.named_parameters()) model_.module.attr(p.name).toTensor().copy_(p.value);
+    for (const auto& b : loaded.named_buffers()) model_.module.attr(b.name).toTensor().copy_(b.value);
+  }
+  torch::serialize::InputArchive archive;
+  archive.load_from((fs::path(dir) / "optimizer.pt").string(), device_);
+  optimizer_->load(archive);
+  if (!ema_.empty()) {
+    std::vector<torch::Tensor> saved;
+    torch::load(saved, (fs::path(dir) / "ema.pt").string(), device_);
+    torch::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < ema_.size(); ++i) ema_[i].copy_(saved.at(i));
+  }
+  state_.epoch = st["epoch"];
+  state_.step = st["step"];
+  state_.best_metric = st["best_metric"];
+  state_.best_epoch = st["best_epoch"];
+  state_.epochs_without_improvement = st["epochs_without_improvement"];
+  state_.elapsed_seconds = st["elapsed_seconds"];
+  schedule_->restore(st.contains("schedule") ? st["schedule"] : nlohmann::json());
+}
+
+std::string Trainer::newest_intact_checkpoint() {
+  std::string chosen;
+  for (const fs::path& dir : checkpoint::epoch_folders(checkpoint_dir())) {
+    if (!fs::exists(dir / "digests.json") && fs::exists(dir / "state.json")) {
+      log(dir.string() + ": written by an older mlip-trainer (no digests.json): used without verification");
+      chosen = dir.string();
+      break;
+    }
+    const std::string damaged = checkpoint::verify(dir);
+    if (damaged.empty()) {
+      chosen = dir.string();
+      break;
+    }
+    log(fmt::format("checkpoint {} is not intact ({}); trying the one before it", dir.string(), damaged));
+  }
+  return chosen;
+}
+
+// After a resume: best/ must hold the best epoch's checkpoint (a kill between writing an epoch's
+// checkpoint and copying it to best/ leaves the previous best there), and metrics.csv only the
+// epochs up to the one resumed from.
+void Trainer::repair_after_resume(const std::string& resumed_from) {
+  if (!comm_.is_root()) return;
+  const fs::path best = fs::path(checkpoint_dir()) / "best";
+  int64_t best_saved = -1;
+  if (checkpoint::verify(best).empty()) {
+    best_saved = nlohmann::json::parse(std::ifstream(best / "state.json")).at("epoch").get<int64_t>();
+  }
+  if (state_.best_epoch == state_.epoch && best_saved != state_.epoch) {
+    log(fmt::format("best/ holds epoch {}, the best is epoch {}: updating it", best_saved, state_.epoch));
+    update_best(resumed_from);
+  }
+  const fs::path csv = fs::path(config_.output_dir) / "metrics.csv";
+  if (!fs::exists(csv)) return;
+  std::ifstream in(csv);
+  std::string kept, line;
+  bool header = true, dropped = false;
+  while (std::getline(in, line)) {
+    if (!header && std::atoll(line.c_str()) > state_.epoch) {
+      dropped = true;
+      continue;
+    }
+    kept += line + "\n";
+    header = false;
+  }
+  if (!dropped) return;
+  checkpoint::write_file(csv.string() + ".tmp", kept);
+  fs::rename(csv.string() + ".tmp", csv);
+}
+
+}  // namespace mlip::trainer
