@@ -68,7 +68,7 @@ mkdir -p "$build/crashes"
 for t in "${targets[@]}"; do
   say "$t: $seconds s"
   log="$build/$t.log"
-  if "$build/tests/fuzz/$t" "$build/corpus/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
+  if "$build/bin/$t" "$build/corpus/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
       -print_final_stats=1 -artifact_prefix="$build/crashes/$t-" >"$log" 2>&1; then
     say "$t: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$') inputs, no finding; corpus $(ls "$build/corpus/$t" | wc -l) files"
   else

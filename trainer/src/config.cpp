@@ -1,11 +1,13 @@
 #include "config.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
+#include "mlip/elements.h"
 #include "mlip/error.h"
 
 namespace mlip::trainer {
@@ -76,16 +78,22 @@ class Section {
   std::set<std::string> known_;
 };
 
-nlohmann::json to_json(const YAML::Node& n) {
+nlohmann::json to_json(const YAML::Node& n, const std::string& file) {
   switch (n.Type()) {
     case YAML::NodeType::Map: {
       nlohmann::json j = nlohmann::json::object();
-      for (const auto& kv : n) j[kv.first.as<std::string>()] = to_json(kv.second);
+      for (const auto& kv : n) {
+        if (!kv.first.IsScalar()) {
+          throw Error(file + ":" + std::to_string(kv.first.Mark().line + 1) + ":" +
+                      std::to_string(kv.first.Mark().column + 1) + ": a key must be a name, not a list or mapping");
+        }
+        j[kv.first.Scalar()] = to_json(kv.second, file);
+      }
       return j;
     }
     case YAML::NodeType::Sequence: {
       nlohmann::json j = nlohmann::json::array();
-      for (const auto& v : n) j.push_back(to_json(v));
+      for (const auto& v : n) j.push_back(to_json(v, file));
       return j;
     }
     case YAML::NodeType::Scalar: {
@@ -132,6 +140,16 @@ std::vector<DataSource> read_sources(Section& parent, const std::string& key, co
       src.units.energy = units.get<std::string>("energy", "eV");
       src.units.stress = units.get<std::string>("stress", "");
       units.finish();
+      // Unknown unit names: an error here, naming the file, line and key, not when reading data.
+      for (const char* which : {"length", "energy", "stress"}) {
+        try {
+          if (std::string(which) == "length") src.units.length_factor();
+          if (std::string(which) == "energy") src.units.energy_factor();
+          if (std::string(which) == "stress" && !src.units.stress.empty()) src.units.stress_factor();
+        } catch (const Error& e) {
+          units.fail(units.node()[which], units.qualified(which) + ": " + e.what());
+        }
+      }
       item.finish();
       if (!(src.weight > 0)) item.fail(list[k], "weight of " + src.path + " must be positive");
     }
@@ -212,14 +230,30 @@ YAML::Node load(const std::string& path, const std::vector<std::string>& overrid
 
 }  // namespace
 
+// Whether `at` is `node` or lies inside it.
+bool within(const YAML::Node& node, const YAML::Node& at) {
+  if (!node.IsDefined()) return false;
+  if (node.is(at)) return true;
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      if (within(kv.first, at) || within(kv.second, at)) return true;
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) {
+      if (within(item, at)) return true;
+    }
+  }
+  return false;
+}
+
 void Section::fail(const YAML::Node& at, const std::string& what) const {
   for (const auto& [node, assignment] : override_nodes()) {
-    if (at.IsDefined() && node.IsDefined() && at.is(node)) throw Error("--set '" + assignment + "': " + what);
+    if (at.IsDefined() && within(node, at)) throw Error("--set '" + assignment + "': " + what);
   }
   fail_in_file(at, what);
 }
 
-Config read_config(const std::string& path, const std::vector<std::string>& overrides) {
+static Config read_config_checked(const std::string& path, const std::vector<std::string>& overrides) {
   override_nodes().clear();
   const YAML::Node root = load(path, overrides);
   Config c;
@@ -230,6 +264,13 @@ Config read_config(const std::string& path, const std::vector<std::string>& over
   if (!model.node() || model.node().IsNull()) top.fail(root, "missing required section 'model'");
   c.architecture = model.required<std::string>("architecture");
   c.species = model.required<std::vector<std::string>>("species");
+  if (c.species.empty()) model.fail(model.node()["species"], "model.species must list at least one element");
+  for (const std::string& el : c.species) {
+    if (atomic_number(el) == 0) model.fail(model.node()["species"], "model.species: '" + el + "' is not an element");
+    if (std::count(c.species.begin(), c.species.end(), el) > 1) {
+      model.fail(model.node()["species"], "model.species: '" + el + "' is listed twice");
+    }
+  }
   c.cutoff = model.required<double>("cutoff");
   c.dtype = model.get<std::string>("dtype", c.dtype);
   c.model_seed = model.get<uint64_t>("seed", c.model_seed);
@@ -238,7 +279,7 @@ Config read_config(const std::string& path, const std::vector<std::string>& over
   const YAML::Node hp = model.raw("hyperparameters");
   if (hp && !hp.IsNull()) {
     if (!hp.IsMap()) model.fail(hp, "key 'model.hyperparameters' must be a mapping");
-    c.hyperparameters = to_json(hp);
+    c.hyperparameters = to_json(hp, path);
   }
   model.finish();
   if (c.dtype != "float32" && c.dtype != "float64") model.fail(model.node()["dtype"], "model.dtype must be float32 or float64");
@@ -341,9 +382,21 @@ Config read_config(const std::string& path, const std::vector<std::string>& over
   c.output_dir = output.get<std::string>("dir", c.output_dir);
   c.keep_checkpoints = output.get<int64_t>("keep_checkpoints", c.keep_checkpoints);
   c.log_every = output.get<int64_t>("log_every", c.log_every);
+  if (c.keep_checkpoints < 1) output.fail(output.node()["keep_checkpoints"], "output.keep_checkpoints must be >= 1");
+  if (c.log_every < 0) output.fail(output.node()["log_every"], "output.log_every must be >= 0");
   output.finish();
   top.finish();
   return c;
+}
+
+Config read_config(const std::string& path, const std::vector<std::string>& overrides) {
+  // yaml-cpp's own exceptions (a conversion no check above foresaw) still name the file and place.
+  try {
+    return read_config_checked(path, overrides);
+  } catch (const YAML::Exception& e) {
+    throw Error(path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) + ": " +
+                e.msg);
+  }
 }
 
 std::string config_text(const std::string& path, const std::vector<std::string>& overrides) {

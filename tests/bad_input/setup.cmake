@@ -1,0 +1,30 @@
+# cmake -DSRC=<tests/bad_input> -DWORK=<dir> -DTRAINER=<mlip-trainer> -P setup.cmake
+# The bad-input cases' working folder: files/ plus a 1-epoch model and its checkpoints (run/), a
+# model with one byte changed (altered.pt), a file that is no model (garbage.pt) and a checkpoint
+# with a cut file (damaged/).
+file(REMOVE_RECURSE ${WORK})
+file(COPY ${SRC}/files/ DESTINATION ${WORK})
+execute_process(COMMAND ${TRAINER} train ok.yaml --threads 1 --set output.dir=run WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT EXISTS ${WORK}/run/model.pt)
+  message(FATAL_ERROR "training the bad-input cases' model failed (${rc}): ${out} ${err}")
+endif()
+file(WRITE ${WORK}/garbage.pt "this is not a model\n")
+file(COPY ${WORK}/run/checkpoints/epoch-000001/ DESTINATION ${WORK}/damaged)
+file(READ ${WORK}/damaged/optimizer.pt head LIMIT 64 HEX)
+file(REMOVE ${WORK}/damaged/optimizer.pt)
+file(WRITE ${WORK}/damaged/optimizer.pt "${head}")   # 128 bytes of text: size and CRC differ
+# One byte of a weight record flipped (the middle of the largest record).
+execute_process(COMMAND python3 -c "
+import sys, zipfile
+path, out = sys.argv[1], sys.argv[2]
+data = bytearray(open(path, 'rb').read())
+info = max(zipfile.ZipFile(path).infolist(), key=lambda i: i.file_size)
+start = info.header_offset + 30 + int.from_bytes(data[info.header_offset + 26:info.header_offset + 28], 'little') \
+        + int.from_bytes(data[info.header_offset + 28:info.header_offset + 30], 'little')
+data[start + info.file_size // 2] ^= 0x40
+open(out, 'wb').write(data)
+" ${WORK}/run/model.pt ${WORK}/altered.pt RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "could not write altered.pt")
+endif()
