@@ -245,8 +245,10 @@ void PairMLIP::settings(int narg, char **arg)
   layers = meta.message_passing_layers;
   const bool chunk_given = chunk_size > 0;
   const bool on_gpu = !impl->model->device().is_cpu();
+  // mlip/kk sizes its device views by the chunk: it keeps the CPU defaults.
+  const bool one_call = on_gpu && !kokkosable;
   if (!chunk_given)
-    chunk_size = on_gpu ? default_chunk_gpu : layers > 1 ? default_chunk_message_passing : default_chunk_local;
+    chunk_size = one_call ? default_chunk_gpu : layers > 1 ? default_chunk_message_passing : default_chunk_local;
   // Neighbours of ghosts are needed when messages travel more than one hop. Set here, not in
   // init_style: pair_style hybrid reads the flag right after its sub-styles' settings().
   ghostneigh = layers > 1 ? 1 : 0;
@@ -256,14 +258,14 @@ void PairMLIP::settings(int narg, char **arg)
                    meta.message_passing_layers, meta.dtype,
                    meta.digest_checked ? "file digest checked" : "no file digest (written by an older mlip)");
     utils::logmesg(lmp, "pair_style mlip: model on {}{}\n", device_note,
-                   on_gpu && !chunk_given ? ", all local atoms in one call (set a limit with 'chunk N')" : "");
+                   one_call && !chunk_given ? ", all local atoms in one call (set a limit with 'chunk N')" : "");
     if (malloc_tuned)
       utils::logmesg(lmp, "pair_style mlip: malloc keeps freed memory (mmap threshold 1 GiB, no trimming) "
                           "so that model buffers are reused between steps\n");
     if (impl->model->device().is_cpu())
       utils::logmesg(lmp, "pair_style mlip: LibTorch CPU kernels {} (ATEN_CPU_CAPABILITY), {} thread(s) per rank\n",
                      mlip::cpu_capability(), at::get_num_threads());
-    if (layers > 1 && !on_gpu)
+    if (layers > 1 && !one_call)
       utils::logmesg(lmp, "pair_style mlip: message-passing model: at most {} local atoms per model call{}, in "
                           "spatially compact chunks, each with its halo of {} x {} A\n",
                      chunk_size, chunk_given ? "" : " (default; set with 'chunk N')", layers - 1, cutoff);

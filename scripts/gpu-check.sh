@@ -100,10 +100,10 @@ do_build() {
     -DCMAKE_PREFIX_PATH="$deps/zlib;$deps/yaml-cpp;$deps/gtest;$deps/headers/usr;$ompi" \
     -DMPI_C_COMPILER="$ompi/bin/mpicc" -DMPI_CXX_COMPILER="$ompi/bin/mpicxx" \
     -DMPIEXEC_EXECUTABLE="$ompi/bin/mpirun" -DMLIP_GTEST_SOURCE_DIR= -DMLIP_LAMMPS_JOBS="$jobs" \
-    -DMLIP_NCCL=ON >"$build/configure.log" 2>&1 || { tail -30 "$build/configure.log"; die "configure failed"; }
+    -DMLIP_NCCL=ON >"$build/configure.log" 2>&1 || { tail -30 "$build/configure.log" || true; die "configure failed"; }
   grep -E "mlip: LibTorch|NCCL backend|LAMMPS source" "$build/configure.log" >&2 || true
   say "building with $jobs jobs"
-  cmake --build "$build" -j "$jobs" >"$build/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$build/build.log"; die "build failed"; }
+  cmake --build "$build" -j "$jobs" >"$build/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$build/build.log" || tail -20 "$build/build.log" || true; die "build failed"; }
   say "built in $(( $(seconds) - t0 )) s"
 }
 
@@ -177,6 +177,9 @@ do_run() {
 case $step in
   build) do_build ;;
   run) do_run ;;
-  all) do_build && do_run ;;
+  all)
+    do_build
+    do_run
+    ;;
   *) die "usage: scripts/gpu-check.sh [build|run|all]" ;;
 esac

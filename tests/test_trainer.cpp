@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "checkpoint.h"
 #include "communicator.h"
 #include "config.h"
@@ -84,6 +86,7 @@ TEST(Config, ErrorsNameFileLineAndKey) {
   EXPECT_TRUE(has(error_of(colon), ": YAML syntax error"));
   EXPECT_TRUE(has(error_of(typo, {"training.epochs=many"}),
                   "--set 'training.epochs=many': key 'training.epochs' has the wrong type"));
+  EXPECT_TRUE(has(error_of(typo, {"training.epochs=5", "training.epochs=many"}), "--set 'training.epochs=many'"));
   EXPECT_TRUE(has(error_of(typo, {"training.optimizer.type=sgd"}),
                   "--set 'training.optimizer.type=sgd': training.optimizer.type must be adam or adamw"));
 }
@@ -468,6 +471,23 @@ TEST(Checkpoint, DamagedCheckpointsAreFoundAndResumeUsesTheNewestIntactOne) {
   resumed.run(true);
   EXPECT_EQ(resumed.state().epoch, 3);
   EXPECT_EQ(checkpoint::verify(fs::path(out2) / "checkpoints" / "epoch-000003"), "");
+  // best/ holds the best epoch of the run as resumed, not one of the abandoned checkpoint.
+  const auto best_state = nlohmann::json::parse(std::ifstream(fs::path(out2) / "checkpoints" / "best" / "state.json"));
+  EXPECT_EQ(best_state.at("epoch").get<int64_t>(), resumed.state().best_epoch);
+}
+
+// Checkpoints of an older mlip-trainer have no digests.json: they resume, and best/ is sealed.
+TEST(Checkpoint, CheckpointsWithoutDigestsResume) {
+  TempDir dir("mlip_test_old_checkpoints");
+  SerialCommunicator comm;
+  const std::string out = (dir.path / "run").string();
+  Trainer first(read_config(tiny_config(dir, out, 3)), "", comm);
+  first.run(false, 2);
+  for (const auto& e : fs::directory_iterator(fs::path(out) / "checkpoints")) fs::remove(e.path() / "digests.json");
+  Trainer resumed(read_config(tiny_config(dir, out, 3)), "", comm);
+  resumed.run(true);
+  EXPECT_EQ(resumed.state().epoch, 3);
+  EXPECT_EQ(checkpoint::verify(fs::path(out) / "checkpoints" / "best"), "");
 }
 
 TEST(Checkpoint, ResumeRefusesADifferentModelAndListsTheKeys) {

@@ -107,7 +107,10 @@ std::string verify(const fs::path& dir) {
     if (!fs::is_regular_file(dir / name)) return name + " is missing";
     const std::string bytes = read_all(dir / name, &ok);
     if (!ok) return name + " cannot be read";
-    if (!d.contains("bytes") || !d.contains("crc32")) return std::string(kDigests) + " entry for " + name + " is damaged";
+    if (!d.is_object() || !d.contains("bytes") || !d.contains("crc32") || !d["bytes"].is_number_unsigned() ||
+        !d["crc32"].is_number_unsigned()) {
+      return std::string(kDigests) + " entry for " + name + " is damaged";
+    }
     if (bytes.size() != d["bytes"].get<std::size_t>()) {
       return name + " has " + std::to_string(bytes.size()) + " bytes, " + std::to_string(d["bytes"].get<std::size_t>()) +
              " were written";
@@ -120,13 +123,29 @@ std::string verify(const fs::path& dir) {
 void replace_folder(const fs::path& src, const fs::path& dst) {
   if (!fs::exists(dst)) {
     fs::rename(src, dst);
-  } else if (::renameat2(AT_FDCWD, src.c_str(), AT_FDCWD, dst.c_str(), RENAME_EXCHANGE) != 0) {
-    throw Error(dst.string() + ": cannot exchange with " + src.string() + ": " + errno_text());
-  } else {
+  } else if (::renameat2(AT_FDCWD, src.c_str(), AT_FDCWD, dst.c_str(), RENAME_EXCHANGE) == 0) {
     fault_point("best-exchanged", -1);
     fs::remove_all(src);  // now the old one
+  } else if (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+    // File systems without the exchange (NFS, Lustre): move the old one aside first; a kill in
+    // between leaves DST.old, which restore_set_aside() puts back.
+    const fs::path old = dst.string() + ".old";
+    fs::remove_all(old);
+    fs::rename(dst, old);
+    sync(dst.parent_path());
+    fault_point("best-set-aside", -1);
+    fs::rename(src, dst);
+    fs::remove_all(old);
+  } else {
+    throw Error(dst.string() + ": cannot exchange with " + src.string() + ": " + errno_text());
   }
   sync(dst.parent_path());
+}
+
+void restore_set_aside(const fs::path& dst) {
+  const fs::path old = dst.string() + ".old";
+  if (!fs::exists(dst) && fs::exists(old)) fs::rename(old, dst);
+  fs::remove_all(old);
 }
 
 std::vector<fs::path> epoch_folders(const fs::path& root) {

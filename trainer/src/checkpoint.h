@@ -33,6 +33,10 @@ std::string verify(const fs::path& dir);
 /// removed; a plain rename when `dst` does not exist).
 void replace_folder(const fs::path& src, const fs::path& dst);
 
+/// After a kill inside replace_folder's fallback (no exchange on this file system): puts
+/// DST.old back where DST is missing, and removes a leftover DST.old.
+void restore_set_aside(const fs::path& dst);
+
 /// Epoch checkpoint folders (epoch-NNNNNN) in `root`, newest first; *.tmp excluded.
 std::vector<fs::path> epoch_folders(const fs::path& root);
 

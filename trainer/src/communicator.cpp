@@ -40,6 +40,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm node;
     check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "Comm_split_type");
     check(MPI_Comm_rank(node, &local_rank_), "Comm_rank");
+    check(MPI_Comm_size(node, &local_size_), "Comm_size");
     MPI_Comm_free(&node);
   }
   ~MpiCommunicator() override {
@@ -50,6 +51,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
   std::string name() const override { return "mpi"; }
   void allreduce_sum(torch::Tensor& t) override {
     if (size_ == 1) return;
@@ -80,7 +82,7 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  int rank_ = 0, size_ = 1, local_rank_ = 0;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   bool owns_ = false;
 };
 

@@ -20,6 +20,8 @@ class Communicator {
   virtual int size() const = 0;
   /// The rank among this job's ranks on the same node (picks the GPU, mlip/device.h).
   virtual int local_rank() const { return rank(); }
+  /// How many of this job's ranks run on this node.
+  virtual int local_size() const { return 1; }
   /// "serial", "mpi" or "nccl", for logs.
   virtual std::string name() const = 0;
   /// In-place sum over ranks of a contiguous float32/float64 tensor. The MPI backend reduces

@@ -247,8 +247,10 @@ bool within(const YAML::Node& node, const YAML::Node& at) {
 }
 
 void Section::fail(const YAML::Node& at, const std::string& what) const {
-  for (const auto& [node, assignment] : override_nodes()) {
-    if (at.IsDefined() && within(node, at)) throw Error("--set '" + assignment + "': " + what);
+  // The last --set of a key is the one in effect (yaml-cpp re-points the same entry).
+  const auto& nodes = override_nodes();
+  for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+    if (at.IsDefined() && within(it->first, at)) throw Error("--set '" + it->second + "': " + what);
   }
   fail_in_file(at, what);
 }

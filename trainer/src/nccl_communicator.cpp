@@ -46,6 +46,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
   int local_rank() const override { return host_.local_rank(); }
+  int local_size() const override { return host_.local_size(); }
   std::string name() const override { return "nccl"; }
   void allreduce_sum(torch::Tensor& t) override {
     if (!t.is_cuda() || t.device() != device_) {

@@ -66,8 +66,19 @@ void Trainer::setup_device() {
   if (backend == "nccl" && !device_.is_cuda()) {
     throw Error(config_.file + ": communication.backend nccl needs a GPU, but training.device gave " + note);
   }
-  if (comm_.size() > 1 && device_.is_cuda() && (backend == "nccl" || (backend == "auto" && nccl_available()))) {
-    nccl_ = make_nccl_communicator(comm_, device_);
+  if (comm_.size() > 1 && (backend == "nccl" || (backend == "auto" && device_.is_cuda() && nccl_available()))) {
+    // NCCL needs every rank on a GPU of its own (it refuses two ranks on one GPU): agreed by all.
+    double own_gpu = device_.is_cuda() && comm_.local_size() <= cuda_device_count() ? 1.0 : 0.0;
+    comm_.allreduce_sum(&own_gpu, 1);
+    if (own_gpu == comm_.size()) {
+      nccl_ = make_nccl_communicator(comm_, device_);
+    } else if (backend == "nccl") {
+      throw Error(config_.file + ": communication.backend nccl needs one GPU per rank, but " +
+                  std::to_string(comm_.size() - static_cast<int>(own_gpu)) +
+                  " rank(s) share a GPU (more ranks on a node than GPUs) or run on the CPU");
+    } else {
+      log("communication: gradients over MPI, not NCCL: some ranks share a GPU or run on the CPU");
+    }
   }
   const bool resident = config_.data_on_device == "true" || (config_.data_on_device == "auto" && device_.is_cuda());
   log(fmt::format("device: rank 0 on {}{}; {}; gradients summed by {} in buckets of <= {} MB{}", note,

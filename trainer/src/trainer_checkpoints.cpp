@@ -1,6 +1,7 @@
 // The trainer's side of the checkpoint protocol (trainer/src/checkpoint.h has the file
 // operations): what a checkpoint holds, how best/ follows it, and what --resume checks and repairs.
 #include <algorithm>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
@@ -83,8 +84,12 @@ void Trainer::update_best(const fs::path& epoch_dir) {
   const fs::path best_tmp = root / "best.tmp";
   fs::remove_all(best_tmp);
   fs::copy(epoch_dir, best_tmp, fs::copy_options::recursive);
-  const std::string damaged = ck::verify(best_tmp);
-  if (!damaged.empty()) throw Error(best_tmp.string() + ": the copy of " + epoch_dir.string() + " is damaged: " + damaged);
+  if (fs::exists(best_tmp / "digests.json")) {
+    const std::string damaged = ck::verify(best_tmp);
+    if (!damaged.empty()) throw Error(best_tmp.string() + ": the copy of " + epoch_dir.string() + " is damaged: " + damaged);
+  } else {
+    ck::seal(best_tmp);  // a checkpoint of an older mlip-trainer: sealed from now on
+  }
   for (const auto& e : fs::directory_iterator(best_tmp)) ck::sync(e.path());
   ck::sync(best_tmp);
   ck::fault_point("best-copied", -1);
@@ -158,20 +163,57 @@ std::string Trainer::newest_intact_checkpoint() {
   return chosen;
 }
 
-// After a resume: best/ must hold the best epoch's checkpoint (a kill between writing an epoch's
-// checkpoint and copying it to best/ leaves the previous best there), and metrics.csv only the
-// epochs up to the one resumed from.
+namespace {
+
+// A checkpoint folder that can be used: its files match their digests, or it is of an older
+// mlip-trainer (no digests.json) and has its state.json.
+bool usable(const fs::path& dir) {
+  if (!fs::exists(dir / "state.json")) return false;
+  return !fs::exists(dir / "digests.json") || checkpoint::verify(dir).empty();
+}
+
+// The epoch a checkpoint folder holds; -1 if it is missing or damaged.
+int64_t saved_epoch(const fs::path& dir) {
+  if (!usable(dir)) return -1;
+  try {
+    return nlohmann::json::parse(std::ifstream(dir / "state.json")).at("epoch").get<int64_t>();
+  } catch (const nlohmann::json::exception&) {
+    return -1;
+  }
+}
+
+}  // namespace
+
+// After a resume: best/ must hold the best epoch's checkpoint. A kill between writing an epoch's
+// checkpoint and copying it to best/ leaves the previous best there; a fall-back to an older
+// checkpoint (the newer one damaged) leaves a best/ the resumed run never reached. And
+// metrics.csv keeps only the epochs up to the one resumed from. Every rank decides the same
+// (the files are shared); rank 0 writes.
 void Trainer::repair_after_resume(const std::string& resumed_from) {
-  if (!comm_.is_root()) return;
-  const fs::path best = fs::path(checkpoint_dir()) / "best";
-  int64_t best_saved = -1;
-  if (checkpoint::verify(best).empty()) {
-    best_saved = nlohmann::json::parse(std::ifstream(best / "state.json")).at("epoch").get<int64_t>();
+  (void)resumed_from;
+  const fs::path root = checkpoint_dir();
+  if (comm_.is_root()) checkpoint::restore_set_aside(root / "best");
+  comm_.barrier();
+  const int64_t best_saved = saved_epoch(root / "best");
+  if (state_.best_epoch >= 0 && best_saved != state_.best_epoch) {
+    const fs::path source = root / fmt::format("epoch-{:06d}", state_.best_epoch);
+    if (usable(source)) {
+      log(fmt::format("best/ holds epoch {}, the best is epoch {}: restoring it from {}", best_saved, state_.best_epoch,
+                      source.string()));
+      if (comm_.is_root()) update_best(source);
+    } else {
+      log(fmt::format("best/ holds epoch {}, the best epoch {} has no intact checkpoint left: the next epoch to "
+                      "end becomes best/",
+                      best_saved, state_.best_epoch));
+      state_.best_metric = std::numeric_limits<double>::infinity();
+      state_.best_epoch = -1;
+    }
   }
-  if (state_.best_epoch == state_.epoch && best_saved != state_.epoch) {
-    log(fmt::format("best/ holds epoch {}, the best is epoch {}: updating it", best_saved, state_.epoch));
-    update_best(resumed_from);
-  }
+  comm_.barrier();
+  if (comm_.is_root()) trim_metrics();
+}
+
+void Trainer::trim_metrics() const {
   const fs::path csv = fs::path(config_.output_dir) / "metrics.csv";
   if (!fs::exists(csv)) return;
   std::ifstream in(csv);

@@ -97,7 +97,7 @@ struct Prediction {
 /// Energies, forces and virials of a batch; `create_graph` keeps the graph for a training step.
 /// Virials are computed only when some frame of the batch has one to compare with (else zeros).
 /// Per-atom energies and edge gradients are summed into frame energies, forces and virials in
-/// `accumulate` (training.accumulate_dtype; a no-op for float64 models).
+/// `accumulate` (training.accumulate_dtype; float32 rounds a float64 model's outputs too).
 Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph,
                    torch::Dtype accumulate = torch::kFloat64);
 
@@ -223,6 +223,7 @@ class Trainer {
   void load_checkpoint(const std::string& dir);
   std::string newest_intact_checkpoint();
   void repair_after_resume(const std::string& resumed_from);
+  void trim_metrics() const;
   std::string checkpoint_dir() const;
   void log(const std::string& line) const;
   void swap_ema();
