@@ -1,6 +1,9 @@
 # cmake -DWORK=<setup's folder> -DNAME=... -DTOOL=<program> -DARGS="..." -DEXPECT="..." -P run_case.cmake
 # One bad-input case in a copy of the working folder: the program must exit with a non-zero status
 # (not a signal), print EXPECT, and print no crash report or backtrace.
+if("${EXPECT}" STREQUAL "")
+  message(FATAL_ERROR "${NAME}: no expected text given")
+endif()
 set(dir ${WORK}-cases/${NAME})
 file(REMOVE_RECURSE ${dir})
 file(COPY ${WORK}/ DESTINATION ${dir})

@@ -391,10 +391,13 @@ bool Trainer::end_epoch(const MetricSums& train) {
                   100 * times_.communication / tt, 100 * times_.other() / tt,
                   100 * (times_.data + times_.communication + times_.other()) / tt));
   if (comm_.is_root()) {
-    std::ofstream(fs::path(config_.output_dir) / "metrics.csv", std::ios::app)
-        << fmt::format("{},{},{:.1f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", state_.epoch, state_.step,
+    const fs::path csv = fs::path(config_.output_dir) / "metrics.csv";
+    std::ofstream out(csv, std::ios::app);
+    out << fmt::format("{},{},{:.1f},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", state_.epoch, state_.step,
                        state_.elapsed_seconds, schedule_->lr(state_.step), train.loss / std::max(train.frames, 1.0),
                        metric, val.energy_rmse(), val.forces_rmse(), val.virial_rmse());
+    out.flush();
+    if (!out) throw Error(csv.string() + ": cannot append this epoch's metrics (disk full?)");
   }
   save_checkpoint(best);
   comm_.barrier();
