@@ -126,6 +126,16 @@ class Lammps {
   void* handle_;
 };
 
+// Runs newline-separated commands, each of which must succeed.
+void ok_lines(Lammps& lmp, const std::string& text) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) lmp.ok(line);
+}
+
+// An empty 9 A box with two atom types, for the small LAMMPS-input cases.
+const char* kTwoTypeBox =
+    "units metal\natom_modify map array\nregion box block 0 9 0 9 0 9 units box\ncreate_box 2 box\n";
+
 // The whole text of a file (a LAMMPS log), empty if it cannot be read.
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
@@ -144,8 +154,7 @@ void setup_system(Lammps& lmp, const Structure& s, const Box& box, const std::st
   lmp.ok("atom_style atomic");
   lmp.ok("atom_modify map array");
   lmp.ok("newton on");
-  std::istringstream lines(extra);  // extra commands, one per line
-  for (std::string line; std::getline(lines, line);) lmp.ok(line);
+  ok_lines(lmp, extra);
   lmp.ok(fmt::format("region box prism 0 {} 0 {} 0 {} {} {} {} units box", box.lx, box.ly, box.lz, box.xy,
                      box.xz, box.yz));
   lmp.ok("create_box 3 box");
@@ -558,17 +567,10 @@ TEST(PairMLIP, AtomsTooCloseStopTheRunNamingBoth) {
   if (nprocs() > 1) GTEST_SKIP() << "error->one aborts a multi-rank library run";
   const std::string model = model_path("se_e2_a");
   Lammps lmp;
-  lmp.ok("units metal");
-  lmp.ok("atom_modify map array");
-  lmp.ok("region box block 0 9 0 9 0 9 units box");
-  lmp.ok("create_box 2 box");
-  lmp.ok("create_atoms 1 single 3 3 3 units box");
-  lmp.ok("create_atoms 2 single 3.05 3 3 units box");
-  lmp.ok("create_atoms 2 single 5 5 5 units box");
-  lmp.ok("mass 1 15.999");
-  lmp.ok("mass 2 1.008");
-  lmp.ok("pair_style mlip " + model);
-  lmp.ok("pair_coeff * * O H");
+  ok_lines(lmp, std::string(kTwoTypeBox) +
+                    "create_atoms 1 single 3 3 3 units box\ncreate_atoms 2 single 3.05 3 3 units box\n"
+                    "create_atoms 2 single 5 5 5 units box\nmass 1 15.999\nmass 2 1.008\n"
+                    "pair_style mlip " + model + "\npair_coeff * * O H");
   const std::string e = lmp.command("run 0");
   EXPECT_NE(e.find("atoms 1 and 2 are 0.05 A apart (less than 0.1 A) at step 0"), std::string::npos) << e;
   EXPECT_NE(error_of("pair_style mlip " + fs::temp_directory_path().string(), "* * O H H")
@@ -584,16 +586,10 @@ TEST(PairMLIP, MassNotMatchingTheElementWarns) {
       (fs::temp_directory_path() / "mlip_test_pair" / fmt::format("mass{}.log", nprocs())).string();
   {
     Lammps lmp(log);
-    lmp.ok("units metal");
-    lmp.ok("region box block 0 9 0 9 0 9 units box");
-    lmp.ok("create_box 2 box");
-    lmp.ok("create_atoms 1 single 3 3 3 units box");
-    lmp.ok("create_atoms 2 single 4 3 3 units box");
-    lmp.ok("mass 1 1.008");    // type 1 is O below
-    lmp.ok("mass 2 1.008");
-    lmp.ok("pair_style mlip " + model);
-    lmp.ok("pair_coeff * * O H");
-    lmp.ok("run 0");
+    ok_lines(lmp, std::string(kTwoTypeBox) +
+                      "create_atoms 1 single 3 3 3 units box\ncreate_atoms 2 single 4 3 3 units box\n"
+                      "mass 1 1.008\nmass 2 1.008\n"   // type 1 is mapped to O below
+                      "pair_style mlip " + model + "\npair_coeff * * O H\nrun 0");
   }
   if (rank() != 0) return;
   const std::string text = read_text(log);

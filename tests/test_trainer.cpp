@@ -42,6 +42,19 @@ std::string error_of(const std::string& path, const std::vector<std::string>& ov
   return "no error";
 }
 
+// Trains the config at `path` with `overrides` (resuming when asked) on one process: the
+// mlip::Error it ends with, or "no error".
+std::string train_error(const std::string& path, const std::vector<std::string>& overrides, bool resume = false) {
+  SerialCommunicator comm;
+  try {
+    Trainer t(read_config(path, overrides), "", comm);
+    t.run(resume);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(Config, DefaultsAndOverrides) {
   TempDir dir("mlip_test_config");
   const std::string path = dir.file("c.yaml", kMinimal);
@@ -324,17 +337,8 @@ TEST(Training, ConcatenatedFramesEqualOneBatch) {
 // there is none, or NCCL without a GPU, is a clear error before any training.
 TEST(Training, DeviceAndCommunicationErrors) {
   TempDir dir("mlip_test_device_errors");
-  SerialCommunicator comm;
   const std::string cfg = tiny_config(dir, (dir.path / "run").string(), 1);
-  auto run_error = [&](const std::vector<std::string>& overrides) -> std::string {
-    try {
-      Trainer t(read_config(cfg, overrides), "", comm);
-      t.run(false);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no error";
-  };
+  auto run_error = [&](const std::vector<std::string>& overrides) { return train_error(cfg, overrides); };
   EXPECT_NE(error_of(cfg, {"communication.backend=gloo"}).find("communication.backend must be auto, mpi or nccl"),
             std::string::npos);
   EXPECT_NE(error_of(cfg, {"communication.bucket_mb=0"}).find("bucket_mb must be > 0"), std::string::npos);
@@ -455,13 +459,8 @@ TEST(Checkpoint, DamagedCheckpointsAreFoundAndResumeUsesTheNewestIntactOne) {
   fs::remove(ck / "epoch-000001" / "state.json");
   EXPECT_NE(checkpoint::verify(ck / "epoch-000001").find("state.json is missing"), std::string::npos);
   // Nothing intact: resume refuses, saying so.
-  Trainer none(read_config(tiny_config(dir, out, 4)), "", comm);
-  try {
-    none.run(true);
-    ADD_FAILURE() << "resumed from damaged checkpoints";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no checkpoint is intact"), std::string::npos) << e.what();
-  }
+  const std::string none = train_error(tiny_config(dir, out, 4), {}, /*resume=*/true);
+  EXPECT_NE(none.find("no checkpoint is intact"), std::string::npos) << none;
   // A fresh run writes epochs 1-2; damage epoch 2: resume continues from epoch 1.
   const std::string out2 = (dir.path / "run2").string();
   Trainer second(read_config(tiny_config(dir, out2, 3)), "", comm);
@@ -497,15 +496,7 @@ TEST(Checkpoint, ResumeRefusesADifferentModelAndListsTheKeys) {
   const std::string cfg = tiny_config(dir, out, 2);
   Trainer first(read_config(cfg), "", comm);
   first.run(false, 1);
-  auto resume_error = [&](const std::vector<std::string>& overrides) -> std::string {
-    try {
-      Trainer t(read_config(cfg, overrides), "", comm);
-      t.run(true);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no error";
-  };
+  auto resume_error = [&](const std::vector<std::string>& overrides) { return train_error(cfg, overrides, true); };
   const std::string e = resume_error({"model.cutoff=4.5", "model.hyperparameters.fitting=[8, 16]"});
   EXPECT_NE(e.find("differs from the model of checkpoint"), std::string::npos) << e;
   EXPECT_NE(e.find("model.cutoff"), std::string::npos) << e;

@@ -18,13 +18,40 @@ struct Evaluation {
   std::vector<std::array<double, 6>> atom_virial;  // (n) xx yy zz xy xz yz; edge i->j goes to j
 };
 
+/// The whole structure as one graph for `model`: every atom a centre, edges from its neighbour list.
+struct StructureGraph {
+  NeighborList nl;
+  std::vector<int64_t> species, index;   // (n), (2, n_edges) row-major
+  int64_t n = 0, ne = 0;
+  StructureGraph(const Model& model, const Structure& s)
+      : nl(build_neighbor_list(s, model.info().cutoff)), n(static_cast<int64_t>(s.size())),
+        ne(static_cast<int64_t>(nl.size())) {
+    species.resize(n);
+    index.resize(2 * ne);
+    for (int64_t i = 0; i < n; ++i) species[i] = model.info().species_index(element_symbol(s.numbers[i]));
+    std::copy(nl.centers.begin(), nl.centers.end(), index.begin());
+    std::copy(nl.neighbors.begin(), nl.neighbors.end(), index.begin() + ne);
+  }
+  /// A view of these arrays for evaluate_graph() (valid while this object lives).
+  GraphView view() const {
+    GraphView g;
+    g.species = species.data();
+    g.n_nodes = n;
+    g.edge_index = index.data();
+    g.edge_index_stride = ne;
+    g.edge_vectors = ne > 0 ? &nl.vectors[0][0] : nullptr;
+    g.n_edges = ne;
+    g.n_centers = n;
+    return g;
+  }
+};
+
 inline Evaluation evaluate_reference(const Model& model, const Structure& s) {
-  const NeighborList nl = build_neighbor_list(s, model.info().cutoff);
-  const int64_t n = static_cast<int64_t>(s.size()), ne = static_cast<int64_t>(nl.size());
-  std::vector<int64_t> species(n), index(2 * ne);
-  for (int64_t i = 0; i < n; ++i) species[i] = model.info().species_index(element_symbol(s.numbers[i]));
-  std::copy(nl.centers.begin(), nl.centers.end(), index.begin());
-  std::copy(nl.neighbors.begin(), nl.neighbors.end(), index.begin() + ne);
+  const StructureGraph graph(model, s);
+  const NeighborList& nl = graph.nl;
+  const int64_t n = graph.n, ne = graph.ne;
+  const std::vector<int64_t>& species = graph.species;
+  const std::vector<int64_t>& index = graph.index;
   ModelInput in;
   in.species = torch::tensor(species);
   in.edge_index = torch::tensor(index).reshape({2, ne});

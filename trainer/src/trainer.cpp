@@ -80,10 +80,10 @@ void Trainer::setup_device() {
       log("communication: gradients over MPI, not NCCL: some ranks share a GPU or run on the CPU");
     }
   }
-  const bool resident = config_.data_on_device == "true" || (config_.data_on_device == "auto" && device_.is_cuda());
+  data_on_device_ = config_.data_on_device == "true" || (config_.data_on_device == "auto" && device_.is_cuda());
   log(fmt::format("device: rank 0 on {}{}; {}; gradients summed by {} in buckets of <= {} MB{}", note,
                   comm_.size() > 1 ? " (each rank: its node-local rank's GPU)" : "",
-                  resident ? "training data kept on the device"
+                  data_on_device_ ? "training data kept on the device"
                   : device_.is_cuda() ? "batches copied to the device per step" : "batches built per step",
                   gradient_comm().name(), config_.bucket_mb,
                   device_.is_cuda() ? fmt::format("; TF32 {}, deterministic kernels {}, sums in {}",
@@ -154,8 +154,7 @@ void Trainer::setup_model_and_statistics() {
   log(fmt::format("statistics: energy shift (eV){}; energy scale {:.4g} (force RMS, eV/A)", shifts, scale));
 
   model_.module.to(device_);
-  const bool resident = config_.data_on_device == "true" || (config_.data_on_device == "auto" && device_.is_cuda());
-  if (resident) {
+  if (data_on_device_) {
     // One frame per entry, on the device for good: batches are put together there (concat).
     for (auto [frames, cache] : {std::pair{&data_.train, &resident_train_}, {&data_.validation, &resident_validation_}}) {
       cache->clear();

@@ -237,6 +237,7 @@ class Trainer {
   torch::Dtype dtype_;
   torch::Device device_ = torch::kCPU;
   torch::Dtype accumulate_ = torch::kFloat64;
+  bool data_on_device_ = false;                 // training.data_on_device, resolved for device_
   std::unique_ptr<Communicator> nccl_;          // gradients of a multi-GPU run (else comm_)
   std::unique_ptr<GradientReducer> reducer_;
   std::vector<BatchTensors> resident_train_, resident_validation_;  // per frame, on device_
