@@ -34,7 +34,7 @@
 #include "neighbor.h"
 #include "update.h"
 
-#include "pair_mlip_scatter.h"
+#include "pair_mlip_outputs.h"
 
 #include "mlip/chunk_graph.h"
 #include "mlip/device.h"
@@ -496,47 +496,52 @@ void PairMLIP::evaluate_graph()
 
   check_distances();
   auto t0 = Clock::now();
+  const mlip::GraphView view = mlip::graph_view(s.graph);
   mlip::ModelOutput out;
-  guarded(error, false, "model evaluation failed", [&] { out = mlip::evaluate_chunk(*s.model, s.graph); });
+  guarded(error, false, "model evaluation failed", [&] { out = mlip::evaluate_graph(*s.model, view); });
   if (timing) s.t_model += seconds_since(t0);
   t0 = Clock::now();
-  const double *energy = out.atom_energy.data_ptr<double>();    // (n_centers)
-  const double *grad = out.edge_grad.data_ptr<double>();        // (n_edges, 3) dE/dr_ij
-
-  // Plain adds into LAMMPS's arrays; the per-centre and per-edge terms are in pair_mlip_scatter.h.
-  struct Sink {
-    PairMLIP *pair;
-    double *const *f;
-    void add_energy(double e) const { pair->eng_vdwl += e; }
-    void add_energy_atom(int i, double e) const { pair->eatom[i] += e; }
-    void add_force(int i, double x, double y, double z) const
-    {
-      f[i][0] += x;
-      f[i][1] += y;
-      f[i][2] += z;
-    }
-    void add_virial(const double *v) const
-    {
-      for (int k = 0; k < 6; k++) pair->virial[k] += v[k];
-    }
-    void add_virial_atom(int i, const double *v) const
-    {
-      for (int k = 0; k < 6; k++) pair->vatom[i][k] += v[k];
-    }
-    void add_centroid_atom(int i, const double *cv) const
-    {
-      for (int k = 0; k < 9; k++) pair->cvatom[i][k] += cv[k];
-    }
-  };
-  const Sink sink{this, atom->f};
-  const mlip_scatter::Requests req{eflag_global != 0, eflag_atom != 0, vflag_global != 0, vflag_atom != 0,
-                                   cvflag_atom != 0};
-  if (eflag_either)
-    for (int64_t c = 0; c < g.n_centers; c++) mlip_scatter::centre(sink, req, g.node_atom[c], energy[c]);
-  for (int64_t e = 0; e < g.n_edges; e++)
-    mlip_scatter::edge(sink, req, g.node_atom[g.edge_index[e]], g.node_atom[g.edge_index[g.n_edges + e]],
-                       g.edge_vectors.data() + 3 * e, grad + 3 * e);
+  mlip::EdgeForceRequest request;
+  request.virial = vflag_global != 0;
+  request.node_virial = vflag_atom || cvflag_atom;
+  mlip::EdgeForces ef;
+  guarded(error, false, "forces", [&] { ef = mlip::edge_forces(view, out.edge_grad, request); });
+  add_outputs(out.atom_energy.data_ptr<double>(), ef);
   if (timing) s.t_forces += seconds_since(t0);
+}
+
+/* ----------------------------------------------------------------------
+   add_outputs: one graph's energies (n_centers), node forces (n_nodes x 3) and virials (row-major
+   3x3; per node: edge i->j's to j) to LAMMPS's atoms; forces on ghost atoms are reverse-communicated
+------------------------------------------------------------------------- */
+
+void PairMLIP::add_outputs(const double *energy, const mlip::EdgeForces &ef)
+{
+  const mlip::ChunkGraph &g = impl->graph;
+  const int64_t n_nodes = static_cast<int64_t>(g.node_atom.size());
+  if (eflag_global)
+    for (int64_t c = 0; c < g.n_centers; c++) eng_vdwl += energy[c];
+  if (eflag_atom)
+    for (int64_t c = 0; c < g.n_centers; c++) eatom[g.node_atom[c]] += energy[c];
+  double *const *f = atom->f;
+  const double *node_force = ef.forces.data_ptr<double>();
+  for (int64_t n = 0; n < n_nodes; n++)
+    for (int k = 0; k < 3; k++) f[g.node_atom[n]][k] += node_force[3 * n + k];
+  using mlip_outputs::row_major_index;
+  if (vflag_global) {
+    const double *w = ef.virial.data_ptr<double>();
+    for (int k = 0; k < 6; k++) virial[k] += w[row_major_index(k)];
+  }
+  if (!vflag_atom && !cvflag_atom) return;
+  const double *node_virial = ef.node_virial.data_ptr<double>();
+  for (int64_t n = 0; n < n_nodes; n++) {
+    const double *w = node_virial + 9 * n;
+    const int a = g.node_atom[n];
+    if (vflag_atom)
+      for (int k = 0; k < 6; k++) vatom[a][k] += w[row_major_index(k)];
+    if (cvflag_atom)
+      for (int k = 0; k < 9; k++) cvatom[a][k] += w[row_major_index(k)];
+  }
 }
 
 /* ----------------------------------------------------------------------
@@ -547,16 +552,19 @@ void PairMLIP::evaluate_graph()
 
 void PairMLIP::check_distances()
 {
-  constexpr double min_distance = 0.1;
   const mlip::ChunkGraph &g = impl->graph;
   const double *v = g.edge_vectors.data();
   for (int64_t e = 0; e < g.n_edges; e++) {
     const double r2 = v[3 * e] * v[3 * e] + v[3 * e + 1] * v[3 * e + 1] + v[3 * e + 2] * v[3 * e + 2];
-    if (r2 >= min_distance * min_distance) continue;
-    const int i = g.node_atom[g.edge_index[e]], j = g.node_atom[g.edge_index[g.n_edges + e]];
-    error->one(FLERR, fmt::format("pair_style mlip: atoms {} and {} are {:.4g} A apart (less than {} A) at step {}",
-                                  atom->tag[i], atom->tag[j], std::sqrt(r2), min_distance, update->ntimestep));
+    if (r2 < min_distance * min_distance)
+      close_atoms_error(g.node_atom[g.edge_index[e]], g.node_atom[g.edge_index[g.n_edges + e]], std::sqrt(r2));
   }
+}
+
+void PairMLIP::close_atoms_error(int i, int j, double r)
+{
+  error->one(FLERR, fmt::format("pair_style mlip: atoms {} and {} are {:.4g} A apart (less than {} A) at step {}",
+                                atom->tag[i], atom->tag[j], r, min_distance, update->ntimestep));
 }
 
 /* ----------------------------------------------------------------------

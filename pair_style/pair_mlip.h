@@ -20,6 +20,7 @@ PairStyle(mlip,PairMLIP);
 
 namespace mlip {
 class Model;
+struct EdgeForces;
 }
 
 namespace LAMMPS_NS {
@@ -51,7 +52,11 @@ class PairMLIP : public Pair {
   void allocate();
   void build_graph(const int *first, const int *last);
   void evaluate_graph();
+  void add_outputs(const double *energy, const mlip::EdgeForces &forces);
+  // Atoms closer than this (A) mean a broken simulation: an error naming both (with their IDs).
+  static constexpr double min_distance = 0.1;
   void check_distances();
+  void close_atoms_error(int i, int j, double r);    // local or ghost indices
   void warn_about_masses();
 
   // Shared with mlip/kk (pair_mlip_kokkos.h), which builds its graph from Kokkos views.

@@ -6,8 +6,8 @@
    Per model call: kernels count each source atom's edges inside the cutoff, number the
    neighbours they reach, and fill the edge list and edge vectors into views; the views are
    wrapped as tensors (mlip::evaluate_graph, no copy for float64 models on the views' device);
-   the energies and edge gradients are wrapped back as unmanaged views and scattered by the
-   per-edge terms shared with pair_style mlip (pair_mlip_scatter.h).
+   forces and virials come from the edge gradients by mlip::edge_forces, the function every
+   consumer uses (LibTorch on the views' device), and kernels add them to the nodes' atoms.
 
    Local models: sources are chunks of local atoms (nodes: the chunk's centres, then the
    neighbours they reach), as in mlip. Message-passing models (L > 1): every owned and ghost atom
@@ -31,7 +31,7 @@
 #include "neigh_request.h"
 #include "neighbor.h"
 
-#include "pair_mlip_scatter.h"
+#include "pair_mlip_outputs.h"
 
 #include "mlip/device.h"
 #include "mlip/error.h"
@@ -39,19 +39,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <type_traits>
+
+#ifdef KOKKOS_ENABLE_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 using namespace LAMMPS_NS;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Serial runs one kernel thread: plain adds. Every other execution space adds atomically.
-template <class Space> struct NeedsAtomics : std::true_type {};
-#ifdef KOKKOS_ENABLE_SERIAL
-template <> struct NeedsAtomics<Kokkos::Serial> : std::false_type {};
-#endif
 
 // Where the views of DeviceType live, as a LibTorch device: the host, or the GPU Kokkos runs on
 // (-k on g N gives each rank one). The CUDA branch has not been compiled yet: no Kokkos with
@@ -65,51 +65,6 @@ template <class DeviceType> torch::Device tensor_device()
 #endif
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
-
-// The views the outputs go to; the per-call totals (energy, global virial) go to the reduction
-// value of the kernel, through Tally below.
-template <class DeviceType, class CentroidView> struct ViewSink {
-  static constexpr bool atomic = NeedsAtomics<typename DeviceType::execution_space>::value;
-  typename ArrayTypes<DeviceType>::t_f_array f;
-  typename ArrayTypes<DeviceType>::t_efloat_1d eatom;
-  typename ArrayTypes<DeviceType>::t_virial_array vatom;
-  CentroidView cvatom;
-
-  KOKKOS_INLINE_FUNCTION static void add(double &to, double value)
-  {
-    if (atomic) Kokkos::atomic_add(&to, value);
-    else to += value;
-  }
-  KOKKOS_INLINE_FUNCTION void add_force(int i, double x, double y, double z) const
-  {
-    add(f(i, 0), x);
-    add(f(i, 1), y);
-    add(f(i, 2), z);
-  }
-  KOKKOS_INLINE_FUNCTION void add_energy_atom(int i, double e) const { add(eatom(i), e); }
-  KOKKOS_INLINE_FUNCTION void add_virial_atom(int i, const double *v) const
-  {
-    for (int k = 0; k < 6; k++) add(vatom(i, k), v[k]);
-  }
-  KOKKOS_INLINE_FUNCTION void add_centroid_atom(int i, const double *cv) const
-  {
-    for (int k = 0; k < 9; k++) add(cvatom(i, k), cv[k]);
-  }
-};
-
-template <class Sink> struct Tally {
-  const Sink &sink;
-  EV_FLOAT &ev;
-  KOKKOS_INLINE_FUNCTION void add_energy(double e) const { ev.evdwl += e; }
-  KOKKOS_INLINE_FUNCTION void add_virial(const double *v) const
-  {
-    for (int k = 0; k < 6; k++) ev.v[k] += v[k];
-  }
-  KOKKOS_INLINE_FUNCTION void add_force(int i, double x, double y, double z) const { sink.add_force(i, x, y, z); }
-  KOKKOS_INLINE_FUNCTION void add_energy_atom(int i, double e) const { sink.add_energy_atom(i, e); }
-  KOKKOS_INLINE_FUNCTION void add_virial_atom(int i, const double *v) const { sink.add_virial_atom(i, v); }
-  KOKKOS_INLINE_FUNCTION void add_centroid_atom(int i, const double *cv) const { sink.add_centroid_atom(i, cv); }
-};
 
 template <class View> void grow(View &view, int n, const char *name)
 {
@@ -388,6 +343,7 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int first, int count, bool who
           e++;
         }
       });
+  check_distances_on_device(n_edges);
   if (timing) {
     Kokkos::fence();
     add_time(GRAPH, std::chrono::duration<double>(Clock::now() - t0).count());
@@ -405,6 +361,15 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int first, int count, bool who
   graph.n_edges = n_edges;
   graph.n_centers = n_centers;
   graph.device = tensor_device<DeviceType>();
+#ifdef KOKKOS_ENABLE_CUDA
+  // LibTorch on Kokkos's stream: its kernels follow the graph kernels above and precede the
+  // output kernels below with no fence between them.
+  std::optional<c10::cuda::CUDAStreamGuard> on_kokkos_stream;
+  if constexpr (std::is_same<typename DeviceType::execution_space, Kokkos::Cuda>::value) {
+    if (graph.device.is_cuda())
+      on_kokkos_stream.emplace(c10::cuda::getStreamFromExternal(Kokkos::Cuda().cuda_stream(), graph.device.index()));
+  }
+#endif
   mlip::ModelOutput out;
   try {
     out = mlip::evaluate_graph(model(), graph);
@@ -419,53 +384,122 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int first, int count, bool who
     t0 = Clock::now();
   }
 
-  // 6. Outputs: the result tensors (owned by `out`, alive until the end of this function) seen
-  // as unmanaged views, scattered with the terms shared with pair_style mlip.
-  typedef Kokkos::MemoryTraits<Kokkos::Unmanaged> Unmanaged;
-  Kokkos::View<const double *, DeviceType, Unmanaged> energy(out.atom_energy.data_ptr<double>(), n_centers);
-  Kokkos::View<const double **, Kokkos::LayoutRight, DeviceType, Unmanaged> grad(out.edge_grad.data_ptr<double>(),
-                                                                                 n_edges, 3);
-  auto cv = k_cvatom.template view<DeviceType>();
-  typedef ViewSink<DeviceType, std::decay_t<decltype(cv)>> Sink;
-  const Sink sink{f, k_eatom.template view<DeviceType>(), k_vatom.template view<DeviceType>(), cv};
-  const mlip_scatter::Requests req{eflag_global != 0, eflag_atom != 0, vflag_global != 0, vflag_atom != 0,
-                                   cvflag_atom != 0};
-  EV_FLOAT totals;
-  if (eflag_either) {
-    EV_FLOAT ev;
-    Kokkos::parallel_reduce(
-        Range(0, n_centers),
-        KOKKOS_LAMBDA(int c, EV_FLOAT &acc) {
-          const int a = node_atom(c);
-          if (atom_species(a) < 0) return;    // a NULL-type local atom gets no energy
-          mlip_scatter::centre(Tally<Sink>{sink, acc}, req, a, energy(c));
-        },
-        ev);
-    totals += ev;
+  // 6. Outputs: forces and virials by the function every consumer uses, added to the nodes'
+  // atoms (each atom is at most one node: no atomics).
+  mlip::EdgeForceRequest request;
+  request.virial = vflag_global != 0;
+  request.node_virial = vflag_atom || cvflag_atom;
+  mlip::EdgeForces ef;
+  try {
+    ef = mlip::edge_forces(graph, out.edge_grad, request);
+  } catch (const c10::Error &e) {
+    error->one(FLERR, std::string("pair_style mlip/kk: forces: ") + e.what_without_backtrace());
   }
-  {
-    EV_FLOAT ev;
-    Kokkos::parallel_reduce(
-        Range(0, n_edges),
-        KOKKOS_LAMBDA(int e, EV_FLOAT &acc) {
-          const int i = node_atom(edge_index(0, e));
-          const int j = node_atom(edge_index(1, e));
-          const double r[3] = {edge_vectors(e, 0), edge_vectors(e, 1), edge_vectors(e, 2)};
-          const double g[3] = {grad(e, 0), grad(e, 1), grad(e, 2)};
-          mlip_scatter::edge(Tally<Sink>{sink, acc}, req, i, j, r, g);
-        },
-        ev);
-    totals += ev;
-  }
-  if (eflag_global) eng_vdwl += totals.evdwl;
-  if (vflag_global)
-    for (int k = 0; k < 6; k++) virial[k] += totals.v[k];
+  add_outputs_on_device(out.atom_energy.data_ptr<double>(), ef, n_centers, n_nodes);
 
   // Ready for the next chunk: no atom has a node.
   if (!whole_halo) Kokkos::parallel_for(Range(0, n_nodes), KOKKOS_LAMBDA(int k) { atom_node(node_atom(k)) = -1; });
   if (timing) {
     Kokkos::fence();
     add_time(FORCES, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+}
+
+/* ----------------------------------------------------------------------
+   check_distances_on_device: the closest pair of the graph's edges, an error if it is closer
+   than mlip's min_distance (the same message as mlip's)
+------------------------------------------------------------------------- */
+
+template <class DeviceType> void PairMLIPKokkos<DeviceType>::check_distances_on_device(int n_edges)
+{
+  if (n_edges == 0) return;
+  typedef Kokkos::MinLoc<double, int, DeviceType> Closest;
+  typename Closest::value_type closest;
+  auto edge_vectors = d_edge_vectors;
+  Kokkos::parallel_reduce(
+      Kokkos::RangePolicy<DeviceType>(0, n_edges),
+      KOKKOS_LAMBDA(int e, typename Closest::value_type &m) {
+        const double r2 = edge_vectors(e, 0) * edge_vectors(e, 0) + edge_vectors(e, 1) * edge_vectors(e, 1) +
+            edge_vectors(e, 2) * edge_vectors(e, 2);
+        if (r2 < m.val) {
+          m.val = r2;
+          m.loc = e;
+        }
+      },
+      Closest(closest));
+  if (closest.val >= min_distance * min_distance) return;
+  Kokkos::View<int[2], DeviceType> pair("mlip/kk:close_pair");
+  auto edge_index = d_edge_index;
+  auto node_atom = d_node_atom;
+  const int e = closest.loc;
+  Kokkos::parallel_for(
+      Kokkos::RangePolicy<DeviceType>(0, 2), KOKKOS_LAMBDA(int k) { pair(k) = node_atom(edge_index(k, e)); });
+  auto host = Kokkos::create_mirror_view(pair);
+  Kokkos::deep_copy(host, pair);
+  atomKK->sync(Host, TAG_MASK);
+  close_atoms_error(host(0), host(1), std::sqrt(closest.val));
+}
+
+/* ----------------------------------------------------------------------
+   add_outputs_on_device: energies (device pointer, n_centers), node forces and virials
+   (mlip::edge_forces' tensors on the views' device) to the atoms of the nodes
+------------------------------------------------------------------------- */
+
+template <class DeviceType>
+void PairMLIPKokkos<DeviceType>::add_outputs_on_device(const double *energy_ptr, const mlip::EdgeForces &ef,
+                                                       int n_centers, int n_nodes)
+{
+  typedef Kokkos::RangePolicy<DeviceType> Range;
+  typedef Kokkos::MemoryTraits<Kokkos::Unmanaged> Unmanaged;
+  typedef Kokkos::View<const double **, Kokkos::LayoutRight, DeviceType, Unmanaged> NodeView;
+  using mlip_outputs::row_major_index;
+  auto node_atom = d_node_atom;
+  auto atom_species = d_atom_species;
+  auto fv = f;
+  Kokkos::View<const double *, DeviceType, Unmanaged> energy(energy_ptr, n_centers);
+  const NodeView force(ef.forces.data_ptr<double>(), n_nodes, 3);
+  Kokkos::parallel_for(
+      Range(0, n_nodes), KOKKOS_LAMBDA(int n) {
+        const int a = node_atom(n);
+        for (int k = 0; k < 3; k++) fv(a, k) += force(n, k);
+      });
+  if (eflag_global) {
+    double total = 0.0;
+    Kokkos::parallel_reduce(
+        Range(0, n_centers),
+        KOKKOS_LAMBDA(int c, double &sum) {
+          if (atom_species(node_atom(c)) >= 0) sum += energy(c);    // a NULL-type atom gets none
+        },
+        total);
+    eng_vdwl += total;
+  }
+  if (eflag_atom) {
+    auto eatom_v = k_eatom.template view<DeviceType>();
+    Kokkos::parallel_for(
+        Range(0, n_centers), KOKKOS_LAMBDA(int c) {
+          const int a = node_atom(c);
+          if (atom_species(a) >= 0) eatom_v(a) += energy(c);
+        });
+  }
+  if (vflag_global) {
+    const torch::Tensor w = ef.virial.cpu();
+    for (int k = 0; k < 6; k++) virial[k] += w.data_ptr<double>()[row_major_index(k)];
+  }
+  if (!vflag_atom && !cvflag_atom) return;
+  const NodeView w(ef.node_virial.data_ptr<double>(), n_nodes, 9);
+  if (vflag_atom) {
+    auto vatom_v = k_vatom.template view<DeviceType>();
+    Kokkos::parallel_for(
+        Range(0, n_nodes), KOKKOS_LAMBDA(int n) {
+          for (int k = 0; k < 6; k++) vatom_v(node_atom(n), k) += w(n, row_major_index(k));
+        });
+  }
+  if (cvflag_atom) {
+    auto cvatom_v = k_cvatom.template view<DeviceType>();
+    Kokkos::parallel_for(
+        Range(0, n_nodes), KOKKOS_LAMBDA(int n) {
+          for (int k = 0; k < 9; k++) cvatom_v(node_atom(n), k) += w(n, row_major_index(k));
+        });
   }
 }
 

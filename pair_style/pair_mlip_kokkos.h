@@ -25,8 +25,8 @@ namespace LAMMPS_NS {
 // pair_style mlip with atoms, neighbour lists and forces in Kokkos views. It differs from mlip
 // only in where the graph comes from: it is built by Kokkos kernels from the views, handed to
 // LibTorch as tensors that wrap the views' memory, and the model's outputs come back the same
-// way. Settings, type mapping, checks, units and the per-edge output terms
-// (pair_mlip_scatter.h) are mlip's.
+// way. Settings, type mapping, checks and units are mlip's, and so are forces and virials: both
+// take them from mlip::edge_forces (common/), here on the views' device.
 template <class DeviceType> class PairMLIPKokkos : public PairMLIP {
  public:
   typedef DeviceType device_type;
@@ -38,11 +38,16 @@ template <class DeviceType> class PairMLIPKokkos : public PairMLIP {
   void coeff(int, char **) override;
   void init_style() override;
 
- protected:
-  std::string model_device(const std::string &asked, std::string &note) override;
-
+  // Public only because they hold device lambdas (CUDA's rule for extended lambdas).
   // One model call: graph of the sources, then model, then outputs.
   void evaluate_sources(int first, int count, bool whole_halo);
+  // mlip's check_distances on the graph's views.
+  void check_distances_on_device(int n_edges);
+  // One graph's energies (n_centers) and forces and virials (n_nodes) to the nodes' atoms.
+  void add_outputs_on_device(const double *energy, const mlip::EdgeForces &forces, int n_centers, int n_nodes);
+
+ protected:
+  std::string model_device(const std::string &asked, std::string &note) override;
 
   typename AT::t_x_array_randomread x;
   typename AT::t_f_array f;

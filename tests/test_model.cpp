@@ -79,6 +79,55 @@ TEST(Model, VirialIsMinusFiniteStrainDerivative) {
   }
 }
 
+// edge_forces: per-group virials add up to the one-group virial, node virials are each edge's
+// -r (x) g at its neighbour node, and a force loss differentiates through it (training's use).
+TEST(EdgeForces, GroupsNodeVirialsAndGradientsAgreeWithPlainSums) {
+  torch::manual_seed(3);
+  const int64_t n = 5, ne = 12;
+  const auto f64 = torch::kFloat64;
+  const torch::Tensor index = torch::randint(0, n, {2, ne}, torch::kInt64);
+  const torch::Tensor r = torch::randn({ne, 3}, f64), g = torch::randn({ne, 3}, f64);
+  EdgeForceRequest all;
+  all.virial = all.node_virial = true;
+  all.edge_group = torch::tensor({0, 0, 1, 1, 1, 0, 2, 2, 1, 0, 2, 1}, torch::kInt64);
+  all.n_groups = 3;
+  const EdgeForces grouped = edge_forces(index, r, g, n, all);
+  EdgeForceRequest one;
+  one.virial = true;
+  const EdgeForces single = edge_forces(index, r, g, n, one);   // the (3, 3) product path
+  EXPECT_TRUE(torch::allclose(grouped.virial.sum(0), single.virial[0], 1e-14, 1e-14));
+  EXPECT_TRUE(torch::allclose(grouped.node_virial.sum(0), single.virial[0], 1e-14, 1e-14));
+  EXPECT_TRUE(torch::equal(grouped.forces, single.forces));
+  auto ia = index.accessor<int64_t, 2>();
+  auto ra = r.accessor<double, 2>(), ga = g.accessor<double, 2>();
+  std::vector<double> force(3 * n, 0.0), node_virial(9 * n, 0.0), group_virial(27, 0.0);
+  for (int64_t e = 0; e < ne; ++e) {
+    const int64_t i = ia[0][e], j = ia[1][e], grp = all.edge_group[e].item<int64_t>();
+    for (int a = 0; a < 3; ++a) {
+      force[3 * i + a] += ga[e][a];
+      force[3 * j + a] -= ga[e][a];
+      for (int b = 0; b < 3; ++b) {
+        node_virial[9 * j + 3 * a + b] -= ra[e][a] * ga[e][b];
+        group_virial[9 * grp + 3 * a + b] -= ra[e][a] * ga[e][b];
+      }
+    }
+  }
+  auto expect_equal = [](const torch::Tensor& t, const std::vector<double>& v, const char* what) {
+    const torch::Tensor c = t.contiguous();
+    for (std::size_t k = 0; k < v.size(); ++k) EXPECT_NEAR(c.data_ptr<double>()[k], v[k], 1e-13) << what << " " << k;
+  };
+  expect_equal(grouped.forces, force, "force");
+  expect_equal(grouped.node_virial, node_virial, "node virial");
+  expect_equal(grouped.virial, group_virial, "group virial");
+
+  // d(sum F^2)/dg_e = 2 (F_i - F_j) for edge e = (i, j).
+  const torch::Tensor gv = g.clone().requires_grad_(true);
+  const EdgeForces d = edge_forces(index, r, gv, n, all);
+  d.forces.pow(2).sum().backward();
+  const torch::Tensor expected = 2 * (d.forces.detach().index_select(0, index[0]) - d.forces.detach().index_select(0, index[1]));
+  EXPECT_TRUE(torch::allclose(gv.grad(), expected, 1e-13, 1e-13));
+}
+
 TEST(Model, SaveLoadRoundTripKeepsMetadataAndEnergies) {
   Model model = testing::make_morse_model({"H", "O"}, 3.5);
   const fs::path dir = fs::temp_directory_path() / "mlip_test_model";

@@ -857,6 +857,18 @@ TEST_F(PairMLIPKokkos, MessagePassingModelMatchesMlip) {
   expect_kokkos_matches(water_setup(80, 35), "pair_style {} " + model_path("painn") + "\npair_coeff * * O H H");
 }
 
+// mlip's distance check on the device: the same error, naming both atoms.
+TEST_F(PairMLIPKokkos, AtomsTooCloseStopTheRunNamingBoth) {
+  if (nprocs() > 1) GTEST_SKIP() << "error->one aborts a multi-rank library run";
+  Lammps lmp("none", /*kokkos=*/true);
+  ok_lines(lmp, std::string(kTwoTypeBox) +
+                    "create_atoms 1 single 3 3 3 units box\ncreate_atoms 2 single 5 5 5 units box\n"
+                    "create_atoms 2 single 3.04 3 3 units box\nmass 1 15.999\nmass 2 1.008\n"
+                    "pair_style mlip/kk " + model_path("se_e2_a") + "\npair_coeff * * O H");
+  const std::string e = lmp.command("run 0");
+  EXPECT_NE(e.find("atoms 1 and 3 are 0.04 A apart (less than 0.1 A) at step 0"), std::string::npos) << e;
+}
+
 // 100 NVE steps with neighbour-list rebuilds: trajectories agree (to 1e-8: 100 steps amplify
 // round-off differences in the force sums).
 TEST_F(PairMLIPKokkos, TantalumTrajectoryMatchesMlip) {

@@ -14,6 +14,8 @@
 #include "mlip/device.h"
 #include "mlip/error.h"
 #include "support/gpu.h"
+#include "support/reference.h"
+#include "support/test_models.h"
 #include "support/temp_dir.h"
 #include "mlip/io.h"
 #include "training.h"
@@ -556,6 +558,30 @@ TEST(Training, MissingLabelsAreWarnedAndShownAsNA) {
   std::string first;
   std::getline(in, first);
   EXPECT_EQ(first, "earlier results");
+}
+
+// `mlip-trainer test` evaluates models as pair_style mlip does: its errors are those of the
+// reference evaluation the LAMMPS tests compare the pair style with (support/reference.h).
+TEST(Evaluation, TestCommandAgreesWithTheReferenceEvaluation) {
+  TempDir dir("mlip_test_evaluation");
+  const std::string model_path = (dir.path / "m.pt").string();
+  mlip::testing::write_test_model("se_e2_a", model_path);
+  const Model model = Model::load(model_path);
+  std::vector<Structure> frames = read_deepmd(std::string(MLIP_SOURCE_DIR) + "/data/water-deepmd/data_0");
+  frames.resize(3);
+  const std::string data = (dir.path / "water.xyz").string();
+  write_extxyz(data, frames);
+  double force_sq = 0, force_n = 0, energy_sq = 0;
+  for (const Structure& s : frames) {
+    const auto ref = mlip::testing::evaluate_reference(model, s);
+    for (std::size_t i = 0; i < s.size(); ++i)
+      for (int d = 0; d < 3; ++d) force_sq += std::pow(ref.forces[i][d] - s.forces[i][d], 2);
+    force_n += 3.0 * static_cast<double>(s.size());
+    energy_sq += std::pow((ref.energy - *s.energy) / static_cast<double>(s.size()), 2);
+  }
+  const MetricSums sums = test_model(model_path, data, "auto", Units{}, TestOutputs{}, [](const std::string&) {});
+  EXPECT_NEAR(sums.forces_rmse(), std::sqrt(force_sq / force_n), 1e-12 * std::sqrt(force_sq / force_n));
+  EXPECT_NEAR(sums.energy_rmse(), std::sqrt(energy_sq / 3.0), 1e-12 * std::sqrt(energy_sq / 3.0));
 }
 
 TEST(Training, LossDecreasesOnTinyProblem) {

@@ -28,6 +28,14 @@ function(mlip_add_package)
   if(PKG_KOKKOS)
     # pair_style mlip/kk, mlip/kk/device, mlip/kk/host (pair_mlip_kokkos.h).
     list(APPEND sources ${MLIP_ROOT}/pair_style/pair_mlip_kokkos.cpp)
+    # Kokkos on CUDA: LibTorch runs the model on Kokkos's stream (c10_cuda's external streams).
+    if(Kokkos_ENABLE_CUDA OR KOKKOS_ENABLE_CUDA)
+      if(NOT TARGET c10_cuda)
+        message(FATAL_ERROR "MLIP: Kokkos has CUDA but this LibTorch has no c10_cuda: mlip/kk on the GPU needs "
+                            "a CUDA build of LibTorch (PyPI's torch wheel)")
+      endif()
+      target_link_libraries(lammps PRIVATE c10_cuda)
+    endif()
   endif()
   target_sources(lammps PRIVATE ${sources})
   target_include_directories(lammps PRIVATE ${MLIP_ROOT}/pair_style)

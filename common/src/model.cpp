@@ -79,14 +79,19 @@ ModelMetadata ModelMetadata::from_json(const nlohmann::json& j, const std::strin
   return m;
 }
 
-// On the CPU the graph executor's optimisations (autodiff subgraphs, which split addmm into
-// mm + add, and their generated backward graphs) made se_e2_a 1.1x slower than op-by-op
-// execution with eager autograd; LibTorch 1.13 has no CPU fuser to make up for it. They also
-// change the rounding between the first (profiling) calls and the later ones, which made a
-// resumed training run differ from an uninterrupted one. The switch is thread-local.
+namespace {
+
+// Whether TorchScript's graph executor optimises a model call on `device`; set around every
+// forward() so that every call takes the same path (the optimiser's first calls are unoptimised
+// profiling runs). Not on the CPU: there its autodiff subgraphs (which split addmm into mm + add,
+// with generated backward graphs) made se_e2_a 1.1x slower than eager autograd, and they change
+// the rounding between the first (profiling) calls and later ones, which made a resumed training
+// run differ from an uninterrupted one.
 bool optimize_graphs_on(const torch::Device& device) {
   return device.is_cpu() ? false : torch::jit::getGraphExecutorOptimize();
 }
+
+}  // namespace
 
 Model::Model(torch::jit::Module module, ModelMetadata metadata, torch::Device device)
     : module_(std::move(module)),
@@ -193,43 +198,59 @@ Model Model::load(const std::string& path, const torch::Device& device) {
   return Model(std::move(module), std::move(meta), device);
 }
 
-ModelOutput Model::evaluate(const ModelInput& in, bool need_grad) const {
+ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, EdgeGradient gradient) {
+  const bool need_grad = gradient != EdgeGradient::none;
   torch::Tensor vectors = in.edge_vectors;
   if (need_grad) vectors = vectors.detach().requires_grad_(true);
   std::vector<torch::jit::IValue> args{in.species, in.edge_index, vectors, in.n_centers};
   ModelOutput out;
   {
-    torch::jit::GraphOptimizerEnabledGuard optimize(optimize_graphs_on(device_));
-    out.atom_energy = module_.forward(args).toTensor();
+    torch::jit::GraphOptimizerEnabledGuard optimize(optimize_graphs_on(vectors.device()));
+    out.atom_energy = module.forward(args).toTensor();
   }
   if (out.atom_energy.dim() != 1 || out.atom_energy.size(0) != in.n_centers) {
     throw Error("model returned energies of shape " + c10::str(out.atom_energy.sizes()) + ", expected (" +
                 std::to_string(in.n_centers) + ")");
   }
-  if (need_grad) {
-    const torch::Tensor total = out.atom_energy.sum();
-    if (total.requires_grad()) {
-      out.edge_grad = torch::autograd::grad({total}, {vectors}, {}, /*retain_graph=*/false,
-                                            /*create_graph=*/false, /*allow_unused=*/true)[0];
-    }
-    if (!out.edge_grad.defined()) out.edge_grad = torch::zeros_like(vectors);  // no edges used
-    out.atom_energy = out.atom_energy.detach();
+  if (!need_grad) return out;
+  const bool keep = gradient == EdgeGradient::differentiable;
+  const torch::Tensor total = out.atom_energy.sum();
+  if (total.requires_grad()) {
+    out.edge_grad = torch::autograd::grad({total}, {vectors}, {}, /*retain_graph=*/keep,
+                                          /*create_graph=*/keep, /*allow_unused=*/true)[0];
   }
+  if (!out.edge_grad.defined()) out.edge_grad = torch::zeros_like(vectors);  // no edges used
+  if (!keep) out.atom_energy = out.atom_energy.detach();
   return out;
 }
 
+ModelOutput Model::evaluate(const ModelInput& in, bool need_grad) const {
+  return evaluate_module(module_, in, need_grad ? EdgeGradient::value : EdgeGradient::none);
+}
+
+namespace {
+
+// The graph's arrays as tensors on its device, without a copy. from_blob wants non-const
+// pointers; the tensors are only read (evaluate_module detaches the vectors before asking for
+// their gradient, which does not write them).
+struct GraphTensors {
+  torch::Tensor species, edge_index, edge_vectors;
+  explicit GraphTensors(const GraphView& g) {
+    const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(g.device);
+    species = torch::from_blob(const_cast<int64_t*>(g.species), {g.n_nodes}, i64);
+    edge_index = torch::from_blob(const_cast<int64_t*>(g.edge_index), {2, g.n_edges}, {g.edge_index_stride, 1}, i64);
+    edge_vectors = torch::from_blob(const_cast<double*>(g.edge_vectors), {g.n_edges, 3}, i64.dtype(torch::kFloat64));
+  }
+};
+
+}  // namespace
+
 ModelOutput evaluate_graph(const Model& model, const GraphView& g, bool need_grad) {
-  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(g.device);
-  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(g.device);
-  // from_blob wants non-const pointers; the tensors are only read (Model::evaluate detaches the
-  // vectors before asking for their gradient, which does not write them).
-  auto* species = const_cast<int64_t*>(g.species);
-  auto* edge_index = const_cast<int64_t*>(g.edge_index);
-  auto* vectors = const_cast<double*>(g.edge_vectors);
+  const GraphTensors t(g);
   ModelInput in;
-  in.species = torch::from_blob(species, {g.n_nodes}, i64).to(model.device());
-  in.edge_index = torch::from_blob(edge_index, {2, g.n_edges}, {g.edge_index_stride, 1}, i64).to(model.device());
-  in.edge_vectors = torch::from_blob(vectors, {g.n_edges, 3}, f64).to(model.device(), model.info().torch_dtype());
+  in.species = t.species.to(model.device());
+  in.edge_index = t.edge_index.to(model.device());
+  in.edge_vectors = t.edge_vectors.to(model.device(), model.info().torch_dtype());
   in.n_centers = g.n_centers;
   ModelOutput out = model.evaluate(in, need_grad);
   out.atom_energy = out.atom_energy.to(g.device, torch::kFloat64).contiguous();
@@ -237,7 +258,7 @@ ModelOutput evaluate_graph(const Model& model, const GraphView& g, bool need_gra
   return out;
 }
 
-ModelOutput evaluate_chunk(const Model& model, ChunkGraph& graph, bool need_grad) {
+GraphView graph_view(const ChunkGraph& graph) {
   GraphView view;
   view.species = graph.species.data();
   view.n_nodes = static_cast<int64_t>(graph.species.size());
@@ -246,7 +267,19 @@ ModelOutput evaluate_chunk(const Model& model, ChunkGraph& graph, bool need_grad
   view.edge_vectors = graph.edge_vectors.data();
   view.n_edges = graph.n_edges;
   view.n_centers = graph.n_centers;
-  return evaluate_graph(model, view, need_grad);
+  return view;
+}
+
+ModelOutput evaluate_chunk(const Model& model, ChunkGraph& graph, bool need_grad) {
+  return evaluate_graph(model, graph_view(graph), need_grad);
+}
+
+EdgeForces edge_forces(const GraphView& graph, const torch::Tensor& edge_grad, const EdgeForceRequest& request) {
+  const GraphTensors t(graph);
+  EdgeForces out = edge_forces(t.edge_index, t.edge_vectors, edge_grad.to(torch::kFloat64), graph.n_nodes, request);
+  for (torch::Tensor* r : {&out.forces, &out.virial, &out.node_virial})
+    if (r->defined()) *r = r->contiguous();
+  return out;
 }
 
 void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path) {
@@ -274,12 +307,27 @@ void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const
   if (ec) throw Error(path + ": cannot move model into place: " + ec.message());
 }
 
-torch::Tensor scatter_edge_forces(const torch::Tensor& edge_index, const torch::Tensor& edge_vectors,
-                                  const torch::Tensor& edge_grad, torch::Tensor& forces) {
-  forces.index_add_(0, edge_index[0], edge_grad);
-  forces.index_add_(0, edge_index[1], -edge_grad);
-  // (3, 3): W_ab = -sum_e r_a g_b
-  return -torch::mm(edge_vectors.t(), edge_grad);
+EdgeForces edge_forces(const torch::Tensor& edge_index, const torch::Tensor& edge_vectors,
+                       const torch::Tensor& edge_grad, int64_t n_nodes, const EdgeForceRequest& request) {
+  EdgeForces out;
+  // Out of place, so that a training step can differentiate through it.
+  out.forces = torch::zeros({n_nodes, 3}, edge_grad.options())
+                   .index_add(0, edge_index[0], edge_grad)
+                   .index_add(0, edge_index[1], -edge_grad);
+  if (!request.virial && !request.node_virial) return out;
+  const torch::Tensor r = edge_vectors.to(edge_grad.scalar_type());
+  if (request.virial && !request.edge_group.defined() && !request.node_virial) {
+    out.virial = -torch::mm(r.t(), edge_grad).reshape({1, 9});   // one group: no (n_edges, 9) buffer
+    return out;
+  }
+  const torch::Tensor w = -(r.unsqueeze(2) * edge_grad.unsqueeze(1)).reshape({-1, 9});
+  if (request.virial) {
+    out.virial = request.edge_group.defined()
+                     ? torch::zeros({request.n_groups, 9}, w.options()).index_add(0, request.edge_group, w)
+                     : w.sum(0, /*keepdim=*/true);
+  }
+  if (request.node_virial) out.node_virial = torch::zeros({n_nodes, 9}, w.options()).index_add(0, edge_index[1], w);
+  return out;
 }
 
 }  // namespace mlip

@@ -44,6 +44,28 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
   export_frozen(module, meta, output);
 }
 
+namespace {
+
+// A one-frame batch evaluated exactly as pair_style mlip evaluates its graphs: evaluate_graph()
+// on float64 arrays (the model's dtype and device are its business), edge_forces() after it.
+Prediction evaluate_as_lammps(const Model& model, const BatchTensors& t) {
+  GraphView graph;
+  graph.species = t.species.data_ptr<int64_t>();
+  graph.n_nodes = t.n_atoms;
+  graph.edge_index = t.edge_index.data_ptr<int64_t>();
+  graph.edge_index_stride = t.edge_index.size(1);
+  graph.edge_vectors = t.edge_vectors.data_ptr<double>();
+  graph.n_edges = t.edge_index.size(1);
+  graph.n_centers = t.n_atoms;
+  const ModelOutput out = evaluate_graph(model, graph);
+  EdgeForceRequest request;
+  request.virial = true;
+  const EdgeForces f = edge_forces(t.edge_index, t.edge_vectors, out.edge_grad, t.n_atoms, request);
+  return Prediction{out.atom_energy.sum().reshape({1}), f.forces, f.virial};
+}
+
+}  // namespace
+
 MetricSums test_model(const std::string& model_path, const std::string& data_path, const std::string& format,
                       const Units& units, const TestOutputs& outputs,
                       const std::function<void(const std::string&)>& log) {
@@ -88,8 +110,8 @@ MetricSums test_model(const std::string& model_path, const std::string& data_pat
   MetricSums sums;
   for (std::size_t k = 0; k < frames.size(); ++k) {
     const Structure& st = frames[k].structure;
-    const BatchTensors t = to_tensors(make_batch({&frames[k]}, species), meta.torch_dtype());
-    const Prediction p = predict(model.module(), t, false);
+    const BatchTensors t = to_tensors(make_batch({&frames[k]}, species), torch::kFloat64);
+    const Prediction p = evaluate_as_lammps(model, t);
     MetricSums one;
     loss_terms(p, t, {1, 1, 1}, "mse", 0.0, 1.0, &one);
     sums.add(one);

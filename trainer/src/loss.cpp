@@ -1,9 +1,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/jit/runtime/graph_executor.h>
-
 #include <fmt/format.h>
 
 #include "training.h"
@@ -88,29 +85,19 @@ BatchTensors concat(const std::vector<const BatchTensors*>& parts) {
 }
 
 Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph, torch::Dtype accumulate) {
-  torch::Tensor vectors = b.edge_vectors.detach().requires_grad_(true);
-  torch::jit::GraphOptimizerEnabledGuard optimize(optimize_graphs_on(vectors.device()));
-  const torch::Tensor atom_energy =
-      module.forward({b.species, b.edge_index, vectors, b.n_atoms}).toTensor().to(accumulate);
+  const ModelInput in{b.species, b.edge_index, b.edge_vectors, b.n_atoms};
+  const ModelOutput out =
+      evaluate_module(module, in, create_graph ? EdgeGradient::differentiable : EdgeGradient::value);
+  EdgeForceRequest request;
+  request.virial = b.any_virial;  // else nothing to compare with: no graph, no cost
+  request.edge_group = b.frame_of_edge;
+  request.n_groups = b.n_frames;
+  const EdgeForces f = edge_forces(b.edge_index, b.edge_vectors, out.edge_grad.to(accumulate), b.n_atoms, request);
   Prediction p;
-  p.energy = torch::zeros({b.n_frames}, atom_energy.options()).index_add(0, b.frame_of_atom, atom_energy);
-  torch::Tensor g = torch::autograd::grad({p.energy.sum()}, {vectors}, {}, /*retain_graph=*/create_graph,
-                                          create_graph, /*allow_unused=*/true)[0];
-  if (!g.defined()) g = torch::zeros_like(vectors);
-  g = g.to(accumulate);
-  // g = dE/dr_ij with r_ij = x_j - x_i: F_i += g, F_j -= g; W = -sum r (x) g per frame.
-  p.forces = torch::zeros({b.n_atoms, 3}, g.options()).index_add(0, b.edge_index[0], g).index_add(0, b.edge_index[1], -g);
-  if (b.any_virial) {
-    const torch::Tensor w = -(b.edge_vectors.to(accumulate).unsqueeze(2) * g.unsqueeze(1)).reshape({-1, 9});
-    p.virial = torch::zeros({b.n_frames, 9}, g.options()).index_add(0, b.frame_of_edge, w);
-  } else {
-    p.virial = torch::zeros({b.n_frames, 9}, g.options());  // nothing to compare with: no graph, no cost
-  }
-  if (!create_graph) {
-    p.energy = p.energy.detach();
-    p.forces = p.forces.detach();
-    p.virial = p.virial.detach();
-  }
+  p.energy = torch::zeros({b.n_frames}, out.atom_energy.options().dtype(accumulate))
+                 .index_add(0, b.frame_of_atom, out.atom_energy.to(accumulate));
+  p.forces = f.forces;
+  p.virial = b.any_virial ? f.virial : torch::zeros({b.n_frames, 9}, p.forces.options());
   return p;
 }
 

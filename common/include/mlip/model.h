@@ -67,11 +67,17 @@ struct ModelOutput {
   torch::Tensor edge_grad;      // (n_edges, 3) dE/dr_ij, eV/Å; undefined if not requested
 };
 
-/// Whether TorchScript's graph executor should optimise models run on `device`: false on the
-/// CPU (see model.cpp), the current setting elsewhere. For torch::jit::GraphOptimizerEnabledGuard
-/// around every call of a model's forward(), in evaluation and in training alike, so that every
-/// call takes the same path (the optimiser's first calls are unoptimised profiling runs).
-bool optimize_graphs_on(const torch::Device& device);
+/// How much of dE/dr_ij a model call computes.
+enum class EdgeGradient {
+  none,             // energies only
+  value,            // energies and edge gradients, both detached (MD, tests, validation)
+  differentiable,   // the gradient keeps its graph, energies stay attached (a training step)
+};
+
+/// One call of a model's forward() and, if asked, dE/dr for every edge: the model call of every
+/// consumer (Model::evaluate, hence pair_style mlip, mlip/kk and `mlip-trainer test`; and the
+/// trainer's steps, on the module it trains). Never call under NoGradGuard.
+ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, EdgeGradient gradient);
 
 /// A loaded, frozen model: metadata plus the TorchScript module.
 class Model {
@@ -119,6 +125,9 @@ struct GraphView {
 /// float64 tensors on the graph's device, whatever the model's dtype and device.
 ModelOutput evaluate_graph(const Model& model, const GraphView& graph, bool need_grad = true);
 
+/// The buffers of one chunk as a GraphView (valid while the chunk's graph is unchanged).
+GraphView graph_view(const ChunkGraph& graph);
+
 /// evaluate_graph() on the buffers of one chunk (CPU).
 ModelOutput evaluate_chunk(const Model& model, ChunkGraph& graph, bool need_grad = true);
 
@@ -130,11 +139,34 @@ ModelOutput evaluate_chunk(const Model& model, ChunkGraph& graph, bool need_grad
 /// half-written.
 void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path);
 
+/// What edge_forces() computes besides forces.
+struct EdgeForceRequest {
+  bool virial = false;        // per-group virials
+  bool node_virial = false;   // per-node virials
+  torch::Tensor edge_group;   // (n_edges,) int64 group (frame) of each edge; undefined: one group
+  int64_t n_groups = 1;
+};
+
+/// Forces and virials from edge gradients, as every consumer gets them.
+struct EdgeForces {
+  torch::Tensor forces;        // (n_nodes, 3)
+  torch::Tensor virial;        // (n_groups, 9) row-major W_ab; undefined unless requested
+  torch::Tensor node_virial;   // (n_nodes, 9) row-major; undefined unless requested
+};
+
 /// Forces and virials from edge gradients g_ij = dE/dr_ij, r_ij = x_j - x_i:
-///   F_i += g_ij, F_j -= g_ij,   W = -sum_ij r_ij (x) g_ij.
-/// `forces` is (n_nodes, 3); forces on nodes past the local ones are the ghost forces LAMMPS
-/// reverse-communicates. Returns the 3x3 virial (eV) as a (3, 3) tensor.
-torch::Tensor scatter_edge_forces(const torch::Tensor& edge_index, const torch::Tensor& edge_vectors,
-                                  const torch::Tensor& edge_grad, torch::Tensor& forces);
+///   F_i += g_ij, F_j -= g_ij,   W_ab = -sum_ij r_a g_b   (per group of edges, e.g. per frame),
+/// and as a per-node virial each edge's -r (x) g goes to its neighbour node j (the full 9
+/// components: LAMMPS's centroid virial, which makes many-body heat fluxes right). Forces on
+/// nodes past the local atoms are the ghost forces LAMMPS reverse-communicates.
+/// The one place this is computed: training (differentiably, when the inputs carry a graph),
+/// `mlip-trainer test`, pair_style mlip and mlip/kk. Tensor operations only, so it runs on the
+/// inputs' device; results are in the edge gradients' dtype.
+EdgeForces edge_forces(const torch::Tensor& edge_index, const torch::Tensor& edge_vectors,
+                       const torch::Tensor& edge_grad, int64_t n_nodes, const EdgeForceRequest& request = {});
+
+/// edge_forces() of a graph in caller-owned memory with the edge gradients evaluate_graph()
+/// returned for it: the arrays are wrapped without a copy; results in float64 on its device.
+EdgeForces edge_forces(const GraphView& graph, const torch::Tensor& edge_grad, const EdgeForceRequest& request);
 
 }  // namespace mlip
