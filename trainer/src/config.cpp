@@ -255,13 +255,8 @@ void Section::fail(const YAML::Node& at, const std::string& what) const {
   fail_in_file(at, what);
 }
 
-static Config read_config_checked(const std::string& path, const std::vector<std::string>& overrides) {
-  override_nodes().clear();
-  const YAML::Node root = load(path, overrides);
-  Config c;
-  c.file = path;
-  Section top(root, "", path);
-
+// The sections of a config, each checked key by key (Section::finish: unknown keys are errors).
+static void read_model(Section& top, const YAML::Node& root, const std::string& path, Config& c) {
   Section model = top.section("model");
   if (!model.node() || model.node().IsNull()) top.fail(root, "missing required section 'model'");
   c.architecture = model.required<std::string>("architecture");
@@ -291,6 +286,9 @@ static Config read_config_checked(const std::string& path, const std::vector<std
   if (!(c.repulsion_width > 0))
     model.fail(model.node()["repulsion_width"], "model.repulsion_width must be positive");
 
+}
+
+static void read_data(Section& top, const YAML::Node& root, const std::string& path, Config& c) {
   Section data = top.section("data");
   if (!data.node() || data.node().IsNull()) top.fail(root, "missing required section 'data'");
   c.train = read_sources(data, "train", path);
@@ -312,29 +310,9 @@ static Config read_config_checked(const std::string& path, const std::vector<std
     data.fail(data.node(), "data.batch: frames and accumulate must be >= 1, atoms >= 0");
   }
 
-  Section training = top.section("training");
-  c.epochs = training.get<int64_t>("epochs", c.epochs);
-  c.max_minutes = training.get<double>("max_minutes", c.max_minutes);
-  c.seed = training.get<uint64_t>("seed", c.seed);
-  c.grad_clip = training.get<double>("grad_clip", c.grad_clip);
-  c.ema_decay = training.get<double>("ema_decay", c.ema_decay);
-  c.early_stopping_patience = training.get<int64_t>("early_stopping_patience", c.early_stopping_patience);
-  c.device = training.get<std::string>("device", c.device);
-  c.data_on_device = training.get<std::string>("data_on_device", c.data_on_device);
-  c.tf32 = training.get<bool>("tf32", c.tf32);
-  c.deterministic = training.get<bool>("deterministic", c.deterministic);
-  c.accumulate_dtype = training.get<std::string>("accumulate_dtype", c.accumulate_dtype);
-  const bool gpu_index = c.device.rfind("cuda:", 0) == 0 && c.device.size() > 5 &&
-                         c.device.find_first_not_of("0123456789", 5) == std::string::npos;
-  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda" && !gpu_index) {
-    training.fail(training.node()["device"], "training.device must be auto, cpu, cuda or cuda:N, not '" + c.device + "'");
-  }
-  if (c.data_on_device != "auto" && c.data_on_device != "true" && c.data_on_device != "false") {
-    training.fail(training.node()["data_on_device"], "training.data_on_device must be auto, true or false");
-  }
-  if (c.accumulate_dtype != "float64" && c.accumulate_dtype != "float32") {
-    training.fail(training.node()["accumulate_dtype"], "training.accumulate_dtype must be float64 or float32");
-  }
+}
+
+static void read_optimization(Section& training, Config& c) {
   Section opt = training.section("optimizer");
   c.optimizer = opt.get<std::string>("type", c.optimizer);
   c.lr = opt.get<double>("lr", c.lr);
@@ -368,9 +346,39 @@ static Config read_config_checked(const std::string& path, const std::vector<std
   }
   loss.finish();
   if (c.loss != "mse" && c.loss != "huber") loss.fail(loss.node()["type"], "training.loss.type must be mse or huber");
+}
+
+static void read_training(Section& top, Config& c) {
+  Section training = top.section("training");
+  c.epochs = training.get<int64_t>("epochs", c.epochs);
+  c.max_minutes = training.get<double>("max_minutes", c.max_minutes);
+  c.seed = training.get<uint64_t>("seed", c.seed);
+  c.grad_clip = training.get<double>("grad_clip", c.grad_clip);
+  c.ema_decay = training.get<double>("ema_decay", c.ema_decay);
+  c.early_stopping_patience = training.get<int64_t>("early_stopping_patience", c.early_stopping_patience);
+  c.device = training.get<std::string>("device", c.device);
+  c.data_on_device = training.get<std::string>("data_on_device", c.data_on_device);
+  c.tf32 = training.get<bool>("tf32", c.tf32);
+  c.deterministic = training.get<bool>("deterministic", c.deterministic);
+  c.accumulate_dtype = training.get<std::string>("accumulate_dtype", c.accumulate_dtype);
+  const bool gpu_index = c.device.rfind("cuda:", 0) == 0 && c.device.size() > 5 &&
+                         c.device.find_first_not_of("0123456789", 5) == std::string::npos;
+  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda" && !gpu_index) {
+    training.fail(training.node()["device"], "training.device must be auto, cpu, cuda or cuda:N, not '" + c.device + "'");
+  }
+  if (c.data_on_device != "auto" && c.data_on_device != "true" && c.data_on_device != "false") {
+    training.fail(training.node()["data_on_device"], "training.data_on_device must be auto, true or false");
+  }
+  if (c.accumulate_dtype != "float64" && c.accumulate_dtype != "float32") {
+    training.fail(training.node()["accumulate_dtype"], "training.accumulate_dtype must be float64 or float32");
+  }
+  read_optimization(training, c);
   training.finish();
   if (c.epochs < 1) training.fail(training.node(), "training.epochs must be >= 1");
 
+}
+
+static void read_communication_and_output(Section& top, Config& c) {
   Section comm = top.section("communication");
   c.comm_backend = comm.get<std::string>("backend", c.comm_backend);
   c.bucket_mb = comm.get<double>("bucket_mb", c.bucket_mb);
@@ -387,6 +395,18 @@ static Config read_config_checked(const std::string& path, const std::vector<std
   if (c.keep_checkpoints < 1) output.fail(output.node()["keep_checkpoints"], "output.keep_checkpoints must be >= 1");
   if (c.log_every < 0) output.fail(output.node()["log_every"], "output.log_every must be >= 0");
   output.finish();
+}
+
+static Config read_config_checked(const std::string& path, const std::vector<std::string>& overrides) {
+  override_nodes().clear();
+  const YAML::Node root = load(path, overrides);
+  Config c;
+  c.file = path;
+  Section top(root, "", path);
+  read_model(top, root, path, c);
+  read_data(top, root, path, c);
+  read_training(top, c);
+  read_communication_and_output(top, c);
   top.finish();
   return c;
 }
