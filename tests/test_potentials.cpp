@@ -10,11 +10,15 @@
 #include <fstream>
 #include <random>
 
+#include <torch/csrc/autograd/autograd.h>
+
 #include "mlip/elements.h"
 #include "mlip/error.h"
 #include "mlip/neighbor_list.h"
 #include "mlip/potentials.h"
+#include "mlip/tabulated_embedding.h"
 #include "support/reference.h"
+#include "support/temp_dir.h"
 
 namespace mlip {
 namespace {
@@ -281,6 +285,137 @@ TEST_P(Potential, ExportedModelMatchesAndLoadsInPython) {
     EXPECT_NEAR(out["energies"][i].get<double>(), b.atom_energy[i], same() * std::abs(b.atom_energy[i]));
   }
 }
+
+// The compressed-model operator: the CPU kernels against the reference's ATen operations, forward
+// and backward (gradients of a random linear function of T), in both dtypes.
+TEST(TabulatedContraction, CpuKernelsMatchTheReference) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    torch::manual_seed(5);
+    const int64_t n_edges = 300, n_centers = 17, n_nets = 3, bins = 40, m = 12;
+    const double step = 0.05;
+    const auto opt = torch::dtype(dtype);
+    const torch::Tensor table = torch::randn({n_nets, bins, 6, m}, opt);
+    torch::Tensor x = (torch::rand({n_edges}, opt) * (bins * step)).requires_grad_(true);
+    torch::Tensor env = torch::randn({n_edges, 4}, opt).requires_grad_(true);
+    const torch::Tensor center = torch::randint(0, n_centers, {n_edges}, torch::kInt64);
+    const torch::Tensor net = torch::randint(0, n_nets, {n_edges}, torch::kInt64);
+    const torch::Tensor w = torch::randn({n_centers, 4, m}, opt);
+    const double tol = dtype == torch::kFloat64 ? 1e-12 : 1e-4;
+    const torch::Tensor a = tabulated_contraction(x, env, center, net, table, step, 0.5, n_centers);
+    const auto ga = torch::autograd::grad({(a * w).sum()}, {x, env});
+    const torch::Tensor b = tabulated_contraction_reference(x, env, center, net, table, step, 0.5, n_centers);
+    const auto gb = torch::autograd::grad({(b * w).sum()}, {x, env});
+    EXPECT_TRUE(torch::allclose(a, b, tol, tol)) << dtype;
+    EXPECT_TRUE(torch::allclose(ga[0], gb[0], tol, tol)) << dtype;
+    EXPECT_TRUE(torch::allclose(ga[1], gb[1], tol, tol)) << dtype;
+  }
+}
+
+TEST(TabulatedContraction, InputBeyondTheTableIsAnErrorNamingTheDistance) {
+  const torch::Tensor table = torch::zeros({1, 10, 6, 2}, torch::kFloat64);
+  const torch::Tensor x = torch::tensor({0.2, 1.5}, torch::kFloat64), env = torch::ones({2, 4}, torch::kFloat64);
+  const torch::Tensor idx = torch::zeros({2}, torch::kInt64);
+  try {
+    tabulated_contraction(x, env, idx, idx, table, 0.1, 0.65, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a neighbour is closer than its embedding table covers (made for distances >= 0.65 A"),
+              std::string::npos) << e.what();
+  }
+}
+
+// A compressed se_e2_a against the model it came from, compressed from the trainable module and
+// from its exported file: forces within 1e-6 eV/A and energies within 1e-7 eV/atom (float64) on
+// random structures and distorted water frames; Python's torch.jit.load runs it with the
+// operator's library.
+class Compression : public ::testing::TestWithParam<Case> {};
+
+std::vector<Structure> compression_frames() {
+  std::vector<Structure> frames = {sample(1), sample(2), sample(3)};
+  std::vector<Structure> water = read_deepmd(std::string(MLIP_SOURCE_DIR) + "/data/water-deepmd/data_0");
+  std::mt19937 rng(9);
+  std::normal_distribution<double> noise(0.0, 0.04);
+  for (int k : {0, 40, 79}) {
+    Structure s = water.at(k);
+    for (auto& x : s.positions)
+      for (double& v : x) v += noise(rng);
+    frames.push_back(s);
+  }
+  return frames;
+}
+
+TEST_P(Compression, MatchesTheUncompressedModel) {
+  const bool f32 = GetParam().dtype == torch::kFloat32;
+  const double force_tol = f32 ? 2e-3 : 1e-6, energy_tol = f32 ? 1e-4 : 1e-7;
+  BuiltModel built = build(GetParam());
+  testing::TempDir dir("mlip_test_compression_" + case_name({GetParam(), 0}));
+  const std::string path = (dir.path / "model.pt").string(), compressed_path = (dir.path / "compressed.pt").string();
+  export_frozen(built.module, built.metadata, path);
+  const Model frozen = Model::load(path);
+  CompressOptions options;
+  options.min_distance = 0.7;
+  CompressReport report;
+  ModelMetadata meta = frozen.metadata();
+  export_frozen(compress_model(const_cast<Model&>(frozen).module(), meta, options, &report), meta, compressed_path);
+  const Model compressed = Model::load(compressed_path);
+  ModelMetadata meta2 = built.metadata;
+  const Model from_trainable(compress_model(built.module, meta2, options), meta2, torch::kCPU);
+  EXPECT_EQ(compressed.metadata().hyperparameters["compression"]["bins"].get<int64_t>(), report.bins);
+  double df = 0, de = 0;
+  for (const Structure& s : compression_frames()) {
+    const auto ref = evaluate_reference(frozen, s);
+    for (const Model* m : {&compressed, &from_trainable}) {
+      const auto c = evaluate_reference(*m, s);
+      for (std::size_t i = 0; i < s.size(); ++i) {
+        de = std::max(de, std::abs(c.atom_energy[i] - ref.atom_energy[i]));
+        for (int d = 0; d < 3; ++d) df = std::max(df, std::abs(c.forces[i][d] - ref.forces[i][d]));
+      }
+    }
+  }
+  std::printf("[ compression ] %s: %lld bins x %lld nets, table error %.2e; max |dF| %.2e eV/A, max |dE| %.2e eV/atom\n",
+              case_name({GetParam(), 0}).c_str(), static_cast<long long>(report.bins),
+              static_cast<long long>(report.nets), report.max_error, df, de);
+  EXPECT_LE(df, force_tol);
+  EXPECT_LE(de, energy_tol);
+
+  // Too close for the table: an error, not an extrapolation.
+  Structure close = sample(4);
+  close.positions[1] = close.positions[0];
+  close.positions[1][0] += 0.5;
+  try {
+    evaluate_reference(compressed, close);
+    ADD_FAILURE() << "no error for a neighbour closer than the table";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("RuntimeError: compressed model: a neighbour is closer than its embedding "
+                                         "table covers (made for distances >= 0.7 A"),
+              std::string::npos) << e.what();
+  }
+
+  const std::string python = MLIP_TORCH_PYTHON;
+  if (python.empty() || std::system((python + " -c 'import torch' 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << "no Python with the build's torch package";
+  }
+  const Structure s = sample(6);
+  const NeighborList nl = build_neighbor_list(s, kCutoff);
+  std::vector<int64_t> species;
+  for (int z : s.numbers) species.push_back(z == 8 ? 1 : 0);
+  nlohmann::json in = {{"species", species}, {"edge_index", {nl.centers, nl.neighbors}},
+                       {"edge_vectors", nl.vectors}, {"n_centers", s.size()}};
+  std::ofstream(dir.path / "in.json") << in.dump();
+  const std::string cmd = python + " -W ignore " + std::string(MLIP_SOURCE_DIR) + "/tests/python/torch_load.py " +
+                          compressed_path + " " + (dir.path / "in.json").string() + " " +
+                          (dir.path / "out.json").string() + " " + MLIP_OPS_LIBRARY;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const auto out = nlohmann::json::parse(std::ifstream(dir.path / "out.json"));
+  const auto c = evaluate_reference(compressed, s);
+  for (std::size_t i = 0; i < s.size(); ++i)
+    EXPECT_NEAR(out["energies"][i].get<double>(), c.atom_energy[i], f32 ? 1e-5 : 1e-12);
+}
+
+INSTANTIATE_TEST_SUITE_P(SeE2A, Compression,
+                         ::testing::Values(Case{"se_e2_a", torch::kFloat64}, Case{"se_e2_a_two_side", torch::kFloat64},
+                                           Case{"se_e2_a", torch::kFloat64, true}, Case{"se_e2_a", torch::kFloat32}),
+                         case_name);
 
 // se_e2_a against a loop-by-loop implementation of the formulas in potentials/src/se_e2_a.cpp's
 // header, with std::tanh and one atom at a time. The TorchScript evaluates the tanh layers

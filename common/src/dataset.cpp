@@ -296,16 +296,11 @@ GraphBatch make_batch(const std::vector<const Frame*>& frames, const SpeciesMap&
       b.frame_of_atom.push_back(k);
       b.positions.insert(b.positions.end(), s.positions[i].begin(), s.positions[i].end());
     }
-    const Mat3& L = s.cell.lattice;
     for (std::size_t e = 0; e < f.num_edges(); ++e) {
-      const int32_t i = f.centers[e], j = f.neighbors[e];
-      const auto& S = f.shifts[e];
-      b.edge_index[edge0 + e] = atom0 + i;
-      b.edge_index[b.num_edges + edge0 + e] = atom0 + j;
-      for (int d = 0; d < 3; ++d) {
-        b.edge_vectors[3 * (edge0 + e) + d] =
-            s.positions[j][d] - s.positions[i][d] + S[0] * L[0][d] + S[1] * L[1][d] + S[2] * L[2][d];
-      }
+      b.edge_index[edge0 + e] = atom0 + f.centers[e];
+      b.edge_index[b.num_edges + edge0 + e] = atom0 + f.neighbors[e];
+      const Vec3 r = f.edge_vector(e);
+      std::copy(r.begin(), r.end(), b.edge_vectors.begin() + 3 * (edge0 + e));
     }
     if (s.energy) {
       b.energy[k] = *s.energy;

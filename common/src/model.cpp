@@ -1,4 +1,5 @@
 #include "mlip/model.h"
+#include "mlip/tabulated_embedding.h"
 
 #include "mlip/model_metadata.h"
 
@@ -87,6 +88,15 @@ namespace {
 // with generated backward graphs) made se_e2_a 1.1x slower than eager autograd, and they change
 // the rounding between the first (profiling) calls and later ones, which made a resumed training
 // run differ from an uninterrupted one.
+// The line of a TorchScript interpreter report that says what failed ("RuntimeError: ...").
+std::string interpreter_error(const std::string& what) {
+  const std::size_t at = what.rfind("Error: ");
+  if (at == std::string::npos) return what;
+  const std::size_t newline = what.rfind('\n', at);
+  const std::size_t begin = newline == std::string::npos ? 0 : newline + 1;
+  return what.substr(begin, what.find('\n', at) - begin);
+}
+
 bool optimize_graphs_on(const torch::Device& device) {
   return device.is_cpu() ? false : torch::jit::getGraphExecutorOptimize();
 }
@@ -155,6 +165,7 @@ std::string check_digest(const std::string& path, const std::string& digest_text
 }  // namespace
 
 Model Model::load(const std::string& path, const torch::Device& device) {
+  link_tabulated_operator();   // compressed models call torch.ops.mlip
   if (std::filesystem::is_directory(path)) {
     const bool checkpoint = std::filesystem::exists(std::filesystem::path(path) / "state.json");
     throw Error(path + ": is a directory, not a model file" +
@@ -206,7 +217,13 @@ ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, Ed
   ModelOutput out;
   {
     torch::jit::GraphOptimizerEnabledGuard optimize(optimize_graphs_on(vectors.device()));
-    out.atom_energy = module.forward(args).toTensor();
+    try {
+      out.atom_energy = module.forward(args).toTensor();
+    } catch (const c10::Error&) {
+      throw;
+    } catch (const std::exception& e) {   // the interpreter's report of an error inside the model
+      throw Error("model evaluation failed: " + interpreter_error(e.what()));
+    }
   }
   if (out.atom_energy.dim() != 1 || out.atom_energy.size(0) != in.n_centers) {
     throw Error("model returned energies of shape " + c10::str(out.atom_energy.sizes()) + ", expected (" +

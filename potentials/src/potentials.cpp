@@ -41,7 +41,11 @@ std::vector<torch::Tensor> trainable_parameters(const torch::jit::Module& module
 void export_frozen(const torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path) {
   torch::jit::Module copy = module.clone();
   copy.eval();
-  torch::jit::Module frozen = torch::jit::freeze(copy);
+  // Methods a compressed model reuses (se_e2_a: compress.cpp) stay callable on the frozen model.
+  std::vector<std::string> preserved;
+  for (const char* method : {"environment", "embedding", "energies", "repulsion"})
+    if (copy.find_method(method)) preserved.emplace_back(method);
+  torch::jit::Module frozen = torch::jit::freeze(copy, preserved);
   save_model(frozen, metadata, path);
 }
 

@@ -75,13 +75,9 @@ void fit_repulsion(BuiltModel& model, const std::vector<const Frame*>& frames) {
   std::vector<double> rmin(ns * ns, std::numeric_limits<double>::infinity());
   for (const Frame* f : frames) {
     const Structure& st = f->structure;
-    const Mat3& L = st.cell.lattice;
     for (std::size_t e = 0; e < f->num_edges(); ++e) {
       const int i = f->centers[e], j = f->neighbors[e];
-      Vec3 r{};
-      for (int d = 0; d < 3; ++d)
-        r[d] = st.positions[j][d] - st.positions[i][d] + f->shifts[e][0] * L[0][d] + f->shifts[e][1] * L[1][d] +
-               f->shifts[e][2] * L[2][d];
+      const Vec3 r = f->edge_vector(e);
       const auto a = static_cast<std::size_t>(species.index(st.numbers[i], st.origin));
       const auto b = static_cast<std::size_t>(species.index(st.numbers[j], st.origin));
       const double len = norm(r);

@@ -124,11 +124,13 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   b.float_attribute("cutoff", rc);
   b.float_attribute("rcut_smth", rcut_smth);
 
+  // Methods, so that a compressed model (potentials/src/compress.cpp) can reuse the frozen
+  // environment, embedding and fitting: export keeps them (export_frozen's preserved methods).
   std::ostringstream src;
-  src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
+  src << "def environment(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor)"
+      << " -> Tuple[Tensor, Tensor, Tensor]:\n"
       << "    center = edge_index[0]\n"
       << "    neighbor = edge_index[1]\n"
-      << "    n_edges = edge_vectors.size(0)\n"
       << "    r = torch.sqrt((edge_vectors * edge_vectors).sum(1))\n"
       << "    u = torch.clamp((r - self.rcut_smth) / (self.cutoff - self.rcut_smth), 0.0, 1.0)\n"
       << "    s = (u * u * u * (-6.0 * u * u + 15.0 * u - 10.0) + 1.0) / r\n"
@@ -138,6 +140,37 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    env = torch.cat([radial.unsqueeze(1), angular], 1)\n"
       << (one_side ? "    net = species[neighbor]\n"
                    : "    net = species[center] * " + std::to_string(ns) + " + species[neighbor]\n")
+      << "    return radial, env, net\n\n";
+  // Embedding net t on x (K, 1), as x' with G = a x' - c (the affine part folds into its users).
+  src << "def embedding_raw(self, x: Tensor, t: int) -> Tensor:\n";
+  const Affine g = dense_layers(src, "x", "emb", emb_widths, "    ");
+  src << "    return x\n\n"
+      << "def embedding(self, x: Tensor, t: int) -> Tensor:\n"
+      << "    return self.embedding_raw(x, t) * " << num(g.a) << " - " << num(g.c) << "\n\n";
+  // Per-atom energies from T_i = sum_j env_ij (x) G_ij (n_centers, 4, M1).
+  src << "def energies(self, species: Tensor, t_sum: Tensor, n_centers: int) -> Tensor:\n"
+      << "    tm = t_sum * self.inv_neighbor_norm\n"
+      << "    d = torch.bmm(tm.transpose(1, 2), tm.narrow(2, 0, " << axis << ")).reshape(n_centers, " << m1 * axis
+      << ")\n"
+      << "    cs = species[:n_centers]\n"
+      << "    e = torch.zeros([n_centers], dtype=t_sum.dtype, device=t_sum.device)\n"
+      << "    for t in range(" << ns << "):\n"
+      << "        idx = torch.nonzero(cs == t).squeeze(1)\n"
+      << "        y = d.index_select(0, idx)\n";
+  const Affine y = dense_layers(src, "y", "fit", fit_widths, "        ");
+  const auto [w_out, b_out] = folded("self.fit_w" + out_l + "[t]", "self.fit_b" + out_l + "[t]", y, 1.0);
+  src << "        y = torch.addmm(" << b_out << ", y, " << w_out << ")\n"
+      << "        e = e.index_copy(0, idx, y.squeeze(1))\n"
+      << "    return e * self.energy_scale[cs] + self.energy_shift[cs]\n\n";
+  const std::string repulsion = detail::add_repulsion(b, spec);
+  if (!repulsion.empty()) {
+    src << "def repulsion(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
+        << repulsion << "    return e_rep\n\n";
+  }
+  src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
+      << "    center = edge_index[0]\n"
+      << "    n_edges = edge_vectors.size(0)\n"
+      << "    radial, env, net = self.environment(species, edge_index, edge_vectors)\n"
       // Dense (centre, slot) layout so that T_i = env_i^T G_i is one batched matrix product:
       // slot = rank of the edge among its centre's edges (any edge order is accepted).
       << "    counts = torch.bincount(center, minlength=n_centers)\n"
@@ -154,9 +187,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    edges: List[Tensor] = []\n"
       << "    for t in range(" << n_emb << "):\n"
       << "        idx = torch.nonzero(net == t).squeeze(1)\n"
-      << "        x = radial.index_select(0, idx).unsqueeze(1)\n";
-  const Affine g = dense_layers(src, "x", "emb", emb_widths, "        ");  // G = a x - c
-  src << "        parts.append(x)\n"
+      << "        parts.append(self.embedding_raw(radial.index_select(0, idx).unsqueeze(1), t))\n"
       << "        edges.append(idx)\n"
       << "    parts.append(torch.zeros([1, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device))\n"
       << "    stacked = torch.cat(edges)\n"
@@ -167,22 +198,10 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    env_d = torch.cat([env, torch.zeros([1, 4], dtype=edge_vectors.dtype, device=edge_vectors.device)]).index_select(0, env_source)\n"
       << "    env_d = env_d.view(n_centers, kmax, 4)\n"
       // sum_j env_j (x) (a u_j - c) = a sum_j env_j (x) u_j - c (sum_j env_j) (x) 1
-      << "    tm = (torch.bmm(env_d.transpose(1, 2), g.view(n_centers, kmax, " << m1 << ")) * " << num(g.a)
-      << " - env_d.sum(1).unsqueeze(2) * " << num(g.c) << ") * self.inv_neighbor_norm\n"
-      << "    d = torch.bmm(tm.transpose(1, 2), tm.narrow(2, 0, " << axis << ")).reshape(n_centers, " << m1 * axis
-      << ")\n"
-      << "    cs = species[:n_centers]\n"
-      << "    e = torch.zeros([n_centers], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
-      << "    for t in range(" << ns << "):\n"
-      << "        idx = torch.nonzero(cs == t).squeeze(1)\n"
-      << "        y = d.index_select(0, idx)\n";
-  const Affine y = dense_layers(src, "y", "fit", fit_widths, "        ");
-  const auto [w_out, b_out] = folded("self.fit_w" + out_l + "[t]", "self.fit_b" + out_l + "[t]", y, 1.0);
-  src << "        y = torch.addmm(" << b_out << ", y, " << w_out << ")\n"
-      << "        e = e.index_copy(0, idx, y.squeeze(1))\n"
-      << detail::add_repulsion(b, spec)
-      << "    return e * self.energy_scale[cs] + self.energy_shift[cs]" << (spec.repulsion == "none" ? "" : " + e_rep")
-      << "\n";
+      << "    t_sum = torch.bmm(env_d.transpose(1, 2), g.view(n_centers, kmax, " << m1 << ")) * " << num(g.a)
+      << " - env_d.sum(1).unsqueeze(2) * " << num(g.c) << "\n"
+      << "    return self.energies(species, t_sum, n_centers)"
+      << (repulsion.empty() ? "" : " + self.repulsion(species, edge_index, edge_vectors, n_centers)") << "\n";
 
   return b.finish(src.str(), spec, "se_e2_a", 0, resolved);
 }
@@ -196,13 +215,9 @@ void fit_se_e2_a_statistics(BuiltModel& model, const std::vector<const Frame*>& 
   std::vector<double> sum_r(ns, 0.0), sum_a(ns, 0.0), count(ns, 0.0);
   for (const Frame* f : frames) {
     const Structure& st = f->structure;
-    const Mat3& L = st.cell.lattice;
     for (std::size_t e = 0; e < f->num_edges(); ++e) {
-      const int i = f->centers[e], j = f->neighbors[e];
-      Vec3 r{};
-      for (int d = 0; d < 3; ++d)
-        r[d] = st.positions[j][d] - st.positions[i][d] + f->shifts[e][0] * L[0][d] + f->shifts[e][1] * L[1][d] +
-               f->shifts[e][2] * L[2][d];
+      const int i = f->centers[e];
+      const Vec3 r = f->edge_vector(e);
       const double len = norm(r);
       const double u = std::clamp((len - rs) / (rc - rs), 0.0, 1.0);
       const double s = (u * u * u * (-6.0 * u * u + 15.0 * u - 10.0) + 1.0) / len;

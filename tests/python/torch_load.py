@@ -1,6 +1,7 @@
 """Loads an exported mlip model with Python's torch.jit.load and evaluates it.
 
-Usage: PYTHON torch_load.py MODEL.pt INPUT.json OUTPUT.json
+Usage: PYTHON torch_load.py MODEL.pt INPUT.json OUTPUT.json [libmlip_ops.so]
+(the library registers torch.ops.mlip, which compressed models call)
 INPUT: {"species": [...], "edge_index": [[...], [...]], "edge_vectors": [[x, y, z], ...], "n_centers": n}
 OUTPUT: {"energies": [...], "metadata": {...}}
 """
@@ -11,6 +12,8 @@ import torch
 
 
 def main():
+    if len(sys.argv) > 4:
+        torch.ops.load_library(sys.argv[4])
     extra = {"mlip/metadata.json": ""}
     model = torch.jit.load(sys.argv[1], _extra_files=extra)
     with open(sys.argv[2]) as f:

@@ -16,16 +16,23 @@
 namespace mlip::trainer {
 namespace fs = std::filesystem;
 
-void export_checkpoint(const std::string& checkpoint_dir, const std::string& output, nlohmann::json provenance) {
-  const fs::path dir = checkpoint_dir;
+namespace {
+
+struct Trainable {
+  torch::jit::Module module;
+  ModelMetadata metadata;
+};
+
+// A checkpoint's module with its EMA weights when it has them, and its metadata, on the CPU
+// whatever device trained it: model files are portable.
+Trainable load_checkpoint(const fs::path& dir) {
   if (!fs::exists(dir / "model.pt") || !fs::exists(dir / "state.json")) {
-    throw Error(checkpoint_dir + ": not a checkpoint folder (needs model.pt and state.json)");
+    throw Error(dir.string() + ": not a checkpoint folder (needs model.pt and state.json)");
   }
   if (fs::exists(dir / "digests.json")) {
     const std::string damaged = checkpoint::verify(dir);
-    if (!damaged.empty()) throw Error(checkpoint_dir + ": damaged checkpoint: " + damaged);
+    if (!damaged.empty()) throw Error(dir.string() + ": damaged checkpoint: " + damaged);
   }
-  // On the CPU, whatever device trained it: model files are portable.
   torch::jit::Module module = torch::jit::load((dir / "model.pt").string(), torch::kCPU);
   if (fs::exists(dir / "ema.pt")) {
     std::vector<torch::Tensor> ema;
@@ -36,12 +43,51 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
   }
   const auto state = nlohmann::json::parse(std::ifstream(dir / "state.json"));
   ModelMetadata meta = ModelMetadata::from_json(state.at("metadata"), (dir / "state.json").string());
+  meta.provenance["checkpoint_epoch"] = state.at("epoch");
+  meta.provenance["ema_weights"] = fs::exists(dir / "ema.pt");
+  meta.provenance["config"] = state.at("config");
+  return {module, meta};
+}
+
+void log_compression(const CompressReport& r, const std::function<void(const std::string&)>& log) {
+  if (!log) return;
+  log(fmt::format("compressed: {} embedding nets x {} bins x {} features ({:.1f} MiB), neighbours down to {:.3f} A, "
+                  "largest table error {:.2e} (relative to the largest embedding value)",
+                  r.nets, r.bins, r.width, r.megabytes, r.min_distance, r.max_error));
+}
+
+// Freezes `t`, compressed first if asked.
+void write_model(Trainable t, const std::string& output, const CompressOptions* compress,
+                 const std::function<void(const std::string&)>& log) {
+  if (compress != nullptr) {
+    CompressReport report;
+    t.module = compress_model(t.module, t.metadata, *compress, &report);
+    log_compression(report, log);
+  }
+  export_frozen(t.module, t.metadata, output);
+}
+
+}  // namespace
+
+void export_checkpoint(const std::string& checkpoint_dir, const std::string& output, nlohmann::json provenance,
+                       const CompressOptions* compress, const std::function<void(const std::string&)>& log) {
+  Trainable t = load_checkpoint(checkpoint_dir);
   provenance["trainer"] = "mlip-trainer";
-  provenance["checkpoint_epoch"] = state.at("epoch");
-  provenance["ema_weights"] = fs::exists(dir / "ema.pt");
-  provenance["config"] = state.at("config");
-  meta.provenance = provenance;
-  export_frozen(module, meta, output);
+  for (const auto& [key, value] : t.metadata.provenance.items()) provenance[key] = value;
+  t.metadata.provenance = provenance;
+  write_model(std::move(t), output, compress, log);
+}
+
+void compress_file(const std::string& source, const std::string& output, const CompressOptions& options,
+                   const std::function<void(const std::string&)>& log) {
+  if (fs::is_directory(source)) {
+    export_checkpoint(source, output, {{"exported_from", fs::absolute(source).string()}}, &options, log);
+    return;
+  }
+  Model model = Model::load(source);
+  Trainable t{model.module(), model.metadata()};
+  t.metadata.provenance["compressed_from"] = fs::absolute(source).string();
+  write_model(std::move(t), output, &options, log);
 }
 
 namespace {

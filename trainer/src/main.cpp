@@ -1,7 +1,8 @@
 // mlip-trainer: train, export and test machine-learning interatomic potentials.
 //
 //   mlip-trainer train CONFIG.yaml [--set key=value ...] [--resume]
-//   mlip-trainer export RUN_DIR/checkpoints/best -o model.pt
+//   mlip-trainer export RUN_DIR/checkpoints/best -o model.pt [--compress]
+//   mlip-trainer compress MODEL.pt|CHECKPOINT -o model-compressed.pt [--min-distance R]
 //   mlip-trainer test MODEL.pt DATA [--format F] [--per-frame out.csv]
 //   mlip-trainer convert DATA out.data --types O H [--frame K] [--replicate NA NB NC]
 #include <ATen/Parallel.h>
@@ -36,9 +37,17 @@ int run_train(Communicator& comm, const std::string& config_path, const std::vec
   return 0;
 }
 
-int run_export(const std::string& checkpoint, const std::string& output) {
-  export_checkpoint(checkpoint, output, {{"exported_from", fs::absolute(checkpoint).string()}});
+void print_line(const std::string& s) { std::printf("%s\n", s.c_str()); }
+
+int run_export(const std::string& checkpoint, const std::string& output, const CompressOptions* compress) {
+  export_checkpoint(checkpoint, output, {{"exported_from", fs::absolute(checkpoint).string()}}, compress, print_line);
   std::printf("exported %s -> %s\n", checkpoint.c_str(), output.c_str());
+  return 0;
+}
+
+int run_compress(const std::string& source, const std::string& output, const CompressOptions& options) {
+  compress_file(source, output, options, print_line);
+  std::printf("compressed %s -> %s\n", source.c_str(), output.c_str());
   return 0;
 }
 
@@ -114,6 +123,22 @@ int main(int argc, char** argv) {
   auto* exp = app.add_subcommand("export", "Freeze a checkpoint into a model file for pair_style mlip");
   exp->add_option("checkpoint", checkpoint, "Checkpoint folder, e.g. run/checkpoints/best")->required();
   exp->add_option("-o,--output", output, "Model file to write");
+  bool export_compressed = false;
+  CompressOptions compress;
+  exp->add_flag("--compress", export_compressed, "Write the compressed model (se_e2_a; see 'compress')");
+  exp->add_option("--min-distance", compress.min_distance, "With --compress: see 'compress'");
+
+  std::string compress_source, compress_output = "model-compressed.pt";
+  auto* cmp = app.add_subcommand("compress", "Replace an se_e2_a model's embedding nets by tables fused with the "
+                                             "descriptor (faster MD; see docs/model-format.md)");
+  cmp->add_option("model", compress_source, "Model file exported by this mlip, or a checkpoint folder")
+      ->required()
+      ->check(CLI::ExistingPath);
+  cmp->add_option("-o,--output", compress_output, "Compressed model file to write");
+  cmp->add_option("--min-distance", compress.min_distance,
+                  "Shortest neighbour distance the tables cover, A (default: 0.75 x the shortest in the training "
+                  "data); closer neighbours stop the run with an error");
+  cmp->add_option("--tolerance", compress.tolerance, "Largest table error, relative to the largest embedding value");
 
   std::string model, data, format = "auto";
   TestOutputs test_outputs;
@@ -153,7 +178,8 @@ int main(int argc, char** argv) {
     if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
     at::set_num_threads(threads);
     if (*train) return run_train(*comm, config_path, overrides, resume, stop_after);
-    if (*exp) return run_export(checkpoint, output);
+    if (*exp) return run_export(checkpoint, output, export_compressed ? &compress : nullptr);
+    if (*cmp) return run_compress(compress_source, compress_output, compress);
     if (*test) return run_test(model, data, format, units, test_outputs);
     if (*conv) return run_convert(conv_in, conv_out, conv_format, conv_units, conv_frame, conv_reps, conv_types);
   } catch (const mlip::Error& e) {

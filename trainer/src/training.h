@@ -253,7 +253,15 @@ class Trainer {
 
 /// Freezes a checkpoint folder into a model file: its EMA weights when it has them, metadata from
 /// state.json plus `provenance`.
-void export_checkpoint(const std::string& checkpoint_dir, const std::string& output, nlohmann::json provenance);
+/// With `compress`, the model written is compress_model's (se_e2_a only; `log` gets its report).
+void export_checkpoint(const std::string& checkpoint_dir, const std::string& output, nlohmann::json provenance,
+                       const CompressOptions* compress = nullptr,
+                       const std::function<void(const std::string&)>& log = {});
+
+/// `mlip-trainer compress`: a checkpoint folder, or a model file exported by this mlip, to a
+/// compressed model file.
+void compress_file(const std::string& source, const std::string& output, const CompressOptions& options,
+                   const std::function<void(const std::string&)>& log);
 
 /// What `mlip-trainer test` writes besides the totals (empty paths: nothing).
 struct TestOutputs {

@@ -22,6 +22,16 @@ struct Frame {
   std::vector<std::array<int32_t, 3>> shifts;  // (n_edges)
 
   std::size_t num_edges() const { return centers.size(); }
+
+  /// r_ij of edge e: x_j - x_i plus its cell shift, Å.
+  Vec3 edge_vector(std::size_t e) const {
+    const Mat3& L = structure.cell.lattice;
+    const Vec3 &xi = structure.positions[centers[e]], &xj = structure.positions[neighbors[e]];
+    const auto& S = shifts[e];
+    Vec3 r{};
+    for (int d = 0; d < 3; ++d) r[d] = xj[d] - xi[d] + S[0] * L[0][d] + S[1] * L[1][d] + S[2] * L[2][d];
+    return r;
+  }
 };
 
 struct DatasetOptions {

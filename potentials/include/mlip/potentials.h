@@ -50,8 +50,9 @@ std::vector<std::string> architectures();
 /// The trainable parameters of a module built here, in a stable order.
 std::vector<torch::Tensor> trainable_parameters(const torch::jit::Module& module);
 
-/// Freezes a copy of `module` for inference (parameters become constants, only forward() is
-/// kept) and saves it with `metadata` (atomic write). The trainable module is left untouched.
+/// Freezes a copy of `module` for inference (parameters become constants; forward() is kept, and
+/// the methods a compressed model needs where the architecture has them) and saves it with
+/// `metadata` (atomic write). The trainable module is left untouched.
 void export_frozen(const torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path);
 
 /// Sets the architecture's descriptor statistics from training frames (se_e2_a: the RMS of the
@@ -63,6 +64,34 @@ void fit_descriptor_statistics(BuiltModel& model, const std::vector<const Frame*
 /// such atoms in `frames` (pairs never seen: no prior) and records them in the metadata. Does
 /// nothing for a model built without repulsion.
 void fit_repulsion(BuiltModel& model, const std::vector<const Frame*>& frames);
+
+/// How compress_model tabulates an se_e2_a model's embedding nets.
+struct CompressOptions {
+  /// Shortest neighbour distance the table covers (Å); 0: 0.75 x the shortest distance in the
+  /// training data (the model's provenance, `shortest_training_distance`).
+  double min_distance = 0.0;
+  /// Largest error of a tabulated embedding value allowed, relative to the largest |G|.
+  double tolerance = 1e-11;
+  int64_t max_bins = int64_t{1} << 16;
+};
+
+/// What compress_model made.
+struct CompressReport {
+  double min_distance = 0, step = 0, max_error = 0;   // Å, table input, relative
+  int64_t bins = 0, nets = 0, width = 0;
+  double megabytes = 0;
+};
+
+/// The compressed se_e2_a model of `base` (a trainable module or a frozen one exported by
+/// export_frozen): each embedding net replaced by quintic Hermite polynomials (value, first and
+/// second derivative exact at every grid point) on a uniform grid of its input, fused with the
+/// contraction in torch.ops.mlip.tabulated_contraction (mlip/tabulated_embedding.h). The grid
+/// spans the inputs of neighbours from the cutoff down to options.min_distance and is refined
+/// until options.tolerance holds. `metadata` gets a "compression" entry in its hyperparameters.
+/// Throws mlip::Error on another architecture, an already compressed model, or a frozen model
+/// exported before compression existed (it lacks the methods).
+torch::jit::Module compress_model(const torch::jit::Module& base, ModelMetadata& metadata,
+                                  const CompressOptions& options = {}, CompressReport* report = nullptr);
 
 // Per-architecture pieces, called through build_model and fit_descriptor_statistics.
 void fit_se_e2_a_statistics(BuiltModel& model, const std::vector<const Frame*>& frames);

@@ -1,0 +1,274 @@
+// torch.ops.mlip.tabulated_contraction: see mlip/tabulated_embedding.h.
+//
+// The CPU kernels walk the edges once: per edge they evaluate the M polynomials of its bin
+// (Horner, contiguous in M so that the compiler vectorises it) and add env_e (x) G_e to its
+// centre's T (forward), or read its centre's dT back (backward). Nothing of size edges x M is
+// ever allocated. Other devices run the same arithmetic as ATen operations (the reference).
+#include "mlip/tabulated_embedding.h"
+
+#include <cmath>
+#include <vector>
+
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+namespace mlip {
+namespace {
+
+constexpr int64_t kCoefficients = 6;   // quintic
+
+// An x outside [0, n_bins * step] is an error naming the distance the table was made for. One
+// pass before the kernels touch memory.
+void check_range(const torch::Tensor& x, int64_t n_bins, double step, double r_min) {
+  if (x.numel() == 0) return;
+  const double top = static_cast<double>(n_bins) * step;
+  const double lo = x.min().item<double>(), hi = x.max().item<double>();
+  // Below 0 only by rounding (float32 switch functions at the cutoff): the first bin's quintic.
+  TORCH_CHECK(lo >= -0.01 * step && hi <= top * (1.0 + 1e-12) && std::isfinite(hi),
+              "compressed model: a neighbour is closer than its embedding table covers (made for distances >= ",
+              r_min, " A; its input runs to ", top, ", an edge here has ", (hi > top || !std::isfinite(hi)) ? hi : lo,
+              "): recompress with a smaller --min-distance, or use the uncompressed model");
+}
+
+template <typename T> struct Bin {
+  int64_t k;
+  T t;
+};
+
+template <typename T> inline Bin<T> locate(T x, double inv_step, int64_t n_bins) {
+  const double u = static_cast<double>(x) * inv_step;
+  int64_t k = static_cast<int64_t>(u);   // 0 for -1 < u < 1
+  if (k >= n_bins) k = n_bins - 1;       // x at the table's top end
+  return {k, static_cast<T>(u - static_cast<double>(k))};
+}
+
+// G (and, if gp, dG/dx) of one edge: M values from its bin's 6 x M coefficients.
+template <typename T>
+inline void evaluate_bin(const T* c, int64_t m_size, T t, double inv_step, T* g, T* gp) {
+  const T *c0 = c, *c1 = c + m_size, *c2 = c + 2 * m_size, *c3 = c + 3 * m_size, *c4 = c + 4 * m_size,
+          *c5 = c + 5 * m_size;
+  for (int64_t m = 0; m < m_size; ++m) g[m] = c0[m] + t * (c1[m] + t * (c2[m] + t * (c3[m] + t * (c4[m] + t * c5[m]))));
+  if (gp == nullptr) return;
+  const T s = static_cast<T>(inv_step);
+  for (int64_t m = 0; m < m_size; ++m)
+    gp[m] = s * (c1[m] + t * (2 * c2[m] + t * (3 * c3[m] + t * (4 * c4[m] + t * 5 * c5[m]))));
+}
+
+struct Shape {
+  int64_t n_edges, n_bins, m_size;
+  double inv_step;
+};
+
+Shape shape_of(const torch::Tensor& x, const torch::Tensor& table, double step) {
+  return {x.size(0), table.size(1), table.size(3), 1.0 / step};
+}
+
+template <typename T>
+void forward_cpu_kernel(const Shape& s, const T* x, const T* env, const int64_t* center, const int64_t* net,
+                        const T* table, T* out) {
+  std::vector<T> g(s.m_size);
+  for (int64_t e = 0; e < s.n_edges; ++e) {
+    const Bin<T> b = locate(x[e], s.inv_step, s.n_bins);
+    evaluate_bin(table + (net[e] * s.n_bins + b.k) * kCoefficients * s.m_size, s.m_size, b.t, s.inv_step, g.data(),
+                 static_cast<T*>(nullptr));
+    T* o = out + center[e] * 4 * s.m_size;
+    for (int a = 0; a < 4; ++a) {
+      const T w = env[4 * e + a];
+      T* row = o + a * s.m_size;
+      for (int64_t m = 0; m < s.m_size; ++m) row[m] += w * g[m];
+    }
+  }
+}
+
+template <typename T>
+void backward_cpu_kernel(const Shape& s, const T* grad, const T* x, const T* env, const int64_t* center,
+                         const int64_t* net, const T* table, T* grad_x, T* grad_env) {
+  at::parallel_for(0, s.n_edges, 256, [&](int64_t first, int64_t last) {
+    std::vector<T> g(s.m_size), gp(s.m_size);
+    for (int64_t e = first; e < last; ++e) {
+      const Bin<T> b = locate(x[e], s.inv_step, s.n_bins);
+      evaluate_bin(table + (net[e] * s.n_bins + b.k) * kCoefficients * s.m_size, s.m_size, b.t, s.inv_step,
+                   g.data(), gp.data());
+      const T* dt = grad + center[e] * 4 * s.m_size;
+      T dx = 0;
+      for (int a = 0; a < 4; ++a) {
+        const T* row = dt + a * s.m_size;
+        T denv = 0, dxa = 0;
+        for (int64_t m = 0; m < s.m_size; ++m) {
+          denv += row[m] * g[m];
+          dxa += row[m] * gp[m];
+        }
+        grad_env[4 * e + a] = denv;
+        dx += env[4 * e + a] * dxa;
+      }
+      grad_x[e] = dx;
+    }
+  });
+}
+
+void check_inputs(const torch::Tensor& x, const torch::Tensor& env, const torch::Tensor& center,
+                  const torch::Tensor& net, const torch::Tensor& table) {
+  TORCH_CHECK(x.dim() == 1 && env.dim() == 2 && env.size(1) == 4 && env.size(0) == x.size(0),
+              "tabulated_contraction: x (E,) and env (E, 4) expected");
+  TORCH_CHECK(center.numel() == x.numel() && net.numel() == x.numel(), "tabulated_contraction: center, net (E,)");
+  TORCH_CHECK(table.dim() == 4 && table.size(2) == kCoefficients, "tabulated_contraction: table (nets, bins, 6, M)");
+  TORCH_CHECK(x.scalar_type() == table.scalar_type() && env.scalar_type() == table.scalar_type(),
+              "tabulated_contraction: x, env and table must have one dtype");
+}
+
+torch::Tensor forward_cpu(const torch::Tensor& x_in, const torch::Tensor& env_in, const torch::Tensor& center_in,
+                          const torch::Tensor& net_in, const torch::Tensor& table_in, double step, double r_min,
+                          int64_t n_centers) {
+  check_inputs(x_in, env_in, center_in, net_in, table_in);
+  check_range(x_in, table_in.size(1), step, r_min);
+  const torch::Tensor x = x_in.contiguous(), env = env_in.contiguous(), table = table_in.contiguous();
+  const torch::Tensor center = center_in.contiguous(), net = net_in.contiguous();
+  torch::Tensor out = torch::zeros({n_centers, 4, table.size(3)}, table.options());
+  const Shape s = shape_of(x, table, step);
+  AT_DISPATCH_FLOATING_TYPES(table.scalar_type(), "tabulated_contraction", [&] {
+    forward_cpu_kernel<scalar_t>(s, x.data_ptr<scalar_t>(), env.data_ptr<scalar_t>(), center.data_ptr<int64_t>(),
+                                 net.data_ptr<int64_t>(), table.data_ptr<scalar_t>(), out.data_ptr<scalar_t>());
+  });
+  return out;
+}
+
+std::tuple<torch::Tensor, torch::Tensor> backward_cpu(const torch::Tensor& grad_in, const torch::Tensor& x_in,
+                                                      const torch::Tensor& env_in, const torch::Tensor& center_in,
+                                                      const torch::Tensor& net_in, const torch::Tensor& table_in,
+                                                      double step) {
+  const torch::Tensor grad = grad_in.contiguous(), x = x_in.contiguous(), env = env_in.contiguous();
+  const torch::Tensor center = center_in.contiguous(), net = net_in.contiguous(), table = table_in.contiguous();
+  torch::Tensor grad_x = torch::empty_like(x), grad_env = torch::empty_like(env);
+  const Shape s = shape_of(x, table, step);
+  AT_DISPATCH_FLOATING_TYPES(table.scalar_type(), "tabulated_contraction_backward", [&] {
+    backward_cpu_kernel<scalar_t>(s, grad.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), env.data_ptr<scalar_t>(),
+                                  center.data_ptr<int64_t>(), net.data_ptr<int64_t>(), table.data_ptr<scalar_t>(),
+                                  grad_x.data_ptr<scalar_t>(), grad_env.data_ptr<scalar_t>());
+  });
+  return {grad_x, grad_env};
+}
+
+// The reference's pieces: each edge's coefficients (E, 6, M), and powers of t for G and dG/dx.
+struct EdgeCoefficients {
+  torch::Tensor coef, t;
+  EdgeCoefficients(const torch::Tensor& x, const torch::Tensor& net, const torch::Tensor& table, double step) {
+    const int64_t n_bins = table.size(1);
+    const torch::Tensor u = x / step;
+    const torch::Tensor k = u.detach().floor().clamp(0, n_bins - 1).to(torch::kInt64);
+    t = u - k.to(u.scalar_type());
+    coef = table.reshape({-1, kCoefficients, table.size(3)}).index_select(0, net * n_bins + k);
+  }
+  torch::Tensor value() const {   // (E, M)
+    torch::Tensor g = coef.select(1, kCoefficients - 1);
+    for (int64_t p = kCoefficients - 2; p >= 0; --p) g = coef.select(1, p) + t.unsqueeze(1) * g;
+    return g;
+  }
+  torch::Tensor derivative(double step) const {   // (E, M), dG/dx
+    torch::Tensor g = coef.select(1, kCoefficients - 1) * static_cast<double>(kCoefficients - 1);
+    for (int64_t p = kCoefficients - 2; p >= 1; --p) g = coef.select(1, p) * static_cast<double>(p) + t.unsqueeze(1) * g;
+    return g / step;
+  }
+};
+
+std::tuple<torch::Tensor, torch::Tensor> backward_reference(const torch::Tensor& grad, const torch::Tensor& x,
+                                                            const torch::Tensor& env, const torch::Tensor& center,
+                                                            const torch::Tensor& net, const torch::Tensor& table,
+                                                            double step) {
+  const EdgeCoefficients c(x, net, table, step);
+  const torch::Tensor dt = grad.index_select(0, center);   // (E, 4, M)
+  const torch::Tensor grad_env = (dt * c.value().unsqueeze(1)).sum(2);
+  const torch::Tensor grad_x = ((dt * env.unsqueeze(2)).sum(1) * c.derivative(step)).sum(1);
+  return {grad_x, grad_env};
+}
+
+torch::Tensor forward_reference(const torch::Tensor& x, const torch::Tensor& env, const torch::Tensor& center,
+                                const torch::Tensor& net, const torch::Tensor& table, double step, double r_min,
+                                int64_t n_centers) {
+  check_inputs(x, env, center, net, table);
+  check_range(x, table.size(1), step, r_min);
+  const torch::Tensor g = EdgeCoefficients(x, net, table, step).value();
+  return torch::zeros({n_centers, 4, table.size(3)}, table.options())
+      .index_add(0, center, env.unsqueeze(2) * g.unsqueeze(1));
+}
+
+c10::OperatorHandle find_op(const char* name, const char* overload = "") {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+}
+
+class TabulatedContraction : public torch::autograd::Function<TabulatedContraction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& env,
+                               const torch::Tensor& center, const torch::Tensor& net, const torch::Tensor& table,
+                               double step, double r_min, int64_t n_centers) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static const auto op = find_op("mlip::tabulated_contraction")
+                               .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                                    const torch::Tensor&, const torch::Tensor&, double, double, int64_t)>();
+    ctx->save_for_backward({x, env, center, net, table});
+    ctx->saved_data["step"] = step;
+    return op.call(x, env, center, net, table, step, r_min, n_centers);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    static const auto op =
+        find_op("mlip::tabulated_contraction_backward")
+            .typed<std::tuple<torch::Tensor, torch::Tensor>(const torch::Tensor&, const torch::Tensor&,
+                                                            const torch::Tensor&, const torch::Tensor&,
+                                                            const torch::Tensor&, const torch::Tensor&, double)>();
+    const auto saved = ctx->get_saved_variables();
+    auto [grad_x, grad_env] =
+        op.call(grad_out[0], saved[0], saved[1], saved[2], saved[3], saved[4], ctx->saved_data["step"].toDouble());
+    return {grad_x, grad_env, {}, {}, {}, {}, {}, {}};
+  }
+};
+
+torch::Tensor forward_autograd(const torch::Tensor& x, const torch::Tensor& env, const torch::Tensor& center,
+                               const torch::Tensor& net, const torch::Tensor& table, double step, double r_min,
+                               int64_t n_centers) {
+  return TabulatedContraction::apply(x, env, center, net, table, step, r_min, n_centers);
+}
+
+}  // namespace
+
+torch::Tensor tabulated_contraction_reference(const torch::Tensor& x, const torch::Tensor& env,
+                                              const torch::Tensor& center, const torch::Tensor& net,
+                                              const torch::Tensor& table, double step, double r_min,
+                                              int64_t n_centers) {
+  return forward_reference(x, env, center, net, table, step, r_min, n_centers);
+}
+
+void link_tabulated_operator() {}
+
+torch::Tensor tabulated_contraction(const torch::Tensor& x, const torch::Tensor& env, const torch::Tensor& center,
+                                    const torch::Tensor& net, const torch::Tensor& table, double step, double r_min,
+                                    int64_t n_centers) {
+  static const auto op = find_op("mlip::tabulated_contraction")
+                             .typed<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                                  const torch::Tensor&, const torch::Tensor&, double, double, int64_t)>();
+  return op.call(x, env, center, net, table, step, r_min, n_centers);
+}
+
+}  // namespace mlip
+
+TORCH_LIBRARY(mlip, m) {
+  m.def("tabulated_contraction(Tensor x, Tensor env, Tensor center, Tensor net, Tensor table, float step, "
+        "float r_min, int n_centers) -> Tensor");
+  m.def("tabulated_contraction_backward(Tensor grad, Tensor x, Tensor env, Tensor center, Tensor net, "
+        "Tensor table, float step) -> (Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(mlip, CPU, m) {
+  m.impl("tabulated_contraction", &mlip::forward_cpu);
+  m.impl("tabulated_contraction_backward", &mlip::backward_cpu);
+}
+
+// No kernel of their own on GPUs yet: the reference's ATen operations (never run on a GPU here).
+TORCH_LIBRARY_IMPL(mlip, CUDA, m) {
+  m.impl("tabulated_contraction", &mlip::forward_reference);
+  m.impl("tabulated_contraction_backward", &mlip::backward_reference);
+}
+
+TORCH_LIBRARY_IMPL(mlip, Autograd, m) { m.impl("tabulated_contraction", &mlip::forward_autograd); }
