@@ -24,6 +24,8 @@
 # PAINN (1: also the message-passing model, PaiNN with default hyperparameters - 64 features,
 # 2 layers, rc 5 A, "painn_water64" - at every size but 1m, default chunk; and PAINN_CHUNKS
 # ("16 64 128 256 all") scanned on the 1k box, 1 rank; "all": one model call per step).
+# COMPRESSED (1: also the compressed se_e2_a, `mlip-trainer compress`, tables down to 0.6 A, next
+# to each float64 run, and in float32 where FLOAT32 runs).
 # DEVICE (cuda, cuda:N or auto: pair_style mlip runs its model there, 'device DEVICE'; the mlip
 # rows are labelled with it; scripts/gpu-check.sh uses it).
 # Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
@@ -52,6 +54,7 @@ FLOAT32=${FLOAT32:-1}
 KOKKOS=${KOKKOS:-1}
 SNAP=${SNAP:-1}
 PAINN=${PAINN:-1}
+COMPRESSED=${COMPRESSED:-1}
 PAINN_CHUNKS=${PAINN_CHUNKS-"16 64 128 256 all"}
 lmp_extra=()    # extra LAMMPS command-line arguments of the next run()
 work=$(mktemp -d /tmp/bench_pair.XXXXXX)
@@ -70,6 +73,11 @@ cd "$work"
 "$inputs" model se_e2_a_water64 water64.pt
 "$inputs" model se_e2_a_water32 water32.pt
 [[ $PAINN == 1 ]] && "$inputs" model painn_water64 painn64.pt
+if [[ $COMPRESSED == 1 ]]; then
+  for p in 64 32; do
+    "$build/bin/mlip-trainer" compress water$p.pt -o water${p}c.pt --min-distance 0.6 >&2
+  done
+fi
 [[ $SNAP == 1 ]] && cp "$snap_dir"/W_2940_2017_2.snap "$snap_dir"/W_2940_2017_2.snapcoeff "$snap_dir"/W_2940_2017_2.snapparam .
 
 # The same NVE run for every potential.
@@ -172,6 +180,10 @@ for size in $SIZES; do
   for np in $RANKS; do
     run "mlip se_e2_a f64$on" "$np" in.mlip "data=water-$size.data" model=water64.pt "options=$options" \
       "steps=${mlip_steps[$size]}"
+    if [[ $COMPRESSED == 1 ]]; then
+      run "mlip se_e2_a f64 compressed$on" "$np" in.mlip "data=water-$size.data" model=water64c.pt \
+        "options=$options" "steps=${mlip_steps[$size]}"
+    fi
     if [[ $KOKKOS == 1 ]]; then
       lmp_extra=(-k on t 1 -sf kk)
       run "mlip/kk se_e2_a f64" "$np" in.mlip "data=water-$size.data" model=water64.pt "options=$options" \
@@ -181,6 +193,10 @@ for size in $SIZES; do
     if [[ $FLOAT32 == 1 && $size == 10k ]]; then
       run "mlip se_e2_a f32$on" "$np" in.mlip "data=water-$size.data" model=water32.pt "options=$options" \
         "steps=${mlip_steps[$size]}"
+      if [[ $COMPRESSED == 1 ]]; then
+        run "mlip se_e2_a f32 compressed$on" "$np" in.mlip "data=water-$size.data" model=water32c.pt \
+          "options=$options" "steps=${mlip_steps[$size]}"
+      fi
     fi
     if [[ $PAINN == 1 && -n ${painn_steps[$size]:-} ]]; then
       run "mlip painn f64$on" "$np" in.mlip "data=water-$size.data" model=painn64.pt "options=$options" \

@@ -37,7 +37,16 @@ template <typename T> struct Bin {
   T t;
 };
 
-template <typename T> inline Bin<T> locate(T x, double inv_step, int64_t n_bins) {
+// The kernels are inlined into per-ISA clones below (GCC/Clang function multi-versioning picks
+// the widest the CPU has at load time), with `omp simd` reductions (-fopenmp-simd: no OpenMP
+// runtime) so that the dot products over M vectorise without -ffast-math.
+#if defined(__GNUC__)
+#define MLIP_KERNEL inline __attribute__((always_inline))
+#else
+#define MLIP_KERNEL inline
+#endif
+
+template <typename T> MLIP_KERNEL Bin<T> locate(T x, double inv_step, int64_t n_bins) {
   const double u = static_cast<double>(x) * inv_step;
   int64_t k = static_cast<int64_t>(u);   // 0 for -1 < u < 1
   if (k >= n_bins) k = n_bins - 1;       // x at the table's top end
@@ -46,12 +55,14 @@ template <typename T> inline Bin<T> locate(T x, double inv_step, int64_t n_bins)
 
 // G (and, if gp, dG/dx) of one edge: M values from its bin's 6 x M coefficients.
 template <typename T>
-inline void evaluate_bin(const T* c, int64_t m_size, T t, double inv_step, T* g, T* gp) {
+MLIP_KERNEL void evaluate_bin(const T* c, int64_t m_size, T t, double inv_step, T* g, T* gp) {
   const T *c0 = c, *c1 = c + m_size, *c2 = c + 2 * m_size, *c3 = c + 3 * m_size, *c4 = c + 4 * m_size,
           *c5 = c + 5 * m_size;
+#pragma omp simd
   for (int64_t m = 0; m < m_size; ++m) g[m] = c0[m] + t * (c1[m] + t * (c2[m] + t * (c3[m] + t * (c4[m] + t * c5[m]))));
   if (gp == nullptr) return;
   const T s = static_cast<T>(inv_step);
+#pragma omp simd
   for (int64_t m = 0; m < m_size; ++m)
     gp[m] = s * (c1[m] + t * (2 * c2[m] + t * (3 * c3[m] + t * (4 * c4[m] + t * 5 * c5[m]))));
 }
@@ -66,47 +77,72 @@ Shape shape_of(const torch::Tensor& x, const torch::Tensor& table, double step) 
 }
 
 template <typename T>
-void forward_cpu_kernel(const Shape& s, const T* x, const T* env, const int64_t* center, const int64_t* net,
-                        const T* table, T* out) {
-  std::vector<T> g(s.m_size);
+MLIP_KERNEL void forward_edges(const Shape& s, const T* x, const T* env, const int64_t* center, const int64_t* net,
+                               const T* table, T* out, T* g) {
   for (int64_t e = 0; e < s.n_edges; ++e) {
     const Bin<T> b = locate(x[e], s.inv_step, s.n_bins);
-    evaluate_bin(table + (net[e] * s.n_bins + b.k) * kCoefficients * s.m_size, s.m_size, b.t, s.inv_step, g.data(),
+    evaluate_bin(table + (net[e] * s.n_bins + b.k) * kCoefficients * s.m_size, s.m_size, b.t, s.inv_step, g,
                  static_cast<T*>(nullptr));
     T* o = out + center[e] * 4 * s.m_size;
-    for (int a = 0; a < 4; ++a) {
-      const T w = env[4 * e + a];
-      T* row = o + a * s.m_size;
-      for (int64_t m = 0; m < s.m_size; ++m) row[m] += w * g[m];
+    const T w0 = env[4 * e], w1 = env[4 * e + 1], w2 = env[4 * e + 2], w3 = env[4 * e + 3];
+    T *o0 = o, *o1 = o + s.m_size, *o2 = o + 2 * s.m_size, *o3 = o + 3 * s.m_size;
+#pragma omp simd
+    for (int64_t m = 0; m < s.m_size; ++m) {
+      o0[m] += w0 * g[m];
+      o1[m] += w1 * g[m];
+      o2[m] += w2 * g[m];
+      o3[m] += w3 * g[m];
     }
   }
 }
 
 template <typename T>
-void backward_cpu_kernel(const Shape& s, const T* grad, const T* x, const T* env, const int64_t* center,
-                         const int64_t* net, const T* table, T* grad_x, T* grad_env) {
-  at::parallel_for(0, s.n_edges, 256, [&](int64_t first, int64_t last) {
-    std::vector<T> g(s.m_size), gp(s.m_size);
-    for (int64_t e = first; e < last; ++e) {
-      const Bin<T> b = locate(x[e], s.inv_step, s.n_bins);
-      evaluate_bin(table + (net[e] * s.n_bins + b.k) * kCoefficients * s.m_size, s.m_size, b.t, s.inv_step,
-                   g.data(), gp.data());
-      const T* dt = grad + center[e] * 4 * s.m_size;
-      T dx = 0;
-      for (int a = 0; a < 4; ++a) {
-        const T* row = dt + a * s.m_size;
-        T denv = 0, dxa = 0;
-        for (int64_t m = 0; m < s.m_size; ++m) {
-          denv += row[m] * g[m];
-          dxa += row[m] * gp[m];
-        }
-        grad_env[4 * e + a] = denv;
-        dx += env[4 * e + a] * dxa;
-      }
-      grad_x[e] = dx;
+MLIP_KERNEL void backward_edges(const Shape& s, int64_t first, int64_t last, const T* grad, const T* x, const T* env,
+                                const int64_t* center, const int64_t* net, const T* table, T* grad_x, T* grad_env,
+                                T* g, T* gp) {
+  for (int64_t e = first; e < last; ++e) {
+    const Bin<T> b = locate(x[e], s.inv_step, s.n_bins);
+    evaluate_bin(table + (net[e] * s.n_bins + b.k) * kCoefficients * s.m_size, s.m_size, b.t, s.inv_step, g, gp);
+    const T* d0 = grad + center[e] * 4 * s.m_size;
+    const T *d1 = d0 + s.m_size, *d2 = d0 + 2 * s.m_size, *d3 = d0 + 3 * s.m_size;
+    const T w0 = env[4 * e], w1 = env[4 * e + 1], w2 = env[4 * e + 2], w3 = env[4 * e + 3];
+    T e0 = 0, e1 = 0, e2 = 0, e3 = 0, dx = 0;
+#pragma omp simd reduction(+ : e0, e1, e2, e3, dx)
+    for (int64_t m = 0; m < s.m_size; ++m) {
+      e0 += d0[m] * g[m];
+      e1 += d1[m] * g[m];
+      e2 += d2[m] * g[m];
+      e3 += d3[m] * g[m];
+      dx += (w0 * d0[m] + w1 * d1[m] + w2 * d2[m] + w3 * d3[m]) * gp[m];
     }
-  });
+    grad_env[4 * e] = e0;
+    grad_env[4 * e + 1] = e1;
+    grad_env[4 * e + 2] = e2;
+    grad_env[4 * e + 3] = e3;
+    grad_x[e] = dx;
+  }
 }
+
+// One clone per ISA of each kernel, for both dtypes.
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define MLIP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MLIP_CLONES
+#endif
+
+#define MLIP_DEFINE_KERNELS(T)                                                                                     \
+  MLIP_CLONES void forward_cpu_kernel(const Shape& s, const T* x, const T* env, const int64_t* center,            \
+                                      const int64_t* net, const T* table, T* out, T* g) {                        \
+    forward_edges<T>(s, x, env, center, net, table, out, g);                                                      \
+  }                                                                                                               \
+  MLIP_CLONES void backward_cpu_kernel(const Shape& s, int64_t first, int64_t last, const T* grad, const T* x,    \
+                                       const T* env, const int64_t* center, const int64_t* net, const T* table,  \
+                                       T* grad_x, T* grad_env, T* g, T* gp) {                                     \
+    backward_edges<T>(s, first, last, grad, x, env, center, net, table, grad_x, grad_env, g, gp);                 \
+  }
+MLIP_DEFINE_KERNELS(double)
+MLIP_DEFINE_KERNELS(float)
+#undef MLIP_DEFINE_KERNELS
 
 void check_inputs(const torch::Tensor& x, const torch::Tensor& env, const torch::Tensor& center,
                   const torch::Tensor& net, const torch::Tensor& table) {
@@ -128,8 +164,9 @@ torch::Tensor forward_cpu(const torch::Tensor& x_in, const torch::Tensor& env_in
   torch::Tensor out = torch::zeros({n_centers, 4, table.size(3)}, table.options());
   const Shape s = shape_of(x, table, step);
   AT_DISPATCH_FLOATING_TYPES(table.scalar_type(), "tabulated_contraction", [&] {
-    forward_cpu_kernel<scalar_t>(s, x.data_ptr<scalar_t>(), env.data_ptr<scalar_t>(), center.data_ptr<int64_t>(),
-                                 net.data_ptr<int64_t>(), table.data_ptr<scalar_t>(), out.data_ptr<scalar_t>());
+    std::vector<scalar_t> g(s.m_size);
+    forward_cpu_kernel(s, x.data_ptr<scalar_t>(), env.data_ptr<scalar_t>(), center.data_ptr<int64_t>(),
+                       net.data_ptr<int64_t>(), table.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), g.data());
   });
   return out;
 }
@@ -143,9 +180,13 @@ std::tuple<torch::Tensor, torch::Tensor> backward_cpu(const torch::Tensor& grad_
   torch::Tensor grad_x = torch::empty_like(x), grad_env = torch::empty_like(env);
   const Shape s = shape_of(x, table, step);
   AT_DISPATCH_FLOATING_TYPES(table.scalar_type(), "tabulated_contraction_backward", [&] {
-    backward_cpu_kernel<scalar_t>(s, grad.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(), env.data_ptr<scalar_t>(),
-                                  center.data_ptr<int64_t>(), net.data_ptr<int64_t>(), table.data_ptr<scalar_t>(),
-                                  grad_x.data_ptr<scalar_t>(), grad_env.data_ptr<scalar_t>());
+    at::parallel_for(0, s.n_edges, 256, [&](int64_t first, int64_t last) {
+      std::vector<scalar_t> g(s.m_size), gp(s.m_size);
+      backward_cpu_kernel(s, first, last, grad.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(),
+                          env.data_ptr<scalar_t>(), center.data_ptr<int64_t>(), net.data_ptr<int64_t>(),
+                          table.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(), grad_env.data_ptr<scalar_t>(),
+                          g.data(), gp.data());
+    });
   });
   return {grad_x, grad_env};
 }
