@@ -1,13 +1,18 @@
 # cmake -DSRC=<tests/bad_input> -DWORK=<dir> -DTRAINER=<mlip-trainer> -P setup.cmake
 # The bad-input cases' working folder: files/ plus a 1-epoch model and its checkpoints (run/), a
 # model with one byte changed (altered.pt), a file that is no model (garbage.pt) and a checkpoint
-# with a cut file (damaged/).
+# with a cut file (damaged/), and the model compressed (compressed.pt).
 file(REMOVE_RECURSE ${WORK})
 file(COPY ${SRC}/files/ DESTINATION ${WORK})
 execute_process(COMMAND ${TRAINER} train ok.yaml --threads 1 --set output.dir=run WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc
                 OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR NOT EXISTS ${WORK}/run/model.pt)
   message(FATAL_ERROR "training the bad-input cases' model failed (${rc}): ${out} ${err}")
+endif()
+execute_process(COMMAND ${TRAINER} compress run/model.pt -o compressed.pt WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "compressing the bad-input cases' model failed (${rc}): ${out} ${err}")
 endif()
 file(WRITE ${WORK}/garbage.pt "this is not a model\n")
 file(COPY ${WORK}/run/checkpoints/epoch-000001/ DESTINATION ${WORK}/damaged)
