@@ -129,6 +129,11 @@ template <typename F> void guarded(Error *error, bool all_ranks, const std::stri
 // benchmarks/bench_pair.sh, 3 scans: 309-336, 339, 312-354 and 556 us/atom-step) and needs the
 // least memory (0.3, 0.6, 1.9 and 5.3 GB peak): small blocks keep the model's working set in cache.
 constexpr int default_chunk_local = 64;
+// Compressed local models (mlip-trainer compress), 1024: without the embedding matrix, the fitting
+// net's matrix products dominate and want tall blocks. Compressed se_e2_a water model, 1 rank,
+// chunk 256, 1024, 4096 (model call, us/atom-step; peak memory): 10368 atoms 100.9, 89.8, 89.7
+// (0.20, 0.28, 0.58 GB); 1152 atoms chunk 64, 256, all: 142, 103, 94.
+constexpr int default_chunk_compressed = 1024;
 // Default chunk for message-passing models, 128: each chunk also evaluates its halo (atoms
 // within (L-1) cutoffs, with all their edges), so small chunks repeat work and large ones need
 // memory. PaiNN with default hyperparameters (64 features, 2 layers, rc 5 A), 1 rank:
@@ -248,7 +253,10 @@ void PairMLIP::settings(int narg, char **arg)
   // mlip/kk sizes its device views by the chunk: it keeps the CPU defaults.
   const bool one_call = on_gpu && !kokkosable;
   if (!chunk_given)
-    chunk_size = one_call ? default_chunk_gpu : layers > 1 ? default_chunk_message_passing : default_chunk_local;
+    chunk_size = one_call ? default_chunk_gpu
+                 : layers > 1 ? default_chunk_message_passing
+                 : meta.compressed ? default_chunk_compressed
+                                   : default_chunk_local;
   // Neighbours of ghosts are needed when messages travel more than one hop. Set here, not in
   // init_style: pair_style hybrid reads the flag right after its sub-styles' settings().
   ghostneigh = layers > 1 ? 1 : 0;

@@ -60,6 +60,7 @@ ModelMetadata ModelMetadata::from_json(const nlohmann::json& j, const std::strin
     m.length_unit = units.at("length").get<std::string>();
     m.energy_unit = units.at("energy").get<std::string>();
     if (j.contains("hyperparameters")) m.hyperparameters = j.at("hyperparameters");
+    m.compressed = m.hyperparameters.is_object() && m.hyperparameters.contains("compression");
     if (j.contains("provenance")) m.provenance = j.at("provenance");
   } catch (const nlohmann::json::exception& e) {
     throw Error(where + ": malformed metadata: " + e.what());

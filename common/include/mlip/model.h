@@ -40,6 +40,8 @@ struct ModelInfo {
   /// Whether the file carried a digest of its records (mlip/digest.json, written by save_model)
   /// and Model::load checked it; files from older mlip versions have none.
   bool digest_checked = false;
+  /// A compressed model (mlip-trainer compress): tabulated embeddings, cheaper per edge.
+  bool compressed = false;
 
   /// Ghost-shell width LAMMPS must communicate: cutoff for local models, layers x cutoff else.
   double interaction_range() const {
