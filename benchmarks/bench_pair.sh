@@ -24,7 +24,7 @@
 # PAINN (1: also the message-passing model, PaiNN with default hyperparameters - 64 features,
 # 2 layers, rc 5 A, "painn_water64" - at every size but 1m, default chunk; and PAINN_CHUNKS
 # ("16 64 128 256 all") scanned on the 1k box, 1 rank; "all": one model call per step).
-# COMPRESSED (1: also the compressed se_e2_a, `mlip-trainer compress`, tables down to 0.6 A, next
+# COMPRESSED (1: also the compressed se_e2_a, `mlip-trainer compress`, tables down to 0.3 A, next
 # to each float64 run, and in float32 where FLOAT32 runs).
 # DEVICE (cuda, cuda:N or auto: pair_style mlip runs its model there, 'device DEVICE'; the mlip
 # rows are labelled with it; scripts/gpu-check.sh uses it).
@@ -75,7 +75,7 @@ cd "$work"
 [[ $PAINN == 1 ]] && "$inputs" model painn_water64 painn64.pt
 if [[ $COMPRESSED == 1 ]]; then
   for p in 64 32; do
-    "$build/bin/mlip-trainer" compress water$p.pt -o water${p}c.pt --min-distance 0.6 >&2
+    "$build/bin/mlip-trainer" compress water$p.pt -o water${p}c.pt --min-distance 0.3 >&2
   done
 fi
 [[ $SNAP == 1 ]] && cp "$snap_dir"/W_2940_2017_2.snap "$snap_dir"/W_2940_2017_2.snapcoeff "$snap_dir"/W_2940_2017_2.snapparam .

@@ -584,6 +584,54 @@ TEST(Evaluation, TestCommandAgreesWithTheReferenceEvaluation) {
   EXPECT_NEAR(sums.energy_rmse(), std::sqrt(energy_sq / 3.0), 1e-12 * std::sqrt(energy_sq / 3.0));
 }
 
+// Export from a checkpoint: float64, float32 (rounded weights) and compressed (tables down to
+// 0.75 x the shortest training distance, from the provenance), all run by the same evaluation.
+TEST(Export, Float32AndCompressedFromACheckpoint) {
+  TempDir dir("mlip_test_export_options");
+  SerialCommunicator comm;
+  Trainer t(read_config(tiny_config(dir, (dir.path / "run").string(), 1)), "", comm);
+  t.run(false);
+  const std::string best = (dir.path / "run" / "checkpoints" / "best").string();
+  const std::string f64 = (dir.path / "f64.pt").string(), f32 = (dir.path / "f32.pt").string(),
+                    c64 = (dir.path / "c64.pt").string();
+  export_checkpoint(best, f64, {});
+  ExportOptions single;
+  single.dtype = "float32";
+  export_checkpoint(best, f32, {}, single);
+  ExportOptions compressed;
+  compressed.compress = true;
+  std::string report;
+  export_checkpoint(best, c64, {}, compressed, [&](const std::string& s) { report += s; });
+  EXPECT_NE(report.find("compressed: 3 embedding nets"), std::string::npos) << report;
+  const Model a = Model::load(f64), b = Model::load(f32), c = Model::load(c64);
+  EXPECT_EQ(b.info().dtype, "float32");
+  EXPECT_TRUE(c.info().compressed);
+  const double shortest = a.metadata().provenance.at("shortest_training_distance").get<double>();
+  EXPECT_NEAR(c.metadata().hyperparameters["compression"]["min_distance"].get<double>(), 0.75 * shortest, 1e-12);
+  auto frames = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+                            ReadOptions{Units{"angstrom", "kcal/mol", ""}});
+  double df32 = 0, dc = 0, fmax = 0;
+  for (int k : {100, 600, 900}) {
+    const auto ra = mlip::testing::evaluate_reference(a, frames[k]);
+    const auto rb = mlip::testing::evaluate_reference(b, frames[k]);
+    const auto rc = mlip::testing::evaluate_reference(c, frames[k]);
+    for (std::size_t i = 0; i < frames[k].size(); ++i) {
+      for (int d = 0; d < 3; ++d) {
+        fmax = std::max(fmax, std::abs(ra.forces[i][d]));
+        df32 = std::max(df32, std::abs(rb.forces[i][d] - ra.forces[i][d]));
+        dc = std::max(dc, std::abs(rc.forces[i][d] - ra.forces[i][d]));
+      }
+    }
+  }
+  std::printf("[ export ] largest force %.3g eV/A; float32 export differs by %.2e eV/A, compressed by %.2e eV/A\n",
+              fmax, df32, dc);
+  EXPECT_LE(df32, 1e-4 * fmax);
+  EXPECT_LE(dc, 1e-6);
+  ExportOptions wrong;
+  wrong.dtype = "float16";
+  EXPECT_THROW(export_checkpoint(best, (dir.path / "x.pt").string(), {}, wrong), Error);
+}
+
 TEST(Training, LossDecreasesOnTinyProblem) {
   TempDir dir("mlip_test_tiny_training");
   SerialCommunicator comm;

@@ -56,12 +56,18 @@ void log_compression(const CompressReport& r, const std::function<void(const std
                   r.nets, r.bins, r.width, r.megabytes, r.min_distance, r.max_error));
 }
 
-// Freezes `t`, compressed first if asked.
-void write_model(Trainable t, const std::string& output, const CompressOptions* compress,
+// Freezes `t`: in float32 and compressed first if asked.
+void write_model(Trainable t, const std::string& output, const ExportOptions& options,
                  const std::function<void(const std::string&)>& log) {
-  if (compress != nullptr) {
+  if (!options.dtype.empty() && options.dtype != t.metadata.dtype) {
+    if (options.dtype != "float32") throw Error("--dtype: only float32 (not '" + options.dtype + "')");
+    t.module.to(torch::kFloat32);
+    t.metadata.dtype = "float32";
+    t.metadata.provenance["converted_from"] = "float64";
+  }
+  if (options.compress) {
     CompressReport report;
-    t.module = compress_model(t.module, t.metadata, *compress, &report);
+    t.module = compress_model(t.module, t.metadata, options.compression, &report);
     log_compression(report, log);
   }
   export_frozen(t.module, t.metadata, output);
@@ -70,24 +76,29 @@ void write_model(Trainable t, const std::string& output, const CompressOptions* 
 }  // namespace
 
 void export_checkpoint(const std::string& checkpoint_dir, const std::string& output, nlohmann::json provenance,
-                       const CompressOptions* compress, const std::function<void(const std::string&)>& log) {
+                       const ExportOptions& options, const std::function<void(const std::string&)>& log) {
   Trainable t = load_checkpoint(checkpoint_dir);
   provenance["trainer"] = "mlip-trainer";
   for (const auto& [key, value] : t.metadata.provenance.items()) provenance[key] = value;
   t.metadata.provenance = provenance;
-  write_model(std::move(t), output, compress, log);
+  write_model(std::move(t), output, options, log);
 }
 
-void compress_file(const std::string& source, const std::string& output, const CompressOptions& options,
+void compress_file(const std::string& source, const std::string& output, ExportOptions options,
                    const std::function<void(const std::string&)>& log) {
+  options.compress = true;
   if (fs::is_directory(source)) {
-    export_checkpoint(source, output, {{"exported_from", fs::absolute(source).string()}}, &options, log);
+    export_checkpoint(source, output, {{"exported_from", fs::absolute(source).string()}}, options, log);
     return;
   }
   Model model = Model::load(source);
+  if (!options.dtype.empty() && options.dtype != model.info().dtype) {
+    throw Error(source + ": a frozen model keeps its dtype (" + model.info().dtype +
+                "); convert from its checkpoint (mlip-trainer compress CHECKPOINT --dtype float32)");
+  }
   Trainable t{model.module(), model.metadata()};
   t.metadata.provenance["compressed_from"] = fs::absolute(source).string();
-  write_model(std::move(t), output, &options, log);
+  write_model(std::move(t), output, options, log);
 }
 
 namespace {

@@ -39,13 +39,13 @@ int run_train(Communicator& comm, const std::string& config_path, const std::vec
 
 void print_line(const std::string& s) { std::printf("%s\n", s.c_str()); }
 
-int run_export(const std::string& checkpoint, const std::string& output, const CompressOptions* compress) {
-  export_checkpoint(checkpoint, output, {{"exported_from", fs::absolute(checkpoint).string()}}, compress, print_line);
+int run_export(const std::string& checkpoint, const std::string& output, const ExportOptions& options) {
+  export_checkpoint(checkpoint, output, {{"exported_from", fs::absolute(checkpoint).string()}}, options, print_line);
   std::printf("exported %s -> %s\n", checkpoint.c_str(), output.c_str());
   return 0;
 }
 
-int run_compress(const std::string& source, const std::string& output, const CompressOptions& options) {
+int run_compress(const std::string& source, const std::string& output, const ExportOptions& options) {
   compress_file(source, output, options, print_line);
   std::printf("compressed %s -> %s\n", source.c_str(), output.c_str());
   return 0;
@@ -123,10 +123,12 @@ int main(int argc, char** argv) {
   auto* exp = app.add_subcommand("export", "Freeze a checkpoint into a model file for pair_style mlip");
   exp->add_option("checkpoint", checkpoint, "Checkpoint folder, e.g. run/checkpoints/best")->required();
   exp->add_option("-o,--output", output, "Model file to write");
-  bool export_compressed = false;
-  CompressOptions compress;
-  exp->add_flag("--compress", export_compressed, "Write the compressed model (se_e2_a; see 'compress')");
+  ExportOptions export_options;
+  CompressOptions& compress = export_options.compression;
+  exp->add_flag("--compress", export_options.compress, "Write the compressed model (se_e2_a; see 'compress')");
   exp->add_option("--min-distance", compress.min_distance, "With --compress: see 'compress'");
+  exp->add_option("--dtype", export_options.dtype,
+                  "float32: a float64 model's weights in float32 for faster MD (LAMMPS still sums in float64)");
 
   std::string compress_source, compress_output = "model-compressed.pt";
   auto* cmp = app.add_subcommand("compress", "Replace an se_e2_a model's embedding nets by tables fused with the "
@@ -139,6 +141,7 @@ int main(int argc, char** argv) {
                   "Shortest neighbour distance the tables cover, A (default: 0.75 x the shortest in the training "
                   "data); closer neighbours stop the run with an error");
   cmp->add_option("--tolerance", compress.tolerance, "Largest table error, relative to the largest embedding value");
+  cmp->add_option("--dtype", export_options.dtype, "float32: from a float64 checkpoint (see 'export --dtype')");
 
   std::string model, data, format = "auto";
   TestOutputs test_outputs;
@@ -178,8 +181,8 @@ int main(int argc, char** argv) {
     if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
     at::set_num_threads(threads);
     if (*train) return run_train(*comm, config_path, overrides, resume, stop_after);
-    if (*exp) return run_export(checkpoint, output, export_compressed ? &compress : nullptr);
-    if (*cmp) return run_compress(compress_source, compress_output, compress);
+    if (*exp) return run_export(checkpoint, output, export_options);
+    if (*cmp) return run_compress(compress_source, compress_output, export_options);
     if (*test) return run_test(model, data, format, units, test_outputs);
     if (*conv) return run_convert(conv_in, conv_out, conv_format, conv_units, conv_frame, conv_reps, conv_types);
   } catch (const mlip::Error& e) {

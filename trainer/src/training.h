@@ -253,14 +253,23 @@ class Trainer {
 
 /// Freezes a checkpoint folder into a model file: its EMA weights when it has them, metadata from
 /// state.json plus `provenance`.
-/// With `compress`, the model written is compress_model's (se_e2_a only; `log` gets its report).
+/// How export and compress write a model file.
+struct ExportOptions {
+  bool compress = false;          // compress_model's model (se_e2_a only)
+  CompressOptions compression;
+  /// "" (the trained dtype) or "float32": a float64 model's weights rounded to float32 for
+  /// inference (pair_style mlip sums energies, forces and virials in float64 whatever the model).
+  std::string dtype;
+};
+
+/// With options.compress, the model written is compress_model's (`log` gets its report).
 void export_checkpoint(const std::string& checkpoint_dir, const std::string& output, nlohmann::json provenance,
-                       const CompressOptions* compress = nullptr,
+                       const ExportOptions& options = {},
                        const std::function<void(const std::string&)>& log = {});
 
 /// `mlip-trainer compress`: a checkpoint folder, or a model file exported by this mlip, to a
-/// compressed model file.
-void compress_file(const std::string& source, const std::string& output, const CompressOptions& options,
+/// compressed model file (options.compress is implied).
+void compress_file(const std::string& source, const std::string& output, ExportOptions options,
                    const std::function<void(const std::string&)>& log);
 
 /// What `mlip-trainer test` writes besides the totals (empty paths: nothing).
