@@ -150,13 +150,15 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   // Per-atom energies from T_i = sum_j env_ij (x) G_ij (n_centers, 4, M1).
   src << "def energies(self, species: Tensor, t_sum: Tensor, n_centers: int) -> Tensor:\n"
       << "    tm = t_sum * self.inv_neighbor_norm\n"
-      << "    d = torch.bmm(tm.transpose(1, 2), tm.narrow(2, 0, " << axis << ")).reshape(n_centers, " << m1 * axis
-      << ")\n"
       << "    cs = species[:n_centers]\n"
       << "    e = torch.zeros([n_centers], dtype=t_sum.dtype, device=t_sum.device)\n"
       << "    for t in range(" << ns << "):\n"
       << "        idx = torch.nonzero(cs == t).squeeze(1)\n"
-      << "        y = d.index_select(0, idx)\n";
+      // Centres picked before the descriptor: the gather's backward fills a (n, 4, M1) zero
+      // tensor, not an (n, M1 x axis) one.
+      << "        ts = tm.index_select(0, idx)\n"
+      << "        y = torch.bmm(ts.transpose(1, 2), ts.narrow(2, 0, " << axis << ")).reshape(idx.size(0), "
+      << m1 * axis << ")\n";
   const Affine y = dense_layers(src, "y", "fit", fit_widths, "        ");
   const auto [w_out, b_out] = folded("self.fit_w" + out_l + "[t]", "self.fit_b" + out_l + "[t]", y, 1.0);
   src << "        y = torch.addmm(" << b_out << ", y, " << w_out << ")\n"
