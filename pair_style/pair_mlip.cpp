@@ -416,8 +416,8 @@ void PairMLIP::compute(int eflag, int vflag)
   } else {
     // Chunks bound the memory of one model call and keep its working set in cache; they are
     // of equal size (1152 atoms in chunks of at most 1024: two of 576, not 1024 and 128).
-    const int n_chunks = (list->inum + chunk_size - 1) / chunk_size;
-    const int size = n_chunks > 0 ? (list->inum + n_chunks - 1) / n_chunks : 0;
+    const int n_chunks = list->inum / chunk_size + (list->inum % chunk_size != 0 ? 1 : 0);
+    const int size = n_chunks > 0 ? list->inum / n_chunks + (list->inum % n_chunks != 0 ? 1 : 0) : 1;
     for (int first = 0; first < list->inum; first += size) {
       build_graph(list->ilist + first, list->ilist + std::min(list->inum, first + size));
       evaluate_graph();

@@ -413,7 +413,7 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int first, int count, bool who
 template <class DeviceType> void PairMLIPKokkos<DeviceType>::check_distances_on_device(int n_edges)
 {
   if (n_edges == 0) return;
-  typedef Kokkos::MinLoc<double, int, DeviceType> Closest;
+  typedef Kokkos::MinLoc<double, int> Closest;    // the result lives on the host
   typename Closest::value_type closest;
   auto edge_vectors = d_edge_vectors;
   Kokkos::parallel_reduce(

@@ -322,6 +322,26 @@ TEST(TabulatedContraction, InputBeyondTheTableIsAnErrorNamingTheDistance) {
     EXPECT_NE(std::string(e.what()).find("a neighbour is closer than its embedding table covers (made for distances >= 0.65 A"),
               std::string::npos) << e.what();
   }
+  auto error_of = [&](const torch::Tensor& xs, const torch::Tensor& centers, int64_t n_centers) -> std::string {
+    try {
+      tabulated_contraction(xs, env, centers, idx, table, 0.1, 0.65, n_centers);
+    } catch (const c10::Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const torch::Tensor inside = torch::tensor({0.2, 0.3}, torch::kFloat64);
+  EXPECT_NE(error_of(torch::tensor({0.2, std::nan("")}, torch::kFloat64), idx, 1).find("a non-finite embedding input"),
+            std::string::npos);
+  EXPECT_NE(error_of(torch::tensor({0.2, -0.5}, torch::kFloat64), idx, 1).find("an embedding input below its table"),
+            std::string::npos);
+  EXPECT_NE(error_of(inside, torch::tensor({int64_t{0}, int64_t{3}}), 2).find("a centre index outside"),
+            std::string::npos);
+  // No second derivatives: a force loss on a compressed model is an error, not a zero gradient.
+  const torch::Tensor xg = inside.clone().requires_grad_(true);
+  const torch::Tensor t = tabulated_contraction(xg, env, idx, idx, torch::randn({1, 10, 6, 2}, torch::kFloat64), 0.1,
+                                                0.65, 1);
+  EXPECT_THROW(torch::autograd::grad({t.sum()}, {xg}, {}, true, /*create_graph=*/true), c10::Error);
 }
 
 // A compressed se_e2_a against the model it came from, compressed from the trainable module and

@@ -9,6 +9,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -89,13 +90,18 @@ namespace {
 // with generated backward graphs) made se_e2_a 1.1x slower than eager autograd, and they change
 // the rounding between the first (profiling) calls and later ones, which made a resumed training
 // run differ from an uninterrupted one.
-// The line of a TorchScript interpreter report that says what failed ("RuntimeError: ...").
+// The line of a TorchScript interpreter report that says what failed: the first line that
+// starts with an exception name ("RuntimeError: ..."), after the traceback.
 std::string interpreter_error(const std::string& what) {
-  const std::size_t at = what.rfind("Error: ");
-  if (at == std::string::npos) return what;
-  const std::size_t newline = what.rfind('\n', at);
-  const std::size_t begin = newline == std::string::npos ? 0 : newline + 1;
-  return what.substr(begin, what.find('\n', at) - begin);
+  std::istringstream lines(what);
+  for (std::string line; std::getline(lines, line);) {
+    const std::size_t colon = line.find("Error: ");
+    if (colon == std::string::npos || colon == 0) continue;
+    if (std::all_of(line.begin(), line.begin() + static_cast<std::ptrdiff_t>(colon),
+                    [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.'; }))
+      return line;
+  }
+  return what;
 }
 
 bool optimize_graphs_on(const torch::Device& device) {
@@ -223,7 +229,7 @@ ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, Ed
     } catch (const c10::Error&) {
       throw;
     } catch (const std::exception& e) {   // the interpreter's report of an error inside the model
-      throw Error("model evaluation failed: " + interpreter_error(e.what()));
+      throw Error("inside the model: " + interpreter_error(e.what()));
     }
   }
   if (out.atom_energy.dim() != 1 || out.atom_energy.size(0) != in.n_centers) {

@@ -25,10 +25,14 @@ void check_range(const torch::Tensor& x, int64_t n_bins, double step, double r_m
   if (x.numel() == 0) return;
   const double top = static_cast<double>(n_bins) * step;
   const double lo = x.min().item<double>(), hi = x.max().item<double>();
+  TORCH_CHECK(std::isfinite(lo) && std::isfinite(hi), "compressed model: a non-finite embedding input (", lo, ", ",
+              hi, "): the edge vectors or the model's statistics are not finite");
   // Below 0 only by rounding (float32 switch functions at the cutoff): the first bin's quintic.
-  TORCH_CHECK(lo >= -0.01 * step && hi <= top * (1.0 + 1e-12) && std::isfinite(hi),
+  TORCH_CHECK(lo >= -0.01 * step, "compressed model: an embedding input below its table (", lo,
+              "): the graph has an edge beyond the model's cutoff");
+  TORCH_CHECK(hi <= top * (1.0 + 1e-12),
               "compressed model: a neighbour is closer than its embedding table covers (made for distances >= ",
-              r_min, " A; its input runs to ", top, ", an edge here has ", (hi > top || !std::isfinite(hi)) ? hi : lo,
+              r_min, " A; its input runs to ", top, ", an edge here has ", hi,
               "): recompress with a smaller --min-distance, or use the uncompressed model");
 }
 
@@ -124,7 +128,8 @@ MLIP_KERNEL void backward_edges(const Shape& s, int64_t first, int64_t last, con
 }
 
 // One clone per ISA of each kernel, for both dtypes.
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__GNUC__) && __GNUC__ >= 12 && defined(__x86_64__) && defined(__GLIBC__) && !defined(__clang__) && \
+    !defined(__CUDACC__) && !defined(__SANITIZE_ADDRESS__)
 #define MLIP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MLIP_CLONES
@@ -152,6 +157,19 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& env, const torch:
   TORCH_CHECK(table.dim() == 4 && table.size(2) == kCoefficients, "tabulated_contraction: table (nets, bins, 6, M)");
   TORCH_CHECK(x.scalar_type() == table.scalar_type() && env.scalar_type() == table.scalar_type(),
               "tabulated_contraction: x, env and table must have one dtype");
+  TORCH_CHECK(center.scalar_type() == torch::kInt64 && net.scalar_type() == torch::kInt64 && center.dim() == 1 &&
+                  net.dim() == 1, "tabulated_contraction: center and net must be int64 (E,)");
+  TORCH_CHECK(!table.requires_grad(), "tabulated_contraction: the table is not trainable (compressed models are "
+              "for inference; train the uncompressed model)");
+}
+
+// Indices inside the output and the table (the CPU kernels do not check them one by one).
+void check_indices(const torch::Tensor& center, const torch::Tensor& net, int64_t n_centers, int64_t n_nets) {
+  if (center.numel() == 0) return;
+  TORCH_CHECK(center.min().item<int64_t>() >= 0 && center.max().item<int64_t>() < n_centers,
+              "tabulated_contraction: a centre index outside [0, n_centers)");
+  TORCH_CHECK(net.min().item<int64_t>() >= 0 && net.max().item<int64_t>() < n_nets,
+              "tabulated_contraction: a net index outside the table's ", n_nets, " nets");
 }
 
 torch::Tensor forward_cpu(const torch::Tensor& x_in, const torch::Tensor& env_in, const torch::Tensor& center_in,
@@ -159,6 +177,7 @@ torch::Tensor forward_cpu(const torch::Tensor& x_in, const torch::Tensor& env_in
                           int64_t n_centers) {
   check_inputs(x_in, env_in, center_in, net_in, table_in);
   check_range(x_in, table_in.size(1), step, r_min);
+  check_indices(center_in, net_in, n_centers, table_in.size(0));
   const torch::Tensor x = x_in.contiguous(), env = env_in.contiguous(), table = table_in.contiguous();
   const torch::Tensor center = center_in.contiguous(), net = net_in.contiguous();
   torch::Tensor out = torch::zeros({n_centers, 4, table.size(3)}, table.options());
@@ -254,6 +273,8 @@ class TabulatedContraction : public torch::autograd::Function<TabulatedContracti
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
+    TORCH_CHECK(!at::GradMode::is_enabled(), "compressed models have no second derivatives (a force loss, a "
+                "Hessian): use the uncompressed model");
     static const auto op =
         find_op("mlip::tabulated_contraction_backward")
             .typed<std::tuple<torch::Tensor, torch::Tensor>(const torch::Tensor&, const torch::Tensor&,
