@@ -411,6 +411,9 @@ TEST_P(Compression, MatchesTheUncompressedModel) {
               std::string::npos) << e.what();
   }
 
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "Python cannot load the AddressSanitizer build's libmlip_ops.so";
+#endif
   const std::string python = MLIP_TORCH_PYTHON;
   if (python.empty() || std::system((python + " -c 'import torch' 2>/dev/null").c_str()) != 0) {
     GTEST_SKIP() << "no Python with the build's torch package";
