@@ -22,8 +22,14 @@
 # Reported: wall us/atom-step of the MD loop (LAMMPS's "Loop time", setup excluded), and each
 # row's ratio to DeePMD's compressed model at the same size and ranks.
 #
-# Environment: SIZES ("1k 10k"), RANKS ("1 2"), STEPS ("1k=20 10k=5"), SCRATCH, KEEP (1: keep the
-# work folder).
+# Training throughput (TRAIN=1, the default): both codes train the same model (float64, the
+# hyperparameters above) on data/water-deepmd/data_0, one 192-atom frame per step, energy and force
+# loss, Adam, 1 thread, one after the other. Reported: frames/s over TRAIN_STEPS (100) steps after a
+# warm-up (DeePMD: its "training time" of the last TRAIN_STEPS batches; mlip: the throughput line
+# of its second epoch, 72 steps).
+#
+# Environment: SIZES ("1k 10k"), RANKS ("1 2"), STEPS ("1k=20 10k=5"), MD (1: run the MD table),
+# TRAIN (1), TRAIN_STEPS (100), SCRATCH, KEEP (1: keep the work folder).
 set -euo pipefail
 
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -86,6 +92,7 @@ EOF
 "${dp_env[@]}" "$venv/bin/dp" --tf compress -i dp.pb -o dp-compressed.pb -t input.json > dp-compress.log 2>&1 ||
   { tail -20 dp-compress.log >&2; exit 1; }
 
+md_table() {
 # 3. Boxes and the one NVE input for every model.
 for size in $SIZES; do
   "$build/bin/mlip_test_inputs" water "water-$size.data" ${reps[$size]} > /dev/null
@@ -168,3 +175,51 @@ for m in "${models[@]}"; do
   done
   echo "$line"
 done
+}
+
+# 4. Training throughput: the same model, data, loss and thread count, one code after the other.
+train_table() {
+  local n=${TRAIN_STEPS:-100}
+  sed -e "s/\"numb_steps\": 1, \"seed\": 10, \"disp_freq\": 1, \"save_freq\": 1/\"numb_steps\": $((2 * n)), \"seed\": 10, \"disp_freq\": $n, \"save_freq\": $((2 * n))/" \
+    input.json > train.json
+  mkdir -p dp-train && (cd dp-train && "${dp_env[@]}" "$venv/bin/dp" --tf train ../train.json > log 2>&1) ||
+    { tail -20 dp-train/log >&2; exit 1; }
+  # The second display interval: n steps after n warm-up steps (the display's one evaluation included).
+  local dp_fps
+  dp_fps=$(sed -nE 's/.*total wall time = ([0-9.]+) s.*/\1/p' dp-train/log | tail -1 |
+           awk -v n="$n" '{ printf "%.2f", n / $1 }')
+  cat > train.yaml <<YAML
+model:
+  architecture: se_e2_a
+  species: [O, H]
+  cutoff: 6.0
+  dtype: float64
+  hyperparameters: {rcut_smth: 0.5, embedding: [25, 50, 100], axis_neurons: 16, fitting: [240, 240, 240]}
+data:
+  train:
+    - path: $src/data/water-deepmd/data_0
+  validation_fraction: 0.1
+  cache_dir: $work/cache
+  batch: {frames: 1}
+training:
+  epochs: 2
+  optimizer: {type: adam, lr: 1.0e-3}
+  loss: {energy: {start: 0.02, limit: 1.0}, forces: {start: 1000.0, limit: 1.0}}
+output: {dir: $work/mlip-train, keep_checkpoints: 1, log_every: 0}
+YAML
+  OMP_NUM_THREADS=1 "$build/bin/mlip-trainer" train train.yaml --threads 1 > mlip-train.log 2>&1 ||
+    { tail -20 mlip-train.log >&2; exit 1; }
+  local mlip_fps
+  mlip_fps=$(grep throughput mlip-train.log | tail -1 | sed -E 's/.*throughput ([0-9.]+) frames\/s.*/\1/')
+  echo
+  echo "training throughput, float64, 1 frame (192 atoms) per step, 1 thread (x: ratio to DeePMD-kit)"
+  echo
+  echo "| code | frames/s |"
+  echo "|---|---|"
+  echo "| mlip-trainer | $mlip_fps ($(awk -v a="$mlip_fps" -v b="$dp_fps" 'BEGIN { printf "%.2fx", a / b }')) |"
+  echo "| DeePMD-kit TF | $dp_fps (1.00x) |"
+}
+
+[[ ${MD:-1} == 1 ]] && md_table
+[[ ${TRAIN:-1} == 1 ]] && train_table
+true

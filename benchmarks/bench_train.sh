@@ -72,9 +72,9 @@ py=(env MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 MALL
 p1=nan p2=nan
 if [[ ${PYTHON:-1} == 1 ]]; then
 p1=$("${py[@]}" "$src/benchmarks/bench_train_python.py" "$checkpoint" "$src/data/water-deepmd" --batch-frames "$BATCH" \
-  --steps "$PY_STEPS" --threads 1 | tee "$work/py1.log" | sed -E 's/python loop: ([0-9.]+) frames.*/\1/')
+  --steps "$PY_STEPS" --threads 1 --ops "$build/lib/libmlip_ops.so" | tee "$work/py1.log" | sed -E 's/python loop: ([0-9.]+) frames.*/\1/')
 p2=$("${py[@]}" "$src/benchmarks/bench_train_python.py" "$checkpoint" "$src/data/water-deepmd" --batch-frames "$BATCH" \
-  --steps "$PY_STEPS" --threads 2 | tee "$work/py2.log" | sed -E 's/python loop: ([0-9.]+) frames.*/\1/')
+  --steps "$PY_STEPS" --threads 2 --ops "$build/lib/libmlip_ops.so" | tee "$work/py2.log" | sed -E 's/python loop: ([0-9.]+) frames.*/\1/')
 fi
 
 printf '%-34s %10s %22s\n' "run" "frames/s" "outside model+optim"

@@ -7,7 +7,7 @@ mlip-trainer reads them from its cache), and runs the step mlip-trainer runs: en
 by autograd with create_graph, per-atom energy and per-component force MSE, backward, Adam.
 Prints frames/s and the share of step time outside forward/backward and the optimiser.
 
-Usage: bench_train_python.py MODEL.pt DATA_DIR --batch-frames B --steps N --threads T
+Usage: bench_train_python.py MODEL.pt DATA_DIR --batch-frames B --steps N --threads T --ops LIBMLIP_OPS
 """
 import argparse
 import glob
@@ -79,7 +79,7 @@ def step(module, opt, b, pe, pf):
     lf = torch.zeros(b["n_frames"], dtype=df.dtype).index_add(0, b["frame_of_atom"], (df * df).sum(1)) / (
         3.0 * b["natoms"])
     loss = (pe * de * de + pf * lf).sum() / b["n_frames"]
-    loss.backward()
+    loss.backward(inputs=opt.param_groups[0]["params"])   # parameters only, as mlip-trainer
     t_opt = time.perf_counter()
     opt.step()
     opt.zero_grad()
@@ -96,8 +96,11 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--cutoff", type=float, default=6.0)
     ap.add_argument("--species", default="O,H")
+    ap.add_argument("--ops", help="libmlip_ops.so (the torch.ops.mlip operators se_e2_a calls)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.ops:
+        torch.ops.load_library(args.ops)
 
     module = torch.jit.load(args.model)
     module.train()

@@ -10,12 +10,15 @@
 #include <fstream>
 #include <random>
 
+#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include "mlip/edge_contraction.h"
 #include "mlip/elements.h"
 #include "mlip/error.h"
 #include "mlip/neighbor_list.h"
 #include "mlip/potentials.h"
+#include "mlip/radial_net.h"
 #include "mlip/tabulated_embedding.h"
 #include "support/reference.h"
 #include "support/temp_dir.h"
@@ -261,6 +264,9 @@ TEST_P(Potential, ExportedModelMatchesAndLoadsInPython) {
     for (int d = 0; d < 3; ++d) EXPECT_NEAR(a.forces[i][d], b.forces[i][d], 10 * same() * max_abs(a.forces) + 1e-12);
   }
 
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "Python cannot load the AddressSanitizer build's libmlip_ops.so";
+#endif
   // The Python of the torch package this build's LibTorch came from (cmake/MlipTorch.cmake).
   const std::string python = MLIP_TORCH_PYTHON;
   if (python.empty() || std::system((python + " -c 'import torch' 2>/dev/null").c_str()) != 0) {
@@ -275,7 +281,7 @@ TEST_P(Potential, ExportedModelMatchesAndLoadsInPython) {
                        {"n_centers", s.size()}};
   std::ofstream(dir / "in.json") << in.dump();
   const std::string cmd = python + " -W ignore " + std::string(MLIP_SOURCE_DIR) + "/tests/python/torch_load.py " + path +
-                          " " + (dir / "in.json").string() + " " + (dir / "out.json").string();
+                          " " + (dir / "in.json").string() + " " + (dir / "out.json").string() + " " + MLIP_OPS_LIBRARY;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const auto out = nlohmann::json::parse(std::ifstream(dir / "out.json"));
   EXPECT_EQ(out["metadata"]["architecture"], build(GetParam()).metadata.architecture);
@@ -309,6 +315,130 @@ TEST(TabulatedContraction, CpuKernelsMatchTheReference) {
     EXPECT_TRUE(torch::allclose(ga[0], gb[0], tol, tol)) << dtype;
     EXPECT_TRUE(torch::allclose(ga[1], gb[1], tol, tol)) << dtype;
   }
+}
+
+// se_e2_a's contraction operators (mlip/edge_contraction.h): values, first and second derivatives
+// against the ATen reference, in both dtypes, on one and two threads (the sum's threaded path
+// starts at 4096 edges).
+TEST(EdgeContraction, OperatorsAndTheirDerivativesMatchTheReference) {
+  const int threads = at::get_num_threads();
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    for (const int64_t n_edges : {300, 5000}) {
+      at::set_num_threads(n_edges > 4096 ? 2 : 1);
+      torch::manual_seed(11);
+      const int64_t n = 23, a = 4, m = 9;
+      const auto opt = torch::dtype(dtype);
+      const torch::Tensor env = torch::randn({n_edges, a}, opt).requires_grad_(true);
+      const torch::Tensor g = torch::randn({n_edges, m}, opt).requires_grad_(true);
+      const torch::Tensor t = torch::randn({n, a, m}, opt).requires_grad_(true);
+      const torch::Tensor center = torch::randint(0, n, {n_edges}, torch::kInt64);
+      const double tol = dtype == torch::kFloat64 ? 1e-11 : 2e-3;
+      // f(inputs) -> output; compares the output, its gradients and the gradients of a function of those.
+      auto compare = [&](auto op, auto ref, std::vector<torch::Tensor> in, const char* name) {
+        const torch::Tensor ya = op(), yb = ref();
+        ASSERT_TRUE(torch::allclose(ya, yb, tol, tol)) << name << " " << dtype;
+        const torch::Tensor w = torch::randn_like(ya);
+        const auto ga = torch::autograd::grad({(ya * w).sum()}, in, {}, true, true);
+        const auto gb = torch::autograd::grad({(yb * w).sum()}, in, {}, true, true);
+        torch::Tensor sa = torch::zeros({}, opt), sb = torch::zeros({}, opt);
+        for (std::size_t k = 0; k < in.size(); ++k) {
+          ASSERT_TRUE(torch::allclose(ga[k], gb[k], tol, tol)) << name << " d/d input " << k << " " << dtype;
+          sa = sa + (ga[k] * ga[k]).sum();
+          sb = sb + (gb[k] * gb[k]).sum();
+        }
+        const auto ha = torch::autograd::grad({sa}, in), hb = torch::autograd::grad({sb}, in);
+        for (std::size_t k = 0; k < in.size(); ++k)
+          EXPECT_TRUE(torch::allclose(ha[k], hb[k], 10 * tol, 10 * tol)) << name << " 2nd d/d input " << k << " " << dtype;
+      };
+      compare([&] { return edge_outer_sum(env, g, center, n); },
+              [&] { return edge_outer_sum_reference(env, g, center, n); }, {env, g}, "edge_outer_sum");
+      compare([&] { return edge_contract_g(env, t, center); },
+              [&] { return edge_contract_g_reference(env, t, center); }, {env, t}, "edge_contract_g");
+      compare([&] { return edge_contract_env(g, t, center); },
+              [&] { return edge_contract_env_reference(g, t, center); }, {g, t}, "edge_contract_env");
+    }
+  }
+  at::set_num_threads(threads);
+}
+
+TEST(EdgeContraction, BadIndicesAndShapesAreErrors) {
+  const torch::Tensor env = torch::ones({3, 4}, torch::kFloat64), g = torch::ones({3, 5}, torch::kFloat64);
+  const torch::Tensor center = torch::tensor({0, 1, 2}, torch::kInt64);
+  auto message = [](auto f) -> std::string {
+    try {
+      f();
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    }
+    return "no error";
+  };
+  EXPECT_NE(message([&] { edge_outer_sum(env, g, center, 2); }).find("edge_outer_sum: a centre index outside [0, 2)"),
+            std::string::npos);
+  EXPECT_NE(message([&] { edge_contract_g(env, torch::ones({2, 4, 5}, torch::kFloat64), center); })
+                .find("edge_contract_g: a centre index outside [0, 2)"),
+            std::string::npos);
+  EXPECT_NE(message([&] { edge_outer_sum(env, g.to(torch::kFloat32), center, 3); }).find("must be both float32 or both float64"),
+            std::string::npos);
+  EXPECT_NE(message([&] { edge_contract_env(g, torch::ones({3, 4, 6}, torch::kFloat64), center); })
+                .find("edge_contract_env: t (n, A, M) expected"),
+            std::string::npos);
+}
+
+// tanh_net (mlip/radial_net.h) against the plain net differentiated by autograd: values,
+// dy/dx, and the parameter gradients of a force-style loss (a function of dL/dx, differentiated
+// once more), in both dtypes, over several row blocks, on one and two threads.
+TEST(TanhNet, MatchesAutogradOfThePlainNet) {
+  const int threads = at::get_num_threads();
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    for (const int n_threads : {1, 2}) {
+      at::set_num_threads(n_threads);
+      torch::manual_seed(3);
+      const auto opt = torch::dtype(dtype);
+      const std::vector<int64_t> widths = {1, 4, 8, 8, 5}, residual = {0, 2, 1, 0};
+      std::vector<torch::Tensor> params;
+      for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
+        params.push_back((torch::randn({widths[l], widths[l + 1]}, opt) * 0.7).requires_grad_(true));
+        params.push_back(torch::randn({widths[l + 1]}, opt).requires_grad_(true));
+      }
+      const int64_t rows = 1300;   // three blocks of 512
+      const torch::Tensor x = (torch::rand({rows}, opt) * 2).requires_grad_(true);
+      const torch::Tensor weight = torch::randn({rows, widths.back()}, opt);
+      auto plain = [&](const torch::Tensor& in) {
+        torch::Tensor y = in.unsqueeze(1);
+        for (std::size_t l = 0; l < residual.size(); ++l) {
+          const torch::Tensor a = torch::tanh(torch::addmm(params[2 * l + 1], y, params[2 * l]));
+          y = residual[l] == 0 ? a : residual[l] == 1 ? y + a : torch::cat({y, y}, 1) + a;
+        }
+        return y;
+      };
+      const double tol = dtype == torch::kFloat64 ? 1e-11 : 1e-4;
+      const auto [y, y_dx] = tanh_net(x, params, residual);
+      const torch::Tensor y_ref = plain(x);
+      ASSERT_TRUE(torch::allclose(y, y_ref, tol, tol)) << dtype;
+      for (int64_t m = 0; m < widths.back(); ++m) {   // rows are independent: column m's dy/dx at once
+        const torch::Tensor d = torch::autograd::grad({y_ref.select(1, m).sum()}, {x}, {}, true)[0];
+        ASSERT_TRUE(torch::allclose(y_dx.select(1, m), d, tol, tol)) << dtype << " column " << m;
+      }
+      // L = sum(w y) + sum((dL0/dx)^2), L0 = sum(w y): the parameters' gradients, as a force loss needs.
+      auto loss = [&](const torch::Tensor& out) {
+        const torch::Tensor e = (out * weight).sum();
+        const torch::Tensor gx = torch::autograd::grad({e}, {x}, {}, true, true)[0];
+        return e + (gx * gx).sum();
+      };
+      const auto ga = torch::autograd::grad({loss(y)}, params);
+      const auto gb = torch::autograd::grad({loss(plain(x))}, params);
+      for (std::size_t k = 0; k < params.size(); ++k)
+        EXPECT_TRUE(torch::allclose(ga[k], gb[k], 10 * tol, 10 * tol)) << dtype << " parameter " << k << " threads " << n_threads;
+      // What it does not do: d/dx of dy/dx.
+      try {
+        torch::autograd::grad({loss(std::get<0>(tanh_net(x, params, residual)))}, {x});
+        ADD_FAILURE() << "no error for a second derivative with respect to x";
+      } catch (const c10::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("needs the net's second derivative"), std::string::npos) << e.what();
+      }
+    }
+  }
+  at::set_num_threads(threads);
 }
 
 TEST(TabulatedContraction, InputBeyondTheTableIsAnErrorNamingTheDistance) {

@@ -666,15 +666,15 @@ TEST(Training, ForceLossGradientMatchesFiniteDifferences) {
                                              : nlohmann::json{{"features", 4}, {"layers", 2}, {"radial_basis", 4}};
     BuiltModel m = build_model(spec);
     const BatchTensors t = to_tensors(gb, torch::kFloat64);
+    auto params = trainable_parameters(m.module);
     auto loss_at = [&](bool backward) {
       const Prediction p = predict(m.module, t, /*create_graph=*/backward);
       // Forces and virials only: the energy term of an unfitted shift would make the loss
       // ~1e5 and the finite differences noisy.
       torch::Tensor l = loss_terms(p, t, {0.0, 1.0, 0.1}, "mse", 0.0, 2.0, nullptr);
-      if (backward) l.backward();
+      if (backward) l.backward({}, {}, false, params);   // as the trainer: parameters only
       return l.item<double>();
     };
-    auto params = trainable_parameters(m.module);
     for (auto& p : params) p.mutable_grad() = torch::Tensor();
     loss_at(true);
     int checked = 0;

@@ -1,5 +1,5 @@
 #include "mlip/model.h"
-#include "mlip/tabulated_embedding.h"
+#include "mlip/operators.h"
 
 #include "mlip/model_metadata.h"
 
@@ -172,7 +172,7 @@ std::string check_digest(const std::string& path, const std::string& digest_text
 }  // namespace
 
 Model Model::load(const std::string& path, const torch::Device& device) {
-  link_tabulated_operator();   // compressed models call torch.ops.mlip
+  link_operators();   // models call torch.ops.mlip
   if (std::filesystem::is_directory(path)) {
     const bool checkpoint = std::filesystem::exists(std::filesystem::path(path) / "state.json");
     throw Error(path + ": is a directory, not a model file" +

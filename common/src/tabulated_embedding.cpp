@@ -14,6 +14,8 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include "cpu_kernels.h"
+
 namespace mlip {
 namespace {
 
@@ -40,15 +42,6 @@ template <typename T> struct Bin {
   int64_t k;
   T t;
 };
-
-// The kernels are inlined into per-ISA clones below (GCC/Clang function multi-versioning picks
-// the widest the CPU has at load time), with `omp simd` reductions (-fopenmp-simd: no OpenMP
-// runtime) so that the dot products over M vectorise without -ffast-math.
-#if defined(__GNUC__)
-#define MLIP_KERNEL inline __attribute__((always_inline))
-#else
-#define MLIP_KERNEL inline
-#endif
 
 template <typename T> MLIP_KERNEL Bin<T> locate(T x, double inv_step, int64_t n_bins) {
   const double u = static_cast<double>(x) * inv_step;
@@ -127,13 +120,7 @@ MLIP_KERNEL void backward_edges(const Shape& s, int64_t first, int64_t last, con
   }
 }
 
-// One clone per ISA of each kernel, for both dtypes.
-#if defined(__GNUC__) && __GNUC__ >= 12 && defined(__x86_64__) && defined(__GLIBC__) && !defined(__clang__) && \
-    !defined(__CUDACC__) && !defined(__SANITIZE_ADDRESS__)
-#define MLIP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MLIP_CLONES
-#endif
+// One clone per ISA of each kernel (cpu_kernels.h), for both dtypes.
 
 #define MLIP_DEFINE_KERNELS(T)                                                                                     \
   MLIP_CLONES void forward_cpu_kernel(const Shape& s, const T* x, const T* env, const int64_t* center,            \

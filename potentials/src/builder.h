@@ -7,12 +7,27 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <torch/csrc/jit/frontend/resolver.h>
+#include <torch/csrc/jit/frontend/sugared_value.h>
 #include <torch/script.h>
 
 #include "mlip/error.h"
+#include "mlip/operators.h"
 #include "mlip/potentials.h"
 
 namespace mlip::detail {
+
+// C++'s TorchScript compiler knows `torch` only; `mlip_ops` names the operators of mlip's library
+// (saved as ops.mlip.*, which Python resolves once the library is loaded).
+struct MlipOpsResolver : torch::jit::Resolver {
+  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name, torch::jit::GraphFunction&,
+                                                         const torch::jit::SourceRange&) override {
+    if (name == "torch") return std::make_shared<torch::jit::BuiltinModule>("aten");
+    if (name == "mlip_ops") return std::make_shared<torch::jit::BuiltinModule>("mlip");
+    return nullptr;
+  }
+  c10::TypePtr resolveType(const std::string&, const torch::jit::SourceRange&) override { return nullptr; }
+};
 
 /// Reads hyperparameters with defaults; finish() rejects keys that were never asked for.
 class HyperParameters {
@@ -90,7 +105,8 @@ class ModuleBuilder {
   /// Defines forward() from `source` and returns the module with its metadata.
   BuiltModel finish(const std::string& source, const ModelSpec& spec, const std::string& architecture,
                     int message_passing_layers, const nlohmann::json& hyperparameters) {
-    module_.define(source);
+    link_operators();
+    module_.define(source, std::make_shared<MlipOpsResolver>());
     BuiltModel built;
     built.module = module_;
     built.metadata.architecture = architecture;

@@ -12,11 +12,11 @@
 #include <limits>
 
 #include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/jit/frontend/resolver.h>
-#include <torch/csrc/jit/frontend/sugared_value.h>
 
+#include "builder.h"
 #include "mlip/error.h"
 #include "mlip/potentials.h"
+#include "mlip/operators.h"
 #include "mlip/tabulated_embedding.h"
 
 namespace mlip {
@@ -119,18 +119,6 @@ def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_c
                                            self.table_r_min, n_centers)
     return self.base.energies(species, t_sum, n_centers))";
 
-// C++'s TorchScript compiler knows `torch` only; `mlip_ops` names the operators of mlip's library
-// (saved as ops.mlip.*, which Python resolves once the library is loaded).
-struct MlipOpsResolver : torch::jit::Resolver {
-  std::shared_ptr<torch::jit::SugaredValue> resolveValue(const std::string& name, torch::jit::GraphFunction&,
-                                                         const torch::jit::SourceRange&) override {
-    if (name == "torch") return std::make_shared<torch::jit::BuiltinModule>("aten");
-    if (name == "mlip_ops") return std::make_shared<torch::jit::BuiltinModule>("mlip");
-    return nullptr;
-  }
-  c10::TypePtr resolveType(const std::string&, const torch::jit::SourceRange&) override { return nullptr; }
-};
-
 torch::jit::Module compressed_module(const torch::jit::Module& base, const torch::Tensor& table, double step,
                                      double r_min) {
   torch::jit::Module m("__torch__.mlip.SeE2ACompressed");
@@ -142,7 +130,7 @@ torch::jit::Module compressed_module(const torch::jit::Module& base, const torch
   std::string source = kCompressedForward;
   source += base.find_method("repulsion") ? " + self.base.repulsion(species, edge_index, edge_vectors, n_centers)\n"
                                           : "\n";
-  m.define(source, std::make_shared<MlipOpsResolver>());
+  m.define(source, std::make_shared<detail::MlipOpsResolver>());
   m.eval();
   return m;
 }
@@ -152,7 +140,7 @@ torch::jit::Module compressed_module(const torch::jit::Module& base, const torch
 torch::jit::Module compress_model(const torch::jit::Module& base, ModelMetadata& metadata,
                                   const CompressOptions& options, CompressReport* report) {
   require_compressible(base, metadata);
-  link_tabulated_operator();
+  link_operators();
   if (!(options.min_distance >= 0.0)) throw Error(c10::str("compress: --min-distance must be > 0 (", options.min_distance, ")"));
   if (!(options.tolerance > 0.0 && std::isfinite(options.tolerance))) {
     throw Error(c10::str("compress: --tolerance must be a positive number (", options.tolerance, ")"));

@@ -77,6 +77,25 @@ Affine dense_layers(std::ostringstream& src, const std::string& var, const std::
   return x;
 }
 
+// tanh_net's arguments for the embedding net t: [self.emb_w0[t], self.emb_b0[t], ...] and the
+// residual kind of each layer (DeePMD's rule: identity when the width is kept, [x, x] when doubled).
+std::string tanh_net_params(const std::vector<int64_t>& widths) {
+  std::string out = "[";
+  for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
+    out += (l ? ", " : "") + std::string("self.emb_w") + std::to_string(l) + "[t], self.emb_b" + std::to_string(l) + "[t]";
+  }
+  return out + "]";
+}
+
+std::string tanh_net_residual(const std::vector<int64_t>& widths) {
+  std::string out = "[";
+  for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
+    const int kind = widths[l + 1] == widths[l] ? 1 : widths[l + 1] == 2 * widths[l] ? 2 : 0;
+    out += (l ? ", " : "") + std::to_string(kind);
+  }
+  return out + "]";
+}
+
 }  // namespace
 
 BuiltModel build_se_e2_a(const ModelSpec& spec) {
@@ -171,37 +190,17 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   }
   src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
       << "    center = edge_index[0]\n"
-      << "    n_edges = edge_vectors.size(0)\n"
       << "    radial, env, net = self.environment(species, edge_index, edge_vectors)\n"
-      // Dense (centre, slot) layout so that T_i = env_i^T G_i is one batched matrix product:
-      // slot = rank of the edge among its centre's edges (any edge order is accepted).
-      << "    counts = torch.bincount(center, minlength=n_centers)\n"
-      << "    kmax = max(int(counts.max()), 1) if n_edges > 0 else 1\n"
-      << "    first = torch.cumsum(counts, 0) - counts\n"
-      << "    order = torch.sort(center, stable=True)[1]\n"
-      << "    rank = torch.arange(n_edges, dtype=center.dtype, device=center.device) - first[center[order]]\n"
-      << "    slot = torch.zeros_like(center).index_copy(0, order, rank)\n"
-      << "    cell = center * kmax + slot\n"
-      // The embedding runs net by net on its edges; the outputs, stacked with one zero row for the
-      // empty slots, are gathered into the dense layout by one index_select (its backward is one
-      // index_add), which moves far less memory than filling a zero tensor net by net.
-      << "    parts: List[Tensor] = []\n"
-      << "    edges: List[Tensor] = []\n"
+      // T_i = sum_j env_ij (x) G_ij, net by net: the operator adds each edge's outer product into
+      // its centre's sum in one pass (no dense centre x neighbour-slot copy of G).
+      << "    t_sum = torch.zeros([n_centers, 4, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
       << "    for t in range(" << n_emb << "):\n"
       << "        idx = torch.nonzero(net == t).squeeze(1)\n"
-      << "        parts.append(self.embedding_raw(radial.index_select(0, idx).unsqueeze(1), t))\n"
-      << "        edges.append(idx)\n"
-      << "    parts.append(torch.zeros([1, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device))\n"
-      << "    stacked = torch.cat(edges)\n"
-      << "    empty = torch.full([n_centers * kmax], n_edges, dtype=center.dtype, device=center.device)\n"
-      << "    source = empty.index_copy(0, cell.index_select(0, stacked), torch.arange(n_edges, dtype=center.dtype, device=center.device))\n"
-      << "    g = torch.cat(parts).index_select(0, source)\n"
-      << "    env_source = empty.index_copy(0, cell, torch.arange(n_edges, dtype=center.dtype, device=center.device))\n"
-      << "    env_d = torch.cat([env, torch.zeros([1, 4], dtype=edge_vectors.dtype, device=edge_vectors.device)]).index_select(0, env_source)\n"
-      << "    env_d = env_d.view(n_centers, kmax, 4)\n"
-      // sum_j env_j (x) (a u_j - c) = a sum_j env_j (x) u_j - c (sum_j env_j) (x) 1
-      << "    t_sum = torch.bmm(env_d.transpose(1, 2), g.view(n_centers, kmax, " << m1 << ")) * " << num(g.a)
-      << " - env_d.sum(1).unsqueeze(2) * " << num(g.c) << "\n"
+      // The net with its derivative in one operator (mlip/radial_net.h): the same function as
+      // embedding(), cheaper to differentiate twice (a force loss).
+      << "        g, g_dx = mlip_ops.tanh_net(radial.index_select(0, idx), " << tanh_net_params(emb_widths)
+      << ", " << tanh_net_residual(emb_widths) << ")\n"
+      << "        t_sum = t_sum + mlip_ops.edge_outer_sum(env.index_select(0, idx), g, center.index_select(0, idx), n_centers)\n"
       << "    return self.energies(species, t_sum, n_centers)"
       << (repulsion.empty() ? "" : " + self.repulsion(species, edge_index, edge_vectors, n_centers)") << "\n";
 

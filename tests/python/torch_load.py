@@ -1,7 +1,7 @@
 """Loads an exported mlip model with Python's torch.jit.load and evaluates it.
 
 Usage: PYTHON torch_load.py MODEL.pt INPUT.json OUTPUT.json [libmlip_ops.so]
-(the library registers torch.ops.mlip, which compressed models call)
+(the library registers torch.ops.mlip, which se_e2_a models call)
 INPUT: {"species": [...], "edge_index": [[...], [...]], "edge_vectors": [[x, y, z], ...], "n_centers": n}
 OUTPUT: {"energies": [...], "metadata": {...}}
 """

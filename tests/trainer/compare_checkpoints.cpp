@@ -8,12 +8,15 @@
 #include <utility>
 #include <vector>
 
+#include "mlip/operators.h"
+
 int main(int argc, char** argv) {
   if (argc != 4) {
     std::fprintf(stderr, "usage: %s CHECKPOINT_A CHECKPOINT_B RTOL\n", argv[0]);
     return 2;
   }
   const double rtol = std::atof(argv[3]);
+  mlip::link_operators();   // the models call torch.ops.mlip
   auto a = torch::jit::load(std::string(argv[1]) + "/model.pt");
   auto b = torch::jit::load(std::string(argv[2]) + "/model.pt");
   std::vector<std::pair<std::string, at::Tensor>> pa, pb;

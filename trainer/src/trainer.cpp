@@ -269,7 +269,9 @@ MetricSums Trainer::train_epoch() {
       t0 = std::chrono::steady_clock::now();
       const Prediction p = predict(model_.module, t, /*create_graph=*/true, accumulate_);
       torch::Tensor loss = loss_terms(p, t, pre, config_.loss, config_.huber_delta, global_frames, &sums);
-      loss.backward();
+      // Gradients of the parameters only: the edge vectors' would need the model's second
+      // derivatives with respect to positions (se_e2_a's tanh_net does not compute them).
+      loss.backward({}, {}, false, params_);
       times_.model += since(t0);
     }
     step_optimizer();
