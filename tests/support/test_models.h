@@ -7,6 +7,7 @@
 //   painn              small PaiNN with 2 message-passing layers, H O, rc 3.0, same
 //   morse_md           Morse binding for the NVE test: H O, rc 5.0, alpha 1.6 / A, r0 2.6 A
 //   se_e2_a_md         se_e2_a perturbation for the NVE test: H O, rc 4.0, energy scale 0.03-0.05
+//   se_e2_a_md_compressed  the same, compressed (mlip-trainer compress, tables down to 1 A)
 //   se_e2_a_water64    se_e2_a with default hyperparameters (rc 6, embedding 25-50-100, fitting
 //   se_e2_a_water32    240x3), O H, random weights: the speed benchmark's model, float64/float32
 //   painn_water64      PaiNN with default hyperparameters (64 features, 2 layers, 16 radial
@@ -60,8 +61,8 @@ inline void write_test_model(const std::string& name, const std::string& path) {
     m.module().setattr("alpha", 1.6);
     m.module().setattr("r0", 2.6);
     save_model(m.module(), m.metadata(), path);
-  } else if (name == "se_e2_a" || name == "se_e2_a_md") {
-    const bool md = name == "se_e2_a_md";
+  } else if (name == "se_e2_a" || name == "se_e2_a_md" || name == "se_e2_a_md_compressed") {
+    const bool md = name != "se_e2_a";
     BuiltModel b = build_test_model("se_e2_a", md ? 4.0 : 3.5,
                                     {{"embedding", {4, 8}}, {"axis_neurons", 4}, {"fitting", {8, 8}},
                                      {"rcut_smth", md ? 2.0 : 1.5}, {"neighbor_norm", 10.0}},
@@ -74,6 +75,11 @@ inline void write_test_model(const std::string& name, const std::string& path) {
     {
       torch::NoGradGuard no_grad;
       b.module.attr("env_std").toTensor().copy_(torch::tensor({{0.3, 0.2}, {0.25, 0.15}}));
+    }
+    if (name == "se_e2_a_md_compressed") {
+      CompressOptions options;
+      options.min_distance = 1.0;   // the NVE test's atoms stay beyond 1.5 A
+      b.module = compress_model(b.module, b.metadata, options);
     }
     export_frozen(b.module, b.metadata, path);
   } else if (name == "painn") {
@@ -101,7 +107,8 @@ inline void write_test_model(const std::string& name, const std::string& path) {
     BuiltModel b = build_test_model("painn", 5.0, nlohmann::json::object(), torch::kFloat64, 2, {"O", "H"});
     export_frozen(b.module, b.metadata, path);
   } else {
-    throw Error("unknown test model '" + name + "' (known: morse64, morse32, morse_md, se_e2_a, se_e2_a_md, se_e2_a_ta, painn, "
+    throw Error("unknown test model '" + name + "' (known: morse64, morse32, morse_md, se_e2_a, se_e2_a_md, se_e2_a_md_compressed, "
+                "se_e2_a_ta, painn, "
                 "se_e2_a_water64, se_e2_a_water32, painn_water64)");
   }
 }
