@@ -68,7 +68,7 @@ for m in "uncompressed|$model" "compressed|$work/compressed.pt"; do
   label=${m%%|*}
   "${lmp[@]}" -in nve.in -log "nve-$label.log" -var data start.data -var model "${m#*|}" -var steps "$steps" ||
     { tail -5 "nve-$label.log" >&2; exit 1; }
-  awk -v label="$label" '
+  awk -v label="$label" 'BEGIN { n = 0 }
     /^Loop time of/ { loop = $4; steps = $9; atoms = $12 }
     /^ *Step/ { on = 1; next }
     /^Loop time/ { on = 0 }
