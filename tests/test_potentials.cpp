@@ -318,13 +318,11 @@ TEST(TabulatedContraction, CpuKernelsMatchTheReference) {
 }
 
 // se_e2_a's contraction operators (mlip/edge_contraction.h): values, first and second derivatives
-// against the ATen reference, in both dtypes, on one and two threads (the sum's threaded path
-// starts at 4096 edges).
+// against the ATen reference, in both dtypes.
 TEST(EdgeContraction, OperatorsAndTheirDerivativesMatchTheReference) {
   const int threads = at::get_num_threads();
   for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
     for (const int64_t n_edges : {300, 5000}) {
-      at::set_num_threads(n_edges > 4096 ? 2 : 1);
       torch::manual_seed(11);
       const int64_t n = 23, a = 4, m = 9;
       const auto opt = torch::dtype(dtype);
@@ -386,12 +384,11 @@ TEST(EdgeContraction, BadIndicesAndShapesAreErrors) {
 
 // tanh_net (mlip/radial_net.h) against the plain net differentiated by autograd: values,
 // dy/dx, and the parameter gradients of a force-style loss (a function of dL/dx, differentiated
-// once more), in both dtypes, over several row blocks, on one and two threads.
+// once more), in both dtypes, over several row blocks.
 TEST(TanhNet, MatchesAutogradOfThePlainNet) {
   const int threads = at::get_num_threads();
   for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
-    for (const int n_threads : {1, 2}) {
-      at::set_num_threads(n_threads);
+    {
       torch::manual_seed(3);
       const auto opt = torch::dtype(dtype);
       const std::vector<int64_t> widths = {1, 4, 8, 8, 5}, residual = {0, 2, 1, 0};
@@ -428,7 +425,7 @@ TEST(TanhNet, MatchesAutogradOfThePlainNet) {
       const auto ga = torch::autograd::grad({loss(y)}, params);
       const auto gb = torch::autograd::grad({loss(plain(x))}, params);
       for (std::size_t k = 0; k < params.size(); ++k)
-        EXPECT_TRUE(torch::allclose(ga[k], gb[k], 10 * tol, 10 * tol)) << dtype << " parameter " << k << " threads " << n_threads;
+        EXPECT_TRUE(torch::allclose(ga[k], gb[k], 10 * tol, 10 * tol)) << dtype << " parameter " << k;
       // What it does not do: d/dx of dy/dx.
       try {
         torch::autograd::grad({loss(std::get<0>(tanh_net(x, params, residual)))}, {x});

@@ -1,7 +1,6 @@
 // torch.ops.mlip.edge_outer_sum / edge_contract_g / edge_contract_env: see mlip/edge_contraction.h.
 #include "mlip/edge_contraction.h"
 
-#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -93,6 +92,7 @@ void check(const char* op, const torch::Tensor& rows, const char* rows_name, con
                                                             rows.scalar_type() == torch::kFloat32),
               op, ": ", rows_name, " and ", other_name, " must be both float32 or both float64");
   TORCH_CHECK(center.scalar_type() == torch::kInt64, op, ": center must be int64");
+  TORCH_CHECK(rows.size(1) > 0 && other.size(-1) > 0, op, ": empty feature dimensions");
   TORCH_CHECK(rows.device() == other.device() && rows.device() == center.device(), op,
               ": all tensors must be on one device");
   if (center.numel() > 0) {
@@ -108,21 +108,12 @@ torch::Tensor outer_sum_cpu(const torch::Tensor& env_in, const torch::Tensor& g_
   TORCH_CHECK(g_in.dim() == 2 && g_in.size(0) == env_in.size(0), "edge_outer_sum: g (E, M) expected");
   const torch::Tensor env = env_in.contiguous(), g = g_in.contiguous(), center = center_in.contiguous();
   const Dims d{env.size(1), g.size(1)};
-  const int64_t edges = env.size(0), threads = at::get_num_threads();
-  // Threads add into partial sums of their own (T is small: centres x A x M), then one sum.
-  const int64_t parts = edges >= 4096 ? std::min<int64_t>(threads, 8) : 1;
-  torch::Tensor out = torch::zeros({parts, n_centers, d.a, d.m}, g.options());
+  torch::Tensor out = torch::zeros({n_centers, d.a, d.m}, g.options());
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "edge_outer_sum", [&] {
-    const int64_t chunk = (edges + parts - 1) / parts;
-    at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
-      for (int64_t p = p0; p < p1; ++p) {
-        outer_sum_kernel(d, p * chunk, std::min(edges, (p + 1) * chunk), env.data_ptr<scalar_t>(),
-                         g.data_ptr<scalar_t>(), center.data_ptr<int64_t>(),
-                         out.data_ptr<scalar_t>() + p * n_centers * d.a * d.m);
-      }
-    });
+    outer_sum_kernel(d, 0, env.size(0), env.data_ptr<scalar_t>(), g.data_ptr<scalar_t>(), center.data_ptr<int64_t>(),
+                     out.data_ptr<scalar_t>());
   });
-  return parts == 1 ? out.squeeze(0) : out.sum(0);
+  return out;
 }
 
 torch::Tensor contract_g_cpu(const torch::Tensor& env_in, const torch::Tensor& t_in, const torch::Tensor& center_in) {
@@ -132,10 +123,8 @@ torch::Tensor contract_g_cpu(const torch::Tensor& env_in, const torch::Tensor& t
   const Dims d{t.size(1), t.size(2)};
   torch::Tensor out = torch::empty({env.size(0), d.m}, t.options());
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "edge_contract_g", [&] {
-    at::parallel_for(0, env.size(0), 1024, [&](int64_t first, int64_t last) {
-      contract_g_kernel(d, first, last, env.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), center.data_ptr<int64_t>(),
-                        out.data_ptr<scalar_t>());
-    });
+    contract_g_kernel(d, 0, env.size(0), env.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), center.data_ptr<int64_t>(),
+                      out.data_ptr<scalar_t>());
   });
   return out;
 }
@@ -147,10 +136,8 @@ torch::Tensor contract_env_cpu(const torch::Tensor& g_in, const torch::Tensor& t
   const Dims d{t.size(1), t.size(2)};
   torch::Tensor out = torch::empty({g.size(0), d.a}, t.options());
   AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "edge_contract_env", [&] {
-    at::parallel_for(0, g.size(0), 1024, [&](int64_t first, int64_t last) {
-      contract_env_kernel(d, first, last, g.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), center.data_ptr<int64_t>(),
-                          out.data_ptr<scalar_t>());
-    });
+    contract_env_kernel(d, 0, g.size(0), g.data_ptr<scalar_t>(), t.data_ptr<scalar_t>(), center.data_ptr<int64_t>(),
+                        out.data_ptr<scalar_t>());
   });
   return out;
 }
@@ -248,6 +235,23 @@ torch::Tensor edge_contract_env(CT g, CT t, CT center) { return contract_env_op(
 
 void link_edge_operators() {}
 
+namespace {
+
+torch::Tensor outer_sum_checked_reference(CT env, CT g, CT center, int64_t n_centers) {
+  check("edge_outer_sum", env, "env", g, "g", center, n_centers);
+  return edge_outer_sum_reference(env, g, center, n_centers);
+}
+torch::Tensor contract_g_checked_reference(CT env, CT t, CT center) {
+  check("edge_contract_g", env, "env", t, "t", center, t.size(0));
+  return edge_contract_g_reference(env, t, center);
+}
+torch::Tensor contract_env_checked_reference(CT g, CT t, CT center) {
+  check("edge_contract_env", g, "g", t, "t", center, t.size(0));
+  return edge_contract_env_reference(g, t, center);
+}
+
+}  // namespace
+
 }  // namespace mlip
 
 TORCH_LIBRARY_FRAGMENT(mlip, m) {
@@ -262,11 +266,12 @@ TORCH_LIBRARY_IMPL(mlip, CPU, m) {
   m.impl("edge_contract_env", &mlip::contract_env_cpu);
 }
 
-// No kernels of their own on GPUs yet: the ATen formulation (never run on a GPU here).
+// No kernels of their own on GPUs yet: the ATen formulation, after the same checks (never run on
+// a GPU here).
 TORCH_LIBRARY_IMPL(mlip, CUDA, m) {
-  m.impl("edge_outer_sum", &mlip::edge_outer_sum_reference);
-  m.impl("edge_contract_g", &mlip::edge_contract_g_reference);
-  m.impl("edge_contract_env", &mlip::edge_contract_env_reference);
+  m.impl("edge_outer_sum", &mlip::outer_sum_checked_reference);
+  m.impl("edge_contract_g", &mlip::contract_g_checked_reference);
+  m.impl("edge_contract_env", &mlip::contract_env_checked_reference);
 }
 
 TORCH_LIBRARY_IMPL(mlip, Autograd, m) {

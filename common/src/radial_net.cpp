@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <vector>
 
-#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -121,48 +120,36 @@ void forward_block(const Tensor& x, const std::vector<Layer>& layers, int64_t r0
   }
 }
 
-// Rows in blocks: threads over groups of blocks on the CPU, one block elsewhere.
-template <typename F> void for_blocks(const Tensor& x, int64_t parts, F&& body) {
+// Rows in blocks of kBlockRows on the CPU (one thread: at::parallel_for would run serially in a
+// file built without OpenMP, and threads would need ATen's thread-local state), one block on
+// other devices.
+template <typename F> void for_blocks(const Tensor& x, F&& body) {
   const int64_t rows = x.size(0);
-  if (!x.is_cpu()) return body(0, 0, rows);
-  const int64_t per_part = (rows + parts - 1) / parts;
-  at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t end = std::min(rows, (p + 1) * per_part);
-      for (int64_t r = p * per_part; r < end; r += kBlockRows) body(p, r, std::min(kBlockRows, end - r));
-    }
-  });
-}
-
-int64_t parts_for(const Tensor& x) {
-  if (!x.is_cpu()) return 1;
-  const int64_t blocks = (x.size(0) + kBlockRows - 1) / kBlockRows;
-  return std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), blocks));
+  if (!x.is_cpu()) return body(0, rows);
+  for (int64_t r = 0; r < rows; r += kBlockRows) body(r, std::min(kBlockRows, rows - r));
 }
 
 std::tuple<Tensor, Tensor> run_forward(const Tensor& x_in, const std::vector<Layer>& layers, Saved* saved) {
-  const Tensor x = x_in.contiguous();
+  const Tensor x = x_in.detach().contiguous();
   const int64_t m = layers.back().out;
   Tensor out = torch::empty({x.size(0), m}, x.options()), out_d = torch::empty({x.size(0), m}, x.options());
   if (saved != nullptr) *saved = allocate_saved(layers, x);
   if (x.size(0) > 0) {
-    for_blocks(x, parts_for(x), [&](int64_t, int64_t r0, int64_t n) { forward_block(x, layers, r0, n, out, out_d, saved); });
+    for_blocks(x, [&](int64_t r0, int64_t n) { forward_block(x, layers, r0, n, out, out_d, saved); });
   }
   return {out, out_d};
 }
 
 // Parameter gradients from dL/dy_L and dL/d(dy_L/dx) (either may be undefined), layer by layer
-// in reverse; per-part sums, added at the end.
+// in reverse, block by block.
 std::vector<Tensor> parameter_gradients(const std::vector<Layer>& layers, const Saved& s, const Tensor& x,
                                         const Tensor& g_out, const Tensor& gd_out) {
-  const int64_t parts = parts_for(x);
-  std::vector<std::vector<Tensor>> acc(parts);
-  for (auto& a : acc)
-    for (const Layer& L : layers) {
-      a.push_back(torch::zeros_like(L.w));
-      a.push_back(torch::zeros_like(L.b));
-    }
-  for_blocks(x, parts, [&](int64_t p, int64_t r0, int64_t n) {
+  std::vector<Tensor> acc;
+  for (const Layer& L : layers) {
+    acc.push_back(torch::zeros_like(L.w));
+    acc.push_back(torch::zeros_like(L.b));
+  }
+  for_blocks(x, [&](int64_t r0, int64_t n) {
     Tensor gy = g_out.defined() ? g_out.narrow(0, r0, n) : Tensor();
     Tensor gyd = gd_out.defined() ? gd_out.narrow(0, r0, n) : Tensor();
     for (std::size_t l = layers.size(); l-- > 0;) {
@@ -177,18 +164,16 @@ std::vector<Tensor> parameter_gradients(const std::vector<Layer>& layers, const 
       }
       if (!ga.defined()) ga = torch::zeros_like(a);
       const Tensor gz = at::addcmul(ga, ga, aa, -1);
-      Tensor& gw = acc[p][2 * l];
+      Tensor& gw = acc[2 * l];
       gw.addmm_(s.y[l].narrow(0, r0, n).t(), gz);
-      acc[p][2 * l + 1].add_(gz.sum(0));
+      acc[2 * l + 1].add_(gz.sum(0));
       if (gzd.defined()) gw.addmm_(s.yd[l].narrow(0, r0, n).t(), gzd);
       if (l == 0) break;
       gy = add_back(skip_transposed(gy, L), gz, L.w);
       if (gzd.defined()) gyd = add_back(skip_transposed(gyd, L), gzd, L.w);
     }
   });
-  for (int64_t p = 1; p < parts; ++p)
-    for (std::size_t k = 0; k < acc[0].size(); ++k) acc[0][k].add_(acc[p][k]);
-  return acc[0];
+  return acc;
 }
 
 std::tuple<Tensor, Tensor> tanh_net_plain(const Tensor& x, at::TensorList params, at::IntArrayRef residual) {
@@ -200,11 +185,11 @@ using torch::autograd::variable_list;
 
 class TanhNet : public torch::autograd::Function<TanhNet> {
  public:
+  // train: keep what the parameters' gradients need (grad mode on and a parameter requires grad).
   static variable_list forward(AutogradContext* ctx, const Tensor& x, at::TensorList params,
-                               at::IntArrayRef residual) {
+                               at::IntArrayRef residual, bool train) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     const std::vector<Layer> layers = layers_of(x, params, residual);
-    const bool train = std::any_of(params.begin(), params.end(), [](const Tensor& p) { return p.requires_grad(); });
     auto saved = std::make_shared<Saved>();
     auto [out, out_d] = run_forward(x, layers, train ? saved.get() : nullptr);
     std::vector<Tensor> to_save{out_d, x};
@@ -226,7 +211,7 @@ class TanhNet : public torch::autograd::Function<TanhNet> {
     const variable_list s = ctx->get_saved_variables();
     const Tensor &out_d = s[0], &x = s[1];
     const std::vector<Tensor> params(s.begin() + 2, s.end());
-    variable_list result(params.size() + 2);
+    variable_list result(params.size() + 3);   // x, params, residual, train
     if (ctx->needs_input_grad(0)) {
       TORCH_CHECK(!grad[1].defined(), "tanh_net: a gradient with respect to x through dy/dx needs the net's second "
                   "derivative, which this operator does not compute (a loss on forces: call backward with "
@@ -259,7 +244,9 @@ class TanhNet : public torch::autograd::Function<TanhNet> {
 };
 
 std::tuple<Tensor, Tensor> tanh_net_autograd(const Tensor& x, at::TensorList params, at::IntArrayRef residual) {
-  const variable_list out = TanhNet::apply(x, params, residual);
+  const bool train = at::GradMode::is_enabled() &&
+                     std::any_of(params.begin(), params.end(), [](const Tensor& p) { return p.requires_grad(); });
+  const variable_list out = TanhNet::apply(x, params, residual, train);
   return {out[0], out[1]};
 }
 
