@@ -167,7 +167,7 @@ static int node_local_rank(MPI_Comm world)
 }
 
 PairMLIP::PairMLIP(LAMMPS *lmp) :
-    Pair(lmp), impl(new Impl), chunk_size(0), layers(0), timing(0), cutoff(0.0)
+    Pair(lmp), impl(new Impl), chunk_size(0), layers(0), timing(0), cutoff(0.0), distance_unit(1.0), energy_unit(1.0)
 {
   single_enable = 0;          // many-body: no pairwise single()
   restartinfo = 0;            // the model file is the state; pair_style/pair_coeff are re-read
@@ -322,10 +322,7 @@ void PairMLIP::coeff(int narg, char **arg)
 void PairMLIP::init_style()
 {
   if (!impl->model) error->all(FLERR, "pair_style mlip: no model loaded");
-  // The model is in eV and Angstrom; other unit styles are rejected rather than silently wrong.
-  if (strcmp(update->unit_style, "metal") != 0)
-    error->all(FLERR, fmt::format("pair_style mlip: model '{}' is in eV and Angstrom and needs 'units metal', "
-                                  "not 'units {}'", model_file, update->unit_style));
+  set_units();
   // Forces land on ghost atoms (the far end of each edge) and must be reverse-communicated.
   if (force->newton_pair == 0) error->all(FLERR, "pair_style mlip requires 'newton on'");
   if (atom->tag_enable == 0) error->all(FLERR, "pair_style mlip requires atom IDs");
@@ -338,12 +335,12 @@ void PairMLIP::init_style()
     if (comm->mode != Comm::SINGLE)
       error->all(FLERR, fmt::format("pair_style mlip: model '{}' has {} message-passing layers and needs "
                                     "'comm_modify mode single'", model_file, layers));
-    const double needed = layers * cutoff + neighbor->skin;
+    const double needed = layers * cutoff * distance_unit + neighbor->skin;
     if (comm->cutghostuser < needed) {
       comm->cutghostuser = needed;
       if (comm->me == 0)
-        utils::logmesg(lmp, "pair_style mlip: {} message-passing layers x cutoff {} A + skin {} A: communication "
-                            "cutoff set to {} A (as 'comm_modify cutoff {}')\n",
+        utils::logmesg(lmp, "pair_style mlip: {} message-passing layers x cutoff {} A + skin {}: communication "
+                          "cutoff set to {} (as 'comm_modify cutoff {}')\n",
                        layers, cutoff, neighbor->skin, needed, needed);
     }
   }
@@ -362,6 +359,37 @@ void PairMLIP::init_style()
 }
 
 /* ----------------------------------------------------------------------
+   set_units: models work in eV and Angstrom; every LAMMPS unit style with physical units is
+   converted with LAMMPS's own constants (update.cpp): 1 A is force->angstrom distance units and
+   1 eV is force->boltz / (metal's boltz) energy units, so kB, and with it temperatures, stay
+   consistent with the rest of LAMMPS. 'units lj' has no scale to convert to: an error.
+------------------------------------------------------------------------- */
+
+void PairMLIP::set_units()
+{
+  if (strcmp(update->unit_style, "lj") == 0)
+    error->all(FLERR, fmt::format("pair_style mlip: model '{}' is in physical units (eV, A); 'units lj' has no scale "
+                                  "to convert them to: use real, metal, si, cgs, electron, micro or nano",
+                                  model_file));
+  constexpr double boltz_metal = 8.617343e-5;    // LAMMPS's kB in eV/K (units metal)
+  distance_unit = force->angstrom;
+  energy_unit = strcmp(update->unit_style, "metal") == 0 ? 1.0 : force->boltz / boltz_metal;
+  if (comm->me == 0 && (distance_unit != 1.0 || energy_unit != 1.0))
+    utils::logmesg(lmp, "pair_style mlip: 'units {}': 1 A = {:.10g} distance units, 1 eV = {:.10g} energy units\n",
+                   update->unit_style, distance_unit, energy_unit);
+}
+
+void PairMLIP::to_lammps_units(mlip::ModelOutput &out, mlip::EdgeForces &ef) const
+{
+  if (distance_unit == 1.0 && energy_unit == 1.0) return;
+  torch::NoGradGuard no_grad;
+  out.atom_energy.mul_(energy_unit);
+  ef.forces.mul_(energy_unit / distance_unit);
+  if (ef.virial.defined()) ef.virial.mul_(energy_unit);
+  if (ef.node_virial.defined()) ef.node_virial.mul_(energy_unit);
+}
+
+/* ----------------------------------------------------------------------
    warn_about_masses: a type whose mass is not its element's (a type mapped to the wrong element
    in pair_coeff, or masses in another order) gets a warning; isotopes are a reason to ignore it
 ------------------------------------------------------------------------- */
@@ -369,6 +397,9 @@ void PairMLIP::init_style()
 void PairMLIP::warn_about_masses()
 {
   if (comm->me != 0 || atom->mass == nullptr || atom->mass_setflag == nullptr) return;
+  // Masses in g/mol (or amu) only: si, cgs, micro and nano use kg, g, pg and ag per atom.
+  const std::string units = update->unit_style;
+  if (units != "metal" && units != "real" && units != "electron") return;
   const auto &meta = impl->model->info();
   for (int t = 1; t <= atom->ntypes; t++) {
     if (t >= static_cast<int>(type_species.size()) || type_species[t] < 0 || !atom->mass_setflag[t]) continue;
@@ -388,8 +419,8 @@ void PairMLIP::warn_about_masses()
 
 double PairMLIP::init_one(int i, int j)
 {
-  cutghost[i][j] = cutghost[j][i] = cutoff;
-  return cutoff;
+  cutghost[i][j] = cutghost[j][i] = cutoff * distance_unit;
+  return cutoff * distance_unit;
 }
 
 /* ----------------------------------------------------------------------
@@ -482,13 +513,14 @@ void PairMLIP::build_graph(const int *first, const int *last)
   const auto t0 = Clock::now();
   const double *const *x = atom->x;
   const int *type = atom->type;
+  const double to_A = 1.0 / distance_unit;    // the graph is in A, as the model
   s.graph.build(
       first, last, atom->nlocal + atom->nghost, cutoff, [&](int i) { return type_species[type[i]]; },
       [&](int i, auto &&visit) {
         const int *jlist = list->firstneigh[i];
         for (int jj = 0; jj < list->numneigh[i]; jj++) {
           const int j = jlist[jj] & NEIGHMASK;
-          visit(j, x[j][0] - x[i][0], x[j][1] - x[i][1], x[j][2] - x[i][2]);
+          visit(j, (x[j][0] - x[i][0]) * to_A, (x[j][1] - x[i][1]) * to_A, (x[j][2] - x[i][2]) * to_A);
         }
       },
       std::max(layers, 1));
@@ -517,6 +549,7 @@ void PairMLIP::evaluate_graph()
   request.node_virial = vflag_atom || cvflag_atom;
   mlip::EdgeForces ef;
   guarded(error, false, "forces", [&] { ef = mlip::edge_forces(view, out.edge_grad, request); });
+  to_lammps_units(out, ef);
   add_outputs(out.atom_energy.data_ptr<double>(), ef);
   if (timing) s.t_forces += seconds_since(t0);
 }

@@ -21,6 +21,7 @@ PairStyle(mlip,PairMLIP);
 namespace mlip {
 class Model;
 struct EdgeForces;
+struct ModelOutput;
 }
 
 namespace LAMMPS_NS {
@@ -46,7 +47,9 @@ class PairMLIP : public Pair {
   int chunk_size;                // most local atoms per model call (bounds memory); 0 until settings()
   int layers;                    // message-passing layers of the model (> 1: graph over ghosts)
   int timing;                    // 1: time graph building and model calls, report after each run
-  double cutoff;                 // model cutoff, from the model's metadata
+  double cutoff;                 // model cutoff (A), from the model's metadata
+  // LAMMPS's units: 1 A in its distance unit and 1 eV in its energy unit (1 and 1 for metal).
+  double distance_unit, energy_unit;
   std::vector<int> type_species; // (ntypes + 1) model species index per LAMMPS type, -1 = NULL
 
   void allocate();
@@ -58,6 +61,9 @@ class PairMLIP : public Pair {
   void check_distances();
   void close_atoms_error(int i, int j, double r);    // local or ghost indices
   void warn_about_masses();
+  void set_units();
+  // Model outputs (eV, eV/A) to LAMMPS's units, in place.
+  void to_lammps_units(mlip::ModelOutput &out, mlip::EdgeForces &forces) const;
 
   // Shared with mlip/kk (pair_mlip_kokkos.h), which builds its graph from Kokkos views.
   mlip::Model &model();

@@ -228,7 +228,8 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int first, int count, bool who
   if (count <= 0) return;
   auto t0 = Clock::now();
   const int nall = atom->nlocal + atom->nghost;
-  const double cut2 = cutoff * cutoff;
+  const double cut2 = cutoff * cutoff;      // in A, as the model: LAMMPS's distances times to_A
+  const double to_A = 1.0 / distance_unit;
   typedef Kokkos::RangePolicy<DeviceType> Range;
 
   // Local copies: kernels capture views by value, not through `this`.
@@ -275,7 +276,8 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int first, int count, bool who
           for (int jj = 0; jj < numneigh(a); jj++) {
             const int j = neighbors(a, jj) & NEIGHMASK;
             if (atom_species(j) < 0) continue;
-            const double dx = xv(j, 0) - xv(a, 0), dy = xv(j, 1) - xv(a, 1), dz = xv(j, 2) - xv(a, 2);
+            const double dx = (xv(j, 0) - xv(a, 0)) * to_A, dy = (xv(j, 1) - xv(a, 1)) * to_A,
+                         dz = (xv(j, 2) - xv(a, 2)) * to_A;
             if (dx * dx + dy * dy + dz * dz >= cut2) continue;
             n++;
             if (atom_node(j) < 0) reached(j) = 1;
@@ -333,7 +335,8 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int first, int count, bool who
         for (int jj = 0; jj < numneigh(a); jj++) {
           const int j = neighbors(a, jj) & NEIGHMASK;
           if (atom_species(j) < 0) continue;
-          const double dx = xv(j, 0) - xv(a, 0), dy = xv(j, 1) - xv(a, 1), dz = xv(j, 2) - xv(a, 2);
+          const double dx = (xv(j, 0) - xv(a, 0)) * to_A, dy = (xv(j, 1) - xv(a, 1)) * to_A,
+                       dz = (xv(j, 2) - xv(a, 2)) * to_A;
           if (dx * dx + dy * dy + dz * dz >= cut2) continue;
           edge_index(0, e) = centre;
           edge_index(1, e) = atom_node(j);
@@ -395,6 +398,7 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int first, int count, bool who
   } catch (const c10::Error &e) {
     error->one(FLERR, std::string("pair_style mlip/kk: forces: ") + e.what_without_backtrace());
   }
+  to_lammps_units(out, ef);
   add_outputs_on_device(out.atom_energy.data_ptr<double>(), ef, n_centers, n_nodes);
 
   // Ready for the next chunk: no atom has a node.

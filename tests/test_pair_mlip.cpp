@@ -619,10 +619,10 @@ TEST(PairMLIP, MassNotMatchingTheElementWarns) {
   EXPECT_EQ(text.find("atom type 2 is mapped"), std::string::npos);
 }
 
-TEST(PairMLIP, RejectsUnitsOtherThanMetal) {
+TEST(PairMLIP, UnitsLjIsAnError) {
   const std::string model = model_file(torch::kFloat64);
   Lammps lmp;
-  lmp.ok("units real");
+  lmp.ok("units lj");
   lmp.ok("region box block 0 9 0 9 0 9 units box");
   lmp.ok("create_box 1 box");
   lmp.ok("create_atoms 1 single 1 1 1 units box");
@@ -630,7 +630,7 @@ TEST(PairMLIP, RejectsUnitsOtherThanMetal) {
   lmp.ok("pair_style mlip " + model);
   lmp.ok("pair_coeff * * O");
   const std::string e = lmp.command("run 0");
-  EXPECT_NE(e.find("needs 'units metal', not 'units real'"), std::string::npos) << e;
+  EXPECT_NE(e.find("'units lj' has no scale to convert them to"), std::string::npos) << e;
 }
 
 // Forces against central finite differences of the energy LAMMPS itself reports: atoms are moved
@@ -681,6 +681,7 @@ TEST(PairMLIP, ForcesAreTheGradientOfLammpsEnergyMessagePassing) {
 
 struct Snapshot {
   double pe = 0.0;
+  double boltz = 0.0, nktv2p = 0.0;    // the unit style's kB and pressure * volume / energy
   std::vector<double> pressure, f, pe_atom, stress, cstress, x;
 };
 
@@ -708,6 +709,8 @@ Snapshot snapshot(bool kokkos, const std::string& setup, const std::string& pair
   }
   const int n = static_cast<int>(lammps_get_natoms(lmp.handle()));
   out.pe = lammps_get_thermo(lmp.handle(), "pe");
+  out.boltz = *static_cast<double*>(lammps_extract_global(lmp.handle(), "boltz"));
+  out.nktv2p = *static_cast<double*>(lammps_extract_global(lmp.handle(), "nktv2p"));
   for (const char* p : {"pxx", "pyy", "pzz", "pxy", "pxz", "pyz"}) out.pressure.push_back(lammps_get_thermo(lmp.handle(), p));
   out.f.resize(3 * n);
   out.x.resize(3 * n);
@@ -763,18 +766,65 @@ void expect_kokkos_matches(const std::string& setup, const std::string& pair_com
 // Random O/H "water" atoms in the triclinic test box, types 1 = O, 2 = 3 = H.
 // `fraction` < 1: atoms only in that lower fraction of x, and the ranks split along x (empty
 // subdomains with 4 ranks and fraction 0.3).
-std::string water_setup(int n, unsigned seed, double fraction = 1.0) {
+// `units`: the same system in another unit style, lengths in its distance unit (`angstrom` of
+// them per A; the neighbour skin is 2 A in every style).
+std::string water_setup(int n, unsigned seed, double fraction = 1.0, const std::string& units = "metal",
+                        double angstrom = 1.0) {
   const Box box;
   const Structure s = random_system(box, n, fraction, seed);
-  std::string cmds = "units metal\natom_style atomic\natom_modify map array\nnewton on\n";
+  const double a = angstrom;
+  std::string cmds = "units " + units + "\natom_style atomic\natom_modify map array\nnewton on\n";
+  cmds += fmt::format("neighbor {:.17g} bin\n", 2.0 * a);
   if (fraction < 1.0) cmds += fmt::format("processors {} 1 1\n", nprocs());
-  cmds += fmt::format("region box prism 0 {} 0 {} 0 {} {} {} {} units box\ncreate_box 3 box\n", box.lx, box.ly,
-                      box.lz, box.xy, box.xz, box.yz);
+  cmds += fmt::format("region box prism 0 {:.17g} 0 {:.17g} 0 {:.17g} {:.17g} {:.17g} {:.17g} units box\ncreate_box 3 box\n",
+                      box.lx * a, box.ly * a, box.lz * a, box.xy * a, box.xz * a, box.yz * a);
   for (std::size_t i = 0; i < s.size(); ++i)
     cmds += fmt::format("create_atoms {} single {:.17g} {:.17g} {:.17g} units box\n", lammps_type(s, i),
-                        s.positions[i][0], s.positions[i][1], s.positions[i][2]);
+                        s.positions[i][0] * a, s.positions[i][1] * a, s.positions[i][2] * a);
   return cmds + "mass 1 15.999\nmass 2 1.008\nmass 3 1.008\n";
 }
+
+// Every unit style with physical units gives the physics of 'units metal': the same system with
+// its lengths in the style's unit has the same energies, forces, pressure and per-atom virials
+// once they are converted back to eV and A. Conversions from LAMMPS's constants: 1 A is
+// `angstrom` distance units (update.cpp's values, restated), 1 eV is kB(style) / kB(metal) energy
+// units, and pressure x volume is energy x nktv2p.
+struct UnitStyle {
+  const char* name;
+  double angstrom;
+};
+constexpr UnitStyle kUnitStyles[] = {{"real", 1.0},          {"si", 1e-10},   {"cgs", 1e-8}, {"electron", 1.88972612},
+                                     {"micro", 1e-4}, {"nano", 1e-1}};
+
+void expect_units_agree_with_metal(bool kokkos, const std::string& model) {
+  const std::string pair = "pair_style mlip " + model_path(model) + "\npair_coeff * * O H H";
+  const Snapshot metal = snapshot(kokkos, water_setup(60, 61), pair);
+  ASSERT_GT(max_abs(metal.f), 0.05) << "the test system must have non-trivial forces";
+  for (const UnitStyle& u : kUnitStyles) {
+    SCOPED_TRACE(u.name);
+    Snapshot s = snapshot(kokkos, water_setup(60, 61, 1.0, u.name, u.angstrom), pair);
+    ASSERT_EQ(s.f.size(), metal.f.size());
+    const double ev = s.boltz / metal.boltz;                       // 1 eV in the style's energy unit
+    const double pv = metal.nktv2p / (s.nktv2p * ev);              // its pressure x volume -> eV
+    const double v = std::pow(u.angstrom, 3);                       // its volume / the metal volume
+    for (double& x : s.f) x *= u.angstrom / ev;
+    for (double& x : s.pe_atom) x /= ev;
+    for (double& x : s.pressure) x *= pv * v;
+    for (double& x : s.stress) x *= pv;
+    for (double& x : s.cstress) x *= pv;
+    EXPECT_NEAR(s.pe / ev, metal.pe, 1e-10 * std::abs(metal.pe));
+    expect_same(s.f, metal.f, 1e-10, "forces");
+    expect_same(s.pe_atom, metal.pe_atom, 1e-10, "pe/atom");
+    expect_same(s.pressure, metal.pressure, 1e-10, "pressure");
+    expect_same(s.stress, metal.stress, 1e-10, "stress/atom");
+    expect_same(s.cstress, metal.cstress, 1e-10, "centroid/stress/atom");
+  }
+}
+
+TEST(PairMLIP, UnitStylesAgreeWithMetal) { expect_units_agree_with_metal(false, "se_e2_a"); }
+
+// Message passing: the communication cutoff (layers x cutoff + skin) in the style's distance unit.
+TEST(PairMLIP, UnitStylesAgreeWithMetalMessagePassing) { expect_units_agree_with_metal(false, "painn"); }
 
 // bcc tantalum, 4 x 4 x 4 cells (128 atoms), atoms displaced randomly by up to 0.15 A.
 const std::string ta_setup =
@@ -889,6 +939,8 @@ TEST_F(PairMLIPKokkos, AtomsTooCloseStopTheRunNamingBoth) {
   const std::string e = lmp.command("run 0");
   EXPECT_NE(e.find("atoms 1 and 3 are 0.04 A apart (less than 0.1 A) at step 0"), std::string::npos) << e;
 }
+
+TEST_F(PairMLIPKokkos, UnitStylesAgreeWithMetal) { expect_units_agree_with_metal(true, "se_e2_a"); }
 
 // 100 NVE steps with neighbour-list rebuilds: trajectories agree (to 1e-8: 100 steps amplify
 // round-off differences in the force sums).
