@@ -34,6 +34,7 @@
 #include "neighbor.h"
 #include "update.h"
 
+#include "pair_mlip_impl.h"
 #include "pair_mlip_outputs.h"
 
 #include "mlip/chunk_graph.h"
@@ -50,6 +51,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 #if defined(__linux__)
@@ -88,37 +90,6 @@ std::string joined(const std::vector<std::string> &words)
 
 }    // namespace
 
-// LibTorch state, the graph (buffers reused from step to step) and the optional timers.
-struct PairMLIP::Impl {
-  std::unique_ptr<mlip::Model> model;
-  mlip::ChunkGraph graph;
-  std::vector<int> order;            // message-passing chunks: local atoms, chunk after chunk
-  std::vector<int> chunk_end;        // end of each chunk in `order`
-
-  // Seconds spent per part since the start of the current run (timing yes).
-  double t_graph = 0.0, t_model = 0.0, t_forces = 0.0;
-  long calls = 0;
-  bool in_setup = false;
-  bigint run_first = -1, run_last = -1;    // the run the timers belong to
-};
-
-namespace {
-
-// Every LibTorch or mlip failure surfaces through here, keeping its message and adding context.
-template <typename F> void guarded(Error *error, bool all_ranks, const std::string &what, F &&body)
-{
-  try {
-    body();
-  } catch (const mlip::Error &e) {
-    const std::string msg = "pair_style mlip: " + what + ": " + e.what();
-    all_ranks ? error->all(FLERR, msg) : error->one(FLERR, msg);
-  } catch (const c10::Error &e) {
-    const std::string msg = "pair_style mlip: " + what + ": " + e.what_without_backtrace();
-    all_ranks ? error->all(FLERR, msg) : error->one(FLERR, msg);
-  }
-}
-
-}    // namespace
 
 /* ----------------------------------------------------------------------
    constructor: style flags only; the model is loaded by settings()
@@ -167,7 +138,8 @@ static int node_local_rank(MPI_Comm world)
 }
 
 PairMLIP::PairMLIP(LAMMPS *lmp) :
-    Pair(lmp), impl(new Impl), chunk_size(0), layers(0), timing(0), cutoff(0.0), distance_unit(1.0), energy_unit(1.0)
+    Pair(lmp), impl(new Impl), chunk_size(0), layers(0), timing(0), cutoff(0.0), list_cutoff(0.0), message_reach(0.0),
+    distance_unit(1.0), energy_unit(1.0)
 {
   single_enable = 0;          // many-body: no pairwise single()
   restartinfo = 0;            // the model file is the state; pair_style/pair_coeff are re-read
@@ -211,32 +183,39 @@ void PairMLIP::allocate()
 }
 
 /* ----------------------------------------------------------------------
-   settings: pair_style mlip MODEL [chunk N] [timing yes|no] [device D]; loads the model on every rank
+   settings: pair_style mlip MODEL [MODEL2 ...] [chunk N] [timing yes|no] [device D]
+   [out_freq N] [out_file FILE] [relative EPS]; loads the models on every rank
 ------------------------------------------------------------------------- */
+
+namespace {
+
+const char *const settings_usage =
+    "expected 'pair_style mlip MODEL [MODEL2 ...] [chunk N] [timing yes|no] [device D] [out_freq N] "
+    "[out_file FILE] [relative EPS]'";
+
+bool is_keyword(const char *word)
+{
+  for (const char *k : {"chunk", "timing", "device", "out_freq", "out_file", "relative"})
+    if (strcmp(word, k) == 0) return true;
+  return false;
+}
+
+}    // namespace
 
 void PairMLIP::settings(int narg, char **arg)
 {
-  if (narg < 1)
-    error->all(FLERR, "Illegal pair_style mlip command: expected 'pair_style mlip MODEL [chunk N] [timing yes|no] [device D]'");
-  model_file = arg[0];
-  chunk_size = 0;    // a repeated pair_style command starts from the defaults
-  timing = 0;
-  std::string device_asked;
-  for (int iarg = 1; iarg < narg; iarg += 2) {
-    if (iarg + 1 >= narg) error->all(FLERR, fmt::format("pair_style mlip: keyword '{}' needs a value", arg[iarg]));
-    if (strcmp(arg[iarg], "chunk") == 0) {
-      chunk_size = utils::inumeric(FLERR, arg[iarg + 1], false, lmp);
-      if (chunk_size < 1) error->all(FLERR, "pair_style mlip: chunk must be >= 1");
-    } else if (strcmp(arg[iarg], "timing") == 0) {
-      if (strcmp(arg[iarg + 1], "yes") == 0) timing = 1;
-      else if (strcmp(arg[iarg + 1], "no") == 0) timing = 0;
-      else error->all(FLERR, fmt::format("pair_style mlip: timing must be 'yes' or 'no', not '{}'", arg[iarg + 1]));
-    } else if (strcmp(arg[iarg], "device") == 0) {
-      device_asked = arg[iarg + 1];
-    } else {
-      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device)", arg[iarg]));
-    }
+  if (narg < 1 || is_keyword(arg[0])) error->all(FLERR, std::string("Illegal pair_style mlip command: ") + settings_usage);
+  std::vector<std::string> files;
+  int iarg = 0;
+  for (; iarg < narg && !is_keyword(arg[iarg]); iarg++) {
+    // After the first model: a word that is no file is a misspelt keyword more likely than a model.
+    if (iarg > 0 && !std::ifstream(arg[iarg]).good())
+      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device, out_freq, "
+                                    "out_file, relative), and no model file of that name", arg[iarg]));
+    files.emplace_back(arg[iarg]);
   }
+  const std::string device_asked = read_keywords(narg - iarg, arg + iarg, files.size());
+  model_file = files[0];
   std::string device_note;
   std::string device;
   // Before any other LibTorch call that asks about CUDA (mlip/device.h).
@@ -244,6 +223,7 @@ void PairMLIP::settings(int narg, char **arg)
   guarded(error, true, "cannot load model", [&] {
     impl->model = std::make_unique<mlip::Model>(mlip::Model::load(model_file, torch::Device(device)));
   });
+  load_committee(files, device);
   const bool malloc_tuned = mlip::keep_freed_memory();
   const auto &meta = impl->model->info();
   cutoff = meta.cutoff;
@@ -257,9 +237,16 @@ void PairMLIP::settings(int narg, char **arg)
                  : layers > 1 ? default_chunk_message_passing
                  : meta.compressed ? default_chunk_compressed
                                    : default_chunk_local;
+  // The neighbour list covers every model's cutoff, the ghost shell every model's messages.
+  list_cutoff = cutoff;
+  message_reach = layers > 1 ? layers * cutoff : 0.0;
+  for (const auto &m : impl->members) {
+    list_cutoff = std::max(list_cutoff, m.cutoff);
+    if (m.layers > 1) message_reach = std::max(message_reach, m.layers * m.cutoff);
+  }
   // Neighbours of ghosts are needed when messages travel more than one hop. Set here, not in
   // init_style: pair_style hybrid reads the flag right after its sub-styles' settings().
-  ghostneigh = layers > 1 ? 1 : 0;
+  ghostneigh = message_reach > 0.0 ? 1 : 0;
   if (comm->me == 0) {
     utils::logmesg(lmp, "pair_style mlip: {} model '{}', species {}, cutoff {} A, {} message-passing layers, {}, {}\n",
                    meta.architecture, model_file, joined(meta.species), meta.cutoff,
@@ -280,6 +267,51 @@ void PairMLIP::settings(int narg, char **arg)
   }
 }
 
+// The keywords after the model files; returns the device asked for ("" if none).
+std::string PairMLIP::read_keywords(int narg, char **arg, std::size_t n_models)
+{
+  chunk_size = 0;    // a repeated pair_style command starts from the defaults
+  timing = 0;
+  impl->out_freq = n_models > 1 ? 100 : 0;
+  impl->out_file = "model_devi.out";
+  impl->relative = 0.0;
+  std::string device_asked;
+  bool deviation_keyword = false;
+  for (int iarg = 0; iarg < narg; iarg += 2) {
+    const std::string key = arg[iarg];
+    if (iarg + 1 >= narg) error->all(FLERR, fmt::format("pair_style mlip: keyword '{}' needs a value", key));
+    const char *value = arg[iarg + 1];
+    if (key == "chunk") {
+      chunk_size = utils::inumeric(FLERR, value, false, lmp);
+      if (chunk_size < 1) error->all(FLERR, "pair_style mlip: chunk must be >= 1");
+    } else if (key == "timing") {
+      if (strcmp(value, "yes") == 0) timing = 1;
+      else if (strcmp(value, "no") == 0) timing = 0;
+      else error->all(FLERR, fmt::format("pair_style mlip: timing must be 'yes' or 'no', not '{}'", value));
+    } else if (key == "device") {
+      device_asked = value;
+    } else if (key == "out_freq") {
+      impl->out_freq = utils::inumeric(FLERR, value, false, lmp);
+      if (impl->out_freq < 1) error->all(FLERR, "pair_style mlip: out_freq must be >= 1");
+      deviation_keyword = true;
+    } else if (key == "out_file") {
+      impl->out_file = value;
+      deviation_keyword = true;
+    } else if (key == "relative") {
+      impl->relative = utils::numeric(FLERR, value, false, lmp);
+      if (impl->relative <= 0.0) error->all(FLERR, "pair_style mlip: relative must be > 0 (a force, as a floor)");
+      deviation_keyword = true;
+    } else {
+      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device, out_freq, "
+                                    "out_file, relative)", key));
+    }
+  }
+  if (deviation_keyword && n_models < 2)
+    error->all(FLERR, "pair_style mlip: out_freq, out_file and relative report the deviation of a committee: "
+                      "give two or more model files");
+  return device_asked;
+}
+
 /* ----------------------------------------------------------------------
    coeff: pair_coeff * * El1 El2 ... maps LAMMPS types to model species by element name
 ------------------------------------------------------------------------- */
@@ -295,17 +327,8 @@ void PairMLIP::coeff(int narg, char **arg)
   if (strcmp(arg[0], "*") != 0 || strcmp(arg[1], "*") != 0)
     error->all(FLERR, "pair_coeff mlip: the first two arguments must be '* *'");
 
-  const auto &meta = impl->model->info();
-  type_species.assign(ntypes + 1, -1);
-  for (int t = 1; t <= ntypes; t++) {
-    const std::string element = arg[1 + t];
-    if (element == "NULL") continue;
-    const int s = meta.species_index(element);
-    if (s < 0)
-      error->all(FLERR, fmt::format("pair_coeff mlip: element '{}' for atom type {} is not in model '{}' (species: {})",
-                                    element, t, model_file, joined(meta.species)));
-    type_species[t] = s;
-  }
+  type_species = map_types(*impl->model, model_file, arg + 2);
+  for (auto &m : impl->members) m.type_species = map_types(*m.model, m.file, arg + 2);
   int count = 0;
   for (int i = 1; i <= ntypes; i++)
     for (int j = i; j <= ntypes; j++) {
@@ -313,6 +336,22 @@ void PairMLIP::coeff(int narg, char **arg)
       count += setflag[i][j];
     }
   if (count == 0) error->all(FLERR, "pair_coeff mlip: every atom type is NULL");
+}
+
+// Model species per LAMMPS type (index 0 unused), from pair_coeff's element names; -1 = NULL.
+std::vector<int> PairMLIP::map_types(const mlip::Model &m, const std::string &file, char **elements)
+{
+  const auto &meta = m.info();
+  std::vector<int> species(atom->ntypes + 1, -1);
+  for (int t = 1; t <= atom->ntypes; t++) {
+    const std::string element = elements[t - 1];
+    if (element == "NULL") continue;
+    species[t] = meta.species_index(element);
+    if (species[t] < 0)
+      error->all(FLERR, fmt::format("pair_coeff mlip: element '{}' for atom type {} is not in model '{}' (species: {})",
+                                    element, t, file, joined(meta.species)));
+  }
+  return species;
 }
 
 /* ----------------------------------------------------------------------
@@ -328,33 +367,34 @@ void PairMLIP::init_style()
   if (atom->tag_enable == 0) error->all(FLERR, "pair_style mlip requires atom IDs");
   warn_about_masses();
 
-  if (layers > 1) {
+  if (message_reach > 0.0) {
     // A local atom's energy depends on every atom within L hops of it, and ghosts up to L-1 hops
     // away need all their neighbours: the ghost shell must be L*cutoff wide, plus the skin
     // because atoms move between neighbour-list builds (rc + skin is LAMMPS's width for L = 1).
     if (comm->mode != Comm::SINGLE)
-      error->all(FLERR, fmt::format("pair_style mlip: model '{}' has {} message-passing layers and needs "
-                                    "'comm_modify mode single'", model_file, layers));
-    const double needed = layers * cutoff * distance_unit + neighbor->skin;
+      error->all(FLERR, fmt::format("pair_style mlip: messages travel {} A in these models (message-passing "
+                                    "layers x cutoff), which needs 'comm_modify mode single'", message_reach));
+    const double needed = message_reach * distance_unit + neighbor->skin;
     if (comm->cutghostuser < needed) {
       comm->cutghostuser = needed;
       if (comm->me == 0)
-        utils::logmesg(lmp, "pair_style mlip: {} message-passing layers x cutoff {} A + skin {}: communication "
-                          "cutoff set to {} (as 'comm_modify cutoff {}')\n",
-                       layers, cutoff, neighbor->skin, needed, needed);
+        utils::logmesg(lmp, "pair_style mlip: message-passing layers x cutoff = {} A, + skin {}: communication "
+                            "cutoff set to {} (as 'comm_modify cutoff {}')\n",
+                       message_reach, neighbor->skin, needed, needed);
     }
   }
+  init_deviation();
 
   // A full list: every centre sees all its neighbours, as the model's descriptors need. With
   // message passing, ghosts get lists too (cutghost from init_one) so that messages can be
   // passed between ghosts.
 #if MLIP_LAMMPS_NEW_NEIGHBOR_API    // LAMMPS >= 24Mar2022 (see cmake/LammpsVersion.cmake)
-  neighbor->add_request(this, layers > 1 ? NeighConst::REQ_FULL | NeighConst::REQ_GHOST : NeighConst::REQ_FULL);
+  neighbor->add_request(this, ghostneigh ? NeighConst::REQ_FULL | NeighConst::REQ_GHOST : NeighConst::REQ_FULL);
 #else
   const int irequest = neighbor->request(this, instance_me);
   neighbor->requests[irequest]->half = 0;
   neighbor->requests[irequest]->full = 1;
-  neighbor->requests[irequest]->ghost = layers > 1 ? 1 : 0;
+  neighbor->requests[irequest]->ghost = ghostneigh;
 #endif
 }
 
@@ -419,8 +459,8 @@ void PairMLIP::warn_about_masses()
 
 double PairMLIP::init_one(int i, int j)
 {
-  cutghost[i][j] = cutghost[j][i] = cutoff * distance_unit;
-  return cutoff * distance_unit;
+  cutghost[i][j] = cutghost[j][i] = list_cutoff * distance_unit;
+  return list_cutoff * distance_unit;
 }
 
 /* ----------------------------------------------------------------------
@@ -430,6 +470,7 @@ double PairMLIP::init_one(int i, int j)
 void PairMLIP::compute(int eflag, int vflag)
 {
   begin_compute(eflag, vflag);
+  begin_deviation();
   if (layers > 1) {
     // Each chunk brings its own (L-1)-hop halo of complete neighbourhoods; compact chunks keep
     // the halo, which is evaluated again by every chunk that needs it, small.
@@ -441,20 +482,31 @@ void PairMLIP::compute(int eflag, int vflag)
     if (timing) s.t_graph += seconds_since(t0);
     for (std::size_t c = 0; c < s.chunk_end.size(); c++) {
       const int first = c == 0 ? 0 : s.chunk_end[c - 1];
-      build_graph(s.order.data() + first, s.order.data() + s.chunk_end[c]);
-      evaluate_graph();
+      evaluate_chunk(s.order.data() + first, s.order.data() + s.chunk_end[c]);
     }
   } else {
     // Chunks bound the memory of one model call and keep its working set in cache; they are
     // of equal size (1152 atoms in chunks of at most 1024: two of 576, not 1024 and 128).
     const int n_chunks = list->inum / chunk_size + (list->inum % chunk_size != 0 ? 1 : 0);
     const int size = n_chunks > 0 ? list->inum / n_chunks + (list->inum % n_chunks != 0 ? 1 : 0) : 1;
-    for (int first = 0; first < list->inum; first += size) {
-      build_graph(list->ilist + first, list->ilist + std::min(list->inum, first + size));
-      evaluate_graph();
-    }
+    for (int first = 0; first < list->inum; first += size)
+      evaluate_chunk(list->ilist + first, list->ilist + std::min(list->inum, first + size));
   }
+  end_deviation();
   end_compute();
+}
+
+// The centres [first, last) through the model, and through the committee's other models on a
+// step that reports their deviation (each on its own graph where its cutoff or species differ).
+void PairMLIP::evaluate_chunk(const int *first, const int *last)
+{
+  build_graph(first, last, 0);
+  evaluate_graph(0);
+  if (!impl->reporting) return;
+  for (int m = 1; m <= static_cast<int>(impl->members.size()); m++) {
+    if (!same_graph(m, impl->graph_member)) build_graph(first, last, m);
+    evaluate_graph(m);
+  }
 }
 
 /* ----------------------------------------------------------------------
@@ -507,15 +559,18 @@ mlip::Model &PairMLIP::model()
    all their edges. Energies come for the centres only.
 ------------------------------------------------------------------------- */
 
-void PairMLIP::build_graph(const int *first, const int *last)
+void PairMLIP::build_graph(const int *first, const int *last, int member)
 {
   Impl &s = *impl;
   const auto t0 = Clock::now();
   const double *const *x = atom->x;
   const int *type = atom->type;
   const double to_A = 1.0 / distance_unit;    // the graph is in A, as the model
+  const int *species = member == 0 ? type_species.data() : s.members[member - 1].type_species.data();
+  const double rc = member == 0 ? cutoff : s.members[member - 1].cutoff;
+  const int hops = member == 0 ? layers : s.members[member - 1].layers;
   s.graph.build(
-      first, last, atom->nlocal + atom->nghost, cutoff, [&](int i) { return type_species[type[i]]; },
+      first, last, atom->nlocal + atom->nghost, rc, [&](int i) { return species[type[i]]; },
       [&](int i, auto &&visit) {
         const int *jlist = list->firstneigh[i];
         for (int jj = 0; jj < list->numneigh[i]; jj++) {
@@ -523,15 +578,17 @@ void PairMLIP::build_graph(const int *first, const int *last)
           visit(j, (x[j][0] - x[i][0]) * to_A, (x[j][1] - x[i][1]) * to_A, (x[j][2] - x[i][2]) * to_A);
         }
       },
-      std::max(layers, 1));
+      std::max(hops, 1));
+  s.graph_member = member;
   if (timing) s.t_graph += seconds_since(t0);
 }
 
 /* ----------------------------------------------------------------------
-   evaluate_graph: model call on impl->graph, then energies, forces and virials
+   evaluate_graph: model call on impl->graph, then energies, forces and virials; member 0 (the
+   model that drives the dynamics) adds them to LAMMPS's, every member to the deviation's sums
 ------------------------------------------------------------------------- */
 
-void PairMLIP::evaluate_graph()
+void PairMLIP::evaluate_graph(int member)
 {
   Impl &s = *impl;
   const mlip::ChunkGraph &g = s.graph;
@@ -540,17 +597,21 @@ void PairMLIP::evaluate_graph()
   check_distances();
   auto t0 = Clock::now();
   const mlip::GraphView view = mlip::graph_view(s.graph);
+  mlip::Model &m = member == 0 ? *s.model : *s.members[member - 1].model;
   mlip::ModelOutput out;
-  guarded(error, false, "model evaluation failed", [&] { out = mlip::evaluate_graph(*s.model, view); });
+  guarded(error, false, "model evaluation failed", [&] { out = mlip::evaluate_graph(m, view); });
   if (timing) s.t_model += seconds_since(t0);
   t0 = Clock::now();
   mlip::EdgeForceRequest request;
-  request.virial = vflag_global != 0;
-  request.node_virial = vflag_atom || cvflag_atom;
+  request.virial = vflag_global != 0 || s.reporting;
+  request.node_virial = member == 0 && (vflag_atom || cvflag_atom);
   mlip::EdgeForces ef;
   guarded(error, false, "forces", [&] { ef = mlip::edge_forces(view, out.edge_grad, request); });
   to_lammps_units(out, ef);
-  add_outputs(out.atom_energy.data_ptr<double>(), ef);
+  if (member == 0) add_outputs(out.atom_energy.data_ptr<double>(), ef);
+  if (s.reporting)
+    add_to_deviation(member, g.node_atom.data(), g.n_centers, static_cast<int64_t>(g.node_atom.size()),
+                     out.atom_energy.data_ptr<double>(), ef);
   if (timing) s.t_forces += seconds_since(t0);
 }
 

@@ -1,6 +1,7 @@
 /* -*- c++ -*- ----------------------------------------------------------
    mlip: machine-learning interatomic potentials for LAMMPS.
-   pair_style mlip MODEL [chunk N] [timing yes|no] [device cpu|cuda|cuda:N|auto]
+   pair_style mlip MODEL [MODEL2 ...] [chunk N] [timing yes|no] [device cpu|cuda|cuda:N|auto]
+                   [out_freq N] [out_file FILE] [relative EPS]
 ------------------------------------------------------------------------- */
 
 #ifdef PAIR_CLASS
@@ -14,6 +15,7 @@ PairStyle(mlip,PairMLIP);
 
 #include "pair.h"
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +40,9 @@ class PairMLIP : public Pair {
   void coeff(int, char **) override;
   void init_style() override;
   double init_one(int, int) override;
+  // The committee's forces on ghost atoms back to their owners (model deviation).
+  int pack_reverse_comm(int, int, double *) override;
+  void unpack_reverse_comm(int, int *, double *) override;
 
  protected:
   struct Impl;
@@ -48,13 +53,19 @@ class PairMLIP : public Pair {
   int layers;                    // message-passing layers of the model (> 1: graph over ghosts)
   int timing;                    // 1: time graph building and model calls, report after each run
   double cutoff;                 // model cutoff (A), from the model's metadata
+  double list_cutoff;            // largest cutoff of the committee's models (A)
+  double message_reach;          // largest layers x cutoff of its message-passing models (A), else 0
   // LAMMPS's units: 1 A in its distance unit and 1 eV in its energy unit (1 and 1 for metal).
   double distance_unit, energy_unit;
   std::vector<int> type_species; // (ntypes + 1) model species index per LAMMPS type, -1 = NULL
 
   void allocate();
-  void build_graph(const int *first, const int *last);
-  void evaluate_graph();
+  std::string read_keywords(int narg, char **arg, std::size_t n_models);
+  std::vector<int> map_types(const mlip::Model &model, const std::string &file, char **elements);
+  // member: 0 = the model that drives the dynamics, k > 0 = the committee's k-th other model.
+  void evaluate_chunk(const int *first, const int *last);
+  void build_graph(const int *first, const int *last, int member);
+  void evaluate_graph(int member);
   void add_outputs(const double *energy, const mlip::EdgeForces &forces);
   // Atoms closer than this (A) mean a broken simulation: an error naming both (with their IDs).
   static constexpr double min_distance = 0.1;
@@ -64,6 +75,17 @@ class PairMLIP : public Pair {
   void set_units();
   // Model outputs (eV, eV/A) to LAMMPS's units, in place.
   void to_lammps_units(mlip::ModelOutput &out, mlip::EdgeForces &forces) const;
+
+  // Model deviation of a committee (pair_mlip_deviation.cpp).
+  void load_committee(const std::vector<std::string> &files, const std::string &device);
+  int committee_size() const;
+  bool same_graph(int a, int b) const;
+  void init_deviation();
+  void begin_deviation();
+  void add_to_deviation(int member, const int *node_atom, int64_t n_centers, int64_t n_nodes, const double *energy,
+                        const mlip::EdgeForces &forces);
+  void end_deviation();
+  void write_deviation(const double *columns);
 
   // Shared with mlip/kk (pair_mlip_kokkos.h), which builds its graph from Kokkos views.
   mlip::Model &model();

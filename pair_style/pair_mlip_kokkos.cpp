@@ -130,6 +130,9 @@ template <class DeviceType> void PairMLIPKokkos<DeviceType>::coeff(int narg, cha
 template <class DeviceType> void PairMLIPKokkos<DeviceType>::init_style()
 {
   PairMLIP::init_style();
+  if (committee_size() > 1)
+    error->all(FLERR, "pair_style mlip/kk: model deviation (several model files) is not available in mlip/kk yet: "
+                      "use pair_style mlip (e.g. with -sf off or 'suffix off' for this pair style)");
   const bool host = std::is_same<DeviceType, LMPHostType>::value && !std::is_same<DeviceType, LMPDeviceType>::value;
   const bool device = std::is_same<DeviceType, LMPDeviceType>::value;
 #if MLIP_LAMMPS_NEW_NEIGHBOR_API

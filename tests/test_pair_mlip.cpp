@@ -572,7 +572,7 @@ TEST(PairMLIP, BadInputGivesClearErrors) {
   EXPECT_TRUE(has(error_of("pair_style mlip " + bad_file, "* * O H H"), "not a readable TorchScript model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H C"), "element 'C' for atom type 3 is not in model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H"), "followed by 3 element names"));
-  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, timing, device)"));
+  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, timing, device, out_freq"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device gpu", "* * O H H"),
                   "pair_style mlip: unknown device 'gpu' (known: cpu, cuda, cuda:N, auto)"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device cuda:x", "* * O H H"), "expected cuda:N"));
@@ -826,6 +826,160 @@ TEST(PairMLIP, UnitStylesAgreeWithMetal) { expect_units_agree_with_metal(false, 
 // Message passing: the communication cutoff (layers x cutoff + skin) in the style's distance unit.
 TEST(PairMLIP, UnitStylesAgreeWithMetalMessagePassing) { expect_units_agree_with_metal(false, "painn"); }
 
+// ---------------------------------------------------------------------------------------------
+// Model deviation of a committee (pair_style mlip m0.pt m1.pt ...): the file's line, compute
+// pair's vector and the per-atom d_mlip_devi_f against the committee's forces evaluated one model
+// at a time by mlip's reference evaluation, with DeePMD-kit's definitions written out here.
+
+struct OfflineDeviation {
+  std::vector<double> atom;      // per-atom force deviation
+  double columns[7] = {0.0};     // virial max min mean, force max min mean, energy
+};
+
+OfflineDeviation offline_deviation(const std::vector<std::string>& models, const Structure& s) {
+  std::vector<testing::Evaluation> ev;
+  for (const auto& m : models) ev.push_back(testing::evaluate_reference(Model::load(m), s));
+  const double k = static_cast<double>(models.size()), n = static_cast<double>(s.size());
+  auto stddev = [&](auto value) {
+    double mean = 0.0, sq = 0.0;
+    for (const auto& e : ev) mean += value(e) / k;
+    for (const auto& e : ev) sq += (value(e) - mean) * (value(e) - mean) / k;
+    return std::sqrt(sq);
+  };
+  OfflineDeviation out;
+  double fmax = 0.0, fmin = 1e300, fsum = 0.0, vmax = 0.0, vmin = 1e300, vsum = 0.0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    double var = 0.0;
+    for (int d = 0; d < 3; ++d) var += std::pow(stddev([&](const testing::Evaluation& e) { return e.forces[i][d]; }), 2);
+    out.atom.push_back(std::sqrt(var));
+    fmax = std::max(fmax, out.atom.back());
+    fmin = std::min(fmin, out.atom.back());
+    fsum += out.atom.back();
+  }
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) {
+      const double v = stddev([&](const testing::Evaluation& e) { return e.virial[a][b]; }) / n;
+      vmax = std::max(vmax, v);
+      vmin = std::min(vmin, v);
+      vsum += v;
+    }
+  const double e = stddev([](const testing::Evaluation& x) { return x.energy; }) / n;
+  const double c[7] = {vmax, vmin, vsum / 9, fmax, fmin, fsum / n, e};
+  std::copy(c, c + 7, out.columns);
+  return out;
+}
+
+// The numbers of the last line of a model deviation file (rank 0 reads it).
+std::vector<double> last_deviation_line(const std::string& path, int* lines = nullptr) {
+  std::ifstream in(path);
+  std::string line, last;
+  int count = 0;
+  while (std::getline(in, line))
+    if (!line.empty() && line[0] != '#') {
+      last = line;
+      ++count;
+    }
+  if (lines) *lines = count;
+  std::istringstream words(last);
+  std::vector<double> v;
+  for (double x; words >> x;) v.push_back(x);
+  return v;
+}
+
+void expect_deviation_matches_offline(const std::vector<std::string>& names, const std::string& options,
+                                      double fill, unsigned seed) {
+  const Box box;
+  const Structure s = random_system(box, 60, fill, seed);
+  std::vector<std::string> models;
+  std::string files;
+  for (const auto& n : names) {
+    models.push_back(model_path(n));
+    files += " " + models.back();
+  }
+  const std::string out_file =
+      (fs::temp_directory_path() / "mlip_test_pair" / fmt::format("devi_{}_{}.out", seed, nprocs())).string();
+  Lammps lmp;
+  setup_system(lmp, s, box, "pair_style mlip" + files + " out_freq 1 out_file " + out_file + options, "* * O H H",
+               fill < 1.0 ? fmt::format("processors {} 1 1", nprocs()) : "");
+  lmp.ok("compute dev all pair mlip");
+  lmp.ok("thermo_style custom step pe c_dev[1] c_dev[4] c_dev[7]");
+  lmp.ok("run 0");
+
+  const OfflineDeviation ref = offline_deviation(models, s);
+  const int n = static_cast<int>(s.size());
+  std::vector<double> atom(n);
+  lammps_gather(lmp.handle(), const_cast<char*>("d_mlip_devi_f"), 1, 1, atom.data());
+  expect_same(atom, ref.atom, 1e-10, "d_mlip_devi_f");
+  const auto* vec = static_cast<double*>(lammps_extract_compute(lmp.handle(), "dev", LMP_STYLE_GLOBAL, LMP_TYPE_VECTOR));
+  ASSERT_NE(vec, nullptr);
+  const std::vector<double> expected(ref.columns, ref.columns + 7);
+  expect_same(std::vector<double>(vec, vec + 7), expected, 1e-10, "compute pair mlip");
+  EXPECT_GT(ref.columns[3], 1e-3) << "the committee's models must disagree";
+  if (rank() != 0) return;
+  const std::vector<double> line = last_deviation_line(out_file);
+  ASSERT_EQ(line.size(), 8u) << out_file;
+  EXPECT_EQ(line[0], 0.0);
+  // The file has 11 significant digits.
+  expect_same(std::vector<double>(line.begin() + 1, line.end()), expected, 1e-9, "model deviation file");
+}
+
+// Models that differ in architecture and cutoff (3.5, 4.0 A; PaiNN: 3.0 A, 2 message-passing
+// layers, so the ghost shell and ghost neighbour lists come from it).
+TEST(PairMLIP, ModelDeviationMatchesOfflineComputation) {
+  expect_deviation_matches_offline({"se_e2_a", "se_e2_a_md", "painn"}, "", 1.0, 71);
+}
+
+TEST(PairMLIP, ModelDeviationInChunksWithEmptySubdomains) {
+  expect_deviation_matches_offline({"se_e2_a", "painn", "se_e2_a_md"}, " chunk 7", 0.3, 72);
+}
+
+TEST(PairMLIP, ModelDeviationOfIdenticalModelsIsZero) {
+  const std::string model = model_path("se_e2_a");
+  const Structure s = random_system(Box{}, 40, 1.0, 73);
+  Lammps lmp;
+  const std::string out_file =
+      (fs::temp_directory_path() / "mlip_test_pair" / fmt::format("devi_same_{}.out", nprocs())).string();
+  setup_system(lmp, s, Box{}, fmt::format("pair_style mlip {} {} {} out_freq 1 out_file {}", model, model, model, out_file));
+  lmp.ok("compute dev all pair mlip");
+  lmp.ok("thermo_style custom step pe c_dev[4]");
+  lmp.ok("run 0");
+  const auto* vec = static_cast<double*>(lammps_extract_compute(lmp.handle(), "dev", LMP_STYLE_GLOBAL, LMP_TYPE_VECTOR));
+  ASSERT_NE(vec, nullptr);
+  // Zero up to the round-off of a mean of three equal numbers.
+  for (int k = 0; k < 7; ++k) EXPECT_LT(std::abs(vec[k]), 1e-13) << "column " << k + 1;
+}
+
+// Reports every out_freq steps only; fix halt stops a run on the force deviation.
+TEST(PairMLIP, ModelDeviationEveryNStepsAndFixHalt) {
+  const std::string out_file =
+      (fs::temp_directory_path() / "mlip_test_pair" / fmt::format("devi_halt_{}.out", nprocs())).string();
+  Lammps lmp;
+  ok_lines(lmp, water_setup(60, 74) + fmt::format("pair_style mlip {} {} out_freq 2 out_file {}\npair_coeff * * O H H\n",
+                                                  model_path("se_e2_a_md"), model_path("se_e2_a"), out_file) +
+                    "velocity all create 300 8812 loop geom\ntimestep 0.0005\nfix 1 all nve\n"
+                    "thermo 1\nrun 5");
+  int lines = 0;
+  if (rank() == 0) {
+    const std::vector<double> last = last_deviation_line(out_file, &lines);
+    EXPECT_EQ(lines, 3) << "steps 0, 2 and 4";
+    ASSERT_FALSE(last.empty());
+    EXPECT_EQ(last[0], 4.0);
+  }
+  ok_lines(lmp, "compute dev all pair mlip\nvariable maxf equal c_dev[4]\n"
+                "fix stop all halt 2 v_maxf > 1e-6 error continue\nrun 10");
+  // fix halt checks on multiples of 2, where the deviation is reported too: 6 is the first.
+  EXPECT_EQ(lammps_get_thermo(lmp.handle(), "step"), 6.0) << "the run must stop at the first check";
+}
+
+TEST(PairMLIP, ModelDeviationKeywordsNeedACommittee) {
+  Lammps lmp;
+  ok_lines(lmp, kTwoTypeBox);
+  const std::string e = lmp.command("pair_style mlip " + model_path("se_e2_a") + " out_freq 10");
+  EXPECT_NE(e.find("give two or more model files"), std::string::npos) << e;
+  const std::string e2 = lmp.command("pair_style mlip " + model_path("se_e2_a") + " " + model_path("se_e2_a") + " out_freq 0");
+  EXPECT_NE(e2.find("out_freq must be >= 1"), std::string::npos) << e2;
+}
+
 // bcc tantalum, 4 x 4 x 4 cells (128 atoms), atoms displaced randomly by up to 0.15 A.
 const std::string ta_setup =
     "units metal\natom_style atomic\natom_modify map array\nnewton on\nlattice bcc 3.30\n"
@@ -938,6 +1092,14 @@ TEST_F(PairMLIPKokkos, AtomsTooCloseStopTheRunNamingBoth) {
                     "pair_style mlip/kk " + model_path("se_e2_a") + "\npair_coeff * * O H");
   const std::string e = lmp.command("run 0");
   EXPECT_NE(e.find("atoms 1 and 3 are 0.04 A apart (less than 0.1 A) at step 0"), std::string::npos) << e;
+}
+
+TEST_F(PairMLIPKokkos, ModelDeviationIsAClearError) {
+  Lammps lmp("none", /*kokkos=*/true);
+  ok_lines(lmp, water_setup(20, 75) + "pair_style mlip " + model_path("se_e2_a") + " " + model_path("se_e2_a_md") +
+                    "\npair_coeff * * O H H");
+  const std::string e = lmp.command("run 0");
+  EXPECT_NE(e.find("not available in mlip/kk yet"), std::string::npos) << e;
 }
 
 TEST_F(PairMLIPKokkos, UnitStylesAgreeWithMetal) { expect_units_agree_with_metal(true, "se_e2_a"); }
