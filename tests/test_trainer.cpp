@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+#include <algorithm>
 
 #include <nlohmann/json.hpp>
 
@@ -582,6 +584,91 @@ TEST(Evaluation, TestCommandAgreesWithTheReferenceEvaluation) {
   const MetricSums sums = test_model(model_path, data, "auto", Units{}, TestOutputs{}, [](const std::string&) {});
   EXPECT_NEAR(sums.forces_rmse(), std::sqrt(force_sq / force_n), 1e-12 * std::sqrt(force_sq / force_n));
   EXPECT_NEAR(sums.energy_rmse(), std::sqrt(energy_sq / 3.0), 1e-12 * std::sqrt(energy_sq / 3.0));
+}
+
+// `mlip-trainer deviation`: the file's columns against DeePMD-kit's definitions written out on
+// the committee's reference evaluations (models of different architectures and cutoffs), and
+// the candidates between the trust levels.
+TEST(Deviation, OfflineDeviationMatchesDefinitionsAndPicksCandidates) {
+  TempDir dir("mlip_test_deviation");
+  std::vector<std::string> models;
+  for (const char* name : {"se_e2_a", "se_e2_a_md", "painn"}) {
+    models.push_back((dir.path / (std::string(name) + ".pt")).string());
+    mlip::testing::write_test_model(name, models.back());
+  }
+  std::vector<Structure> frames = read_deepmd(std::string(MLIP_SOURCE_DIR) + "/data/water-deepmd/data_0");
+  frames.resize(4);
+  const std::string data = (dir.path / "water.xyz").string();
+  write_extxyz(data, frames);
+  std::vector<std::array<double, 7>> expected;
+  for (const Structure& s : frames) {
+    std::vector<mlip::testing::Evaluation> ev;
+    for (const auto& m : models) ev.push_back(mlip::testing::evaluate_reference(Model::load(m), s));
+    auto stddev = [&](auto value) {
+      double mean = 0, sq = 0;
+      for (const auto& e : ev) mean += value(e) / 3.0;
+      for (const auto& e : ev) sq += std::pow(value(e) - mean, 2) / 3.0;
+      return std::sqrt(sq);
+    };
+    const double n = static_cast<double>(s.size());
+    double fmax = 0, fmin = 1e300, fsum = 0, vmax = 0, vmin = 1e300, vsum = 0;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      double var = 0;
+      for (int d = 0; d < 3; ++d) var += std::pow(stddev([&](const auto& e) { return e.forces[i][d]; }), 2);
+      fmax = std::max(fmax, std::sqrt(var));
+      fmin = std::min(fmin, std::sqrt(var));
+      fsum += std::sqrt(var);
+    }
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b) {
+        const double v = stddev([&](const auto& e) { return e.virial[a][b]; }) / n;
+        vmax = std::max(vmax, v);
+        vmin = std::min(vmin, v);
+        vsum += v;
+      }
+    expected.push_back({vmax, vmin, vsum / 9, fmax, fmin, fsum / n, stddev([](const auto& e) { return e.energy; }) / n});
+  }
+  // Trust levels between the frames' largest force deviations: frames 1 and 2 of the sorted four.
+  std::vector<double> max_f;
+  for (const auto& e : expected) max_f.push_back(e[3]);
+  std::vector<double> sorted = max_f;
+  std::sort(sorted.begin(), sorted.end());
+  DeviationOptions options;
+  options.output = (dir.path / "devi.out").string();
+  options.candidates = (dir.path / "picked.xyz").string();
+  options.trust_lo = 0.5 * (sorted[0] + sorted[1]);
+  options.trust_hi = 0.5 * (sorted[2] + sorted[3]);
+  const DeviationCounts c = model_deviation(models, data, options, [](const std::string&) {});
+  EXPECT_EQ(c.frames, 4u);
+  EXPECT_EQ(c.accurate, 1u);
+  EXPECT_EQ(c.candidates, 2u);
+  EXPECT_EQ(c.failed, 1u);
+  std::ifstream in(options.output);
+  std::string line;
+  std::size_t row = 0;
+  while (std::getline(in, line)) {
+    if (line[0] == '#') continue;
+    std::istringstream words(line);
+    double frame = -1;
+    words >> frame;
+    EXPECT_EQ(frame, static_cast<double>(row));
+    for (int k = 0; k < 7; ++k) {
+      double v = 0;
+      words >> v;
+      EXPECT_NEAR(v, expected[row][k], 1e-9 * std::abs(expected[row][k])) << "frame " << row << " column " << k + 2;
+    }
+    ++row;
+  }
+  EXPECT_EQ(row, 4u);
+  const std::vector<Structure> picked = read_extxyz(options.candidates);
+  ASSERT_EQ(picked.size(), 2u);
+  for (const Structure& p : picked) {
+    const auto it = std::find_if(frames.begin(), frames.end(), [&](const Structure& f) { return f.positions == p.positions; });
+    ASSERT_NE(it, frames.end());
+    const double m = max_f[static_cast<std::size_t>(it - frames.begin())];
+    EXPECT_TRUE(m >= options.trust_lo && m < options.trust_hi) << m;
+  }
+  EXPECT_THROW(model_deviation({models[0]}, data, options, [](const std::string&) {}), Error);
 }
 
 // Export from a checkpoint: float64, float32 (rounded weights) and compressed (tables down to

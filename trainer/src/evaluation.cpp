@@ -101,8 +101,6 @@ void compress_file(const std::string& source, const std::string& output, ExportO
   write_model(std::move(t), output, options, log);
 }
 
-namespace {
-
 // A one-frame batch evaluated exactly as pair_style mlip evaluates its graphs: evaluate_graph()
 // on float64 arrays (the model's dtype and device are its business), edge_forces() after it.
 Prediction evaluate_as_lammps(const Model& model, const BatchTensors& t) {
@@ -120,8 +118,6 @@ Prediction evaluate_as_lammps(const Model& model, const BatchTensors& t) {
   const EdgeForces f = edge_forces(t.edge_index, t.edge_vectors, out.edge_grad, t.n_atoms, request);
   return Prediction{out.atom_energy.sum().reshape({1}), f.forces, f.virial};
 }
-
-}  // namespace
 
 MetricSums test_model(const std::string& model_path, const std::string& data_path, const std::string& format,
                       const Units& units, const TestOutputs& outputs,

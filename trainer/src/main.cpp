@@ -1,6 +1,7 @@
 // mlip-trainer: train, export and test machine-learning interatomic potentials.
 //
-//   mlip-trainer train CONFIG.yaml [--set key=value ...] [--resume]
+//   mlip-trainer train CONFIG.yaml [--set key=value ...] [--resume] [--committee K]
+//   mlip-trainer deviation MODEL1 MODEL2 [...] DATA [-o model_devi.out] [--trust-lo F --trust-hi F --candidates out.xyz]
 //   mlip-trainer export RUN_DIR/checkpoints/best -o model.pt [--compress]
 //   mlip-trainer compress MODEL.pt|CHECKPOINT -o model-compressed.pt [--min-distance R]
 //   mlip-trainer test MODEL.pt DATA [--format F] [--per-frame out.csv]
@@ -29,6 +30,8 @@ using namespace mlip::trainer;
 
 namespace {
 
+void print_line(const std::string& s) { std::printf("%s\n", s.c_str()); }
+
 int run_train(Communicator& comm, const std::string& config_path, const std::vector<std::string>& overrides,
               bool resume, int64_t stop_after) {
   Config config = read_config(config_path, overrides);
@@ -37,7 +40,43 @@ int run_train(Communicator& comm, const std::string& config_path, const std::vec
   return 0;
 }
 
-void print_line(const std::string& s) { std::printf("%s\n", s.c_str()); }
+// A committee for model deviation: K models that differ only in their seeds (model.seed and
+// training.seed + k), trained one after the other into output.dir/model-k (each with all ranks).
+int run_committee(Communicator& comm, const std::string& config_path, std::vector<std::string> overrides,
+                  bool resume, int64_t stop_after, int members) {
+  const Config base = read_config(config_path, overrides);
+  std::vector<std::string> models;
+  for (int k = 0; k < members; ++k) {
+    const std::string dir = (fs::path(base.output_dir) / fmt::format("model-{}", k)).string();
+    std::vector<std::string> member = overrides;
+    member.push_back(fmt::format("model.seed={}", base.model_seed + k));
+    member.push_back(fmt::format("training.seed={}", base.seed + k));
+    member.push_back("output.dir=" + dir);
+    if (comm.rank() == 0) std::printf("committee: model %d of %d -> %s\n", k + 1, members, dir.c_str());
+    run_train(comm, config_path, member, resume, stop_after);
+    models.push_back((fs::path(dir) / "model.pt").string());
+  }
+  if (comm.rank() == 0) {
+    std::string list;
+    for (const auto& m : models) list += " " + m;
+    std::printf("committee of %d models:%s\n(pair_style mlip%s out_freq N, or mlip-trainer deviation%s DATA)\n",
+                members, list.c_str(), list.c_str(), list.c_str());
+  }
+  return 0;
+}
+
+int run_deviation(std::vector<std::string> inputs, const DeviationOptions& options) {
+  if (inputs.size() < 3) throw Error("deviation: expected two or more model files and then a data file");
+  const std::string data = inputs.back();
+  inputs.pop_back();
+  const DeviationCounts c = model_deviation(inputs, data, options, print_line);
+  std::printf("wrote %s: %zu frames\n", options.output.c_str(), c.frames);
+  std::printf("max force deviation below %g eV/A (accurate): %zu; candidates for labelling: %zu; above %s (failed): %zu\n",
+              options.trust_lo, c.accurate, c.candidates,
+              options.trust_hi > 0 ? fmt::format("{} eV/A", options.trust_hi).c_str() : "(no --trust-hi)", c.failed);
+  if (!options.candidates.empty()) std::printf("candidates written to %s\n", options.candidates.c_str());
+  return 0;
+}
 
 int run_export(const std::string& checkpoint, const std::string& output, const ExportOptions& options) {
   export_checkpoint(checkpoint, output, {{"exported_from", fs::absolute(checkpoint).string()}}, options, print_line);
@@ -118,6 +157,10 @@ int main(int argc, char** argv) {
   int64_t stop_after = 0;
   train->add_option("--stop-after-epochs", stop_after, "End this run after N epochs (resume later with --resume)");
   train->add_option("--threads", threads, "LibTorch threads per rank (default: cores / ranks)");
+  int committee = 1;
+  train->add_option("--committee", committee,
+                    "Train K models differing only in seeds, into output.dir/model-0..K-1 (for model deviation)")
+      ->check(CLI::Range(1, 64));
 
   std::string checkpoint, output = "model.pt";
   auto* exp = app.add_subcommand("export", "Freeze a checkpoint into a model file for pair_style mlip");
@@ -173,6 +216,20 @@ int main(int argc, char** argv) {
   conv->add_option("--length-unit", conv_units.length, "Length unit of the input");
   conv->add_option("--energy-unit", conv_units.energy, "Energy unit of the input");
 
+  std::vector<std::string> devi_inputs;
+  DeviationOptions devi;
+  auto* dev = app.add_subcommand("deviation", "Model deviation of a committee on every frame of a data file "
+                                              "(as pair_style mlip's out_file), and the frames to label");
+  dev->add_option("inputs", devi_inputs, "Two or more model files, then the data file or folder")->required()->expected(3, 1000);
+  dev->add_option("-o,--output", devi.output, "Deviation file to write (one line per frame)");
+  dev->add_option("--format", devi.format, "auto, extxyz, deepmd, n2p2 or fitsnap");
+  dev->add_option("--relative", devi.relative, "Force deviation relative to |F| + this (eV/A)");
+  dev->add_option("--trust-lo", devi.trust_lo, "Frames whose max force deviation is at least this (eV/A)...");
+  dev->add_option("--trust-hi", devi.trust_hi, "...and below this (eV/A; default: no bound) are candidates");
+  dev->add_option("--candidates", devi.candidates, "Write the candidate frames to this extended XYZ file");
+  dev->add_option("--length-unit", devi.units.length, "Length unit of the data file");
+  dev->add_option("--energy-unit", devi.units.energy, "Energy unit of the data file");
+
   CLI11_PARSE(app, argc, argv);
 
   std::unique_ptr<Communicator> comm;
@@ -180,7 +237,9 @@ int main(int argc, char** argv) {
     comm = make_mpi_communicator(&argc, &argv);
     if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
     at::set_num_threads(threads);
+    if (*train && committee > 1) return run_committee(*comm, config_path, overrides, resume, stop_after, committee);
     if (*train) return run_train(*comm, config_path, overrides, resume, stop_after);
+    if (*dev) return run_deviation(devi_inputs, devi);
     if (*exp) return run_export(checkpoint, output, export_options);
     if (*cmp) return run_compress(compress_source, compress_output, export_options);
     if (*test) return run_test(model, data, format, units, test_outputs);

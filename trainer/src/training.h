@@ -278,6 +278,28 @@ struct TestOutputs {
   std::string forces_csv;      // one row per atom: element, reference and predicted force (parity plots)
 };
 
+/// A one-frame batch evaluated exactly as pair_style mlip evaluates its graphs: evaluate_graph()
+/// on float64 arrays (the model's dtype and device are its business), edge_forces() after it.
+Prediction evaluate_as_lammps(const Model& model, const BatchTensors& t);
+
+/// `mlip-trainer deviation`: a committee's model deviation (mlip/deviation.h) on every frame of
+/// a data file, written like pair_style mlip's file (frame index for the step); frames with
+/// trust_lo <= max force deviation < trust_hi are written to `candidates` (extended XYZ) for
+/// labelling.
+struct DeviationOptions {
+  std::string format = "auto";
+  Units units;
+  std::string output = "model_devi.out";
+  double relative = 0.0;
+  double trust_lo = 0.0, trust_hi = 0.0;   // eV/A; trust_hi 0: no upper bound
+  std::string candidates;                  // empty: none written
+};
+struct DeviationCounts {
+  std::size_t frames = 0, accurate = 0, candidates = 0, failed = 0;
+};
+DeviationCounts model_deviation(const std::vector<std::string>& models, const std::string& data,
+                                const DeviationOptions& options, const std::function<void(const std::string&)>& log);
+
 /// Evaluates a model file on data. Logs the force RMSE per species (where the data has forces).
 MetricSums test_model(const std::string& model_path, const std::string& data_path, const std::string& format,
                       const Units& units, const TestOutputs& outputs,

@@ -1,0 +1,117 @@
+// `mlip-trainer deviation`: a committee's model deviation on the frames of a data file, and the
+// frames worth labelling (DP-GEN's trust levels on the largest force deviation).
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "mlip/deviation.h"
+#include "mlip/error.h"
+#include "mlip/io.h"
+#include "training.h"
+
+namespace mlip::trainer {
+namespace fs = std::filesystem;
+
+namespace {
+
+// One committee member's forces (n x 3), virial (9) and energy on a frame, in float64.
+struct MemberResult {
+  std::vector<double> forces;
+  double virial[9] = {0.0};
+  double energy = 0.0;
+};
+
+MemberResult evaluate_member(const Model& model, const Frame& frame) {
+  const SpeciesMap species(model.info().species);
+  const BatchTensors t = to_tensors(make_batch({&frame}, species), torch::kFloat64);
+  const Prediction p = evaluate_as_lammps(model, t);
+  MemberResult r;
+  const torch::Tensor f = p.forces.detach().to(torch::kFloat64).contiguous();
+  r.forces.assign(f.data_ptr<double>(), f.data_ptr<double>() + f.numel());
+  const torch::Tensor w = p.virial.detach().to(torch::kFloat64).contiguous();
+  std::copy(w.data_ptr<double>(), w.data_ptr<double>() + 9, r.virial);
+  r.energy = p.energy.sum().item<double>();
+  return r;
+}
+
+// The 7 columns after the frame index (pair_style mlip's order).
+std::array<double, 7> frame_deviation(const std::vector<MemberResult>& results, std::size_t n_atoms,
+                                      double relative) {
+  const int k = static_cast<int>(results.size());
+  const int64_t n = static_cast<int64_t>(n_atoms);
+  std::vector<double> forces, virials, energies, atom(n_atoms);
+  for (const auto& r : results) {
+    forces.insert(forces.end(), r.forces.begin(), r.forces.end());
+    virials.insert(virials.end(), r.virial, r.virial + 9);
+    energies.push_back(r.energy);
+  }
+  atom_force_deviation(forces.data(), k, n, 3 * n, relative, atom.data());
+  DeviationSummary f;
+  for (double v : atom) f.add(v);
+  const DeviationSummary v = virial_deviation(virials.data(), k, static_cast<double>(n));
+  return {v.max, v.min, v.mean(), f.max, f.min, f.mean(), energy_deviation(energies.data(), k, static_cast<double>(n))};
+}
+
+std::ofstream open_tmp(const std::string& path) {
+  std::ofstream out(path + ".tmp");
+  if (!out) throw Error(path + ".tmp: cannot open for writing");
+  return out;
+}
+
+void finish_tmp(std::ofstream& out, const std::string& path) {
+  out.close();
+  if (!out) throw Error(path + ".tmp: write failed");
+  fs::rename(path + ".tmp", path);
+}
+
+}  // namespace
+
+DeviationCounts model_deviation(const std::vector<std::string>& models, const std::string& data,
+                                const DeviationOptions& options, const std::function<void(const std::string&)>& log) {
+  if (models.size() < 2) throw Error("deviation: a committee needs two or more model files");
+  if (options.trust_hi > 0.0 && options.trust_hi <= options.trust_lo)
+    throw Error(fmt::format("deviation: --trust-hi ({}) must be above --trust-lo ({})", options.trust_hi,
+                            options.trust_lo));
+  std::vector<Model> committee;
+  for (const auto& m : models) committee.push_back(Model::load(m));
+  ReadOptions read;
+  read.units = options.units;
+  const std::vector<Structure> structures = read_structures(data, options.format, read);
+  log(fmt::format("{} models, {} frames from {}", committee.size(), structures.size(), data));
+
+  std::ofstream out = open_tmp(options.output);
+  out << fmt::format("#{:>11} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18}\n", "frame", "max_devi_v",
+                     "min_devi_v", "avg_devi_v", "max_devi_f", "min_devi_f", "avg_devi_f", "devi_e");
+  std::vector<Structure> picked;
+  DeviationCounts counts;
+  for (std::size_t k = 0; k < structures.size(); ++k) {
+    std::map<double, Frame> by_cutoff;    // one neighbour list per distinct cutoff
+    std::vector<MemberResult> results;
+    for (const Model& m : committee) {
+      const double rc = m.info().cutoff;
+      if (!by_cutoff.count(rc)) by_cutoff.emplace(rc, make_frame(structures[k], rc));
+      results.push_back(evaluate_member(m, by_cutoff.at(rc)));
+    }
+    const auto c = frame_deviation(results, structures[k].size(), options.relative);
+    out << fmt::format("{:>12}", k);
+    for (double v : c) out << fmt::format(" {:>18.10e}", v);
+    out << "\n";
+    ++counts.frames;
+    const double max_f = c[3];
+    if (max_f < options.trust_lo) {
+      ++counts.accurate;
+    } else if (options.trust_hi > 0.0 && max_f >= options.trust_hi) {
+      ++counts.failed;
+    } else {
+      ++counts.candidates;
+      picked.push_back(structures[k]);
+    }
+  }
+  finish_tmp(out, options.output);
+  if (!options.candidates.empty()) write_extxyz(options.candidates, picked);
+  return counts;
+}
+
+}  // namespace mlip::trainer
