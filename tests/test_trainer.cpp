@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -255,6 +256,71 @@ std::vector<torch::Tensor> checkpoint_parameters(const fs::path& dir) {
     out.push_back(p.value);
   }
   return out;
+}
+
+// Fine-tuning (training.init_from): a model trained on the tiny problem, then runs that start from
+// its file or its checkpoint folder. Weights of the shared species are carried over exactly; a
+// new species gets fresh entries; the descriptor can be frozen; another architecture is refused.
+class FineTuning : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // ctest runs each case as its own process, maybe side by side: a folder per process.
+    dir_ = new TempDir("mlip_test_fine_tuning_" + std::to_string(getpid()));
+    base_ = (dir_->path / "base").string();
+    EXPECT_EQ(train_error(tiny_config(*dir_, base_, 2), {}), "no error");
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string train(const std::string& out, std::vector<std::string> overrides) {
+    overrides.push_back("output.dir=" + out);
+    return train_error(tiny_config(*dir_, out, 1), overrides);
+  }
+  static inline TempDir* dir_ = nullptr;
+  static inline std::string base_;
+};
+
+TEST_F(FineTuning, StartsFromTheModelFileAndAddsASpecies) {
+  const std::string out = (dir_->path / "added").string();
+  // lr 1e-200: the one epoch cannot move a weight, so the run's model shows what it started from.
+  ASSERT_EQ(train(out, {"training.init_from=" + base_ + "/model.pt", "model.species=[H, C, O, N]",
+                        "training.optimizer.lr=1e-200"}),
+            "no error");
+  const auto source = read_model_weights(base_ + "/model.pt");
+  const auto tuned = read_model_weights(out + "/model.pt");
+  ASSERT_FALSE(source.empty());
+  for (const auto& [name, t] : source) {
+    if (name == "energy_shift" || name == "inv_neighbor_norm") continue;
+    ASSERT_TRUE(tuned.count(name)) << name;
+    // H, C, O are entries 0-2 of both models (one embedding net per neighbour species).
+    EXPECT_TRUE(torch::equal(tuned.at(name).narrow(0, 0, 3), t)) << name;
+    EXPECT_EQ(tuned.at(name).size(0), 4) << name << ": an entry for N";
+  }
+  EXPECT_TRUE(torch::equal(tuned.at("inv_neighbor_norm"), source.at("inv_neighbor_norm")));
+  EXPECT_FALSE(torch::equal(tuned.at("fit_w0")[3], torch::zeros_like(tuned.at("fit_w0")[3])));
+  // The shift moves by a least-squares fit of the residuals on the same data: a small change.
+  const auto shift = tuned.at("energy_shift").narrow(0, 0, 3) - source.at("energy_shift");
+  EXPECT_LT(shift.abs().max().item<double>(), 1.0);
+}
+
+TEST_F(FineTuning, FreezeKeepsTheDescriptorOfACheckpoint) {
+  const std::string out = (dir_->path / "frozen").string();
+  ASSERT_EQ(train(out, {"training.init_from=" + base_ + "/checkpoints/best", "training.freeze=descriptor"}),
+            "no error");
+  const auto source = named_weights(read_checkpoint(base_ + "/checkpoints/best").module);
+  const auto tuned = read_model_weights(out + "/model.pt");
+  for (const char* name : {"emb_w0", "emb_b0", "emb_w1", "emb_b1"})
+    EXPECT_TRUE(torch::equal(tuned.at(name), source.at(name))) << name;
+  EXPECT_FALSE(torch::equal(tuned.at("fit_w0"), source.at("fit_w0"))) << "the fitting net is trained";
+}
+
+TEST_F(FineTuning, AnotherArchitectureOrCutoffIsRefusedListingWhatDiffers) {
+  const std::string e = train((dir_->path / "other").string(),
+                              {"training.init_from=" + base_ + "/model.pt", "model.cutoff=3.5",
+                               "model.hyperparameters.embedding=[8, 8]"});
+  EXPECT_NE(e.find("is not the model this config describes"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.cutoff: 3.5 (source 4)"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.hyperparameters.embedding: [8,8] (source [4,8])"), std::string::npos) << e;
+  const std::string f = train((dir_->path / "nofrom").string(), {"training.freeze=descriptor"});
+  EXPECT_NE(f.find("training.freeze needs training.init_from"), std::string::npos) << f;
 }
 
 TEST(Checkpoint, InterruptedAndResumedEqualsUninterrupted) {

@@ -306,9 +306,11 @@ EdgeForces edge_forces(const GraphView& graph, const torch::Tensor& edge_grad, c
   return out;
 }
 
-void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path) {
+void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path,
+                const torch::jit::ExtraFilesMap& more) {
   const std::string tmp = path + ".tmp";
-  torch::jit::ExtraFilesMap extra{{ModelMetadata::kExtraFile, metadata.to_json().dump(2)}};
+  torch::jit::ExtraFilesMap extra = more;
+  extra[ModelMetadata::kExtraFile] = metadata.to_json().dump(2);
   try {
     // The digest covers every record but itself, so it is taken from a first save in memory;
     // the second save, with it, has the same records (read back and checked below).

@@ -87,16 +87,21 @@ class ModuleBuilder {
   }
 
   /// A trainable parameter drawn from N(0, std^2).
-  void normal(const std::string& name, at::IntArrayRef shape, double std) {
+  void normal(const std::string& name, at::IntArrayRef shape, double std, SpeciesAxes axes = SpeciesAxes::none) {
     torch::Tensor t = torch::randn(shape, generator_, options_) * std;
     module_.register_parameter(name, t.requires_grad_(true), false);
+    note(name, axes);
   }
-  void constant(const std::string& name, at::IntArrayRef shape, double value) {
+  void constant(const std::string& name, at::IntArrayRef shape, double value, SpeciesAxes axes = SpeciesAxes::none) {
     module_.register_parameter(name, torch::full(shape, value, options_).requires_grad_(true), false);
+    note(name, axes);
   }
-  void buffer(const std::string& name, const torch::Tensor& value) {
+  void buffer(const std::string& name, const torch::Tensor& value, SpeciesAxes axes = SpeciesAxes::none) {
     module_.register_buffer(name, value.to(options_.dtype()));
+    note(name, axes);
   }
+  /// Marks parameters as the descriptor's (training.freeze: descriptor).
+  void descriptor(const std::string& name) { descriptor_.insert(name); }
   void float_attribute(const std::string& name, double value) {
     module_.register_attribute(name, c10::FloatType::get(), value);
   }
@@ -115,10 +120,17 @@ class ModuleBuilder {
     built.metadata.message_passing_layers = message_passing_layers;
     built.metadata.dtype = spec.dtype == torch::kFloat32 ? "float32" : "float64";
     built.metadata.hyperparameters = hyperparameters;
+    built.species_axes = species_axes_;
+    built.descriptor = descriptor_;
     return built;
   }
 
  private:
+  void note(const std::string& name, SpeciesAxes axes) {
+    if (axes != SpeciesAxes::none) species_axes_[name] = axes;
+  }
+  std::map<std::string, SpeciesAxes> species_axes_;
+  std::set<std::string> descriptor_;
   torch::jit::Module module_;
   torch::TensorOptions options_;
   at::Generator generator_;
@@ -126,8 +138,8 @@ class ModuleBuilder {
 
 /// The per-species energy buffers every architecture has: E_i = scale[s] * raw_i + shift[s].
 inline void add_energy_buffers(ModuleBuilder& b, int64_t n_species) {
-  b.buffer("energy_shift", torch::zeros({n_species}));
-  b.buffer("energy_scale", torch::ones({n_species}));
+  b.buffer("energy_shift", torch::zeros({n_species}), SpeciesAxes::species);
+  b.buffer("energy_scale", torch::ones({n_species}), SpeciesAxes::species);
 }
 
 /// Registers the repulsion prior's buffers for `spec.repulsion` and returns the TorchScript lines

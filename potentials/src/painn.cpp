@@ -34,11 +34,17 @@ BuiltModel build_painn(const ModelSpec& spec) {
 
   const int64_t ns = static_cast<int64_t>(spec.species.size());
   detail::ModuleBuilder b("PaiNN", spec.dtype, spec.seed);
+  // Everything but the readout (out1, out2) is the descriptor (training.freeze).
   auto linear = [&](const std::string& name, int64_t in, int64_t out) {
     b.normal(name + "_w", {in, out}, 1.0 / std::sqrt(double(in)));
     b.constant(name + "_b", {out}, 0.0);
+    if (name.rfind("out", 0) != 0) {
+      b.descriptor(name + "_w");
+      b.descriptor(name + "_b");
+    }
   };
-  b.normal("embedding", {ns, f}, 1.0);
+  b.normal("embedding", {ns, f}, 1.0, SpeciesAxes::species);
+  b.descriptor("embedding");
   for (int64_t l = 0; l < layers; ++l) {
     const std::string p = "l" + std::to_string(l) + "_";
     linear(p + "phi1", f, f);
@@ -46,6 +52,8 @@ BuiltModel build_painn(const ModelSpec& spec) {
     linear(p + "filter", nrbf, 3 * f);
     b.normal(p + "U", {f, f}, 1.0 / std::sqrt(double(f)));
     b.normal(p + "V", {f, f}, 1.0 / std::sqrt(double(f)));
+    b.descriptor(p + "U");
+    b.descriptor(p + "V");
     linear(p + "upd1", 2 * f, f);
     linear(p + "upd2", f, 3 * f);
   }

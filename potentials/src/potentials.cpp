@@ -1,5 +1,7 @@
 #include "mlip/potentials.h"
 
+#include <torch/csrc/jit/serialization/pickle.h>
+
 #include "mlip/elements.h"
 #include "mlip/error.h"
 
@@ -34,7 +36,8 @@ void fit_descriptor_statistics(BuiltModel& model, const std::vector<const Frame*
 
 std::vector<torch::Tensor> trainable_parameters(const torch::jit::Module& module) {
   std::vector<torch::Tensor> params;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) params.push_back(p.value);
+  for (const auto& p : module.named_parameters(/*recurse=*/true))
+    if (p.value.requires_grad()) params.push_back(p.value);
   return params;
 }
 
@@ -46,7 +49,16 @@ void export_frozen(const torch::jit::Module& module, const ModelMetadata& metada
   for (const char* method : {"environment", "embedding", "energies", "repulsion"})
     if (copy.find_method(method)) preserved.emplace_back(method);
   torch::jit::Module frozen = torch::jit::freeze(copy, preserved);
-  save_model(frozen, metadata, path);
+  // The weights by name beside the frozen graph, so that the file can start a fine-tuning
+  // (training.init_from); not for compressed models, whose embedding nets are tables.
+  torch::jit::ExtraFilesMap weights;
+  if (!metadata.hyperparameters.contains("compression")) {
+    c10::Dict<std::string, torch::Tensor> dict;
+    for (const auto& [name, t] : named_weights(module)) dict.insert(name, t.detach().cpu());
+    const std::vector<char> bytes = torch::jit::pickle_save(dict);
+    weights[kWeightsFile] = std::string(bytes.begin(), bytes.end());
+  }
+  save_model(frozen, metadata, path, weights);
 }
 
 }  // namespace mlip

@@ -35,8 +35,8 @@ std::string add_repulsion(ModuleBuilder& b, const ModelSpec& spec) {
   if (!(spec.repulsion_width > 0.0)) throw Error("model: repulsion_width must be positive");
   std::vector<double> z;
   for (const auto& el : spec.species) z.push_back(static_cast<double>(atomic_number(el)));
-  b.buffer("rep_z", torch::tensor(z, torch::kFloat64));
-  b.buffer("rep_inner", torch::zeros({ns, ns}));  // r_in(a, b), Å; set by fit_repulsion
+  b.buffer("rep_z", torch::tensor(z, torch::kFloat64), SpeciesAxes::from_data);
+  b.buffer("rep_inner", torch::zeros({ns, ns}), SpeciesAxes::from_data);  // r_in(a, b), Å; set by fit_repulsion
   b.float_attribute("rep_width", spec.repulsion_width);
   // Per edge: sc, sn the centre and neighbour species; the energy goes to the centre (half the
   // pair), on every node, of which the first n_centers are returned.

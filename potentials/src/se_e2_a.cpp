@@ -123,21 +123,24 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   emb_widths.insert(emb_widths.end(), embedding.begin(), embedding.end());
   for (std::size_t l = 0; l + 1 < emb_widths.size(); ++l) {
     const int64_t in = emb_widths[l], out = emb_widths[l + 1];
-    b.normal("emb_w" + std::to_string(l), {n_emb, in, out}, 1.0 / std::sqrt(double(in + out)));
-    b.normal("emb_b" + std::to_string(l), {n_emb, out}, 1.0);
+    const SpeciesAxes per_net = one_side ? SpeciesAxes::species : SpeciesAxes::species_pair;
+    b.normal("emb_w" + std::to_string(l), {n_emb, in, out}, 1.0 / std::sqrt(double(in + out)), per_net);
+    b.normal("emb_b" + std::to_string(l), {n_emb, out}, 1.0, per_net);
+    b.descriptor("emb_w" + std::to_string(l));
+    b.descriptor("emb_b" + std::to_string(l));
   }
   std::vector<int64_t> fit_widths = {m1 * axis};
   fit_widths.insert(fit_widths.end(), fitting.begin(), fitting.end());
   for (std::size_t l = 0; l + 1 < fit_widths.size(); ++l) {
     const int64_t in = fit_widths[l], out = fit_widths[l + 1];
-    b.normal("fit_w" + std::to_string(l), {ns, in, out}, 1.0 / std::sqrt(double(in + out)));
-    b.normal("fit_b" + std::to_string(l), {ns, out}, 1.0);
+    b.normal("fit_w" + std::to_string(l), {ns, in, out}, 1.0 / std::sqrt(double(in + out)), SpeciesAxes::species);
+    b.normal("fit_b" + std::to_string(l), {ns, out}, 1.0, SpeciesAxes::species);
   }
   const int64_t last = fit_widths.back();
   const std::string out_l = std::to_string(fit_widths.size() - 1);
-  b.normal("fit_w" + out_l, {ns, last, 1}, 1.0 / std::sqrt(double(last + 1)));
-  b.constant("fit_b" + out_l, {ns, 1}, 0.0);
-  b.buffer("env_std", torch::ones({ns, 2}));   // [radial, angular] per centre species, from data
+  b.normal("fit_w" + out_l, {ns, last, 1}, 1.0 / std::sqrt(double(last + 1)), SpeciesAxes::species);
+  b.constant("fit_b" + out_l, {ns, 1}, 0.0, SpeciesAxes::species);
+  b.buffer("env_std", torch::ones({ns, 2}), SpeciesAxes::species);   // [radial, angular] per centre species, from data
   b.buffer("inv_neighbor_norm", torch::full({1}, 1.0 / (neighbor_norm > 0 ? neighbor_norm : 100.0)));
   detail::add_energy_buffers(b, ns);
   b.float_attribute("cutoff", rc);

@@ -1,6 +1,7 @@
 #include "config.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
@@ -361,6 +362,17 @@ static void read_training(Section& top, Config& c) {
   c.tf32 = training.get<bool>("tf32", c.tf32);
   c.deterministic = training.get<bool>("deterministic", c.deterministic);
   c.accumulate_dtype = training.get<std::string>("accumulate_dtype", c.accumulate_dtype);
+  c.init_from = training.get<std::string>("init_from", c.init_from);
+  c.freeze = training.get<std::string>("freeze", c.freeze);
+  if (!c.init_from.empty() && !std::filesystem::exists(c.init_from)) {
+    training.fail(training.node()["init_from"], "training.init_from: '" + c.init_from + "' does not exist");
+  }
+  if (c.freeze != "none" && c.freeze != "descriptor") {
+    training.fail(training.node()["freeze"], "training.freeze must be none or descriptor, not '" + c.freeze + "'");
+  }
+  if (c.freeze != "none" && c.init_from.empty()) {
+    training.fail(training.node()["freeze"], "training.freeze needs training.init_from (a trained model to keep part of)");
+  }
   const bool gpu_index = c.device.rfind("cuda:", 0) == 0 && c.device.size() > 5 &&
                          c.device.find_first_not_of("0123456789", 5) == std::string::npos;
   if (c.device != "auto" && c.device != "cpu" && c.device != "cuda" && !gpu_index) {

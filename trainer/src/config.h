@@ -71,6 +71,8 @@ struct Config {
   double grad_clip = 0.0;               // max global gradient norm (0: off)
   double ema_decay = 0.0;               // EMA of weights for validation/export (0: off)
   int64_t early_stopping_patience = 0;  // epochs without improvement (0: off)
+  std::string init_from;                // fine-tuning: a model file or checkpoint folder to start from
+  std::string freeze = "none";          // none | descriptor (with init_from: train the rest only)
 
   // where training runs (docs/config.md "Devices and communication")
   std::string device = "auto";          // auto | cpu | cuda | cuda:N (mlip/device.h)

@@ -118,14 +118,16 @@ std::vector<int64_t> rank_share(const std::vector<int64_t>& global_batch, int ra
   return mine;
 }
 
-std::vector<double> fit_energy_shift(const std::vector<Frame>& frames, const SpeciesMap& species, std::size_t ns) {
+std::vector<double> fit_energy_shift(const std::vector<Frame>& frames, const SpeciesMap& species, std::size_t ns,
+                                     const std::vector<double>* predicted) {
   std::vector<double> counts, energies;
-  for (const Frame& f : frames) {
+  for (std::size_t k = 0; k < frames.size(); ++k) {
+    const Frame& f = frames[k];
     if (!f.structure.energy) continue;
     std::vector<double> row(ns, 0.0);
     for (int z : f.structure.numbers) row[species.index(z, f.structure.origin)] += 1.0;
     counts.insert(counts.end(), row.begin(), row.end());
-    energies.push_back(*f.structure.energy);
+    energies.push_back(*f.structure.energy - (predicted ? (*predicted)[k] : 0.0));
   }
   if (energies.empty()) return std::vector<double>(ns, 0.0);
   const auto m = static_cast<int64_t>(energies.size());

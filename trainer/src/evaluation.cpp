@@ -16,16 +16,9 @@
 namespace mlip::trainer {
 namespace fs = std::filesystem;
 
-namespace {
-
-struct Trainable {
-  torch::jit::Module module;
-  ModelMetadata metadata;
-};
-
 // A checkpoint's module with its EMA weights when it has them, and its metadata, on the CPU
 // whatever device trained it: model files are portable.
-Trainable load_checkpoint(const fs::path& dir) {
+Trainable read_checkpoint(const fs::path& dir) {
   if (!fs::exists(dir / "model.pt") || !fs::exists(dir / "state.json")) {
     throw Error(dir.string() + ": not a checkpoint folder (needs model.pt and state.json)");
   }
@@ -37,9 +30,9 @@ Trainable load_checkpoint(const fs::path& dir) {
   if (fs::exists(dir / "ema.pt")) {
     std::vector<torch::Tensor> ema;
     torch::load(ema, (dir / "ema.pt").string(), torch::kCPU);
-    torch::NoGradGuard no_grad;  // installing the EMA weights
+    torch::NoGradGuard no_grad;  // installing the EMA weights (of the trainable parameters)
     std::size_t i = 0;
-    for (const auto& p : module.named_parameters()) p.value.copy_(ema.at(i++));
+    for (torch::Tensor& p : trainable_parameters(module)) p.copy_(ema.at(i++));
   }
   const auto state = nlohmann::json::parse(std::ifstream(dir / "state.json"));
   ModelMetadata meta = ModelMetadata::from_json(state.at("metadata"), (dir / "state.json").string());
@@ -48,6 +41,8 @@ Trainable load_checkpoint(const fs::path& dir) {
   meta.provenance["config"] = state.at("config");
   return {module, meta};
 }
+
+namespace {
 
 void log_compression(const CompressReport& r, const std::function<void(const std::string&)>& log) {
   if (!log) return;
@@ -77,7 +72,7 @@ void write_model(Trainable t, const std::string& output, const ExportOptions& op
 
 void export_checkpoint(const std::string& checkpoint_dir, const std::string& output, nlohmann::json provenance,
                        const ExportOptions& options, const std::function<void(const std::string&)>& log) {
-  Trainable t = load_checkpoint(checkpoint_dir);
+  Trainable t = read_checkpoint(checkpoint_dir);
   provenance["trainer"] = "mlip-trainer";
   for (const auto& [key, value] : t.metadata.provenance.items()) provenance[key] = value;
   t.metadata.provenance = provenance;

@@ -35,14 +35,14 @@ double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+}  // namespace
+
 std::vector<const Frame*> pointers(const std::vector<Frame>& frames, const std::vector<int64_t>& idx) {
   std::vector<const Frame*> out;
   out.reserve(idx.size());
   for (int64_t k : idx) out.push_back(&frames[k]);
   return out;
 }
-
-}  // namespace
 
 Trainer::Trainer(Config config, std::string config_text, Communicator& comm)
     : config_(std::move(config)), config_text_(std::move(config_text)), comm_(comm),
@@ -157,6 +157,7 @@ void Trainer::setup_model_and_statistics() {
   std::string shifts;
   for (std::size_t s = 0; s < shift.size(); ++s) shifts += fmt::format(" {}={:.6g}", config_.species[s], shift[s]);
   log(fmt::format("statistics: energy shift (eV){}; energy scale {:.4g} (force RMS, eV/A)", shifts, scale));
+  if (!config_.init_from.empty()) init_from_source();
 
   model_.module.to(device_);
   if (data_on_device_) {

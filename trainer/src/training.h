@@ -63,7 +63,8 @@ std::vector<int64_t> rank_share(const std::vector<int64_t>& global_batch, int ra
 
 /// Per-species energy shifts: least squares of frame energies on species counts (minimum-norm
 /// when counts are collinear, as in water where only the sum over O + 2H is determined).
-std::vector<double> fit_energy_shift(const std::vector<Frame>& frames, const SpeciesMap& species, std::size_t n_species);
+std::vector<double> fit_energy_shift(const std::vector<Frame>& frames, const SpeciesMap& species, std::size_t n_species,
+                                     const std::vector<double>* predicted = nullptr);
 
 /// RMS of all force components (eV/Å); 0 if no frame has forces.
 double force_rms(const std::vector<Frame>& frames);
@@ -207,6 +208,11 @@ class Trainer {
  private:
   void setup_device();
   void setup_model_and_statistics();
+  // Fine-tuning (fine_tuning.cpp): training.init_from's weights, the energy shift re-fitted to
+  // what the model leaves unexplained, and training.freeze.
+  void init_from_source();
+  void refit_energy_shift();
+  void freeze_descriptor();
   void warn_about_data() const;
   /// The batch of frames `idx` of `frames` on the training device (from `resident` when the
   /// data stays on the device).
@@ -250,6 +256,16 @@ class Trainer {
   StepTimes times_;
   std::chrono::steady_clock::time_point start_;
 };
+
+/// The frames idx of `frames`.
+std::vector<const Frame*> pointers(const std::vector<Frame>& frames, const std::vector<int64_t>& idx);
+
+/// A checkpoint's module (with its EMA weights when it has them) and metadata, on the CPU.
+struct Trainable {
+  torch::jit::Module module;
+  ModelMetadata metadata;
+};
+Trainable read_checkpoint(const std::filesystem::path& dir);
 
 /// Freezes a checkpoint folder into a model file: its EMA weights when it has them, metadata from
 /// state.json plus `provenance`.

@@ -138,8 +138,9 @@ ModelOutput evaluate_chunk(const Model& model, ChunkGraph& graph, bool need_grad
 /// PyTorch's per-save id), which Model::load checks: LibTorch does not check the zip's own CRCs,
 /// and a model with altered weight bytes would otherwise load and run. Writes to a temporary
 /// file, reads it back and checks it, then renames it, so an existing model file is never left
-/// half-written.
-void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path);
+/// half-written. `more`: further extra files (the digest covers them too).
+void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path,
+                const torch::jit::ExtraFilesMap& more = {});
 
 /// What edge_forces() computes besides forces.
 struct EdgeForceRequest {

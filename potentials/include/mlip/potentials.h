@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,10 +37,20 @@ struct ModelSpec {
   double repulsion_width = 0.5;
 };
 
+/// How a parameter or buffer is indexed by species (for fine-tuning with other species):
+///   none:               not at all
+///   species:            leading axis, one entry per species
+///   species_pair:       leading axis, ns x ns entries, (centre, neighbour) -> centre * ns + neighbour
+///   species_by_species: the first two axes, one per species each
+///   from_data:          statistics the trainer fits from the data at hand; not transferred
+enum class SpeciesAxes { none, species, species_pair, species_by_species, from_data };
+
 /// A trainable model (parameters require grad) and its metadata.
 struct BuiltModel {
   torch::jit::Module module;
   ModelMetadata metadata;
+  std::map<std::string, SpeciesAxes> species_axes;   // tensors indexed by species (absent: none)
+  std::set<std::string> descriptor;                  // parameters of the descriptor (training.freeze)
 };
 
 /// Builds `spec`. Throws mlip::Error on an unknown architecture or bad hyperparameters.
@@ -47,7 +59,25 @@ BuiltModel build_model(const ModelSpec& spec);
 /// The architectures build_model knows.
 std::vector<std::string> architectures();
 
-/// The trainable parameters of a module built here, in a stable order.
+/// Fine-tuning: the weights of a model of the same architecture and hyperparameters (`source`:
+/// its parameters and buffers by name; `source_species` its species) copied into `target`:
+/// every tensor, and of those indexed by species the entries of species both models have (by
+/// element). Entries of the target's other species keep their fresh initialisation; tensors
+/// fitted from data (SpeciesAxes::from_data) keep the target's. Returns those other species.
+/// Throws mlip::Error naming a tensor the source lacks or whose shape differs.
+std::vector<std::string> transfer_weights(BuiltModel& target, const std::map<std::string, torch::Tensor>& source,
+                                          const std::vector<std::string>& source_species);
+
+/// The parameters and buffers of a module by name (what transfer_weights reads, and what
+/// export_frozen stores beside the frozen model for fine-tuning: kWeightsFile).
+std::map<std::string, torch::Tensor> named_weights(const torch::jit::Module& module);
+constexpr const char* kWeightsFile = "mlip/weights.pkl";
+/// The weights stored in an exported model file (read after Model::load has checked the file);
+/// empty when it has none (compressed models, files from before fine-tuning existed).
+std::map<std::string, torch::Tensor> read_model_weights(const std::string& path);
+
+/// The trainable parameters of a module built here (those that require grad: training.freeze
+/// turns it off for the descriptor's), in a stable order.
 std::vector<torch::Tensor> trainable_parameters(const torch::jit::Module& module);
 
 /// Freezes a copy of `module` for inference (parameters become constants; forward() is kept, and

@@ -1,0 +1,102 @@
+// Weights from one model into another of the same architecture (fine-tuning), species by species.
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <algorithm>
+
+#include "mlip/error.h"
+#include "mlip/potentials.h"
+
+namespace mlip {
+
+namespace {
+
+// Index of each target species in the source (-1: absent).
+std::vector<int64_t> species_in_source(const std::vector<std::string>& target, const std::vector<std::string>& source) {
+  std::vector<int64_t> map;
+  for (const auto& el : target) {
+    const auto it = std::find(source.begin(), source.end(), el);
+    map.push_back(it == source.end() ? -1 : static_cast<int64_t>(it - source.begin()));
+  }
+  return map;
+}
+
+std::string shape_text(const torch::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + "]";
+}
+
+// Copies `from` into `to` (slices or whole tensors): same shape required.
+void copy_checked(torch::Tensor to, const torch::Tensor& from, const std::string& name) {
+  if (to.sizes() != from.sizes())
+    throw Error("'" + name + "' has shape " + shape_text(from) + " in the source but " + shape_text(to) +
+                " here: not the same architecture and hyperparameters");
+  to.copy_(from);
+}
+
+void transfer_one(torch::Tensor to, const torch::Tensor& from, const std::string& name, SpeciesAxes axes,
+                  const std::vector<int64_t>& map, int64_t ns_source) {
+  const int64_t ns = static_cast<int64_t>(map.size());
+  if (axes == SpeciesAxes::none) return copy_checked(to, from, name);
+  const int64_t expected = axes == SpeciesAxes::species_pair ? ns_source * ns_source : ns_source;
+  if (from.dim() == 0 || from.size(0) != expected)
+    throw Error("'" + name + "' has " + std::to_string(from.dim() ? from.size(0) : 0) + " entries along its species axis in the source, not " +
+                std::to_string(expected) + " (" + std::to_string(ns_source) + " species)");
+  for (int64_t a = 0; a < ns; ++a) {
+    if (map[a] < 0) continue;
+    if (axes == SpeciesAxes::species) {
+      copy_checked(to[a], from[map[a]], name);
+      continue;
+    }
+    for (int64_t b = 0; b < ns; ++b) {
+      if (map[b] < 0) continue;
+      if (axes == SpeciesAxes::species_pair)
+        copy_checked(to[a * ns + b], from[map[a] * ns_source + map[b]], name);
+      else
+        copy_checked(to[a][b], from[map[a]][map[b]], name);
+    }
+  }
+}
+
+}  // namespace
+
+std::map<std::string, torch::Tensor> named_weights(const torch::jit::Module& module) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) out[p.name] = p.value;
+  for (const auto& b : module.named_buffers(/*recurse=*/false)) out[b.name] = b.value;
+  return out;
+}
+
+std::vector<std::string> transfer_weights(BuiltModel& target, const std::map<std::string, torch::Tensor>& source,
+                                          const std::vector<std::string>& source_species) {
+  const auto& species = target.metadata.species;
+  const std::vector<int64_t> map = species_in_source(species, source_species);
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, tensor] : named_weights(target.module)) {
+    const auto axes_it = target.species_axes.find(name);
+    const SpeciesAxes axes = axes_it == target.species_axes.end() ? SpeciesAxes::none : axes_it->second;
+    if (axes == SpeciesAxes::from_data) continue;
+    const auto it = source.find(name);
+    if (it == source.end()) throw Error("the source model has no '" + name + "': not the same architecture");
+    transfer_one(tensor, it->second.to(tensor.dtype()), name, axes, map, static_cast<int64_t>(source_species.size()));
+  }
+  std::vector<std::string> added;
+  for (std::size_t k = 0; k < species.size(); ++k)
+    if (map[k] < 0) added.push_back(species[k]);
+  return added;
+}
+
+std::map<std::string, torch::Tensor> read_model_weights(const std::string& path) {
+  caffe2::serialize::PyTorchStreamReader reader(path);
+  const std::string record = std::string("extra/") + kWeightsFile;
+  if (!reader.hasRecord(record)) return {};
+  auto [data, size] = reader.getRecord(record);
+  const auto* bytes = static_cast<const char*>(data.get());
+  const c10::IValue value = torch::jit::pickle_load(std::vector<char>(bytes, bytes + size));
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& entry : value.toGenericDict()) out[entry.key().toStringRef()] = entry.value().toTensor();
+  return out;
+}
+
+}  // namespace mlip

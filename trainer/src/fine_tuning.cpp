@@ -1,0 +1,119 @@
+// Fine-tuning (training.init_from, training.freeze): a new run that starts from a trained model's
+// weights. The config must describe the same model (architecture, cutoff, hyperparameters);
+// species may be added (their entries start from the fresh initialisation, their statistics
+// from the new data) or dropped.
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "mlip/error.h"
+#include "training.h"
+
+namespace mlip::trainer {
+namespace fs = std::filesystem;
+
+namespace {
+
+struct WeightSource {
+  ModelMetadata metadata;
+  std::map<std::string, torch::Tensor> weights;
+};
+
+WeightSource read_source(const std::string& path) {
+  if (fs::is_directory(path)) {
+    Trainable t = read_checkpoint(path);
+    return {t.metadata, named_weights(t.module)};
+  }
+  const Model model = Model::load(path);    // checks the file's digest first
+  if (model.info().compressed)
+    throw Error("training.init_from: " + path + " is a compressed model: start from the model it was compressed "
+                "from, or its checkpoint folder");
+  WeightSource source{model.metadata(), read_model_weights(path)};
+  if (source.weights.empty()) {
+    const auto& from = source.metadata.provenance;
+    throw Error("training.init_from: " + path + " carries no weights for fine-tuning (written by an older mlip): "
+                "start from its checkpoint folder" +
+                (from.contains("exported_from") ? " (" + from["exported_from"].get<std::string>() + ")" : ""));
+  }
+  return source;
+}
+
+// What makes the source another model than the config's: "key: config's (source's)" each.
+std::vector<std::string> differences(const ModelMetadata& source, const ModelMetadata& target) {
+  std::vector<std::string> out;
+  if (source.architecture != target.architecture)
+    out.push_back(fmt::format("model.architecture: {} (source {})", target.architecture, source.architecture));
+  if (source.cutoff != target.cutoff)
+    out.push_back(fmt::format("model.cutoff: {} (source {})", target.cutoff, source.cutoff));
+  // Hyperparameters as resolved by the builders (defaults filled in); the repulsion prior's
+  // radii come from data.
+  nlohmann::json a = source.hyperparameters, b = target.hyperparameters;
+  for (auto* h : {&a, &b}) h->erase("repulsion");
+  for (const auto& [key, value] : b.items())
+    if (!a.contains(key) || a[key] != value)
+      out.push_back(fmt::format("model.hyperparameters.{}: {} (source {})", key, value.dump(),
+                                a.contains(key) ? a[key].dump() : "absent"));
+  for (const auto& [key, value] : a.items())
+    if (!b.contains(key)) out.push_back(fmt::format("model.hyperparameters.{}: absent (source {})", key, value.dump()));
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& words, const char* sep = " ") {
+  std::string s;
+  for (const auto& w : words) s += (s.empty() ? "" : sep) + w;
+  return s;
+}
+
+}  // namespace
+
+void Trainer::init_from_source() {
+  const std::string& path = config_.init_from;
+  const WeightSource source = read_source(path);
+  const std::vector<std::string> diff = differences(source.metadata, model_.metadata);
+  if (!diff.empty())
+    throw Error(config_.file + ": training.init_from " + path + " is not the model this config describes (" +
+                joined(diff, "; ") + "): fine-tuning needs the same architecture, cutoff and hyperparameters");
+  std::vector<std::string> added;
+  try {
+    added = transfer_weights(model_, source.weights, source.metadata.species);
+  } catch (const Error& e) {
+    throw Error("training.init_from " + path + ": " + e.what());
+  }
+  log(fmt::format("init_from {}: weights of species {} from it{}", path, joined(source.metadata.species),
+                  added.empty() ? "" : "; new species " + joined(added) + " start from a fresh initialisation"));
+  model_.metadata.provenance["init_from"] = fs::absolute(path).string();
+  refit_energy_shift();
+  if (config_.freeze == "descriptor") freeze_descriptor();
+}
+
+// The energy shift re-fitted by least squares to what the transferred model leaves unexplained on
+// the new training data (per species: shift += the residual's fit), so that a new DFT reference
+// or a new species does not first have to be learnt through the nets.
+void Trainer::refit_energy_shift() {
+  std::vector<double> predicted(data_.train.size(), 0.0);
+  constexpr std::size_t batch = 16;
+  for (std::size_t first = 0; first < data_.train.size(); first += batch) {
+    std::vector<int64_t> idx;
+    for (std::size_t k = first; k < std::min(first + batch, data_.train.size()); ++k) idx.push_back(static_cast<int64_t>(k));
+    const BatchTensors t = to_tensors(make_batch(pointers(data_.train, idx), *species_), dtype_);
+    const torch::Tensor e = predict(model_.module, t, false).energy.detach().to(torch::kFloat64).contiguous();
+    for (std::size_t k = 0; k < idx.size(); ++k) predicted[first + k] = e[static_cast<int64_t>(k)].item<double>();
+  }
+  const std::vector<double> delta = fit_energy_shift(data_.train, *species_, config_.species.size(), &predicted);
+  torch::NoGradGuard no_grad;
+  torch::Tensor shift = model_.module.attr("energy_shift").toTensor();
+  std::string text;
+  for (std::size_t s = 0; s < delta.size(); ++s) {
+    shift[static_cast<int64_t>(s)] += delta[s];
+    text += fmt::format(" {}{:+.6g}", config_.species[s], delta[s]);
+  }
+  log("init_from: energy shift re-fitted to the new data's residuals (eV):" + text);
+}
+
+void Trainer::freeze_descriptor() {
+  std::vector<std::string> names(model_.descriptor.begin(), model_.descriptor.end());
+  for (const auto& name : names) model_.module.attr(name).toTensor().requires_grad_(false);
+  log(fmt::format("freeze: descriptor parameters kept as they are ({}); the rest is trained", joined(names)));
+}
+
+}  // namespace mlip::trainer
