@@ -72,6 +72,7 @@ void PairMLIP::load_committee(const std::vector<std::string> &files, const std::
   nextra = models > 1 ? n_columns : 0;
   s.stats.assign(n_columns, 0.0);
   pvector = nextra > 0 ? s.stats.data() : nullptr;
+  init_deviation();    // now: dump custom looks d_mlip_devi_f up when it is defined
   if (models > 1 && comm->me == 0) {
     std::string names;
     for (const auto &f : files) names += (names.empty() ? "'" : ", '") + f + "'";
@@ -102,7 +103,7 @@ bool PairMLIP::same_graph(int a, int b) const
 }
 
 /* ----------------------------------------------------------------------
-   init_deviation: the per-atom property d_mlip_devi_f (init_style())
+   init_deviation: the per-atom property d_mlip_devi_f (settings() and init_style())
 ------------------------------------------------------------------------- */
 
 void PairMLIP::init_deviation()

@@ -699,6 +699,70 @@ const char* kN2p2Frame =
     "charge 0.0\n"
     "end\n";
 
+// ---------------------------------------------------------------------------------------------
+// LAMMPS dumps
+
+using LammpsDump = TempDir;
+
+// A triclinic box with a = (9, 0, 0), b = (1, 9.5, 0), c = (-0.8, 0.6, 10) from x, y, z = 1, 2, 3, as
+// LAMMPS writes it: the bounding box (lo - min(0, xy, xz, xy + xz), ...) and the tilts.
+constexpr const char* kTriclinicDump =
+    "ITEM: TIMESTEP\n20\nITEM: NUMBER OF ATOMS\n2\nITEM: BOX BOUNDS xy xz yz pp pp pp\n"
+    "0.2 11 1\n2 12.1 -0.8\n3 13 0.6\nITEM: ATOMS id type x y z fx fy fz\n"
+    "1 1 1.5 2.5 3.5 0 0 0\n2 2 2 2 3 1 1 1\n";
+
+TEST_F(LammpsDump, TriclinicBoxTypesAndScaledPositions) {
+  const std::string f = file("md.dump", kTriclinicDump);
+  EXPECT_EQ(detect_format(f), "lammps-dump");
+  ReadOptions o;
+  o.type_elements = {"O", "H"};
+  const std::vector<Structure> frames = read_structures(f, "auto", o);
+  ASSERT_EQ(frames.size(), 1u);
+  const Structure& s = frames[0];
+  const Mat3 expected = {{{9, 0, 0}, {1, 9.5, 0}, {-0.8, 0.6, 10}}};
+  for (int a = 0; a < 3; ++a) expect_vec_eq(s.cell.lattice[a], expected[a]);
+  EXPECT_EQ(s.numbers, (std::vector<int>{8, 1}));
+  expect_vec_eq(s.positions[0], {0.5, 0.5, 0.5});
+  expect_vec_eq(s.positions[1], {1, 0, 0});
+  EXPECT_FALSE(s.has_forces()) << "a dump's forces are a model's, not labels";
+  // The same atoms as scaled coordinates with elements, orthogonal box, two frames, open z.
+  const std::string g = file("scaled.lammpstrj",
+                             "ITEM: TIMESTEP\n0\nITEM: NUMBER OF ATOMS\n1\nITEM: BOX BOUNDS pp pp fm\n0 4\n0 5\n0 6\n"
+                             "ITEM: ATOMS element xs ys zs\nC 0.25 0.5 0.5\n"
+                             "ITEM: TIMESTEP\n10\nITEM: NUMBER OF ATOMS\n1\nITEM: BOX BOUNDS pp pp fm\n0 4\n0 5\n0 6\n"
+                             "ITEM: ATOMS element xs ys zs\nN 0.5 0.5 0.5\n");
+  const std::vector<Structure> two = read_structures(g);
+  ASSERT_EQ(two.size(), 2u);
+  expect_vec_eq(two[0].positions[0], {1, 2.5, 3});
+  EXPECT_EQ(two[1].numbers[0], 7);
+  EXPECT_FALSE(two[1].cell.pbc[2]);
+  EXPECT_EQ(two[1].origin, g + ":frame 1");
+}
+
+TEST_F(LammpsDump, ErrorsNameTheLine) {
+  const auto check = [&](const std::string& name, const std::string& text, const ReadOptions& o, const std::string& part) {
+    const std::string f = file(name, text);
+    try {
+      read_lammps_dump(f, o);
+      ADD_FAILURE() << name << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << name << ": " << e.what();
+    }
+  };
+  ReadOptions types;
+  types.type_elements = {"O"};
+  check("no_types.dump", kTriclinicDump, ReadOptions{}, "no_types.dump:line 9: the atoms have types but no elements");
+  check("type2.dump", kTriclinicDump, types, "type2.dump:line 11: atom type 2 has no element (--types gives 1)");
+  std::string cut = kTriclinicDump;
+  cut.resize(cut.size() - 8);    // "2 2 2 2 "
+  ReadOptions both;
+  both.type_elements = {"O", "H"};
+  check("cut.dump", cut, both, "cut.dump:line 11: 4 columns, the ATOMS line names 8");
+  check("short.dump", "ITEM: TIMESTEP\n0\nITEM: NUMBER OF ATOMS\n3\n", ReadOptions{}, "the file ends inside a frame");
+  check("nox.dump", "ITEM: TIMESTEP\n0\nITEM: NUMBER OF ATOMS\n1\nITEM: BOX BOUNDS pp pp pp\n0 4\n0 5\n0 6\n"
+                    "ITEM: ATOMS id element\n1 C\n", ReadOptions{}, "the atoms need positions");
+}
+
 TEST_F(N2p2, NonPeriodicFramesAndLineNumbers) {
   const std::string f =
       file("input.data", std::string(kN2p2Frame) + "begin\natom 0 0 0 H 0 0 1 2 3\nenergy 1\nend\n");

@@ -225,7 +225,7 @@ TEST(Schedule, ReduceOnPlateau) {
 // A tiny training problem: 12 ethanol frames from data/, a small se_e2_a, float64.
 std::string tiny_config(const TempDir& dir, const std::string& out, int epochs) {
   auto frames = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
-                            ReadOptions{Units{"angstrom", "kcal/mol", ""}});
+                            ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
   frames.resize(12);
   const std::string data = (dir.path / "frames.xyz").string();
   if (!fs::exists(data)) write_extxyz(data, frames);
@@ -382,7 +382,7 @@ TEST(Training, DataKeptOnTheDeviceAndBucketsGiveBitwiseTheSameRun) {
 // concat() of per-frame batches is the batch make_batch() builds from the same frames.
 TEST(Training, ConcatenatedFramesEqualOneBatch) {
   auto frames_xyz = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
-                                ReadOptions{Units{"angstrom", "kcal/mol", ""}});
+                                ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
   std::vector<Frame> frames;
   for (int k = 0; k < 3; ++k) frames.push_back(make_frame(frames_xyz[k], 4.0));
   frames[1].structure.virial = Mat3{{{1, 0, 0}, {0, 2, 0}, {0, 0, 3}}};
@@ -584,7 +584,7 @@ TEST(Training, MissingLabelsAreWarnedAndShownAsNA) {
   TempDir dir("mlip_test_missing_labels");
   SerialCommunicator comm;
   auto frames = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
-                            ReadOptions{Units{"angstrom", "kcal/mol", ""}});
+                            ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
   frames.resize(12);
   for (auto& f : frames) f.forces.clear();  // energies only
   const std::string data = (dir.path / "energies-only.xyz").string();
@@ -762,7 +762,7 @@ TEST(Export, Float32AndCompressedFromACheckpoint) {
   const double shortest = a.metadata().provenance.at("shortest_training_distance").get<double>();
   EXPECT_NEAR(c.metadata().hyperparameters["compression"]["min_distance"].get<double>(), 0.75 * shortest, 1e-12);
   auto frames = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
-                            ReadOptions{Units{"angstrom", "kcal/mol", ""}});
+                            ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
   double df32 = 0, dc = 0, fmax = 0;
   for (int k : {100, 600, 900}) {
     const auto ra = mlip::testing::evaluate_reference(a, frames[k]);
@@ -806,7 +806,7 @@ namespace {
 // differences of the loss in a few parameters, for both architectures.
 TEST(Training, ForceLossGradientMatchesFiniteDifferences) {
   auto frames = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
-                            ReadOptions{Units{"angstrom", "kcal/mol", ""}});
+                            ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
   std::vector<Frame> batch_frames = {make_frame(frames[0], 4.0), make_frame(frames[500], 4.0)};
   const SpeciesMap species({"H", "C", "O"});
   const GraphBatch gb = make_batch({&batch_frames[0], &batch_frames[1]}, species);

@@ -62,6 +62,7 @@ uint64_t cache_key(const std::string& source, const DatasetOptions& o) {
   h.bytes(kMagic, sizeof kMagic);
   h.text(o.format);
   h.text(o.read.units.length + "|" + o.read.units.energy + "|" + o.read.units.stress);
+  for (const auto& el : o.read.type_elements) h.text("|type:" + el);
   h.bytes(&o.cutoff, sizeof o.cutoff);
   std::vector<fs::path> files;
   if (fs::is_directory(source)) {

@@ -228,9 +228,13 @@ std::string detect_format(const std::string& path) {
   if (has_suffix(lower, ".xyz") || has_suffix(lower, ".extxyz")) return "extxyz";
   if (has_suffix(lower, ".json")) return "fitsnap";
   if (name.rfind("input.data", 0) == 0) return "n2p2";
+  if (has_suffix(lower, ".dump") || has_suffix(lower, ".lammpstrj")) return "lammps-dump";
+  std::string first;
+  std::getline(std::ifstream(path), first);
+  if (first.rfind("ITEM: TIMESTEP", 0) == 0) return "lammps-dump";
   throw Error(path +
-              ": cannot tell the format from the name (expected *.xyz, *.extxyz, *.json, input.data* "
-              "or a directory); pass the format explicitly");
+              ": cannot tell the format from the name (expected *.xyz, *.extxyz, *.json, input.data*, *.dump, "
+              "*.lammpstrj or a directory); pass the format explicitly");
 }
 
 std::vector<Structure> read_structures(const std::string& path, const std::string& format,
@@ -239,6 +243,7 @@ std::vector<Structure> read_structures(const std::string& path, const std::strin
   if (f == "extxyz") return read_extxyz(path, options);
   if (f == "n2p2") return read_n2p2(path, options);
   if (f == "fitsnap") return read_fitsnap_json(path, options);
+  if (f == "lammps-dump") return read_lammps_dump(path, options);
   if (f == "deepmd") {
     if (!fs::is_directory(path)) throw Error(path + ": a DeePMD system must be a directory");
     const std::vector<fs::path> systems = deepmd_systems(path);
@@ -251,7 +256,7 @@ std::vector<Structure> read_structures(const std::string& path, const std::strin
     return all;
   }
   throw Error("unknown data format '" + format + "' for " + path +
-              " (expected auto, extxyz, deepmd, n2p2 or fitsnap)");
+              " (expected auto, extxyz, deepmd, n2p2, fitsnap or lammps-dump)");
 }
 
 }  // namespace mlip

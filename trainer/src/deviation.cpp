@@ -78,6 +78,7 @@ DeviationCounts model_deviation(const std::vector<std::string>& models, const st
   for (const auto& m : models) committee.push_back(Model::load(m));
   ReadOptions read;
   read.units = options.units;
+  read.type_elements = options.type_elements;
   const std::vector<Structure> structures = read_structures(data, options.format, read);
   log(fmt::format("{} models, {} frames from {}", committee.size(), structures.size(), data));
 

@@ -222,7 +222,9 @@ int main(int argc, char** argv) {
                                               "(as pair_style mlip's out_file), and the frames to label");
   dev->add_option("inputs", devi_inputs, "Two or more model files, then the data file or folder")->required()->expected(3, 1000);
   dev->add_option("-o,--output", devi.output, "Deviation file to write (one line per frame)");
-  dev->add_option("--format", devi.format, "auto, extxyz, deepmd, n2p2 or fitsnap");
+  dev->add_option("--format", devi.format, "auto, extxyz, deepmd, n2p2, fitsnap or lammps-dump");
+  dev->add_option("--types", devi.type_elements, "LAMMPS dump with types, not elements: the element of each type")
+      ->expected(1, 118);
   dev->add_option("--relative", devi.relative, "Force deviation relative to |F| + this (eV/A)");
   dev->add_option("--trust-lo", devi.trust_lo, "Frames whose max force deviation is at least this (eV/A)...");
   dev->add_option("--trust-hi", devi.trust_hi, "...and below this (eV/A; default: no bound) are candidates");

@@ -305,6 +305,7 @@ Prediction evaluate_as_lammps(const Model& model, const BatchTensors& t);
 struct DeviationOptions {
   std::string format = "auto";
   Units units;
+  std::vector<std::string> type_elements;  // LAMMPS dumps without an element column
   std::string output = "model_devi.out";
   double relative = 0.0;
   double trust_lo = 0.0, trust_hi = 0.0;   // eV/A; trust_hi 0: no upper bound

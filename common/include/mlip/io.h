@@ -32,6 +32,8 @@ struct Units {
 
 struct ReadOptions {
   Units units;
+  /// LAMMPS dumps without an element column: the element of each atom type (type 1 first).
+  std::vector<std::string> type_elements;
 };
 
 /// Extended XYZ as ASE writes and reads it: the comment line holds key=value pairs (values bare,
@@ -80,12 +82,20 @@ std::vector<Structure> read_n2p2(const std::string& path, const ReadOptions& opt
 /// files below it, recursively, in sorted path order.
 std::vector<Structure> read_fitsnap_json(const std::string& path_or_dir, const ReadOptions& options = {});
 
+/// A LAMMPS text dump (dump custom or atom): per frame ITEM: TIMESTEP, NUMBER OF ATOMS, BOX BOUNDS
+/// (orthogonal, or triclinic with tilts: the cell is rebuilt from LAMMPS's bounding box; pp =
+/// periodic) and ATOMS with positions (x y z, unwrapped xu yu zu or scaled xs ys zs) and the
+/// element column or types mapped by options.type_elements. No labels are read (a dump holds a
+/// model's forces, not reference ones). Lengths in options.units (units metal and real: Å).
+std::vector<Structure> read_lammps_dump(const std::string& path, const ReadOptions& options = {});
+
 /// The format `read_structures` would pick for `path`: "deepmd" for a directory with type.raw or
 /// with DeePMD systems below it, "fitsnap" for *.json or a directory with *.json files below it,
-/// "extxyz" for *.xyz and *.extxyz, "n2p2" for input.data*. Throws mlip::Error if none fits.
+/// "extxyz" for *.xyz and *.extxyz, "n2p2" for input.data*, "lammps-dump" for *.dump, *.lammpstrj
+/// and files that start with "ITEM: TIMESTEP". Throws mlip::Error if none fits.
 std::string detect_format(const std::string& path);
 
-/// Reads `path` in `format` ("auto", "extxyz", "deepmd", "n2p2" or "fitsnap"). A directory read as
+/// Reads `path` in `format` ("auto", "extxyz", "deepmd", "n2p2", "fitsnap" or "lammps-dump"). A directory read as
 /// "deepmd" may hold several systems; they are read in sorted path order.
 std::vector<Structure> read_structures(const std::string& path, const std::string& format = "auto",
                                        const ReadOptions& options = {});
