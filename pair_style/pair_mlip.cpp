@@ -566,11 +566,10 @@ void PairMLIP::build_graph(const int *first, const int *last, int member)
   const double *const *x = atom->x;
   const int *type = atom->type;
   const double to_A = 1.0 / distance_unit;    // the graph is in A, as the model
-  const int *species = member == 0 ? type_species.data() : s.members[member - 1].type_species.data();
-  const double rc = member == 0 ? cutoff : s.members[member - 1].cutoff;
-  const int hops = member == 0 ? layers : s.members[member - 1].layers;
+  const Member m = this->member(member);
+  const int *species = m.type_species->data();
   s.graph.build(
-      first, last, atom->nlocal + atom->nghost, rc, [&](int i) { return species[type[i]]; },
+      first, last, atom->nlocal + atom->nghost, m.cutoff, [&](int i) { return species[type[i]]; },
       [&](int i, auto &&visit) {
         const int *jlist = list->firstneigh[i];
         for (int jj = 0; jj < list->numneigh[i]; jj++) {
@@ -578,7 +577,7 @@ void PairMLIP::build_graph(const int *first, const int *last, int member)
           visit(j, (x[j][0] - x[i][0]) * to_A, (x[j][1] - x[i][1]) * to_A, (x[j][2] - x[i][2]) * to_A);
         }
       },
-      std::max(hops, 1));
+      std::max(m.layers, 1));
   s.graph_member = member;
   if (timing) s.t_graph += seconds_since(t0);
 }
@@ -597,7 +596,7 @@ void PairMLIP::evaluate_graph(int member)
   check_distances();
   auto t0 = Clock::now();
   const mlip::GraphView view = mlip::graph_view(s.graph);
-  mlip::Model &m = member == 0 ? *s.model : *s.members[member - 1].model;
+  mlip::Model &m = *this->member(member).model;
   mlip::ModelOutput out;
   guarded(error, false, "model evaluation failed", [&] { out = mlip::evaluate_graph(m, view); });
   if (timing) s.t_model += seconds_since(t0);

@@ -80,6 +80,15 @@ class PairMLIP : public Pair {
   void load_committee(const std::vector<std::string> &files, const std::string &device);
   int committee_size() const;
   bool same_graph(int a, int b) const;
+  // A committee member as graph builders need it (0: the model that drives the dynamics).
+  struct Member {
+    mlip::Model *model;
+    double cutoff;                          // A
+    int layers;                             // message-passing layers
+    const std::vector<int> *type_species;   // (ntypes + 1) species index, -1 = NULL
+  };
+  Member member(int m) const;
+  bool deviation_step() const;    // this compute() reports the committee's deviation
   void init_deviation();
   void begin_deviation();
   void add_to_deviation(int member, const int *node_atom, int64_t n_centers, int64_t n_nodes, const double *energy,

@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <tuple>
 
 using namespace LAMMPS_NS;
 
@@ -89,17 +88,23 @@ int PairMLIP::committee_size() const
   return 1 + static_cast<int>(impl->members.size());
 }
 
+PairMLIP::Member PairMLIP::member(int m) const
+{
+  if (m == 0) return {impl->model.get(), cutoff, layers, &type_species};
+  const MlipMember &x = impl->members[m - 1];
+  return {x.model.get(), x.cutoff, x.layers, &x.type_species};
+}
+
+bool PairMLIP::deviation_step() const
+{
+  return impl->reporting;
+}
+
 // Whether members a and b see the same graph (cutoff, message-passing depth, species).
 bool PairMLIP::same_graph(int a, int b) const
 {
-  auto key = [this](int m) {
-    if (m == 0) return std::make_tuple(cutoff, layers, &type_species);
-    const MlipMember &x = impl->members[m - 1];
-    return std::make_tuple(x.cutoff, x.layers, &x.type_species);
-  };
-  const auto ka = key(a), kb = key(b);
-  return std::get<0>(ka) == std::get<0>(kb) && std::get<1>(ka) == std::get<1>(kb) &&
-      *std::get<2>(ka) == *std::get<2>(kb);
+  const Member x = member(a), y = member(b);
+  return x.cutoff == y.cutoff && x.layers == y.layers && *x.type_species == *y.type_species;
 }
 
 /* ----------------------------------------------------------------------

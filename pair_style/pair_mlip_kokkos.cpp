@@ -130,9 +130,6 @@ template <class DeviceType> void PairMLIPKokkos<DeviceType>::coeff(int narg, cha
 template <class DeviceType> void PairMLIPKokkos<DeviceType>::init_style()
 {
   PairMLIP::init_style();
-  if (committee_size() > 1)
-    error->all(FLERR, "pair_style mlip/kk: model deviation (several model files) is not available in mlip/kk yet: "
-                      "use pair_style mlip (e.g. with -sf off or 'suffix off' for this pair style)");
   const bool host = std::is_same<DeviceType, LMPHostType>::value && !std::is_same<DeviceType, LMPDeviceType>::value;
   const bool device = std::is_same<DeviceType, LMPDeviceType>::value;
 #if MLIP_LAMMPS_NEW_NEIGHBOR_API
@@ -189,20 +186,14 @@ template <class DeviceType> void PairMLIPKokkos<DeviceType>::compute(int eflag_i
   grow(d_atom_species, nall, "mlip/kk:atom_species");
   grow(d_node_atom, nall + chunk_size, "mlip/kk:node_atom");
   grow(d_node_species, nall + chunk_size, "mlip/kk:node_species");
-  {
-    auto atom_species = d_atom_species;
-    auto type_species_v = d_type_species;
-    auto type_v = type;
-    Kokkos::parallel_for(
-        Kokkos::RangePolicy<DeviceType>(0, nall),
-        KOKKOS_LAMBDA(int a) { atom_species(a) = type_species_v(type_v(a)); });
-  }
-
-  if (layers > 1) {
-    evaluate_sources(0, list->inum + list->gnum, true);
-  } else {
-    for (int first = 0; first < list->inum; first += chunk_size)
-      evaluate_sources(first, std::min(chunk_size, list->inum - first), false);
+  // The model that drives the dynamics; on a step that reports the deviation, the committee.
+  begin_deviation();
+  const bool reporting = deviation_step();
+  for (int m = 0; m < (reporting ? committee_size() : 1); m++) evaluate_member(m);
+  if (reporting) {
+    atomKK->sync(Host, TYPE_MASK | DVECTOR_MASK);
+    end_deviation();    // on the host: reverse communication, reductions, d_mlip_devi_f, the file
+    atomKK->modified(Host, DVECTOR_MASK);
   }
 
   if (eflag_atom) {
@@ -221,17 +212,49 @@ template <class DeviceType> void PairMLIPKokkos<DeviceType>::compute(int eflag_i
 }
 
 /* ----------------------------------------------------------------------
-   evaluate_sources: graph of sources ilist[first, first + count), model call, outputs.
+   evaluate_member: committee member m (0: the model that drives the dynamics) on every local
+   atom, in chunks or, for a message-passing model, on the whole halo at once
+------------------------------------------------------------------------- */
+
+template <class DeviceType> void PairMLIPKokkos<DeviceType>::evaluate_member(int m)
+{
+  const Member info = member(m);
+  auto type_species_v = d_type_species;
+  if (m > 0) {    // this model's species of each type
+    type_species_v = Kokkos::View<int *, DeviceType>("mlip/kk:member_species", info.type_species->size());
+    auto h = Kokkos::create_mirror_view(type_species_v);
+    for (std::size_t t = 0; t < info.type_species->size(); t++) h(t) = (*info.type_species)[t];
+    Kokkos::deep_copy(type_species_v, h);
+  }
+  auto atom_species = d_atom_species;
+  auto type_v = type;
+  Kokkos::parallel_for(
+      Kokkos::RangePolicy<DeviceType>(0, atom->nlocal + atom->nghost),
+      KOKKOS_LAMBDA(int a) { atom_species(a) = type_species_v(type_v(a)); });
+
+  if (info.layers > 1) {
+    evaluate_sources(m, 0, list->inum + list->gnum, true);
+  } else {
+    for (int first = 0; first < list->inum; first += chunk_size)
+      evaluate_sources(m, first, std::min(chunk_size, list->inum - first), false);
+  }
+}
+
+/* ----------------------------------------------------------------------
+   evaluate_sources: graph of sources ilist[first, first + count) for committee member `member`,
+   model call, outputs (to LAMMPS's atoms for member 0, to the deviation's sums on a step that
+   reports it).
    whole_halo: node = atom for all owned and ghost atoms, centres = owned atoms.
 ------------------------------------------------------------------------- */
 
 template <class DeviceType>
-void PairMLIPKokkos<DeviceType>::evaluate_sources(int first, int count, bool whole_halo)
+void PairMLIPKokkos<DeviceType>::evaluate_sources(int member, int first, int count, bool whole_halo)
 {
   if (count <= 0) return;
   auto t0 = Clock::now();
   const int nall = atom->nlocal + atom->nghost;
-  const double cut2 = cutoff * cutoff;      // in A, as the model: LAMMPS's distances times to_A
+  const Member info = this->member(member);
+  const double cut2 = info.cutoff * info.cutoff;      // in A, as the model: LAMMPS's distances times to_A
   const double to_A = 1.0 / distance_unit;
   typedef Kokkos::RangePolicy<DeviceType> Range;
 
@@ -378,7 +401,7 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int first, int count, bool who
 #endif
   mlip::ModelOutput out;
   try {
-    out = mlip::evaluate_graph(model(), graph);
+    out = mlip::evaluate_graph(*info.model, graph);
   } catch (const mlip::Error &e) {
     error->one(FLERR, std::string("pair_style mlip/kk: model evaluation failed: ") + e.what());
   } catch (const c10::Error &e) {
@@ -393,8 +416,8 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int first, int count, bool who
   // 6. Outputs: forces and virials by the function every consumer uses, added to the nodes'
   // atoms (each atom is at most one node: no atomics).
   mlip::EdgeForceRequest request;
-  request.virial = vflag_global != 0;
-  request.node_virial = vflag_atom || cvflag_atom;
+  request.virial = vflag_global != 0 || deviation_step();
+  request.node_virial = member == 0 && (vflag_atom || cvflag_atom);
   mlip::EdgeForces ef;
   try {
     ef = mlip::edge_forces(graph, out.edge_grad, request);
@@ -402,14 +425,33 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int first, int count, bool who
     error->one(FLERR, std::string("pair_style mlip/kk: forces: ") + e.what_without_backtrace());
   }
   to_lammps_units(out, ef);
-  add_outputs_on_device(out.atom_energy.data_ptr<double>(), ef, n_centers, n_nodes);
+  if (member == 0) add_outputs_on_device(out.atom_energy.data_ptr<double>(), ef, n_centers, n_nodes);
+  if (deviation_step()) add_member_outputs(member, out, ef, n_centers, n_nodes);
 
-  // Ready for the next chunk: no atom has a node.
-  if (!whole_halo) Kokkos::parallel_for(Range(0, n_nodes), KOKKOS_LAMBDA(int k) { atom_node(node_atom(k)) = -1; });
+  // Ready for the next chunk or model: no atom has a node.
+  Kokkos::parallel_for(Range(0, n_nodes), KOKKOS_LAMBDA(int k) { atom_node(node_atom(k)) = -1; });
   if (timing) {
     Kokkos::fence();
     add_time(FORCES, std::chrono::duration<double>(Clock::now() - t0).count());
   }
+}
+
+/* ----------------------------------------------------------------------
+   add_member_outputs: one graph's energies (NULL-type centres' set to zero), forces and virial
+   to committee member `member`'s sums for the deviation, on the host
+------------------------------------------------------------------------- */
+
+template <class DeviceType>
+void PairMLIPKokkos<DeviceType>::add_member_outputs(int member, const mlip::ModelOutput &out,
+                                                    const mlip::EdgeForces &ef, int n_centers, int n_nodes)
+{
+  auto node_atom = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d_node_atom);
+  auto atom_species = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), d_atom_species);
+  torch::Tensor e = out.atom_energy.to(torch::kCPU, torch::kFloat64, /*non_blocking=*/false, /*copy=*/true).contiguous();
+  double *ep = e.data_ptr<double>();
+  for (int c = 0; c < n_centers; c++)
+    if (atom_species(node_atom(c)) < 0) ep[c] = 0.0;
+  add_to_deviation(member, node_atom.data(), n_centers, n_nodes, ep, ef);
 }
 
 /* ----------------------------------------------------------------------

@@ -39,12 +39,17 @@ template <class DeviceType> class PairMLIPKokkos : public PairMLIP {
   void init_style() override;
 
   // Public only because they hold device lambdas (CUDA's rule for extended lambdas).
+  // Committee member m (0: the model that drives the dynamics) on all local atoms.
+  void evaluate_member(int m);
   // One model call: graph of the sources, then model, then outputs.
-  void evaluate_sources(int first, int count, bool whole_halo);
+  void evaluate_sources(int member, int first, int count, bool whole_halo);
   // mlip's check_distances on the graph's views.
   void check_distances_on_device(int n_edges);
   // One graph's energies (n_centers) and forces and virials (n_nodes) to the nodes' atoms.
   void add_outputs_on_device(const double *energy, const mlip::EdgeForces &forces, int n_centers, int n_nodes);
+  // The same to a committee member's sums for the model deviation (host).
+  void add_member_outputs(int member, const mlip::ModelOutput &out, const mlip::EdgeForces &forces, int n_centers,
+                          int n_nodes);
 
  protected:
   std::string model_device(const std::string &asked, std::string &note) override;

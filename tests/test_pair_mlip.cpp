@@ -887,7 +887,7 @@ std::vector<double> last_deviation_line(const std::string& path, int* lines = nu
 }
 
 void expect_deviation_matches_offline(const std::vector<std::string>& names, const std::string& options,
-                                      double fill, unsigned seed) {
+                                      double fill, unsigned seed, bool kokkos = false) {
   const Box box;
   const Structure s = random_system(box, 60, fill, seed);
   std::vector<std::string> models;
@@ -897,8 +897,8 @@ void expect_deviation_matches_offline(const std::vector<std::string>& names, con
     files += " " + models.back();
   }
   const std::string out_file =
-      (fs::temp_directory_path() / "mlip_test_pair" / fmt::format("devi_{}_{}.out", seed, nprocs())).string();
-  Lammps lmp;
+      (fs::temp_directory_path() / "mlip_test_pair" / fmt::format("devi_{}_{}_{}.out", seed, kokkos, nprocs())).string();
+  Lammps lmp("none", kokkos);
   setup_system(lmp, s, box, "pair_style mlip" + files + " out_freq 1 out_file " + out_file + options, "* * O H H",
                fill < 1.0 ? fmt::format("processors {} 1 1", nprocs()) : "");
   lmp.ok("compute dev all pair mlip");
@@ -1094,12 +1094,14 @@ TEST_F(PairMLIPKokkos, AtomsTooCloseStopTheRunNamingBoth) {
   EXPECT_NE(e.find("atoms 1 and 3 are 0.04 A apart (less than 0.1 A) at step 0"), std::string::npos) << e;
 }
 
-TEST_F(PairMLIPKokkos, ModelDeviationIsAClearError) {
-  Lammps lmp("none", /*kokkos=*/true);
-  ok_lines(lmp, water_setup(20, 75) + "pair_style mlip " + model_path("se_e2_a") + " " + model_path("se_e2_a_md") +
-                    "\npair_coeff * * O H H");
-  const std::string e = lmp.command("run 0");
-  EXPECT_NE(e.find("not available in mlip/kk yet"), std::string::npos) << e;
+// mlip/kk: the same committees as mlip's cases above (several cutoffs, PaiNN's whole halo beside
+// se_e2_a's chunks, empty subdomains), against the same offline evaluation.
+TEST_F(PairMLIPKokkos, ModelDeviationMatchesOfflineComputation) {
+  expect_deviation_matches_offline({"se_e2_a", "se_e2_a_md", "painn"}, "", 1.0, 71, /*kokkos=*/true);
+}
+
+TEST_F(PairMLIPKokkos, ModelDeviationInChunksWithEmptySubdomains) {
+  expect_deviation_matches_offline({"painn", "se_e2_a", "se_e2_a_md"}, " chunk 7", 0.3, 72, /*kokkos=*/true);
 }
 
 TEST_F(PairMLIPKokkos, UnitStylesAgreeWithMetal) { expect_units_agree_with_metal(true, "se_e2_a"); }
