@@ -73,6 +73,12 @@ if [ "$torch_version" != debian ]; then
     "$venv/bin/pip" install -q --disable-pip-version-check "torch==$torch_version"
     "$venv/bin/python3" -W ignore -c 'import torch; print("[install-deps] torch", torch.__version__, "CUDA", torch.version.cuda)'
   fi
+  # ASE beside torch: the ASE calculator (python/mlip_ase) and its test against LAMMPS
+  if ! "$venv/bin/python3" -c 'import ase' 2>/dev/null; then
+    say "installing PyPI ase into $venv (for python/mlip_ase)"
+    "$venv/bin/pip" install -q --disable-pip-version-check "ase>=3.22" ||
+      say "warning: pip could not install ase; the ASE calculator's test will be skipped"
+  fi
 fi
 
 # ---------------------------------------------------------------------------------------------
