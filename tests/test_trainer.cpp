@@ -319,6 +319,9 @@ TEST_F(FineTuning, AnotherArchitectureOrCutoffIsRefusedListingWhatDiffers) {
   EXPECT_NE(e.find("is not the model this config describes"), std::string::npos) << e;
   EXPECT_NE(e.find("model.cutoff: 3.5 (source 4)"), std::string::npos) << e;
   EXPECT_NE(e.find("model.hyperparameters.embedding: [8,8] (source [4,8])"), std::string::npos) << e;
+  const std::string a = train((dir_->path / "painn").string(), {"training.init_from=" + base_ + "/model.pt",
+                                                                 "model.architecture=painn", "model.hyperparameters={}"});
+  EXPECT_NE(a.find("model.architecture: painn (source se_e2_a)"), std::string::npos) << a;
   const std::string f = train((dir_->path / "nofrom").string(), {"training.freeze=descriptor"});
   EXPECT_NE(f.find("training.freeze needs training.init_from"), std::string::npos) << f;
 }
