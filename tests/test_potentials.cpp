@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 
 #include <ATen/Parallel.h>
@@ -16,6 +17,7 @@
 #include "mlip/edge_contraction.h"
 #include "mlip/elements.h"
 #include "mlip/error.h"
+#include "mlip/message_passing.h"
 #include "mlip/neighbor_list.h"
 #include "mlip/potentials.h"
 #include "mlip/radial_net.h"
@@ -47,7 +49,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 constexpr double kCutoff = 4.0;
 
 // A small but non-trivial model: random weights and random data statistics.
-BuiltModel build(const Case& c, uint64_t seed = 7) {
+BuiltModel build(const Case& c, uint64_t seed = 7, int layers = 2) {
   ModelSpec spec;
   const bool se = c.architecture.rfind("se_e2_a", 0) == 0;
   spec.architecture = se ? "se_e2_a" : c.architecture;
@@ -60,7 +62,7 @@ BuiltModel build(const Case& c, uint64_t seed = 7) {
                             {"rcut_smth", 2.0}, {"neighbor_norm", 10.0}};
     if (c.architecture == "se_e2_a_two_side") spec.hyperparameters["type_one_side"] = false;
   } else {
-    spec.hyperparameters = {{"features", 8}, {"layers", 2}, {"radial_basis", 6}};
+    spec.hyperparameters = {{"features", 8}, {"layers", layers}, {"radial_basis", 6}};
   }
   if (c.repulsion) spec.repulsion = "zbl";
   BuiltModel built = build_model(spec);
@@ -289,6 +291,69 @@ TEST_P(Potential, ExportedModelMatchesAndLoadsInPython) {
   for (std::size_t i = 0; i < s.size(); ++i) {
     // Same LibTorch, same frozen graph: identical up to summation order inside kernels.
     EXPECT_NEAR(out["energies"][i].get<double>(), b.atom_energy[i], same() * std::abs(b.atom_energy[i]));
+  }
+}
+
+// Ghost exchange (mlip/message_passing.h) in one process: each periodic image a centre sees is a
+// ghost node whose features come from its atom between layers, and whose feature gradients go
+// back to it. Energies and edge gradients equal forward() on the periodic graph (where images are
+// the atoms themselves), for 2 and 3 layers, with and without the pair repulsion.
+TEST(MessagePassing, GhostExchangeEqualsForwardOnPeriodicImages) {
+  const Structure s = sample(41);
+  const NeighborList nl = build_neighbor_list(s, kCutoff);
+  const auto n = static_cast<int64_t>(s.size());
+  std::vector<int64_t> species, owner, edge_index(2 * nl.size());
+  for (int z : s.numbers) species.push_back(z == 8 ? 1 : 0);
+  std::map<std::pair<int64_t, std::array<int32_t, 3>>, int64_t> ghost;
+  for (std::size_t e = 0; e < nl.size(); ++e) {
+    int64_t node = nl.neighbors[e];
+    if (nl.shifts[e] != std::array<int32_t, 3>{0, 0, 0}) {
+      auto [it, added] = ghost.try_emplace({nl.neighbors[e], nl.shifts[e]}, n + static_cast<int64_t>(owner.size()));
+      if (added) {
+        owner.push_back(nl.neighbors[e]);
+        species.push_back(species[nl.neighbors[e]]);
+      }
+      node = it->second;
+    }
+    edge_index[e] = nl.centers[e];
+    edge_index[nl.size() + e] = node;
+  }
+  ASSERT_GT(owner.size(), s.size()) << "the cell must be small enough for many images";
+  std::vector<double> vectors;
+  for (const auto& r : nl.vectors) vectors.insert(vectors.end(), r.begin(), r.end());
+  GraphView graph;
+  graph.species = species.data();
+  graph.n_nodes = static_cast<int64_t>(species.size());
+  graph.edge_index = edge_index.data();
+  graph.edge_index_stride = static_cast<int64_t>(nl.size());
+  graph.edge_vectors = vectors.data();
+  graph.n_edges = static_cast<int64_t>(nl.size());
+  graph.n_centers = n;
+  // The periodic graph: images are the atoms themselves.
+  std::vector<int64_t> periodic_index(nl.centers);
+  periodic_index.insert(periodic_index.end(), nl.neighbors.begin(), nl.neighbors.end());
+  GraphView periodic = graph;
+  periodic.n_nodes = n;
+  periodic.edge_index = periodic_index.data();
+  const torch::Tensor owners = torch::tensor(owner, torch::kInt64);
+  FeatureExchange exchange;
+  exchange.forward = [&](const torch::Tensor& owned) { return owned.index_select(0, owners); };
+  exchange.reverse = [&](const torch::Tensor& g) { return torch::zeros({n, g.size(1)}, g.options()).index_add(0, owners, g); };
+
+  for (int layers : {2, 3}) {
+    for (bool repulsion : {false, true}) {
+      const BuiltModel built = build({"painn", torch::kFloat64, repulsion}, 7, layers);
+      const Model model(built.module, built.metadata, torch::kCPU);
+      ASSERT_EQ(exchange_layers(model), layers);
+      const ModelOutput out = evaluate_exchanging(model, graph, exchange);
+      const ModelOutput direct = evaluate_graph(model, periodic);
+      SCOPED_TRACE("layers " + std::to_string(layers) + (repulsion ? ", repulsion" : ""));
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_NEAR(out.atom_energy[i].item<double>(), direct.atom_energy[i].item<double>(),
+                    1e-10 * std::abs(direct.atom_energy[i].item<double>()));
+      const double scale = direct.edge_grad.abs().max().item<double>();
+      EXPECT_LT((out.edge_grad - direct.edge_grad).abs().max().item<double>(), 1e-10 * scale);
+    }
   }
 }
 

@@ -1,4 +1,5 @@
 #include "mlip/model.h"
+#include "model_internal.h"
 #include "mlip/operators.h"
 
 #include "mlip/model_metadata.h"
@@ -82,7 +83,7 @@ ModelMetadata ModelMetadata::from_json(const nlohmann::json& j, const std::strin
   return m;
 }
 
-namespace {
+namespace detail {
 
 // Whether TorchScript's graph executor optimises a model call on `device`; set around every
 // forward() so that every call takes the same path (the optimiser's first calls are unoptimised
@@ -108,7 +109,7 @@ bool optimize_graphs_on(const torch::Device& device) {
   return device.is_cpu() ? false : torch::jit::getGraphExecutorOptimize();
 }
 
-}  // namespace
+}  // namespace detail
 
 Model::Model(torch::jit::Module module, ModelMetadata metadata, torch::Device device)
     : module_(std::move(module)),
@@ -223,13 +224,13 @@ ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, Ed
   std::vector<torch::jit::IValue> args{in.species, in.edge_index, vectors, in.n_centers};
   ModelOutput out;
   {
-    torch::jit::GraphOptimizerEnabledGuard optimize(optimize_graphs_on(vectors.device()));
+    torch::jit::GraphOptimizerEnabledGuard optimize(detail::optimize_graphs_on(vectors.device()));
     try {
       out.atom_energy = module.forward(args).toTensor();
     } catch (const c10::Error&) {
       throw;
     } catch (const std::exception& e) {   // the interpreter's report of an error inside the model
-      throw Error("inside the model: " + interpreter_error(e.what()));
+      throw Error("inside the model: " + detail::interpreter_error(e.what()));
     }
   }
   if (out.atom_energy.dim() != 1 || out.atom_energy.size(0) != in.n_centers) {
@@ -252,25 +253,9 @@ ModelOutput Model::evaluate(const ModelInput& in, bool need_grad) const {
   return evaluate_module(module_, in, need_grad ? EdgeGradient::value : EdgeGradient::none);
 }
 
-namespace {
-
-// The graph's arrays as tensors on its device, without a copy. from_blob wants non-const
-// pointers; the tensors are only read (evaluate_module detaches the vectors before asking for
-// their gradient, which does not write them).
-struct GraphTensors {
-  torch::Tensor species, edge_index, edge_vectors;
-  explicit GraphTensors(const GraphView& g) {
-    const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(g.device);
-    species = torch::from_blob(const_cast<int64_t*>(g.species), {g.n_nodes}, i64);
-    edge_index = torch::from_blob(const_cast<int64_t*>(g.edge_index), {2, g.n_edges}, {g.edge_index_stride, 1}, i64);
-    edge_vectors = torch::from_blob(const_cast<double*>(g.edge_vectors), {g.n_edges, 3}, i64.dtype(torch::kFloat64));
-  }
-};
-
-}  // namespace
 
 ModelOutput evaluate_graph(const Model& model, const GraphView& g, bool need_grad) {
-  const GraphTensors t(g);
+  const detail::GraphTensors t(g);
   ModelInput in;
   in.species = t.species.to(model.device());
   in.edge_index = t.edge_index.to(model.device());
@@ -299,7 +284,7 @@ ModelOutput evaluate_chunk(const Model& model, ChunkGraph& graph, bool need_grad
 }
 
 EdgeForces edge_forces(const GraphView& graph, const torch::Tensor& edge_grad, const EdgeForceRequest& request) {
-  const GraphTensors t(graph);
+  const detail::GraphTensors t(graph);
   EdgeForces out = edge_forces(t.edge_index, t.edge_vectors, edge_grad.to(torch::kFloat64), graph.n_nodes, request);
   for (torch::Tensor* r : {&out.forces, &out.virial, &out.node_virial})
     if (r->defined()) *r = r->contiguous();

@@ -62,66 +62,76 @@ BuiltModel build_painn(const ModelSpec& spec) {
   detail::add_energy_buffers(b, ns);
   b.float_attribute("cutoff", spec.cutoff);
 
+  // The model in parts (mlip/message_passing.h): mp_edges (radial terms of the edges), mp_embed
+  // (features before the first layer), mp_layer_<k> (layer k: messages into, and updates of, the
+  // nodes [0, n_out)), mp_readout (centre energies). forward composes them; LAMMPS's per-layer
+  // ghost exchange calls them one by one, refreshing the ghosts' features between layers.
   const std::string opts = "dtype=edge_vectors.dtype, device=edge_vectors.device";
+  const std::string vopts = "dtype=s.dtype, device=s.device";
   std::ostringstream src;
-  src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
-      << "    center = edge_index[0]\n"
-      << "    neighbor = edge_index[1]\n"
-      << "    n_nodes = species.size(0)\n"
+  src << "def mp_edges(self, edge_vectors: Tensor) -> Tuple[Tensor, Tensor, Tensor]:\n"
       << "    r = torch.sqrt((edge_vectors * edge_vectors).sum(1)).unsqueeze(1)\n"
-      << "    unit = edge_vectors / r\n"
       << "    k = torch.arange(1, " << nrbf + 1 << ", " << opts << ") * (3.141592653589793 / self.cutoff)\n"
       << "    fc = 0.5 * (torch.cos(r * (3.141592653589793 / self.cutoff)) + 1.0)\n"
-      << "    rbf = torch.sin(r * k) / r\n"
+      << "    return torch.sin(r * k) / r, fc, edge_vectors / r\n"
+      << "def mp_embed(self, species: Tensor) -> Tuple[Tensor, Tensor]:\n"
       << "    s = self.embedding[species]\n"
-      << "    v = torch.zeros([n_nodes, 3, " << f << "], " << opts << ")\n"
-      << "    ce = center\n"
-      << "    ne = neighbor\n"
-      << "    rb = rbf\n"
-      << "    fe = fc\n"
-      << "    un = unit\n"
-      << "    n_out = n_nodes\n";
+      << "    return s, torch.zeros([species.size(0), 3, " << f << "], " << vopts << ")\n";
   for (int64_t l = 0; l < layers; ++l) {
     const std::string p = "self.l" + std::to_string(l) + "_";
-    const bool last = l == layers - 1;
-    // Only the centres' features after the last layer reach the energy: when the graph has
-    // other nodes (a halo of ghosts, or other chunks' atoms, in LAMMPS), the last layer passes
-    // only the messages into centres and updates only the centres (same sums, less work).
-    if (last)
-      src << "    if n_centers < n_nodes:\n"
-          << "        sel = torch.nonzero(center < n_centers).squeeze(1)\n"
-          << "        ce = center.index_select(0, sel)\n"
-          << "        ne = neighbor.index_select(0, sel)\n"
-          << "        rb = rbf.index_select(0, sel)\n"
-          << "        fe = fc.index_select(0, sel)\n"
-          << "        un = unit.index_select(0, sel)\n"
-          << "        n_out = n_centers\n";
-    src << "    phi = torch.matmul(torch.silu(torch.matmul(s, " << p << "phi1_w) + " << p << "phi1_b), " << p
+    src << "def mp_layer_" << l << "(self, s: Tensor, v: Tensor, center: Tensor, neighbor: Tensor, rbf: Tensor, "
+        << "fc: Tensor, unit: Tensor, n_out: int) -> Tuple[Tensor, Tensor]:\n"
+        << "    phi = torch.matmul(torch.silu(torch.matmul(s, " << p << "phi1_w) + " << p << "phi1_b), " << p
         << "phi2_w) + " << p << "phi2_b\n"
-        << "    w = (torch.matmul(rb, " << p << "filter_w) + " << p << "filter_b) * fe\n"
-        << "    x = phi.index_select(0, ne) * w\n"
+        << "    w = (torch.matmul(rbf, " << p << "filter_w) + " << p << "filter_b) * fc\n"
+        << "    x = phi.index_select(0, neighbor) * w\n"
         << "    xs, xvv, xvs = torch.split(x, " << f << ", 1)\n"
-        << "    s = s.narrow(0, 0, n_out) + torch.zeros([n_out, " << f << "], " << opts << ").index_add(0, ce, xs)\n"
+        << "    s = s.narrow(0, 0, n_out) + torch.zeros([n_out, " << f << "], " << vopts
+        << ").index_add(0, center, xs)\n"
         // v is zero before the first layer: its x_vv v_j term vanishes there.
-        << (l == 0 ? "    dv = un.unsqueeze(2) * xvs.unsqueeze(1)\n"
-                   : "    dv = v.index_select(0, ne) * xvv.unsqueeze(1) + un.unsqueeze(2) * xvs.unsqueeze(1)\n")
-        << "    v = v.narrow(0, 0, n_out) + torch.zeros([n_out, 3, " << f << "], " << opts
-        << ").index_add(0, ce, dv)\n"
+        << (l == 0 ? "    dv = unit.unsqueeze(2) * xvs.unsqueeze(1)\n"
+                   : "    dv = v.index_select(0, neighbor) * xvv.unsqueeze(1) + unit.unsqueeze(2) * xvs.unsqueeze(1)\n")
+        << "    v = v.narrow(0, 0, n_out) + torch.zeros([n_out, 3, " << f << "], " << vopts
+        << ").index_add(0, center, dv)\n"
         << "    uv = torch.matmul(v, " << p << "U)\n"
         << "    vv = torch.matmul(v, " << p << "V)\n"
         << "    vnorm = torch.sqrt((vv * vv).sum(1) + 1e-8)\n"
         << "    a = torch.matmul(torch.silu(torch.matmul(torch.cat([s, vnorm], 1), " << p << "upd1_w) + " << p
         << "upd1_b), " << p << "upd2_w) + " << p << "upd2_b\n"
-        << "    avv, asv, ass = torch.split(a, " << f << ", 1)\n";
-    if (!last) src << "    v = v + avv.unsqueeze(1) * uv\n";    // v after the last layer is not used
-    src << "    s = s + asv * (uv * vv).sum(1) + ass\n";
+        << "    avv, asv, ass = torch.split(a, " << f << ", 1)\n"
+        << "    return s + asv * (uv * vv).sum(1) + ass, v + avv.unsqueeze(1) * uv\n";
   }
-  src << "    h = s.narrow(0, 0, n_centers)\n"
+  src << "def mp_readout(self, species: Tensor, s: Tensor, edge_index: Tensor, edge_vectors: Tensor, "
+      << "n_centers: int) -> Tensor:\n"
+      << "    h = s.narrow(0, 0, n_centers)\n"
       << "    e = torch.matmul(torch.silu(torch.matmul(h, self.out1_w) + self.out1_b), self.out2_w) + self.out2_b\n"
       << "    cs = species[:n_centers]\n"
       << detail::add_repulsion(b, spec)
       << "    return e.squeeze(1) * self.energy_scale[cs] + self.energy_shift[cs]"
       << (spec.repulsion == "none" ? "" : " + e_rep") << "\n";
+
+  src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
+      << "    center = edge_index[0]\n"
+      << "    neighbor = edge_index[1]\n"
+      << "    n_out = species.size(0)\n"
+      << "    rbf, fc, unit = self.mp_edges(edge_vectors)\n"
+      << "    s, v = self.mp_embed(species)\n";
+  for (int64_t l = 0; l < layers; ++l) {
+    // Only the centres' features after the last layer reach the energy: when the graph has
+    // other nodes (a halo of ghosts, or other chunks' atoms, in LAMMPS), the last layer passes
+    // only the messages into centres and updates only the centres (same sums, less work).
+    if (l == layers - 1)
+      src << "    if n_centers < n_out:\n"
+          << "        sel = torch.nonzero(center < n_centers).squeeze(1)\n"
+          << "        center = center.index_select(0, sel)\n"
+          << "        neighbor = neighbor.index_select(0, sel)\n"
+          << "        rbf = rbf.index_select(0, sel)\n"
+          << "        fc = fc.index_select(0, sel)\n"
+          << "        unit = unit.index_select(0, sel)\n"
+          << "        n_out = n_centers\n";
+    src << "    s, v = self.mp_layer_" << l << "(s, v, center, neighbor, rbf, fc, unit, n_out)\n";
+  }
+  src << "    return self.mp_readout(species, s, edge_index, edge_vectors, n_centers)\n";
 
   return b.finish(src.str(), spec, "painn", static_cast<int>(layers), resolved);
 }

@@ -97,7 +97,7 @@ class Model {
   const ModelInfo& info() const;
   const ModelMetadata& metadata() const { return *metadata_; }   // needs mlip/model_metadata.h
   const torch::Device& device() const { return device_; }
-  torch::jit::Module& module() { return module_; }
+  torch::jit::Module& module() const { return module_; }
 
  private:
   mutable torch::jit::Module module_;
