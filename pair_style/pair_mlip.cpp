@@ -190,12 +190,12 @@ void PairMLIP::allocate()
 namespace {
 
 const char *const settings_usage =
-    "expected 'pair_style mlip MODEL [MODEL2 ...] [chunk N] [timing yes|no] [device D] [out_freq N] "
-    "[out_file FILE] [relative EPS]'";
+    "expected 'pair_style mlip MODEL [MODEL2 ...] [chunk N] [timing yes|no] [device D] [exchange yes|no] "
+    "[out_freq N] [out_file FILE] [relative EPS]'";
 
 bool is_keyword(const char *word)
 {
-  for (const char *k : {"chunk", "timing", "device", "out_freq", "out_file", "relative"})
+  for (const char *k : {"chunk", "timing", "device", "exchange", "out_freq", "out_file", "relative"})
     if (strcmp(word, k) == 0) return true;
   return false;
 }
@@ -210,8 +210,8 @@ void PairMLIP::settings(int narg, char **arg)
   for (; iarg < narg && !is_keyword(arg[iarg]); iarg++) {
     // After the first model: a word that is no file is a misspelt keyword more likely than a model.
     if (iarg > 0 && !std::ifstream(arg[iarg]).good())
-      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device, out_freq, "
-                                    "out_file, relative), and no model file of that name", arg[iarg]));
+      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device, exchange, "
+                                    "out_freq, out_file, relative), and no model file of that name", arg[iarg]));
     files.emplace_back(arg[iarg]);
   }
   const std::string device_asked = read_keywords(narg - iarg, arg + iarg, files.size());
@@ -237,9 +237,11 @@ void PairMLIP::settings(int narg, char **arg)
                  : layers > 1 ? default_chunk_message_passing
                  : meta.compressed ? default_chunk_compressed
                                    : default_chunk_local;
-  // The neighbour list covers every model's cutoff, the ghost shell every model's messages.
+  // The neighbour list covers every model's cutoff, the ghost shell every model's messages
+  // (one cutoff when the model's features are exchanged between layers instead).
+  init_exchange(chunk_given);
   list_cutoff = cutoff;
-  message_reach = layers > 1 ? layers * cutoff : 0.0;
+  message_reach = layers > 1 && !impl->exchange ? layers * cutoff : 0.0;
   for (const auto &m : impl->members) {
     list_cutoff = std::max(list_cutoff, m.cutoff);
     if (m.layers > 1) message_reach = std::max(message_reach, m.layers * m.cutoff);
@@ -260,7 +262,7 @@ void PairMLIP::settings(int narg, char **arg)
     if (impl->model->device().is_cpu())
       utils::logmesg(lmp, "pair_style mlip: LibTorch CPU kernels {} (ATEN_CPU_CAPABILITY), {} thread(s) per rank\n",
                      mlip::cpu_capability(), at::get_num_threads());
-    if (layers > 1 && !one_call)
+    if (layers > 1 && !one_call && !impl->exchange)
       utils::logmesg(lmp, "pair_style mlip: message-passing model: at most {} local atoms per model call{}, in "
                           "spatially compact chunks, each with its halo of {} x {} A\n",
                      chunk_size, chunk_given ? "" : " (default; set with 'chunk N')", layers - 1, cutoff);
@@ -275,6 +277,7 @@ std::string PairMLIP::read_keywords(int narg, char **arg, std::size_t n_models)
   impl->out_freq = n_models > 1 ? 100 : 0;
   impl->out_file = "model_devi.out";
   impl->relative = 0.0;
+  impl->exchange = false;
   std::string device_asked;
   bool deviation_keyword = false;
   for (int iarg = 0; iarg < narg; iarg += 2) {
@@ -290,6 +293,10 @@ std::string PairMLIP::read_keywords(int narg, char **arg, std::size_t n_models)
       else error->all(FLERR, fmt::format("pair_style mlip: timing must be 'yes' or 'no', not '{}'", value));
     } else if (key == "device") {
       device_asked = value;
+    } else if (key == "exchange") {
+      if (strcmp(value, "yes") == 0) impl->exchange = true;
+      else if (strcmp(value, "no") == 0) impl->exchange = false;
+      else error->all(FLERR, fmt::format("pair_style mlip: exchange must be 'yes' or 'no', not '{}'", value));
     } else if (key == "out_freq") {
       impl->out_freq = utils::inumeric(FLERR, value, false, lmp);
       if (impl->out_freq < 1) error->all(FLERR, "pair_style mlip: out_freq must be >= 1");
@@ -302,8 +309,8 @@ std::string PairMLIP::read_keywords(int narg, char **arg, std::size_t n_models)
       if (impl->relative <= 0.0) error->all(FLERR, "pair_style mlip: relative must be > 0 (a force, as a floor)");
       deviation_keyword = true;
     } else {
-      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device, out_freq, "
-                                    "out_file, relative)", key));
+      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device, exchange, "
+                                    "out_freq, out_file, relative)", key));
     }
   }
   if (deviation_keyword && n_models < 2)
@@ -471,7 +478,9 @@ void PairMLIP::compute(int eflag, int vflag)
 {
   begin_compute(eflag, vflag);
   begin_deviation();
-  if (layers > 1) {
+  if (impl->exchange) {
+    compute_exchanging();
+  } else if (layers > 1) {
     // Each chunk brings its own (L-1)-hop halo of complete neighbourhoods; compact chunks keep
     // the halo, which is evaluated again by every chunk that needs it, small.
     Impl &s = *impl;
@@ -559,7 +568,7 @@ mlip::Model &PairMLIP::model()
    all their edges. Energies come for the centres only.
 ------------------------------------------------------------------------- */
 
-void PairMLIP::build_graph(const int *first, const int *last, int member)
+void PairMLIP::build_graph(const int *first, const int *last, int member, bool one_hop)
 {
   Impl &s = *impl;
   const auto t0 = Clock::now();
@@ -577,7 +586,7 @@ void PairMLIP::build_graph(const int *first, const int *last, int member)
           visit(j, (x[j][0] - x[i][0]) * to_A, (x[j][1] - x[i][1]) * to_A, (x[j][2] - x[i][2]) * to_A);
         }
       },
-      std::max(m.layers, 1));
+      one_hop ? 1 : std::max(m.layers, 1));
   s.graph_member = member;
   if (timing) s.t_graph += seconds_since(t0);
 }

@@ -40,9 +40,13 @@ class PairMLIP : public Pair {
   void coeff(int, char **) override;
   void init_style() override;
   double init_one(int, int) override;
-  // The committee's forces on ghost atoms back to their owners (model deviation).
+  // The committee's forces on ghost atoms back to their owners (model deviation), and the
+  // ghosts' feature gradients to theirs ('exchange yes').
   int pack_reverse_comm(int, int, double *) override;
   void unpack_reverse_comm(int, int *, double *) override;
+  // The owners' features to their ghosts between message-passing layers ('exchange yes').
+  int pack_forward_comm(int, int *, double *, int, int *) override;
+  void unpack_forward_comm(int, int, double *) override;
 
  protected:
   struct Impl;
@@ -64,7 +68,7 @@ class PairMLIP : public Pair {
   std::vector<int> map_types(const mlip::Model &model, const std::string &file, char **elements);
   // member: 0 = the model that drives the dynamics, k > 0 = the committee's k-th other model.
   void evaluate_chunk(const int *first, const int *last);
-  void build_graph(const int *first, const int *last, int member);
+  void build_graph(const int *first, const int *last, int member, bool one_hop = false);
   void evaluate_graph(int member);
   void add_outputs(const double *energy, const mlip::EdgeForces &forces);
   // Atoms closer than this (A) mean a broken simulation: an error naming both (with their IDs).
@@ -95,6 +99,13 @@ class PairMLIP : public Pair {
                         const mlip::EdgeForces &forces);
   void end_deviation();
   void write_deviation(const double *columns);
+
+  // Message passing by per-layer ghost exchange (pair_mlip_exchange.cpp): a one-cutoff ghost
+  // shell, features forward-communicated between layers, their gradients reverse-communicated.
+  void init_exchange(bool chunk_given);
+  void compute_exchanging();
+  int pack_feature_rows(int n, int first, double *buf);
+  void add_feature_rows(int n, int *list, double *buf);
 
   // Shared with mlip/kk (pair_mlip_kokkos.h), which builds its graph from Kokkos views.
   mlip::Model &model();

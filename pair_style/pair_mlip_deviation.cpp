@@ -33,16 +33,6 @@ namespace {
 constexpr int n_columns = 7;    // after the step: virial max, min, mean; force max, min, mean; energy
 const char *const per_atom_name = "mlip_devi_f";
 
-// Comm::reverse_comm(Pair *) since LAMMPS 2022; reverse_comm_pair(Pair *) before.
-template <typename C> auto reverse_comm_of(C *comm, Pair *pair, int) -> decltype(comm->reverse_comm(pair), void())
-{
-  comm->reverse_comm(pair);
-}
-template <typename C> void reverse_comm_of(C *comm, Pair *pair, long)
-{
-  comm->reverse_comm_pair(pair);
-}
-
 }    // namespace
 
 /* ----------------------------------------------------------------------
@@ -156,6 +146,7 @@ void PairMLIP::add_to_deviation(int member, const int *node_atom, int64_t n_cent
 int PairMLIP::pack_reverse_comm(int n, int first, double *buf)
 {
   const Impl &s = *impl;
+  if (s.reverse == Impl::Reverse::features) return pack_feature_rows(n, first, buf);
   const int models = committee_size();
   int m = 0;
   for (int i = first; i < first + n; i++)
@@ -167,6 +158,7 @@ int PairMLIP::pack_reverse_comm(int n, int first, double *buf)
 void PairMLIP::unpack_reverse_comm(int n, int *list, double *buf)
 {
   Impl &s = *impl;
+  if (s.reverse == Impl::Reverse::features) return add_feature_rows(n, list, buf);
   const int models = committee_size();
   int m = 0;
   for (int i = 0; i < n; i++)

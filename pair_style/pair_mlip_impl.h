@@ -53,6 +53,12 @@ struct PairMLIP::Impl {
   std::vector<double> stats;         // pvector: the file's 7 columns after the step
   FILE *out = nullptr;               // rank 0
 
+  // Message passing by per-layer ghost exchange (pair_mlip_exchange.cpp; 'exchange yes').
+  bool exchange = false;
+  int feature_width = 0;             // D: doubles per atom and exchange
+  std::vector<double> features;      // (nall, D) the exchange's per-atom buffer
+  enum class Reverse { deviation, features } reverse = Reverse::deviation;    // what reverse comm moves
+
   // Seconds spent per part since the start of the current run (timing yes).
   double t_graph = 0.0, t_model = 0.0, t_forces = 0.0;
   long calls = 0;
@@ -64,6 +70,24 @@ struct PairMLIP::Impl {
     if (out) fclose(out);
   }
 };
+
+// Comm::forward_comm(Pair *) / reverse_comm(Pair *) since LAMMPS 2022; *_comm_pair before.
+template <typename C> auto forward_comm_of(C *comm, Pair *pair, int) -> decltype(comm->forward_comm(pair), void())
+{
+  comm->forward_comm(pair);
+}
+template <typename C> void forward_comm_of(C *comm, Pair *pair, long)
+{
+  comm->forward_comm_pair(pair);
+}
+template <typename C> auto reverse_comm_of(C *comm, Pair *pair, int) -> decltype(comm->reverse_comm(pair), void())
+{
+  comm->reverse_comm(pair);
+}
+template <typename C> void reverse_comm_of(C *comm, Pair *pair, long)
+{
+  comm->reverse_comm_pair(pair);
+}
 
 // Every LibTorch or mlip failure surfaces through here, keeping its message and adding context.
 template <typename F> void guarded(Error *error, bool all_ranks, const std::string &what, F &&body)

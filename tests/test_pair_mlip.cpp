@@ -299,6 +299,40 @@ TEST(PairMLIP, MessagePassingAndSeE2AWithEmptySubdomains) {
   }
 }
 
+// Per-layer ghost exchange ('exchange yes'): features of ghosts forward-communicated between
+// layers, their gradients reverse-communicated: the single-process reference's energies, forces,
+// per-atom and centroid virials and pressure, for 2 and 3 layers, in a triclinic box, with
+// empty subdomains, and a ghost shell of one cutoff + skin.
+TEST(PairMLIP, GhostExchangeMatchesReference) {
+  for (const char* name : {"painn", "painn3"}) {
+    SCOPED_TRACE(name);
+    const std::string model = model_path(name);
+    expect_matches_reference(random_system(Box{}, 80, 1.0, 81), model, "pair_style mlip " + model + " exchange yes",
+                             kSmallSkin);
+  }
+}
+
+TEST(PairMLIP, GhostExchangeWithEmptySubdomains) {
+  const Structure s = random_system(Box{}, 30, 0.3, 82);
+  for (const char* name : {"painn", "painn3"}) {
+    SCOPED_TRACE(name);
+    const std::string model = model_path(name);
+    expect_matches_reference(s, model, "pair_style mlip " + model + " exchange yes",
+                             fmt::format("processors {} 1 1\n", nprocs()) + kSmallSkin);
+  }
+}
+
+TEST(PairMLIP, GhostExchangeKeepsTheGhostShellAtOneCutoff) {
+  Lammps lmp;
+  setup_system(lmp, random_system(Box{}, 20, 1.0, 83), Box{}, "pair_style mlip " + model_path("painn3") + " exchange yes");
+  lmp.ok("run 0");
+  EXPECT_EQ(static_cast<LAMMPS_NS::LAMMPS*>(lmp.handle())->comm->cutghostuser, 0.0);
+  Lammps local;
+  ok_lines(local, kTwoTypeBox);
+  const std::string e = local.command("pair_style mlip " + model_path("se_e2_a") + " exchange yes");
+  EXPECT_NE(e.find("needs a message-passing model that defines its layers"), std::string::npos) << e;
+}
+
 // The ghost shell of a message-passing model must be L * cutoff + skin: set automatically when
 // the user's communication cutoff is smaller, kept when it is larger.
 TEST(PairMLIP, MessagePassingSetsTheCommunicationCutoff) {
@@ -572,7 +606,7 @@ TEST(PairMLIP, BadInputGivesClearErrors) {
   EXPECT_TRUE(has(error_of("pair_style mlip " + bad_file, "* * O H H"), "not a readable TorchScript model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H C"), "element 'C' for atom type 3 is not in model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H"), "followed by 3 element names"));
-  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, timing, device, out_freq"));
+  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, timing, device, exchange, out_freq"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device gpu", "* * O H H"),
                   "pair_style mlip: unknown device 'gpu' (known: cpu, cuda, cuda:N, auto)"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device cuda:x", "* * O H H"), "expected cuda:N"));

@@ -357,6 +357,37 @@ TEST(MessagePassing, GhostExchangeEqualsForwardOnPeriodicImages) {
   }
 }
 
+// A rank that owns no atom (an empty subdomain) has an empty graph, and must still take part in
+// every exchange: each layer but the last forwards once and reverses once.
+TEST(MessagePassing, EmptyGraphStillExchanges) {
+  const BuiltModel built = build({"painn", torch::kFloat64, true}, 7, 3);
+  const Model model(built.module, built.metadata, torch::kCPU);
+  const int64_t width = exchange_feature_width(model);
+  EXPECT_EQ(width, 4 * 8);   // s (F) and v (3 x F), F = 8
+  int forwards = 0, reverses = 0;
+  FeatureExchange exchange;
+  exchange.forward = [&](const torch::Tensor& owned) {
+    EXPECT_EQ(owned.size(0), 0);
+    EXPECT_EQ(owned.size(1), width);
+    ++forwards;
+    return torch::zeros({0, width}, torch::kFloat64);
+  };
+  exchange.reverse = [&](const torch::Tensor& g) {
+    EXPECT_EQ(g.size(0), 0);
+    ++reverses;
+    return torch::zeros({0, width}, torch::kFloat64);
+  };
+  const std::vector<int64_t> none;
+  GraphView graph;
+  graph.species = none.data();
+  graph.edge_index = none.data();
+  const ModelOutput out = evaluate_exchanging(model, graph, exchange);
+  EXPECT_EQ(out.atom_energy.numel(), 0);
+  EXPECT_EQ(out.edge_grad.size(0), 0);
+  EXPECT_EQ(forwards, 2);
+  EXPECT_EQ(reverses, 2);
+}
+
 // The compressed-model operator: the CPU kernels against the reference's ATen operations, forward
 // and backward (gradients of a random linear function of T), in both dtypes.
 TEST(TabulatedContraction, CpuKernelsMatchTheReference) {

@@ -37,10 +37,17 @@ Tensors leaves(const Tensors& ts) {
   return out;
 }
 
+// Values per node of a feature tensor (all axes but the first).
+int64_t row_width(const torch::Tensor& t) {
+  int64_t w = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) w *= t.size(d);
+  return w;
+}
+
 // Features of a node set as one (n, D) float64 CPU matrix, and back into the model's shapes.
 torch::Tensor flatten(const Tensors& features) {
   Tensors cols;
-  for (const auto& t : features) cols.push_back(t.reshape({t.size(0), -1}));
+  for (const auto& t : features) cols.push_back(t.reshape({t.size(0), row_width(t)}));
   return torch::cat(cols, 1).to(torch::kCPU, torch::kFloat64).contiguous();
 }
 
@@ -50,8 +57,7 @@ Tensors unflatten(const torch::Tensor& flat, const Tensors& like) {
   for (const auto& t : like) {
     std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
     shape[0] = flat.size(0);
-    int64_t width = 1;
-    for (std::size_t d = 1; d < shape.size(); ++d) width *= shape[d];
+    const int64_t width = row_width(t);
     out.push_back(flat.narrow(1, col, width).reshape(shape).to(t.device(), t.scalar_type()));
     col += width;
   }
@@ -104,11 +110,7 @@ int exchange_layers(const Model& model) {
 int64_t exchange_feature_width(const Model& model) {
   const torch::Tensor none = torch::empty({0}, torch::TensorOptions().dtype(torch::kInt64).device(model.device()));
   int64_t width = 0;
-  for (const auto& t : tensors_of(model.module().get_method("mp_embed")({none}))) {
-    int64_t w = 1;
-    for (int64_t d = 1; d < t.dim(); ++d) w *= t.size(d);
-    width += w;
-  }
+  for (const auto& t : tensors_of(model.module().get_method("mp_embed")({none}))) width += row_width(t);
   return width;
 }
 

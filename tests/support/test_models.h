@@ -5,6 +5,7 @@
 //   morse64, morse32   Morse pair model (support/morse_model.h), H O, rc 3.5
 //   se_e2_a            small se_e2_a (local), H O, rc 3.5, random weights, non-trivial scale/shift
 //   painn              small PaiNN with 2 message-passing layers, H O, rc 3.0, same
+//   painn3             the same with 3 layers
 //   morse_md           Morse binding for the NVE test: H O, rc 5.0, alpha 1.6 / A, r0 2.6 A
 //   se_e2_a_md         se_e2_a perturbation for the NVE test: H O, rc 4.0, energy scale 0.03-0.05
 //   se_e2_a_md_compressed  the same, compressed (mlip-trainer compress, tables down to 1 A)
@@ -12,6 +13,7 @@
 //   se_e2_a_water32    240x3), O H, random weights: the speed benchmark's model, float64/float32
 //   painn_water64      PaiNN with default hyperparameters (64 features, 2 layers, 16 radial
 //                      functions), rc 5, O H, random weights, float64: the message-passing benchmark
+//   painn_water64_l3   the same with 3 layers (halo against ghost exchange)
 #pragma once
 
 #include <random>
@@ -82,8 +84,9 @@ inline void write_test_model(const std::string& name, const std::string& path) {
       b.module = compress_model(b.module, b.metadata, options);
     }
     export_frozen(b.module, b.metadata, path);
-  } else if (name == "painn") {
-    BuiltModel b = build_test_model("painn", 3.0, {{"features", 8}, {"layers", 2}, {"radial_basis", 4}},
+  } else if (name == "painn" || name == "painn3") {
+    BuiltModel b = build_test_model("painn", 3.0,
+                                    {{"features", 8}, {"layers", name == "painn" ? 2 : 3}, {"radial_basis", 4}},
                                     torch::kFloat64, 13);
     set_random_energy_buffers(b.module, 14, 0.5, 1.5);
     export_frozen(b.module, b.metadata, path);
@@ -103,13 +106,14 @@ inline void write_test_model(const std::string& name, const std::string& path) {
     BuiltModel b = build_test_model("se_e2_a", 6.0, nlohmann::json::object(),
                                     name == "se_e2_a_water32" ? torch::kFloat32 : torch::kFloat64, 1, {"O", "H"});
     export_frozen(b.module, b.metadata, path);
-  } else if (name == "painn_water64") {
-    BuiltModel b = build_test_model("painn", 5.0, nlohmann::json::object(), torch::kFloat64, 2, {"O", "H"});
+  } else if (name == "painn_water64" || name == "painn_water64_l3") {
+    const nlohmann::json hp = name == "painn_water64" ? nlohmann::json::object() : nlohmann::json{{"layers", 3}};
+    BuiltModel b = build_test_model("painn", 5.0, hp, torch::kFloat64, 2, {"O", "H"});
     export_frozen(b.module, b.metadata, path);
   } else {
     throw Error("unknown test model '" + name + "' (known: morse64, morse32, morse_md, se_e2_a, se_e2_a_md, se_e2_a_md_compressed, "
-                "se_e2_a_ta, painn, "
-                "se_e2_a_water64, se_e2_a_water32, painn_water64)");
+                "se_e2_a_ta, painn, painn3, "
+                "se_e2_a_water64, se_e2_a_water32, painn_water64, painn_water64_l3)");
   }
 }
 
