@@ -116,6 +116,10 @@ constexpr int default_chunk_compressed = 1024;
 // 0.8 GB, all 946 us/atom-step and 3.4 GB. 128 keeps a rank under 1 GB; raise it where memory
 // allows.
 constexpr int default_chunk_message_passing = 128;
+// Message-passing models with ghost exchange, 512: with more local atoms than the chunk, each
+// layer is evaluated again in the backward pass (chunk by chunk), which bounds memory.
+// TODO(measure)
+constexpr int default_chunk_exchange = 512;
 // On a GPU: all local atoms in one call (a GPU needs large calls to be busy; its memory, not the
 // cache, is the limit, and 'chunk N' bounds it).
 constexpr int default_chunk_gpu = 1 << 30;
@@ -232,14 +236,15 @@ void PairMLIP::settings(int narg, char **arg)
   const bool on_gpu = !impl->model->device().is_cpu();
   // mlip/kk sizes its device views by the chunk: it keeps the CPU defaults.
   const bool one_call = on_gpu && !kokkosable;
+  init_exchange();
   if (!chunk_given)
     chunk_size = one_call ? default_chunk_gpu
+                 : impl->exchange ? default_chunk_exchange
                  : layers > 1 ? default_chunk_message_passing
                  : meta.compressed ? default_chunk_compressed
                                    : default_chunk_local;
   // The neighbour list covers every model's cutoff, the ghost shell every model's messages
   // (one cutoff when the model's features are exchanged between layers instead).
-  init_exchange(chunk_given);
   list_cutoff = cutoff;
   message_reach = layers > 1 && !impl->exchange ? layers * cutoff : 0.0;
   for (const auto &m : impl->members) {
@@ -262,6 +267,9 @@ void PairMLIP::settings(int narg, char **arg)
     if (impl->model->device().is_cpu())
       utils::logmesg(lmp, "pair_style mlip: LibTorch CPU kernels {} (ATEN_CPU_CAPABILITY), {} thread(s) per rank\n",
                      mlip::cpu_capability(), at::get_num_threads());
+    if (impl->exchange)
+      utils::logmesg(lmp, "pair_style mlip: ghost exchange in chunks of at most {} local atoms{}\n", chunk_size,
+                     chunk_given ? "" : " (default; set with 'chunk N')");
     if (layers > 1 && !one_call && !impl->exchange)
       utils::logmesg(lmp, "pair_style mlip: message-passing model: at most {} local atoms per model call{}, in "
                           "spatially compact chunks, each with its halo of {} x {} A\n",

@@ -102,7 +102,7 @@ class PairMLIP : public Pair {
 
   // Message passing by per-layer ghost exchange (pair_mlip_exchange.cpp): a one-cutoff ghost
   // shell, features forward-communicated between layers, their gradients reverse-communicated.
-  void init_exchange(bool chunk_given);
+  void init_exchange();
   void compute_exchanging();
   int pack_feature_rows(int n, int first, double *buf);
   void add_feature_rows(int n, int *list, double *buf);

@@ -9,7 +9,9 @@
    back to their owners by reverse communication, layer by layer (mlip::evaluate_exchanging,
    common/src/message_passing.cpp). Forces and virials follow from the edge gradients as for any
    model. For models that define their layers (mp_* methods; PaiNN written by this version).
-   Not yet: chunks (one call per rank), committees and mlip/kk, which keep the halo path.
+   With more local atoms than 'chunk N', each layer takes them N at a time and the backward pass
+   evaluates each chunk's layer again, so that memory is bounded by the chunk.
+   Not yet: committees and mlip/kk, which keep the halo path.
 ------------------------------------------------------------------------- */
 
 #include "pair_mlip.h"
@@ -30,7 +32,7 @@ using namespace LAMMPS_NS;
    init_exchange: whether 'exchange yes' can be honoured for this model (settings())
 ------------------------------------------------------------------------- */
 
-void PairMLIP::init_exchange(bool chunk_given)
+void PairMLIP::init_exchange()
 {
   Impl &s = *impl;
   if (!s.exchange) return;
@@ -46,9 +48,6 @@ void PairMLIP::init_exchange(bool chunk_given)
   guarded(error, true, "exchange", [&] { s.feature_width = static_cast<int>(mlip::exchange_feature_width(*s.model)); });
   comm_forward = s.feature_width;
   comm_reverse = std::max(comm_reverse, s.feature_width);
-  if (chunk_given && comm->me == 0)
-    error->warning(FLERR, "pair_style mlip: 'chunk' is ignored with 'exchange yes', which evaluates all local atoms "
-                          "of a rank in one call (chunked exchange is not implemented yet)");
   if (comm->me == 0)
     utils::logmesg(lmp, "pair_style mlip: {} layers with ghost exchange: ghost shell of one cutoff, {} values per "
                         "atom forward-communicated after each layer but the last and reverse-communicated in the "
@@ -103,7 +102,8 @@ void PairMLIP::compute_exchanging()
   auto t0 = Clock::now();
   const mlip::GraphView view = mlip::graph_view(g);
   mlip::ModelOutput out;
-  guarded(error, false, "model evaluation failed", [&] { out = mlip::evaluate_exchanging(*s.model, view, exchange); });
+  guarded(error, false, "model evaluation failed",
+          [&] { out = mlip::evaluate_exchanging(*s.model, view, exchange, chunk_size); });
   if (timing) add_time(MODEL, std::chrono::duration<double>(Clock::now() - t0).count());
   t0 = Clock::now();
   mlip::EdgeForceRequest request;

@@ -312,12 +312,28 @@ TEST(PairMLIP, GhostExchangeMatchesReference) {
   }
 }
 
+// Chunked exchange: each layer takes the local atoms N at a time and is evaluated again in the
+// backward pass; the sums are the same for any N.
+TEST(PairMLIP, GhostExchangeInChunksMatchesReference) {
+  const Structure s = random_system(Box{}, 80, 1.0, 84);
+  for (const char* name : {"painn", "painn3"}) {
+    for (int chunk : {1, 7, 64}) {
+      SCOPED_TRACE(fmt::format("{} chunk {}", name, chunk));
+      const std::string model = model_path(name);
+      expect_matches_reference(s, model, fmt::format("pair_style mlip {} exchange yes chunk {}", model, chunk),
+                               kSmallSkin);
+    }
+  }
+}
+
 TEST(PairMLIP, GhostExchangeWithEmptySubdomains) {
   const Structure s = random_system(Box{}, 30, 0.3, 82);
   for (const char* name : {"painn", "painn3"}) {
     SCOPED_TRACE(name);
     const std::string model = model_path(name);
     expect_matches_reference(s, model, "pair_style mlip " + model + " exchange yes",
+                             fmt::format("processors {} 1 1\n", nprocs()) + kSmallSkin);
+    expect_matches_reference(s, model, "pair_style mlip " + model + " exchange yes chunk 7",
                              fmt::format("processors {} 1 1\n", nprocs()) + kSmallSkin);
   }
 }

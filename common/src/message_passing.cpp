@@ -1,13 +1,16 @@
 // Layer-by-layer evaluation with ghost feature exchange (mlip/message_passing.h).
 //
 // Forward: the ghosts' input features of layer k+1 come from their owners' outputs of layer k
-// (exchange.forward). Each layer's inputs are made leaves (detached, requiring grad), as are the
-// edges' radial terms, so that one layer's backward stops at its own inputs. Backward, from the
-// readout down: a layer's output gradient gives its input gradients; the ghosts' go back to their
-// owners (exchange.reverse) and are added to the owned nodes' gradient, which is the output
-// gradient of the layer below. The radial terms' gradients are summed over layers and taken
-// through mp_edges once, at the end, with the readout's direct dependence on the edge vectors
-// (e.g. a pair repulsion) added.
+// (exchange.forward). Backward, from the readout down: a layer's output gradient gives its input
+// gradients; the ghosts' go back to their owners (exchange.reverse) and are added to the owned
+// nodes' gradient, which is the output gradient of the layer below. Each layer's backward stops
+// at its own inputs (leaves) and at the edge vectors, whose gradient is summed over the layers
+// and the readout (e.g. a pair repulsion).
+//
+// Chunks: the owned nodes are taken `chunk` at a time, each with its edges and the nodes they
+// reach (renumbered, centres first). With one chunk the forward keeps each layer's autograd graph
+// for the backward; with several, it keeps only the layers' node features, and the backward
+// evaluates each chunk's layer again, so that memory is bounded by the chunk's edges.
 #include "mlip/message_passing.h"
 
 #include <string>
@@ -22,6 +25,7 @@ namespace mlip {
 namespace {
 
 using Tensors = std::vector<torch::Tensor>;
+using Args = std::vector<torch::jit::IValue>;
 
 std::string layer_method(int k) { return "mp_layer_" + std::to_string(k); }
 
@@ -70,9 +74,13 @@ Tensors rows(const Tensors& ts, int64_t first, int64_t count) {
   return out;
 }
 
-Tensors concat(const Tensors& a, const Tensors& b) {
+Tensors concat(const std::vector<Tensors>& parts) {
   Tensors out;
-  for (std::size_t i = 0; i < a.size(); ++i) out.push_back(torch::cat({a[i], b[i]}, 0));
+  for (std::size_t i = 0; i < parts.front().size(); ++i) {
+    Tensors column;
+    for (const auto& p : parts) column.push_back(p[i]);
+    out.push_back(torch::cat(column, 0));
+  }
   return out;
 }
 
@@ -85,7 +93,7 @@ Tensors zeros_or(const Tensors& grads, const Tensors& like) {
 
 // Gradients of `outputs` (with output gradients `seeds`) with respect to `inputs`; zeros for
 // inputs they do not depend on.
-Tensors grad(const Tensors& outputs, const Tensors& seeds, const Tensors& inputs, bool retain = false) {
+Tensors grad(const Tensors& outputs, const Tensors& seeds, const Tensors& inputs) {
   Tensors outs, gs;
   for (std::size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i].requires_grad()) {
@@ -93,7 +101,111 @@ Tensors grad(const Tensors& outputs, const Tensors& seeds, const Tensors& inputs
       gs.push_back(seeds[i]);
     }
   if (outs.empty()) return zeros_or(Tensors(inputs.size()), inputs);
-  return zeros_or(torch::autograd::grad(outs, inputs, gs, retain, false, /*allow_unused=*/true), inputs);
+  return zeros_or(torch::autograd::grad(outs, inputs, gs, false, false, /*allow_unused=*/true), inputs);
+}
+
+// The centres [first, first + count) of a graph with their edges and the nodes those reach,
+// renumbered with the centres first. `whole`: the graph itself (one chunk, no renumbering).
+struct Chunk {
+  int64_t first = 0, count = 0;
+  bool whole = false;
+  torch::Tensor edges, nodes;        // graph edges and graph nodes of the chunk (unless whole)
+  torch::Tensor center, neighbor;    // the chunk's edges in its own numbering
+
+  Tensors gather(const Tensors& node_features) const {
+    if (whole) return node_features;
+    Tensors out;
+    for (const auto& t : node_features) out.push_back(t.index_select(0, nodes));
+    return out;
+  }
+  torch::Tensor edge_rows(const torch::Tensor& t) const { return whole ? t : t.index_select(0, edges); }
+};
+
+// Chunks of `size` centres; one whole chunk when they all fit (also for no centres, so that every
+// rank runs the same layers and exchanges).
+std::vector<Chunk> make_chunks(const torch::Tensor& edge_index, int64_t n_owned, int64_t n_nodes, int64_t size,
+                               const torch::Device& device) {
+  if (size <= 0 || n_owned <= size) {
+    Chunk c;
+    c.count = n_owned;
+    c.whole = true;
+    c.center = edge_index[0].to(device);
+    c.neighbor = edge_index[1].to(device);
+    return {c};
+  }
+  const torch::Tensor ei = edge_index.to(torch::kCPU).contiguous();
+  const int64_t n_edges = ei.size(1);
+  const int64_t* center = ei.data_ptr<int64_t>();
+  const int64_t* neighbor = center + n_edges;
+  std::vector<int64_t> start(n_owned + 1, 0), order(n_edges);    // edges sorted by centre
+  for (int64_t e = 0; e < n_edges; ++e) ++start[center[e] + 1];
+  for (int64_t i = 0; i < n_owned; ++i) start[i + 1] += start[i];
+  std::vector<int64_t> fill(start.begin(), start.end() - 1);
+  for (int64_t e = 0; e < n_edges; ++e) order[fill[center[e]]++] = e;
+
+  std::vector<Chunk> chunks;
+  std::vector<int64_t> local(n_nodes, -1);
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  for (int64_t first = 0; first < n_owned; first += size) {
+    Chunk c;
+    c.first = first;
+    c.count = std::min(size, n_owned - first);
+    std::vector<int64_t> nodes, edges(order.begin() + start[first], order.begin() + start[first + c.count]);
+    for (int64_t i = 0; i < c.count; ++i) nodes.push_back(first + i), local[first + i] = i;
+    std::vector<int64_t> cl(edges.size()), nl(edges.size());
+    for (std::size_t k = 0; k < edges.size(); ++k) {
+      const int64_t j = neighbor[edges[k]];
+      if (local[j] < 0) local[j] = static_cast<int64_t>(nodes.size()), nodes.push_back(j);
+      cl[k] = center[edges[k]] - first;
+      nl[k] = local[j];
+    }
+    for (const int64_t j : nodes) local[j] = -1;
+    auto tensor = [&](const std::vector<int64_t>& v) {
+      return torch::tensor(v, i64).to(device);
+    };
+    c.edges = tensor(edges), c.nodes = tensor(nodes), c.center = tensor(cl), c.neighbor = tensor(nl);
+    chunks.push_back(std::move(c));
+  }
+  return chunks;
+}
+
+// The model's parts, with interpreter errors reported as mlip::Error.
+struct Parts {
+  torch::jit::Module& module;
+
+  torch::jit::IValue call(const std::string& method, Args args) const {
+    try {
+      return module.get_method(method)(std::move(args));
+    } catch (const c10::Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error("inside the model (" + method + "): " + detail::interpreter_error(e.what()));
+    }
+  }
+
+  // Layer k's outputs for a chunk's centres from its nodes' inputs `x` and its edges' vectors.
+  Tensors layer(int k, const Tensors& x, const Chunk& c, const torch::Tensor& vectors) const {
+    const Tensors radial = tensors_of(call("mp_edges", {vectors}));
+    Args args(x.begin(), x.end());
+    args.insert(args.end(), {c.center, c.neighbor, radial[0], radial[1], radial[2], c.count});
+    return tensors_of(call(layer_method(k), std::move(args)));
+  }
+};
+
+// What a chunk's layer needs for its backward: its inputs (leaves), edge vectors (a leaf) and
+// outputs, with the autograd graph between them.
+struct LayerRun {
+  Tensors x;
+  torch::Tensor vectors;
+  Tensors out;
+};
+
+LayerRun run_layer(const Parts& parts, int k, const Tensors& x_all, const Chunk& c, const torch::Tensor& vectors_all) {
+  LayerRun r;
+  r.x = leaves(c.gather(x_all));
+  r.vectors = c.edge_rows(vectors_all).detach().requires_grad_(true);
+  r.out = parts.layer(k, r.x, c, r.vectors);
+  return r;
 }
 
 }  // namespace
@@ -114,69 +226,74 @@ int64_t exchange_feature_width(const Model& model) {
   return width;
 }
 
-ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, const FeatureExchange& exchange) {
+ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, const FeatureExchange& exchange,
+                                int64_t chunk) {
   const int layers = exchange_layers(model);
   if (layers == 0) throw Error("model: its file does not define the per-layer parts (mp_*) of ghost exchange");
-  torch::jit::Module& m = model.module();
+  const Parts parts{model.module()};
   const detail::GraphTensors t(graph);
   const torch::Tensor species = t.species.to(model.device());
   const torch::Tensor edge_index = t.edge_index.to(model.device());
-  const torch::Tensor center = edge_index[0], neighbor = edge_index[1];
-  const torch::Tensor vectors =
-      t.edge_vectors.to(model.device(), model.info().torch_dtype()).detach().requires_grad_(true);
+  const torch::Tensor vectors = t.edge_vectors.to(model.device(), model.info().torch_dtype());
   const int64_t n_owned = graph.n_centers, n_ghost = graph.n_nodes - graph.n_centers;
+  const std::vector<Chunk> chunks = make_chunks(t.edge_index, n_owned, graph.n_nodes, chunk, model.device());
+  const bool keep = chunks.size() == 1;    // else the backward evaluates each chunk's layer again
   torch::jit::GraphOptimizerEnabledGuard optimize(detail::optimize_graphs_on(model.device()));
-  auto call = [&](const std::string& method, std::vector<torch::jit::IValue> args) {
-    try {
-      return m.get_method(method)(std::move(args));
-    } catch (const c10::Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw Error("inside the model (" + method + "): " + detail::interpreter_error(e.what()));
-    }
-  };
 
-  // Forward, keeping each layer's inputs and outputs.
-  const Tensors radial = tensors_of(call("mp_edges", {vectors}));
-  const Tensors radial_in = leaves(radial);
-  std::vector<Tensors> inputs(layers), outputs(layers);
-  inputs[0] = tensors_of(call("mp_embed", {species}));
+  // Forward: every layer's inputs at all nodes (and, for one chunk, the layer's autograd graph).
+  std::vector<Tensors> inputs(layers);
+  std::vector<LayerRun> kept(layers);
+  Tensors owned;
   for (int k = 0; k < layers; ++k) {
-    if (k > 0) {
-      const Tensors owned = leaves(outputs[k - 1]);
-      const Tensors ghosts = leaves(unflatten(exchange.forward(flatten(owned)), owned));
-      inputs[k] = concat(owned, ghosts);
+    if (k == 0) {
+      inputs[0] = tensors_of(parts.call("mp_embed", {species}));
+    } else {
+      const Tensors ghosts = unflatten(exchange.forward(flatten(owned)), owned);
+      inputs[k] = concat({owned, ghosts});
     }
-    std::vector<torch::jit::IValue> args;
-    for (const auto& x : inputs[k]) args.emplace_back(x);
-    args.insert(args.end(), {center, neighbor, radial_in[0], radial_in[1], radial_in[2], n_owned});
-    outputs[k] = tensors_of(call(layer_method(k), std::move(args)));
+    std::vector<Tensors> outs;
+    for (const Chunk& c : chunks) {
+      if (keep) {
+        kept[k] = run_layer(parts, k, inputs[k], c, vectors);
+        outs.push_back(kept[k].out);
+      } else {
+        torch::NoGradGuard no_grad;
+        outs.push_back(parts.layer(k, c.gather(inputs[k]), c, c.edge_rows(vectors)));
+      }
+    }
+    owned = concat(outs);
+    for (auto& x : owned) x = x.detach();
   }
-  const Tensors last = leaves(outputs[layers - 1]);
+  const Tensors last = leaves(owned);
+  const torch::Tensor vectors_leaf = vectors.detach().requires_grad_(true);
   ModelOutput out;
-  out.atom_energy = call("mp_readout", {species, last[0], edge_index, vectors, n_owned}).toTensor();
+  out.atom_energy = parts.call("mp_readout", {species, last[0], edge_index, vectors_leaf, n_owned}).toTensor();
 
   // Backward, layer by layer from the readout down.
   const torch::Tensor total = out.atom_energy.sum();
-  Tensors readout_grads = grad({total}, {torch::ones_like(total)}, {last[0], vectors});
+  const Tensors readout_grads = grad({total}, {torch::ones_like(total)}, {last[0], vectors_leaf});
   Tensors seed = zeros_or(Tensors(last.size()), last);
   seed[0] = readout_grads[0];
-  Tensors radial_grad = zeros_or(Tensors(3), radial_in);
+  torch::Tensor edge_grad = readout_grads[1].clone();
   for (int k = layers - 1; k >= 0; --k) {
-    Tensors wrt = radial_in;
-    if (k > 0) wrt.insert(wrt.end(), inputs[k].begin(), inputs[k].end());
-    const Tensors g = grad(outputs[k], seed, wrt);
-    for (int r = 0; r < 3; ++r) radial_grad[r] = radial_grad[r] + g[r];
+    Tensors input_grad;
+    for (const auto& x : inputs[k]) input_grad.push_back(torch::zeros_like(x));
+    for (const Chunk& c : chunks) {
+      const LayerRun r = keep ? std::move(kept[k]) : run_layer(parts, k, inputs[k], c, vectors);
+      Tensors wrt{r.vectors};
+      if (k > 0) wrt.insert(wrt.end(), r.x.begin(), r.x.end());
+      const Tensors g = grad(r.out, rows(seed, c.first, c.count), wrt);
+      if (c.whole) edge_grad += g[0];
+      else edge_grad.index_add_(0, c.edges, g[0]);
+      for (std::size_t i = 0; k > 0 && i < input_grad.size(); ++i) {
+        if (c.whole) input_grad[i] += g[1 + i];
+        else input_grad[i].index_add_(0, c.nodes, g[1 + i]);
+      }
+    }
     if (k == 0) break;
-    const Tensors g_in(g.begin() + 3, g.end());
-    const Tensors& like = outputs[k - 1];
-    const Tensors back = unflatten(exchange.reverse(flatten(rows(g_in, n_owned, n_ghost))), like);
-    seed.clear();
-    for (std::size_t i = 0; i < like.size(); ++i) seed.push_back(g_in[i].narrow(0, 0, n_owned) + back[i]);
+    const Tensors back = unflatten(exchange.reverse(flatten(rows(input_grad, n_owned, n_ghost))), owned);
+    for (std::size_t i = 0; i < seed.size(); ++i) seed[i] = input_grad[i].narrow(0, 0, n_owned) + back[i];
   }
-  // Each layer's inputs are leaves: the ghosts' (leaves(unflatten(...))) are distinct from the
-  // owned ones, which are the layer below's outputs detached.
-  torch::Tensor edge_grad = grad(radial, radial_grad, {vectors})[0] + readout_grads[1];
   out.atom_energy = out.atom_energy.detach().to(graph.device, torch::kFloat64).contiguous();
   out.edge_grad = edge_grad.to(graph.device, torch::kFloat64).contiguous();
   return out;

@@ -43,6 +43,11 @@ int64_t exchange_feature_width(const Model& model);
 /// ranks: the ghosts' feature gradients are exchanged back, so the edge gradients include what
 /// other ranks' energies owe to this rank's edges. Forces and virials then follow from
 /// edge_forces() as for any model, exactly. Results as evaluate_graph(): float64, graph's device.
-ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, const FeatureExchange& exchange);
+/// `chunk` > 0: the layers take the owned nodes `chunk` at a time, and the backward evaluates
+/// each chunk's layer again instead of keeping its autograd graph, so that memory is bounded by
+/// a chunk's edges (plus the nodes' features of every layer) at the cost of a second forward.
+/// The results do not depend on it beyond round-off.
+ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, const FeatureExchange& exchange,
+                                int64_t chunk = 0);
 
 }  // namespace mlip
