@@ -285,7 +285,7 @@ std::string PairMLIP::read_keywords(int narg, char **arg, std::size_t n_models)
   impl->out_freq = n_models > 1 ? 100 : 0;
   impl->out_file = "model_devi.out";
   impl->relative = 0.0;
-  impl->exchange = false;
+  impl->exchange_asked = Impl::Asked::automatic;
   std::string device_asked;
   bool deviation_keyword = false;
   for (int iarg = 0; iarg < narg; iarg += 2) {
@@ -302,8 +302,8 @@ std::string PairMLIP::read_keywords(int narg, char **arg, std::size_t n_models)
     } else if (key == "device") {
       device_asked = value;
     } else if (key == "exchange") {
-      if (strcmp(value, "yes") == 0) impl->exchange = true;
-      else if (strcmp(value, "no") == 0) impl->exchange = false;
+      if (strcmp(value, "yes") == 0) impl->exchange_asked = Impl::Asked::yes;
+      else if (strcmp(value, "no") == 0) impl->exchange_asked = Impl::Asked::no;
       else error->all(FLERR, fmt::format("pair_style mlip: exchange must be 'yes' or 'no', not '{}'", value));
     } else if (key == "out_freq") {
       impl->out_freq = utils::inumeric(FLERR, value, false, lmp);

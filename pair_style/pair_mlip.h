@@ -23,6 +23,7 @@ PairStyle(mlip,PairMLIP);
 namespace mlip {
 class Model;
 struct EdgeForces;
+struct GraphView;
 struct ModelOutput;
 }
 
@@ -104,6 +105,12 @@ class PairMLIP : public Pair {
   // shell, features forward-communicated between layers, their gradients reverse-communicated.
   void init_exchange();
   void compute_exchanging();
+  bool exchanging() const;
+  // The model on a graph of all local atoms (the centres) and ghosts; node_atom (host): the
+  // atom of each node; chunk_end: where each chunk of centres ends (empty: chunk_size each).
+  // Shared with mlip/kk.
+  mlip::ModelOutput evaluate_exchanging(const mlip::GraphView &graph, const int *node_atom,
+                                        std::vector<int64_t> chunk_end = {});
   int pack_feature_rows(int n, int first, double *buf);
   void add_feature_rows(int n, int *list, double *buf);
 

@@ -11,7 +11,7 @@
    model. For models that define their layers (mp_* methods; PaiNN written by this version).
    With more local atoms than 'chunk N', each layer takes them N at a time and the backward pass
    evaluates each chunk's layer again, so that memory is bounded by the chunk.
-   Not yet: committees and mlip/kk, which keep the halo path.
+   Also mlip/kk (host backends), whose graph comes from its Kokkos kernels. Not yet: committees.
 ------------------------------------------------------------------------- */
 
 #include "pair_mlip.h"
@@ -29,18 +29,31 @@
 using namespace LAMMPS_NS;
 
 /* ----------------------------------------------------------------------
-   init_exchange: whether 'exchange yes' can be honoured for this model (settings())
+   init_exchange: whether to exchange features (settings()): 'exchange yes|no', or by default
+   for every model that defines its layers (not for committees, nor mlip/kk on a device)
 ------------------------------------------------------------------------- */
 
 void PairMLIP::init_exchange()
 {
   Impl &s = *impl;
+  const int n = mlip::exchange_layers(*s.model);
+  const bool device_kk = kokkosable && execution_space == Device;
+  // Not given: exchange for every model that defines its layers, where it is available.
+  s.exchange = s.exchange_asked == Impl::Asked::yes ||
+               (s.exchange_asked == Impl::Asked::automatic && n > 1 && committee_size() == 1 && !device_kk);
+  if (layers > 1 && !s.exchange && comm->me == 0)
+    utils::logmesg(lmp, "pair_style mlip: message passing over a halo of {} cutoffs ({})\n", layers,
+                   s.exchange_asked == Impl::Asked::no ? "'exchange no'"
+                   : n < 2            ? "the model file does not define its layers: export it again with this mlip "
+                                        "for ghost exchange"
+                   : committee_size() > 1 ? "a committee" : "mlip/kk on a device");
   if (!s.exchange) return;
   if (committee_size() > 1)
     error->all(FLERR, "pair_style mlip: 'exchange yes' is not available for a committee yet (the deviation's "
                       "models take the halo path): use 'exchange no'");
-  if (kokkosable) error->all(FLERR, "pair_style mlip/kk: 'exchange yes' is not available in mlip/kk yet");
-  const int n = mlip::exchange_layers(*s.model);
+  if (device_kk)
+    error->all(FLERR, "pair_style mlip/kk: 'exchange yes' communicates features through host buffers and is not "
+                      "available for a Kokkos device backend yet: use mlip/kk/host or 'exchange no'");
   if (n < 2)
     error->all(FLERR, fmt::format("pair_style mlip: 'exchange yes' needs a message-passing model that defines its "
                                   "layers (mp_* methods, written by this mlip); '{}' {}",
@@ -61,49 +74,17 @@ void PairMLIP::init_exchange()
 void PairMLIP::compute_exchanging()
 {
   Impl &s = *impl;
-  const int nall = atom->nlocal + atom->nghost;
-  const int width = s.feature_width;
-  build_graph(list->ilist, list->ilist + list->inum, 0, /*one_hop=*/true);    // ghosts within the cutoff
-  const mlip::ChunkGraph &g = s.graph;
-  const auto n_owned = g.n_centers, n_nodes = static_cast<int64_t>(g.node_atom.size());
+  // Centres in spatially compact chunks: a chunk's layer reaches fewer other nodes.
+  s.order.assign(list->ilist, list->ilist + list->inum);
+  const double *const *x = atom->x;
+  mlip::split_compact(s.order, chunk_size, [x](int i) { return x[i]; }, s.chunk_end);
+  build_graph(s.order.data(), s.order.data() + s.order.size(), 0, /*one_hop=*/true);    // ghosts within rc
   check_distances();
-
-  // Rows of the per-atom buffer <-> rows of the graph's nodes [first, first + count).
-  auto to_atoms = [&](const torch::Tensor &rows, int64_t first) {
-    std::fill(s.features.begin(), s.features.end(), 0.0);
-    const double *r = rows.data_ptr<double>();
-    for (int64_t k = 0; k < rows.size(0); k++)
-      std::copy(r + k * width, r + (k + 1) * width, s.features.begin() + g.node_atom[first + k] * width);
-  };
-  auto from_atoms = [&](int64_t first, int64_t count) {
-    torch::Tensor rows = torch::empty({count, width}, torch::kFloat64);
-    double *r = rows.data_ptr<double>();
-    for (int64_t k = 0; k < count; k++)
-      std::copy_n(s.features.begin() + g.node_atom[first + k] * width, width, r + k * width);
-    return rows;
-  };
-  mlip::FeatureExchange exchange;
-  exchange.forward = [&](const torch::Tensor &owned) {
-    s.features.assign(static_cast<std::size_t>(nall) * width, 0.0);
-    to_atoms(owned, 0);
-    forward_comm_of(comm, this, 0);
-    return from_atoms(n_owned, n_nodes - n_owned);
-  };
-  exchange.reverse = [&](const torch::Tensor &ghost_grad) {
-    s.features.assign(static_cast<std::size_t>(nall) * width, 0.0);
-    to_atoms(ghost_grad, n_owned);
-    s.reverse = Impl::Reverse::features;
-    reverse_comm_of(comm, this, 0);
-    s.reverse = Impl::Reverse::deviation;
-    return from_atoms(0, n_owned);
-  };
-
   using Clock = std::chrono::steady_clock;
   auto t0 = Clock::now();
-  const mlip::GraphView view = mlip::graph_view(g);
-  mlip::ModelOutput out;
-  guarded(error, false, "model evaluation failed",
-          [&] { out = mlip::evaluate_exchanging(*s.model, view, exchange, chunk_size); });
+  const mlip::GraphView view = mlip::graph_view(s.graph);
+  mlip::ModelOutput out =
+      evaluate_exchanging(view, s.graph.node_atom.data(), std::vector<int64_t>(s.chunk_end.begin(), s.chunk_end.end()));
   if (timing) add_time(MODEL, std::chrono::duration<double>(Clock::now() - t0).count());
   t0 = Clock::now();
   mlip::EdgeForceRequest request;
@@ -114,6 +95,60 @@ void PairMLIP::compute_exchanging()
   to_lammps_units(out, ef);
   add_outputs(out.atom_energy.data_ptr<double>(), ef);
   if (timing) add_time(FORCES, std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+/* ----------------------------------------------------------------------
+   evaluate_exchanging: the model on a graph whose centres are all local atoms and whose other
+   nodes are ghosts; node_atom (host) gives each node's atom. Shared with mlip/kk.
+------------------------------------------------------------------------- */
+
+mlip::ModelOutput PairMLIP::evaluate_exchanging(const mlip::GraphView &graph, const int *node_atom,
+                                                std::vector<int64_t> chunk_end)
+{
+  if (chunk_end.empty())    // chunks of chunk_size in the graph's order
+    for (int64_t end = 0; end < graph.n_centers || chunk_end.empty();)
+      chunk_end.push_back(end = std::min<int64_t>(end + chunk_size, graph.n_centers));
+  Impl &s = *impl;
+  const int nall = atom->nlocal + atom->nghost;
+  const int width = s.feature_width;
+  const int64_t n_owned = graph.n_centers, n_nodes = graph.n_nodes;
+
+  // Rows of the per-atom buffer <-> rows of the graph's nodes [first, first + count).
+  auto to_atoms = [&](const torch::Tensor &rows, int64_t first) {
+    s.features.assign(static_cast<std::size_t>(nall) * width, 0.0);
+    const double *r = rows.data_ptr<double>();
+    for (int64_t k = 0; k < rows.size(0); k++)
+      std::copy(r + k * width, r + (k + 1) * width, s.features.begin() + node_atom[first + k] * width);
+  };
+  auto from_atoms = [&](int64_t first, int64_t count) {
+    torch::Tensor rows = torch::empty({count, width}, torch::kFloat64);
+    double *r = rows.data_ptr<double>();
+    for (int64_t k = 0; k < count; k++)
+      std::copy_n(s.features.begin() + node_atom[first + k] * width, width, r + k * width);
+    return rows;
+  };
+  mlip::FeatureExchange exchange;
+  exchange.forward = [&](const torch::Tensor &owned) {
+    to_atoms(owned, 0);
+    forward_comm_of(comm, this, 0);
+    return from_atoms(n_owned, n_nodes - n_owned);
+  };
+  exchange.reverse = [&](const torch::Tensor &ghost_grad) {
+    to_atoms(ghost_grad, n_owned);
+    s.reverse = Impl::Reverse::features;
+    reverse_comm_of(comm, this, 0);
+    s.reverse = Impl::Reverse::deviation;
+    return from_atoms(0, n_owned);
+  };
+  mlip::ModelOutput out;
+  guarded(error, false, "model evaluation failed",
+          [&] { out = mlip::evaluate_exchanging(*s.model, graph, exchange, chunk_end); });
+  return out;
+}
+
+bool PairMLIP::exchanging() const
+{
+  return impl->exchange;
 }
 
 /* ----------------------------------------------------------------------

@@ -54,7 +54,8 @@ struct PairMLIP::Impl {
   FILE *out = nullptr;               // rank 0
 
   // Message passing by per-layer ghost exchange (pair_mlip_exchange.cpp; 'exchange yes').
-  bool exchange = false;
+  enum class Asked { automatic, yes, no } exchange_asked = Asked::automatic;
+  bool exchange = false;             // decided by init_exchange()
   int feature_width = 0;             // D: doubles per atom and exchange
   std::vector<double> features;      // (nall, D) the exchange's per-atom buffer
   enum class Reverse { deviation, features } reverse = Reverse::deviation;    // what reverse comm moves

@@ -232,7 +232,9 @@ template <class DeviceType> void PairMLIPKokkos<DeviceType>::evaluate_member(int
       Kokkos::RangePolicy<DeviceType>(0, atom->nlocal + atom->nghost),
       KOKKOS_LAMBDA(int a) { atom_species(a) = type_species_v(type_v(a)); });
 
-  if (info.layers > 1) {
+  if (m == 0 && exchanging()) {    // all local atoms in one graph, their ghosts one cutoff deep
+    evaluate_sources(m, 0, list->inum, false);
+  } else if (info.layers > 1) {
     evaluate_sources(m, 0, list->inum + list->gnum, true);
   } else {
     for (int first = 0; first < list->inum; first += chunk_size)
@@ -250,7 +252,8 @@ template <class DeviceType> void PairMLIPKokkos<DeviceType>::evaluate_member(int
 template <class DeviceType>
 void PairMLIPKokkos<DeviceType>::evaluate_sources(int member, int first, int count, bool whole_halo)
 {
-  if (count <= 0) return;
+  const bool exchange = member == 0 && exchanging();    // every rank takes part in every exchange
+  if (count <= 0 && !exchange) return;
   auto t0 = Clock::now();
   const int nall = atom->nlocal + atom->nghost;
   const Member info = this->member(member);
@@ -400,7 +403,11 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int member, int first, int cou
   }
 #endif
   mlip::ModelOutput out;
-  try {
+  if (exchange) {    // features are exchanged through host buffers indexed by atom
+    auto h_node_atom = Kokkos::create_mirror_view_and_copy(
+        Kokkos::HostSpace(), Kokkos::subview(node_atom, std::make_pair(0, n_nodes)));
+    out = evaluate_exchanging(graph, h_node_atom.data());
+  } else try {
     out = mlip::evaluate_graph(*info.model, graph);
   } catch (const mlip::Error &e) {
     error->one(FLERR, std::string("pair_style mlip/kk: model evaluation failed: ") + e.what());

@@ -248,7 +248,7 @@ TEST(PairMLIP, MessagePassingModelMatchesReference) {
   const std::string model = model_path("painn");
   ASSERT_EQ(Model::load(model).info().message_passing_layers, 2);
   const Structure s = random_system(Box{}, 80, 1.0, 32);
-  expect_matches_reference(s, model, "pair_style mlip " + model, kSmallSkin);
+  expect_matches_reference(s, model, "pair_style mlip " + model + " exchange no", kSmallSkin);
 }
 
 // Message-passing chunks: each chunk of centres brings its own halo (local atoms of other
@@ -258,11 +258,12 @@ TEST(PairMLIP, MessagePassingModelInChunksMatchesReference) {
   const Structure s = random_system(Box{}, 80, 1.0, 38);
   for (int chunk : {1, 3, 17, 40}) {
     SCOPED_TRACE(chunk);
-    expect_matches_reference(s, model, fmt::format("pair_style mlip {} chunk {}", model, chunk), kSmallSkin);
+    expect_matches_reference(s, model, fmt::format("pair_style mlip {} exchange no chunk {}", model, chunk), kSmallSkin);
   }
 }
 
-// The chunk default depends on the model (64 local, 128 message passing); a repeated pair_style
+// The chunk default depends on the model (64 local, 512 with ghost exchange, 128 for message
+// passing over a halo); a repeated pair_style
 // command starts from the defaults again rather than keeping the previous command's options.
 TEST(PairMLIP, ChunkDefaultsPerModelKindAndRepeatedPairStyle) {
   const std::string log =
@@ -274,14 +275,14 @@ TEST(PairMLIP, ChunkDefaultsPerModelKindAndRepeatedPairStyle) {
     lmp.ok("pair_style mlip " + model_path("painn"));
     lmp.ok("pair_coeff * * O H H");
     lmp.ok("run 0");
-    lmp.ok("pair_style mlip " + model_path("painn") + " chunk 9");
+    lmp.ok("pair_style mlip " + model_path("painn") + " exchange no chunk 9");
     lmp.ok("pair_coeff * * O H H");
     lmp.ok("run 0");
   }
   if (rank() == 0) {
     const std::string text = read_text(log);
-    EXPECT_NE(text.find("at most 128 local atoms per model call (default; set with 'chunk N')"), std::string::npos)
-        << text;
+    EXPECT_NE(text.find("ghost exchange in chunks of at most 512 local atoms (default; set with 'chunk N')"),
+              std::string::npos) << text;
     EXPECT_NE(text.find("at most 9 local atoms per model call, in"), std::string::npos) << text;
   }
 }
@@ -294,8 +295,8 @@ TEST(PairMLIP, MessagePassingAndSeE2AWithEmptySubdomains) {
   for (const char* name : {"painn", "se_e2_a"}) {
     SCOPED_TRACE(name);
     const std::string model = model_path(name);
-    expect_matches_reference(s, model, "pair_style mlip " + model, procs + "\n" + kSmallSkin);
-    expect_matches_reference(s, model, "pair_style mlip " + model + " chunk 4", procs + "\n" + kSmallSkin);
+    expect_matches_reference(s, model, "pair_style mlip " + model + " exchange no", procs + "\n" + kSmallSkin);
+    expect_matches_reference(s, model, "pair_style mlip " + model + " exchange no chunk 4", procs + "\n" + kSmallSkin);
   }
 }
 
@@ -356,7 +357,7 @@ TEST(PairMLIP, MessagePassingSetsTheCommunicationCutoff) {
   const Structure s = random_system(Box{}, 20, 1.0, 34);
   for (double user : {0.0, 12.0}) {
     Lammps lmp;
-    setup_system(lmp, s, Box{}, "pair_style mlip " + model, "* * O H H", "neighbor 1.5 bin");
+    setup_system(lmp, s, Box{}, "pair_style mlip " + model + " exchange no", "* * O H H", "neighbor 1.5 bin");
     if (user > 0) lmp.ok(fmt::format("comm_modify cutoff {}", user));
     lmp.ok("run 0");
     const auto* comm = static_cast<LAMMPS_NS::LAMMPS*>(lmp.handle())->comm;
@@ -372,11 +373,16 @@ TEST(PairMLIP, MessagePassingSetsTheCommunicationCutoff) {
 
 // After atoms have moved (several neighbour-list builds, and steps in between where atoms are
 // up to skin/2 from where the lists were built), the message-passing forces are still exact.
-TEST(PairMLIP, MessagePassingStaysExactAfterAtomsMove) {
+// Ghost exchange (the default for models that define their layers) and the halo path.
+class MessagePassingPath : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(PairMLIP, MessagePassingPath, ::testing::Values("exchange yes", "exchange no"),
+                         [](const auto& info) { return std::string(info.param[9] == 'y' ? "Exchange" : "Halo"); });
+
+TEST_P(MessagePassingPath, StaysExactAfterAtomsMove) {
   const std::string model = model_path("painn");
   const Structure s0 = random_system(Box{}, 60, 1.0, 35);
   Lammps lmp;
-  setup_system(lmp, s0, Box{}, "pair_style mlip " + model, "* * O H H", "neighbor 0.8 bin");
+  setup_system(lmp, s0, Box{}, "pair_style mlip " + model + " " + GetParam(), "* * O H H", "neighbor 0.8 bin");
   lmp.ok("mass * 16.0");
   lmp.ok("neigh_modify every 1 delay 0 check yes");
   lmp.ok("velocity all create 3000 4928459 dist gaussian");
@@ -1129,7 +1135,20 @@ TEST_F(PairMLIPKokkos, NullTypeMatchesMlip) {
 }
 
 TEST_F(PairMLIPKokkos, MessagePassingModelMatchesMlip) {
-  expect_kokkos_matches(water_setup(80, 35), "pair_style {} " + model_path("painn") + "\npair_coeff * * O H H");
+  expect_kokkos_matches(water_setup(80, 35), "pair_style {} " + model_path("painn") + " exchange no\npair_coeff * * O H H");
+}
+
+// Ghost exchange in mlip/kk: the graph from its Kokkos kernels, the features exchanged between
+// layers as in mlip (which matches the single-process reference: PairMLIP.GhostExchange*); L = 2
+// and 3, chunks of 7 and 64, empty subdomains on 4 ranks.
+TEST_F(PairMLIPKokkos, GhostExchangeMatchesMlip) {
+  for (const char* name : {"painn", "painn3"}) {
+    for (const char* chunk : {"", " chunk 7", " chunk 64"}) {
+      SCOPED_TRACE(std::string(name) + chunk);
+      expect_kokkos_matches(water_setup(80, 36, 0.3),
+                            fmt::format("pair_style {{}} {} exchange yes{}\npair_coeff * * O H H", model_path(name), chunk));
+    }
+  }
 }
 
 // mlip's distance check on the device: the same error, naming both atoms.

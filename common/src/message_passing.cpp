@@ -121,11 +121,11 @@ struct Chunk {
   torch::Tensor edge_rows(const torch::Tensor& t) const { return whole ? t : t.index_select(0, edges); }
 };
 
-// Chunks of `size` centres; one whole chunk when they all fit (also for no centres, so that every
-// rank runs the same layers and exchanges).
-std::vector<Chunk> make_chunks(const torch::Tensor& edge_index, int64_t n_owned, int64_t n_nodes, int64_t size,
-                               const torch::Device& device) {
-  if (size <= 0 || n_owned <= size) {
+// Chunks of centres ending at `ends`; one whole chunk when there is one (also for no centres, so
+// that every rank runs the same layers and exchanges).
+std::vector<Chunk> make_chunks(const torch::Tensor& edge_index, int64_t n_owned, int64_t n_nodes,
+                               const std::vector<int64_t>& ends, const torch::Device& device) {
+  if (ends.size() <= 1) {
     Chunk c;
     c.count = n_owned;
     c.whole = true;
@@ -146,10 +146,11 @@ std::vector<Chunk> make_chunks(const torch::Tensor& edge_index, int64_t n_owned,
   std::vector<Chunk> chunks;
   std::vector<int64_t> local(n_nodes, -1);
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  for (int64_t first = 0; first < n_owned; first += size) {
+  for (std::size_t k = 0; k < ends.size(); ++k) {
     Chunk c;
-    c.first = first;
-    c.count = std::min(size, n_owned - first);
+    c.first = k == 0 ? 0 : ends[k - 1];
+    c.count = ends[k] - c.first;
+    const int64_t first = c.first;
     std::vector<int64_t> nodes, edges(order.begin() + start[first], order.begin() + start[first + c.count]);
     for (int64_t i = 0; i < c.count; ++i) nodes.push_back(first + i), local[first + i] = i;
     std::vector<int64_t> cl(edges.size()), nl(edges.size());
@@ -228,6 +229,16 @@ int64_t exchange_feature_width(const Model& model) {
 
 ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, const FeatureExchange& exchange,
                                 int64_t chunk) {
+  std::vector<int64_t> ends;
+  for (int64_t end = chunk; chunk > 0 && end < graph.n_centers; end += chunk) ends.push_back(end);
+  ends.push_back(graph.n_centers);
+  return evaluate_exchanging(model, graph, exchange, ends);
+}
+
+ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, const FeatureExchange& exchange,
+                                const std::vector<int64_t>& chunk_end) {
+  if (chunk_end.empty() || chunk_end.back() != graph.n_centers)
+    throw Error("evaluate_exchanging: the chunks must end at the graph's last centre");
   const int layers = exchange_layers(model);
   if (layers == 0) throw Error("model: its file does not define the per-layer parts (mp_*) of ghost exchange");
   const Parts parts{model.module()};
@@ -236,7 +247,7 @@ ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, cons
   const torch::Tensor edge_index = t.edge_index.to(model.device());
   const torch::Tensor vectors = t.edge_vectors.to(model.device(), model.info().torch_dtype());
   const int64_t n_owned = graph.n_centers, n_ghost = graph.n_nodes - graph.n_centers;
-  const std::vector<Chunk> chunks = make_chunks(t.edge_index, n_owned, graph.n_nodes, chunk, model.device());
+  const std::vector<Chunk> chunks = make_chunks(t.edge_index, n_owned, graph.n_nodes, chunk_end, model.device());
   const bool keep = chunks.size() == 1;    // else the backward evaluates each chunk's layer again
   torch::jit::GraphOptimizerEnabledGuard optimize(detail::optimize_graphs_on(model.device()));
 

@@ -14,6 +14,7 @@
 //   painn_water64      PaiNN with default hyperparameters (64 features, 2 layers, 16 radial
 //                      functions), rc 5, O H, random weights, float64: the message-passing benchmark
 //   painn_water64_l3   the same with 3 layers (halo against ghost exchange)
+//   ARCH@CUTOFF[:HYPERPARAMETERS][/f32]  any architecture, O H, random weights, float64 (or 32)
 #pragma once
 
 #include <random>
@@ -110,8 +111,19 @@ inline void write_test_model(const std::string& name, const std::string& path) {
     const nlohmann::json hp = name == "painn_water64" ? nlohmann::json::object() : nlohmann::json{{"layers", 3}};
     BuiltModel b = build_test_model("painn", 5.0, hp, torch::kFloat64, 2, {"O", "H"});
     export_frozen(b.module, b.metadata, path);
+  } else if (name.find('@') != std::string::npos) {
+    // ARCH@CUTOFF[:JSON-hyperparameters][/f32], O H, random weights (benchmarks' variants), e.g.
+    // 'painn@5:{"features":32,"layers":3}' or 'se_e2_a@5/f32'.
+    std::string spec = name;
+    const bool f32 = spec.size() > 4 && spec.compare(spec.size() - 4, 4, "/f32") == 0;
+    if (f32) spec.resize(spec.size() - 4);
+    const auto at = spec.find('@'), colon = spec.find(':');
+    const nlohmann::json hp = colon == std::string::npos ? nlohmann::json::object() : nlohmann::json::parse(spec.substr(colon + 1));
+    BuiltModel b = build_test_model(spec.substr(0, at), std::stod(spec.substr(at + 1, colon - at - 1)), hp,
+                                    f32 ? torch::kFloat32 : torch::kFloat64, 2, {"O", "H"});
+    export_frozen(b.module, b.metadata, path);
   } else {
-    throw Error("unknown test model '" + name + "' (known: morse64, morse32, morse_md, se_e2_a, se_e2_a_md, se_e2_a_md_compressed, "
+    throw Error("unknown test model '" + name + "' (known: ARCH@CUTOFF[:HYPERPARAMETERS][/f32], morse64, morse32, morse_md, se_e2_a, se_e2_a_md, se_e2_a_md_compressed, "
                 "se_e2_a_ta, painn, painn3, "
                 "se_e2_a_water64, se_e2_a_water32, painn_water64, painn_water64_l3)");
   }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "mlip/model.h"
 
@@ -49,5 +50,10 @@ int64_t exchange_feature_width(const Model& model);
 /// The results do not depend on it beyond round-off.
 ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, const FeatureExchange& exchange,
                                 int64_t chunk = 0);
+
+/// The same with chunks of any sizes: the centres [chunk_end[k-1], chunk_end[k]) (the last end
+/// is n_centers; a single end means one chunk), e.g. spatially compact ones.
+ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, const FeatureExchange& exchange,
+                                const std::vector<int64_t>& chunk_end);
 
 }  // namespace mlip
