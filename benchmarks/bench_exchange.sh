@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Message passing in LAMMPS: the halo path (ghost shell L x cutoff + skin, each chunk with its
 # (L-1)-hop halo) against per-layer ghost exchange ('exchange yes': ghost shell cutoff + skin),
-# side by side in one run, on water boxes, for PaiNN with 64 features, rc 5 A, L = 2 and 3
-# (tests/support/test_models.h painn_water64, painn_water64_l3; random weights: the cost does not
-# depend on them).
+# side by side in one run, on water boxes, for PaiNN with FEATURES features (64), 16 radial
+# functions, rc 5 A, L layers (tests/support/test_models.h's 'painn@5:{...}'; random weights: the
+# cost does not depend on them).
 #
 #   benchmarks/bench_exchange.sh [BUILD_DIR]            (default: <repo>/build)
 #
 # Reported per row: wall us/atom-step of the MD loop (LAMMPS's "Loop time"), the pair style's
-# peak resident memory per rank (its 'timing yes' report: the largest rank), and the ghost atoms
-# per rank. Environment: SIZES (atoms: "1536"; 1536 = data_1 frame 0 replicated 2x2x2, 12288 =
-# 4x4x4), RANKS ("1 2"), STEPS (5), LAYERS ("2 3").
+# peak resident memory per rank (its 'timing yes' report: the largest rank), the ghost atoms per
+# rank (the last rank's), and the MB a rank sends per MD step, counted from its ghosts: 3 values
+# per ghost for positions and 3 for forces, plus, with exchange, 2 (L - 1) x 4F feature values
+# (forward after each layer but the last, reverse in the backward pass), 8 bytes each (on 1 rank
+# these are copies to its own periodic images). Environment: SIZES (atoms: "1536"; 1536 = data_1
+# frame 0 replicated 2x2x2, 12288 = 4x4x4, 98304 = 8x8x8), RANKS ("1 2"), STEPS (5), LAYERS
+# ("2 3"), FEATURES (64), OPTIONS (more pair_style keywords for both paths, e.g. "chunk 256"),
+# PATHS ("no yes": exchange no = halo, yes = exchange).
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=$(cd "${1:-$src/build}" && pwd)
@@ -21,8 +26,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 work=$(mktemp -d /tmp/mlip-bench-exchange.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-"$build/bin/mlip_test_inputs" model painn_water64 l2.pt
-"$build/bin/mlip_test_inputs" model painn_water64_l3 l3.pt
+features=${FEATURES:-64}
+for layers in ${LAYERS:-2 3}; do
+  "$build/bin/mlip_test_inputs" model "painn@5:{\"features\":$features,\"layers\":$layers}" "l$layers.pt"
+done
 for n in ${SIZES:-1536}; do
   r=$(awk -v n="$n" 'BEGIN { printf "%d", (n / 192) ^ (1 / 3) + 0.5 }')
   "$build/bin/mlip-trainer" convert "$src/data/water-deepmd/data_1" "water$n.data" --types O H --replicate "$r" "$r" "$r" > /dev/null
@@ -35,7 +42,7 @@ newton on
 read_data ${data}
 mass 1 15.999
 mass 2 1.008
-pair_style mlip ${model} exchange ${exchange} timing yes
+pair_style mlip ${model} exchange ${exchange} ${options} timing yes
 pair_coeff * * O H
 velocity all create 300 4928459 dist gaussian
 fix 1 all nve
@@ -44,20 +51,23 @@ thermo ${steps}
 run 1
 run ${steps}
 EOF
-echo "| atoms | L | ranks | path | us/atom-step | peak memory per rank (MiB) | ghosts per rank |"
-echo "|---|---|---|---|---|---|---|"
+echo "| atoms | L | ranks | path | us/atom-step | peak memory per rank (MiB) | ghosts per rank | MB sent per rank per step |"
+echo "|---|---|---|---|---|---|---|---|"
 for n in ${SIZES:-1536}; do
   for layers in ${LAYERS:-2 3}; do
     for ranks in ${RANKS:-1 2}; do
-      for exchange in no yes; do
+      for exchange in ${PATHS:-no yes}; do
         mpirun --oversubscribe -np "$ranks" "$build/bin/lmp" -in in.bench -log log -screen none -nocite \
-          -var data "water$n.data" -var model "l$layers.pt" -var exchange "$exchange" -var steps "${STEPS:-5}" ||
+          -var data "water$n.data" -var model "l$layers.pt" -var exchange "$exchange" -var steps "${STEPS:-5}" -var options "${OPTIONS:-}" ||
           { tail -5 log >&2; exit 1; }
         loop=$(grep '^Loop time' log | tail -1 | awk '{ print $4 }')
         peak=$(grep 'peak RSS' log | tail -1 | sed -nE 's/.*peak RSS ([0-9.]+) MiB max.*/\1/p')
         ghosts=$(grep -A3 '^Nlocal:' log | tail -4 | awk '/^Nghost:/ { print $2 }' | tail -1)
         us=$(awk -v t="$loop" -v n="$n" -v s="${STEPS:-5}" 'BEGIN { printf "%.0f", 1e6 * t / (n * s) }')
-        echo "| $n | $layers | $ranks | $([[ $exchange == yes ]] && echo exchange || echo halo) | $us | $peak | $ghosts |"
+        values=6
+        [[ $exchange == yes ]] && values=$(( 6 + 2 * (layers - 1) * 4 * features ))
+        mb=$(awk -v g="$ghosts" -v v="$values" 'BEGIN { printf "%.1f", g * v * 8 / 1e6 }')
+        echo "| $n | $layers | $ranks | $([[ $exchange == yes ]] && echo exchange || echo halo) | $us | $peak | $ghosts | $mb |"
       done
     done
   done

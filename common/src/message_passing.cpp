@@ -188,7 +188,9 @@ struct Parts {
   Tensors layer(int k, const Tensors& x, const Chunk& c, const torch::Tensor& vectors) const {
     const Tensors radial = tensors_of(call("mp_edges", {vectors}));
     Args args(x.begin(), x.end());
-    args.insert(args.end(), {c.center, c.neighbor, radial[0], radial[1], radial[2], c.count});
+    args.insert(args.end(), {c.center, c.neighbor});
+    args.insert(args.end(), radial.begin(), radial.end());
+    args.emplace_back(c.count);
     return tensors_of(call(layer_method(k), std::move(args)));
   }
 };

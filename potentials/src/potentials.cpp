@@ -32,6 +32,7 @@ BuiltModel build_model(const ModelSpec& spec) {
 
 void fit_descriptor_statistics(BuiltModel& model, const std::vector<const Frame*>& frames) {
   if (model.metadata.architecture == "se_e2_a") fit_se_e2_a_statistics(model, frames);
+  if (model.metadata.architecture == "painn") fit_painn_statistics(model, frames);
 }
 
 std::vector<torch::Tensor> trainable_parameters(const torch::jit::Module& module) {

@@ -6,9 +6,9 @@
 //
 // An architecture supports it by defining, beside forward() (which composes them; PaiNN in
 // potentials/src/painn.cpp):
-//   mp_edges(edge_vectors) -> (rbf, fc, unit)                      per-edge radial terms
+//   mp_edges(edge_vectors) -> (radial terms...)                     per-edge tensors (PaiNN: 2)
 //   mp_embed(species) -> (s, v)                                     features before layer 0
-//   mp_layer_<k>(s, v, center, neighbor, rbf, fc, unit, n_out) -> (s, v)
+//   mp_layer_<k>(features..., center, neighbor, radial terms..., n_out) -> (features...)
 //                                            layer k: messages into, and updates of, nodes [0, n_out)
 //   mp_readout(species, s, edge_index, edge_vectors, n_centers) -> (n_centers,) energies
 // Model files written before these parts existed, and local models, have none of them.

@@ -125,6 +125,7 @@ torch::jit::Module compress_model(const torch::jit::Module& base, ModelMetadata&
 
 // Per-architecture pieces, called through build_model and fit_descriptor_statistics.
 void fit_se_e2_a_statistics(BuiltModel& model, const std::vector<const Frame*>& frames);
+void fit_painn_statistics(BuiltModel& model, const std::vector<const Frame*>& frames);
 BuiltModel build_se_e2_a(const ModelSpec& spec);
 BuiltModel build_painn(const ModelSpec& spec);
 

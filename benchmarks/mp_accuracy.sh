@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Water accuracy of the 3-layer equivariant message-passing model against se_e2_a at the same
+# cutoff (5 A), each trained for the same wall time on the same 2 MPI ranks, one after the other.
+#
+#   benchmarks/mp_accuracy.sh [BUILD_DIR]          (default: <repo>/build)
+#
+# Both start from examples/configs/water-demo.yaml (float32, ZBL repulsion, its loss and learning
+# rate schedule), trained on data/water-deepmd/data_0 and data_1 (240 frames; 10% of them for
+# the trainer's validation); the architecture block is all that differs:
+#   se_e2_a  the demo's (embedding 16-32-64, axis 8, fitting 120x3);
+#   painn    PaiNN with FEATURES features (32), 3 layers, 8 radial functions.
+# Reported: best validation errors and `mlip-trainer test` on data_2 (80 frames neither saw),
+# steps trained, and the MD cost of each model (pair_style mlip, us/atom-step, 1 rank, 1536 atoms).
+# Environment: MINUTES (7), FEATURES (32), MODELS ("se_e2_a painn"), KEEP (1: keep the folder).
+set -euo pipefail
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=$(cd "${1:-$src/build}" && pwd)
+trainer=$build/bin/mlip-trainer
+[[ -x $trainer ]] || { echo "mp_accuracy.sh: $trainer not found; build the project first" >&2; exit 1; }
+minutes=${MINUTES:-7}
+features=${FEATURES:-32}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+data=$src/data/water-deepmd
+work=$(mktemp -d /tmp/mlip-mp-accuracy.XXXXXX)
+[[ ${KEEP:-0} == 1 ]] || trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+# config NAME: the demo's config on data_0 + data_1 for MINUTES, output in NAME/.
+config() {
+  sed -e "s|    - path: data/water-deepmd|    - path: $data/data_0\n    - path: $data/data_1|" \
+      -e "s|max_minutes: .*|max_minutes: $minutes|" -e "s|epochs: .*|epochs: 100000|" \
+      -e "s|dir: runs/demo/train|dir: $work/$1|" -e "s|cache_dir: .*|cache_dir: $work/cache|" \
+      -e "s|log_every: .*|log_every: 0|" "$src/examples/configs/water-demo.yaml" > "$1.yaml"
+}
+config se_e2_a
+config painn
+# PaiNN's hyperparameters in place of se_e2_a's (the 6 lines after 'hyperparameters:').
+awk -v f="$features" '
+  /^  architecture:/ { print "  architecture: painn"; next }
+  /^  hyperparameters:/ { print; print "    features: " f; print "    layers: 3"; print "    radial_basis: 8"; skip = 1; next }
+  skip && /^    / { next }
+  { skip = 0; print }' painn.yaml > painn.tmp && mv painn.tmp painn.yaml
+
+for name in ${MODELS:-se_e2_a painn}; do
+  mpirun --oversubscribe -np 2 "$trainer" train "$name.yaml" --threads 1 > "$name.log" 2>&1 ||
+    { tail -20 "$name.log" >&2; exit 1; }
+done
+
+best() { awk -F, -v c="$2" 'NR > 1 && ($c < b || b == "") { b = $c } END { printf "%.2f", 1e3 * b }' "$1/metrics.csv"; }
+steps() { awk -F, 'END { print $2 }' "$1/metrics.csv"; }
+test_rmse() {
+  "$trainer" test "$1/model.pt" "$data/data_2" > "$1.test" 2>&1 || { cat "$1.test" >&2; exit 1; }
+  echo "$(sed -nE 's/^energy RMSE +([0-9.]+) meV\/atom.*/\1/p' "$1.test") | $(sed -nE 's/^force RMSE +([0-9.]+) meV\/A.*/\1/p' "$1.test")"
+}
+# MD cost: 1536 water atoms (data_1 frame 0, 2x2x2), 1 rank, 5 steps.
+"$trainer" convert "$data/data_1" water.data --types O H --replicate 2 2 2 > /dev/null
+cat > in.md <<'IN'
+units metal
+atom_style atomic
+atom_modify map array
+read_data water.data
+mass 1 15.999
+mass 2 1.008
+pair_style mlip ${model}
+pair_coeff * * O H
+velocity all create 300 4928459 dist gaussian
+fix 1 all nve
+timestep 0.0005
+run 1
+run 5
+IN
+md_cost() {
+  mpirun -np 1 "$build/bin/lmp" -in in.md -log "$1.md.log" -screen none -nocite -var model "$1/model.pt" > /dev/null
+  grep '^Loop time' "$1.md.log" | tail -1 | awk '{ printf "%.0f", 1e6 * $4 / (1536 * 5) }'
+}
+echo
+echo "water, rc 5 A, float32, $minutes min each on 2 MPI ranks (data_0 + data_1; test: data_2, 80 frames)"
+echo
+echo "| model | steps | best validation E (meV/atom) / F (meV/A) | test E RMSE (meV/atom) | test F RMSE (meV/A) | MD us/atom-step (1 rank, 1536 atoms) |"
+echo "|---|---|---|---|---|---|"
+for name in ${MODELS:-se_e2_a painn}; do
+  label=$name; [[ $name == painn ]] && label="PaiNN F=$features, 3 layers"
+  echo "| $label | $(steps $name) | $(best $name 7) / $(best $name 8) | $(test_rmse $name) | $(md_cost $name) |"
+done
