@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# What the 3-layer equivariant model costs in MD next to se_e2_a at the same cutoff, side by side
+# in one run: pair_style mlip (PaiNN with ghost exchange, its default) on water boxes.
+#
+#   benchmarks/bench_mp_cost.sh [BUILD_DIR]            (default: <repo>/build)
+#
+# Models (random weights, O H, rc 5 A; tests/support/test_models.h 'ARCH@CUTOFF:...'):
+#   se_e2_a  default hyperparameters (embedding 25-50-100, axis 16, fitting 240x3);
+#   painn    FEATURES (32) features, 3 layers, 8 radial functions.
+# Reported per row: wall us/atom-step of the MD loop, the ratio to se_e2_a of the same dtype,
+# size and ranks, and the pair style's peak resident memory per rank ('timing yes').
+# Environment: SIZES ("12288"; 1536 = data_1 frame 0 replicated 2x2x2, 12288 = 4x4x4), RANKS
+# ("1 2"), STEPS (3), DTYPES ("f64 f32"), FEATURES (32), CHUNKS (PaiNN chunk sizes: "default").
+set -euo pipefail
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=$(cd "${1:-$src/build}" && pwd)
+for f in "$build/bin/lmp" "$build/bin/mlip_test_inputs" "$build/bin/mlip-trainer"; do
+  [[ -x $f ]] || { echo "bench_mp_cost.sh: $f not found; build the project first" >&2; exit 1; }
+done
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+work=$(mktemp -d /tmp/mlip-bench-mp-cost.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+features=${FEATURES:-32}
+for d in ${DTYPES:-f64 f32}; do
+  suffix=$([[ $d == f32 ]] && echo /f32 || true)
+  "$build/bin/mlip_test_inputs" model "se_e2_a@5$suffix" "se_e2_a-$d.pt"
+  "$build/bin/mlip_test_inputs" model "painn@5:{\"features\":$features,\"layers\":3,\"radial_basis\":8}$suffix" "painn-$d.pt"
+done
+for n in ${SIZES:-12288}; do
+  r=$(awk -v n="$n" 'BEGIN { printf "%d", (n / 192) ^ (1 / 3) + 0.5 }')
+  "$build/bin/mlip-trainer" convert "$src/data/water-deepmd/data_1" "water$n.data" --types O H --replicate "$r" "$r" "$r" > /dev/null
+done
+cat > in.bench <<'IN'
+units metal
+atom_style atomic
+atom_modify map array
+newton on
+read_data ${data}
+mass 1 15.999
+mass 2 1.008
+pair_style mlip ${model} ${options} timing yes
+pair_coeff * * O H
+velocity all create 300 4928459 dist gaussian
+fix 1 all nve
+timestep 0.0002
+run 1
+run ${steps}
+IN
+steps=${STEPS:-3}
+measure() {  # measure MODEL ATOMS RANKS OPTIONS -> "us peak"
+  mpirun --oversubscribe -np "$3" "$build/bin/lmp" -in in.bench -log log -screen none -nocite \
+    -var data "water$2.data" -var model "$1" -var steps "$steps" -var options "$4" || { tail -5 log >&2; exit 1; }
+  local loop peak
+  loop=$(grep '^Loop time' log | tail -1 | awk '{ print $4 }')
+  peak=$(grep 'peak RSS' log | tail -1 | sed -nE 's/.*peak RSS ([0-9.]+) MiB max.*/\1/p')
+  awk -v t="$loop" -v n="$2" -v s="$steps" -v p="$peak" 'BEGIN { printf "%.0f %s", 1e6 * t / (n * s), p }'
+}
+echo "| atoms | ranks | dtype | model | us/atom-step | / se_e2_a | peak memory per rank (MiB) |"
+echo "|---|---|---|---|---|---|---|"
+for n in ${SIZES:-12288}; do
+  for ranks in ${RANKS:-1 2}; do
+    for d in ${DTYPES:-f64 f32}; do
+      read -r base peak < <(measure "se_e2_a-$d.pt" "$n" "$ranks" "")
+      echo "| $n | $ranks | $d | se_e2_a | $base | 1 | $peak |"
+      for c in ${CHUNKS:-default}; do
+        options=$([[ $c == default ]] && true || echo "chunk $c")
+        read -r us peak < <(measure "painn-$d.pt" "$n" "$ranks" "$options")
+        ratio=$(awk -v a="$us" -v b="$base" 'BEGIN { printf "%.2f", a / b }')
+        echo "| $n | $ranks | $d | PaiNN F=$features L=3, chunk $c | $us | $ratio | $peak |"
+      done
+    done
+  done
+done
