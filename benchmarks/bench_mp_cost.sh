@@ -54,7 +54,7 @@ measure() {  # measure MODEL ATOMS RANKS OPTIONS -> "us peak"
   local loop peak
   loop=$(grep '^Loop time' log | tail -1 | awk '{ print $4 }')
   peak=$(grep 'peak RSS' log | tail -1 | sed -nE 's/.*peak RSS ([0-9.]+) MiB max.*/\1/p')
-  awk -v t="$loop" -v n="$2" -v s="$steps" -v p="$peak" 'BEGIN { printf "%.0f %s", 1e6 * t / (n * s), p }'
+  awk -v t="$loop" -v n="$2" -v s="$steps" -v p="$peak" 'BEGIN { printf "%.0f %s\n", 1e6 * t / (n * s), p }'
 }
 echo "| atoms | ranks | dtype | model | us/atom-step | / se_e2_a | peak memory per rank (MiB) |"
 echo "|---|---|---|---|---|---|---|"

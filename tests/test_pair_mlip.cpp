@@ -262,7 +262,7 @@ TEST(PairMLIP, MessagePassingModelInChunksMatchesReference) {
   }
 }
 
-// The chunk default depends on the model (64 local, 512 with ghost exchange, 128 for message
+// The chunk default depends on the model (64 local, 128 with ghost exchange, 128 for message
 // passing over a halo); a repeated pair_style
 // command starts from the defaults again rather than keeping the previous command's options.
 TEST(PairMLIP, ChunkDefaultsPerModelKindAndRepeatedPairStyle) {
@@ -281,7 +281,7 @@ TEST(PairMLIP, ChunkDefaultsPerModelKindAndRepeatedPairStyle) {
   }
   if (rank() == 0) {
     const std::string text = read_text(log);
-    EXPECT_NE(text.find("ghost exchange in chunks of at most 512 local atoms (default; set with 'chunk N')"),
+    EXPECT_NE(text.find("ghost exchange in chunks of at most 128 local atoms (default; set with 'chunk N')"),
               std::string::npos) << text;
     EXPECT_NE(text.find("at most 9 local atoms per model call, in"), std::string::npos) << text;
   }
