@@ -8,9 +8,11 @@
 // and the readout (e.g. a pair repulsion).
 //
 // Chunks: the owned nodes are taken `chunk` at a time, each with its edges and the nodes they
-// reach (renumbered, centres first). With one chunk the forward keeps each layer's autograd graph
-// for the backward; with several, it keeps only the layers' node features, and the backward
-// evaluates each chunk's layer again, so that memory is bounded by the chunk's edges.
+// reach (renumbered, centres first). A layer's node terms (mp_node_<k>, e.g. the senders'
+// networks) are evaluated once for all nodes and gathered by each chunk. With one chunk the
+// forward keeps each layer's autograd graph for the backward; with several, it keeps only the
+// layers' node features, and the backward evaluates each chunk's layer again, so that memory is
+// bounded by the chunk's edges.
 #include "mlip/message_passing.h"
 
 #include <string>
@@ -28,8 +30,11 @@ using Tensors = std::vector<torch::Tensor>;
 using Args = std::vector<torch::jit::IValue>;
 
 std::string layer_method(int k) { return "mp_layer_" + std::to_string(k); }
+std::string node_method(int k) { return "mp_node_" + std::to_string(k); }
 
+// A method's tensor or tuple of tensors.
 Tensors tensors_of(const torch::jit::IValue& v) {
+  if (v.isTensor()) return {v.toTensor()};
   Tensors out;
   for (const auto& e : v.toTupleRef().elements()) out.push_back(e.toTensor());
   return out;
@@ -154,11 +159,11 @@ std::vector<Chunk> make_chunks(const torch::Tensor& edge_index, int64_t n_owned,
     std::vector<int64_t> nodes, edges(order.begin() + start[first], order.begin() + start[first + c.count]);
     for (int64_t i = 0; i < c.count; ++i) nodes.push_back(first + i), local[first + i] = i;
     std::vector<int64_t> cl(edges.size()), nl(edges.size());
-    for (std::size_t k = 0; k < edges.size(); ++k) {
-      const int64_t j = neighbor[edges[k]];
+    for (std::size_t e = 0; e < edges.size(); ++e) {
+      const int64_t j = neighbor[edges[e]];
       if (local[j] < 0) local[j] = static_cast<int64_t>(nodes.size()), nodes.push_back(j);
-      cl[k] = center[edges[k]] - first;
-      nl[k] = local[j];
+      cl[e] = center[edges[e]] - first;
+      nl[e] = local[j];
     }
     for (const int64_t j : nodes) local[j] = -1;
     auto tensor = [&](const std::vector<int64_t>& v) {
@@ -184,10 +189,15 @@ struct Parts {
     }
   }
 
-  // Layer k's outputs for a chunk's centres from its nodes' inputs `x` and its edges' vectors.
-  Tensors layer(int k, const Tensors& x, const Chunk& c, const torch::Tensor& vectors) const {
+  // Layer k's node terms (e.g. the networks of the senders' features), for any node set.
+  Tensors node(int k, const Tensors& x) const { return tensors_of(call(node_method(k), Args(x.begin(), x.end()))); }
+
+  // Layer k's outputs for a chunk's centres from its nodes' inputs `x` and node terms `terms`
+  // and its edges' vectors.
+  Tensors layer(int k, const Tensors& x, const Tensors& terms, const Chunk& c, const torch::Tensor& vectors) const {
     const Tensors radial = tensors_of(call("mp_edges", {vectors}));
     Args args(x.begin(), x.end());
+    args.insert(args.end(), terms.begin(), terms.end());
     args.insert(args.end(), {c.center, c.neighbor});
     args.insert(args.end(), radial.begin(), radial.end());
     args.emplace_back(c.count);
@@ -195,20 +205,76 @@ struct Parts {
   }
 };
 
-// What a chunk's layer needs for its backward: its inputs (leaves), edge vectors (a leaf) and
-// outputs, with the autograd graph between them.
+// What a chunk's layer needs for its backward: its inputs and node terms (leaves, unless the
+// terms were computed from the inputs in the same graph), edge vectors (a leaf) and outputs.
 struct LayerRun {
-  Tensors x;
+  Tensors x, terms;
   torch::Tensor vectors;
   Tensors out;
 };
 
-LayerRun run_layer(const Parts& parts, int k, const Tensors& x_all, const Chunk& c, const torch::Tensor& vectors_all) {
+// One chunk covering the graph: the node terms from the inputs, all in one autograd graph.
+LayerRun run_whole(const Parts& parts, int k, const Tensors& x_all, const Chunk& c, const torch::Tensor& vectors_all) {
+  LayerRun r;
+  r.x = leaves(x_all);
+  r.vectors = vectors_all.detach().requires_grad_(true);
+  r.out = parts.layer(k, r.x, parts.node(k, r.x), c, r.vectors);
+  return r;
+}
+
+// A chunk of a larger graph: its rows of the inputs and of the node terms (computed for all
+// nodes once per layer), as leaves.
+LayerRun run_chunk(const Parts& parts, int k, const Tensors& x_all, const Tensors& terms_all, const Chunk& c,
+                   const torch::Tensor& vectors_all) {
   LayerRun r;
   r.x = leaves(c.gather(x_all));
+  r.terms = leaves(c.gather(terms_all));
   r.vectors = c.edge_rows(vectors_all).detach().requires_grad_(true);
-  r.out = parts.layer(k, r.x, c, r.vectors);
+  r.out = parts.layer(k, r.x, r.terms, c, r.vectors);
   return r;
+}
+
+// Layer k's backward from its kept autograd graph (one chunk): adds the edge vectors' gradient
+// to edge_grad and returns the inputs' (none for the first layer); frees the graph.
+Tensors backward_kept(LayerRun& run, int k, const Tensors& seed, torch::Tensor& edge_grad) {
+  Tensors wrt{run.vectors};
+  if (k > 0) wrt.insert(wrt.end(), run.x.begin(), run.x.end());
+  const Tensors g = grad(run.out, seed, wrt);
+  run = LayerRun();
+  edge_grad += g[0];
+  return Tensors(g.begin() + 1, g.end());
+}
+
+// The same with each chunk's layer evaluated again: its gradients gathered into the graph's
+// nodes and edges, then the node terms' own backward (once, for all nodes).
+Tensors backward_chunks(const Parts& parts, int k, const Tensors& inputs, const std::vector<Chunk>& chunks,
+                        const torch::Tensor& vectors, const Tensors& seed, torch::Tensor& edge_grad) {
+  const Tensors x = leaves(inputs);
+  Tensors terms, terms_data, terms_grad, input_grad;
+  if (k > 0) {
+    terms = parts.node(k, x);
+  } else {
+    torch::NoGradGuard no_grad;    // nothing below the first layer needs a gradient
+    terms = parts.node(k, inputs);
+  }
+  for (const auto& term : terms) terms_data.push_back(term.detach()), terms_grad.push_back(torch::zeros_like(term));
+  for (const auto& feature : x) input_grad.push_back(torch::zeros_like(feature));
+  for (const Chunk& c : chunks) {
+    const LayerRun r = run_chunk(parts, k, inputs, terms_data, c, vectors);
+    Tensors wrt{r.vectors};
+    if (k > 0) {
+      wrt.insert(wrt.end(), r.x.begin(), r.x.end());
+      wrt.insert(wrt.end(), r.terms.begin(), r.terms.end());
+    }
+    const Tensors g = grad(r.out, rows(seed, c.first, c.count), wrt);
+    edge_grad.index_add_(0, c.edges, g[0]);
+    for (std::size_t i = 0; k > 0 && i < x.size(); ++i) input_grad[i].index_add_(0, c.nodes, g[1 + i]);
+    for (std::size_t i = 0; k > 0 && i < terms.size(); ++i) terms_grad[i].index_add_(0, c.nodes, g[1 + x.size() + i]);
+  }
+  if (k == 0) return {};
+  const Tensors g = grad(terms, terms_grad, x);
+  for (std::size_t i = 0; i < x.size(); ++i) input_grad[i] += g[i];
+  return input_grad;
 }
 
 }  // namespace
@@ -218,7 +284,7 @@ int exchange_layers(const Model& model) {
   for (const char* part : {"mp_edges", "mp_embed", "mp_readout"})
     if (!m.find_method(part)) return 0;
   int layers = 0;
-  while (m.find_method(layer_method(layers))) ++layers;
+  while (m.find_method(layer_method(layers)) && m.find_method(node_method(layers))) ++layers;
   return layers == model.info().message_passing_layers ? layers : 0;
 }
 
@@ -265,14 +331,14 @@ ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, cons
       inputs[k] = concat({owned, ghosts});
     }
     std::vector<Tensors> outs;
-    for (const Chunk& c : chunks) {
-      if (keep) {
-        kept[k] = run_layer(parts, k, inputs[k], c, vectors);
-        outs.push_back(kept[k].out);
-      } else {
-        torch::NoGradGuard no_grad;
-        outs.push_back(parts.layer(k, c.gather(inputs[k]), c, c.edge_rows(vectors)));
-      }
+    if (keep) {
+      kept[k] = run_whole(parts, k, inputs[k], chunks[0], vectors);
+      outs.push_back(kept[k].out);
+    } else {
+      torch::NoGradGuard no_grad;
+      const Tensors terms = parts.node(k, inputs[k]);
+      for (const Chunk& c : chunks)
+        outs.push_back(parts.layer(k, c.gather(inputs[k]), c.gather(terms), c, c.edge_rows(vectors)));
     }
     owned = concat(outs);
     for (auto& x : owned) x = x.detach();
@@ -289,20 +355,8 @@ ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, cons
   seed[0] = readout_grads[0];
   torch::Tensor edge_grad = readout_grads[1].clone();
   for (int k = layers - 1; k >= 0; --k) {
-    Tensors input_grad;
-    for (const auto& x : inputs[k]) input_grad.push_back(torch::zeros_like(x));
-    for (const Chunk& c : chunks) {
-      const LayerRun r = keep ? std::move(kept[k]) : run_layer(parts, k, inputs[k], c, vectors);
-      Tensors wrt{r.vectors};
-      if (k > 0) wrt.insert(wrt.end(), r.x.begin(), r.x.end());
-      const Tensors g = grad(r.out, rows(seed, c.first, c.count), wrt);
-      if (c.whole) edge_grad += g[0];
-      else edge_grad.index_add_(0, c.edges, g[0]);
-      for (std::size_t i = 0; k > 0 && i < input_grad.size(); ++i) {
-        if (c.whole) input_grad[i] += g[1 + i];
-        else input_grad[i].index_add_(0, c.nodes, g[1 + i]);
-      }
-    }
+    const Tensors input_grad = keep ? backward_kept(kept[k], k, seed, edge_grad)
+                                    : backward_chunks(parts, k, inputs[k], chunks, vectors, seed, edge_grad);
     if (k == 0) break;
     const Tensors back = unflatten(exchange.reverse(flatten(rows(input_grad, n_owned, n_ghost))), owned);
     for (std::size_t i = 0; i < seed.size(); ++i) seed[i] = input_grad[i].narrow(0, 0, n_owned) + back[i];

@@ -94,10 +94,14 @@ BuiltModel build_painn(const ModelSpec& spec) {
       << "    return s, torch.zeros([species.size(0), 3, " << f << "], " << vopts << ")\n";
   for (int64_t l = 0; l < layers; ++l) {
     const std::string p = "self.l" + std::to_string(l) + "_";
-    src << "def mp_layer_" << l << "(self, s: Tensor, v: Tensor, center: Tensor, neighbor: Tensor, radial: Tensor, "
-        << "unit: Tensor, n_out: int) -> Tuple[Tensor, Tensor]:\n"
-        << "    phi = torch.matmul(torch.silu(torch.matmul(s, " << p << "phi1_w) + " << p << "phi1_b), " << p
-        << "phi2_w) + " << p << "phi2_b\n"
+    // mp_node_<l>: phi(s) of every node; mp_layer_<l>: the messages into, and updates of, nodes
+    // [0, n_out). Split so that chunks of a graph share phi instead of each evaluating it on the
+    // nodes it reaches.
+    src << "def mp_node_" << l << "(self, s: Tensor, v: Tensor) -> Tensor:\n"
+        << "    return torch.matmul(torch.silu(torch.matmul(s, " << p << "phi1_w) + " << p << "phi1_b), " << p
+        << "phi2_w) + " << p << "phi2_b\n";
+    src << "def mp_layer_" << l << "(self, s: Tensor, v: Tensor, phi: Tensor, center: Tensor, neighbor: Tensor, "
+        << "radial: Tensor, unit: Tensor, n_out: int) -> Tuple[Tensor, Tensor]:\n"
         << "    w = torch.matmul(radial, torch.cat([" << p << "filter_w, " << p << "filter_b.unsqueeze(0)], 0))\n"
         << "    x = phi.index_select(0, neighbor) * w\n"
         << "    xs, xvv, xvs = torch.split(x, " << f << ", 1)\n"
@@ -143,7 +147,7 @@ BuiltModel build_painn(const ModelSpec& spec) {
           << "        radial = radial.index_select(0, sel)\n"
           << "        unit = unit.index_select(0, sel)\n"
           << "        n_out = n_centers\n";
-    src << "    s, v = self.mp_layer_" << l << "(s, v, center, neighbor, radial, unit, n_out)\n";
+    src << "    s, v = self.mp_layer_" << l << "(s, v, self.mp_node_" << l << "(s, v), center, neighbor, radial, unit, n_out)\n";
   }
   src << "    return self.mp_readout(species, s, edge_index, edge_vectors, n_centers)\n";
 

@@ -8,7 +8,8 @@
 // potentials/src/painn.cpp):
 //   mp_edges(edge_vectors) -> (radial terms...)                     per-edge tensors (PaiNN: 2)
 //   mp_embed(species) -> (s, v)                                     features before layer 0
-//   mp_layer_<k>(features..., center, neighbor, radial terms..., n_out) -> (features...)
+//   mp_node_<k>(features...) -> node term(s)                        e.g. networks of the senders
+//   mp_layer_<k>(features..., node terms..., center, neighbor, radial terms..., n_out) -> (features...)
 //                                            layer k: messages into, and updates of, nodes [0, n_out)
 //   mp_readout(species, s, edge_index, edge_vectors, n_centers) -> (n_centers,) energies
 // Model files written before these parts existed, and local models, have none of them.
