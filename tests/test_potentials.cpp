@@ -22,6 +22,7 @@
 #include "mlip/potentials.h"
 #include "mlip/radial_net.h"
 #include "mlip/tabulated_embedding.h"
+#include "mlip/vector_message.h"
 #include "support/reference.h"
 #include "support/temp_dir.h"
 
@@ -479,6 +480,67 @@ TEST(EdgeContraction, BadIndicesAndShapesAreErrors) {
             std::string::npos);
   EXPECT_NE(message([&] { edge_contract_env(g, torch::ones({3, 4, 6}, torch::kFloat64), center); })
                 .find("edge_contract_env: t (n, A, M) expected"),
+            std::string::npos);
+}
+
+// PaiNN's message sums (mlip/vector_message.h) against the aten reference: values, the CPU
+// kernel's gradients (a backward without a graph, as in MD) and second derivatives (a backward
+// with a graph, as a force loss needs), in both dtypes, with edges in random order.
+TEST(VectorMessage, KernelsAndDerivativesMatchTheReference) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    torch::manual_seed(5);
+    const int64_t nodes = 31, n_out = 19, f = 7, edges = 600;
+    const auto opt = torch::dtype(dtype);
+    const std::vector<torch::Tensor> in = {
+        torch::randn({nodes, 3 * f}, opt).requires_grad_(true), torch::randn({edges, 3 * f}, opt).requires_grad_(true),
+        torch::randn({nodes, 3, f}, opt).requires_grad_(true), torch::randn({edges, 3}, opt).requires_grad_(true)};
+    const torch::Tensor center = torch::randint(0, n_out, {edges}, torch::kInt64);
+    const torch::Tensor neighbor = torch::randint(0, nodes, {edges}, torch::kInt64);
+    const double tol = dtype == torch::kFloat64 ? 1e-12 : 1e-4;
+    const auto [sa, va] = vector_message(in[0], in[1], in[2], in[3], center, neighbor, n_out);
+    const auto [sb, vb] = vector_message_reference(in[0], in[1], in[2], in[3], center, neighbor, n_out);
+    ASSERT_TRUE(torch::allclose(sa, sb, tol, tol) && torch::allclose(va, vb, tol, tol)) << dtype;
+    const torch::Tensor ws = torch::randn_like(sa), wv = torch::randn_like(va);
+    const torch::Tensor la = (sa * ws).sum() + (va * wv).sum(), lb = (sb * ws).sum() + (vb * wv).sum();
+    const auto kernel = torch::autograd::grad({la}, in, {}, true, false);
+    const auto ga = torch::autograd::grad({la}, in, {}, true, true);
+    const auto gb = torch::autograd::grad({lb}, in, {}, true, true);
+    torch::Tensor qa = torch::zeros({}, opt), qb = torch::zeros({}, opt);
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      EXPECT_TRUE(torch::allclose(kernel[k], gb[k], tol, tol)) << "kernel d/d input " << k << " " << dtype;
+      EXPECT_TRUE(torch::allclose(ga[k], gb[k], tol, tol)) << "d/d input " << k << " " << dtype;
+      qa = qa + (ga[k] * ga[k]).sum();
+      qb = qb + (gb[k] * gb[k]).sum();
+    }
+    const auto ha = torch::autograd::grad({qa}, in), hb = torch::autograd::grad({qb}, in);
+    for (std::size_t k = 0; k < in.size(); ++k)
+      EXPECT_TRUE(torch::allclose(ha[k], hb[k], 10 * tol, 10 * tol)) << "2nd d/d input " << k << " " << dtype;
+  }
+}
+
+TEST(VectorMessage, BadIndicesAndShapesAreErrors) {
+  const auto opt = torch::dtype(torch::kFloat64);
+  const torch::Tensor phi = torch::ones({4, 6}, opt), w = torch::ones({3, 6}, opt), v = torch::ones({4, 3, 2}, opt);
+  const torch::Tensor unit = torch::ones({3, 3}, opt), index = torch::tensor({0, 1, 3}, torch::kInt64);
+  auto message = [](auto f) -> std::string {
+    try {
+      f();
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    }
+    return "no error";
+  };
+  EXPECT_NE(message([&] { vector_message(phi, w, v, unit, index, index, 3); })
+                .find("vector_message: a center index outside [0, 3)"),
+            std::string::npos);
+  EXPECT_NE(message([&] { vector_message(phi, w, v, unit, index.clamp_max(1), index + 1, 2); })
+                .find("vector_message: a neighbor index outside [0, 4)"),
+            std::string::npos);
+  EXPECT_NE(message([&] { vector_message(phi, torch::ones({3, 5}, opt), v, unit, index, index, 4); })
+                .find("vector_message: w (E, 3F) expected"),
+            std::string::npos);
+  EXPECT_NE(message([&] { vector_message(phi, w.to(torch::kFloat32), v, unit, index, index, 4); })
+                .find("must have one dtype"),
             std::string::npos);
 }
 

@@ -3,6 +3,7 @@
 #include "mlip/edge_contraction.h"
 #include "mlip/radial_net.h"
 #include "mlip/tabulated_embedding.h"
+#include "mlip/vector_message.h"
 
 namespace mlip {
 
@@ -10,6 +11,7 @@ void link_operators() {
   link_edge_operators();
   link_radial_net_operator();
   link_tabulated_operator();
+  link_vector_message_operator();
 }
 
 }  // namespace mlip

@@ -16,10 +16,11 @@
 // envelope fc vanish at the cutoff, so every message fades out smoothly there.
 //
 // Lean evaluation: the filter W(rbf) fc = (rbf W + b) fc is one product [rbf fc, fc] [W; b] of
-// the edges' radial terms ((edges x radial_basis + 1), computed once per graph or chunk) with the layer's
-// weights, so a layer keeps no (edges x 3F) tensor for the filter's bias and envelope; the
-// first layer skips the vector message of v = 0. Per layer and edge the autograd graph then holds
-// the filter, the gathered phi_j, x and the vector message's operands (about 6 x 3F values).
+// the edges' radial terms ((edges x radial_basis + 1), computed once per graph or chunk) with the
+// layer's weights, and the message sums are one operator (torch.ops.mlip.vector_message,
+// mlip/vector_message.h) that makes one pass over the edges each way and keeps only its inputs:
+// per layer and edge the autograd graph holds the filter (3F values), not the gathered features
+// and messages (about 6 x 3F values composed of aten operations).
 //
 // N (neighbor_norm) keeps the sums of ~50 neighbours (water at 5 A) from growing the features
 // layer after layer: without it a 3-layer model starts with forces of several eV/A and trains
@@ -103,15 +104,9 @@ BuiltModel build_painn(const ModelSpec& spec) {
     src << "def mp_layer_" << l << "(self, s: Tensor, v: Tensor, phi: Tensor, center: Tensor, neighbor: Tensor, "
         << "radial: Tensor, unit: Tensor, n_out: int) -> Tuple[Tensor, Tensor]:\n"
         << "    w = torch.matmul(radial, torch.cat([" << p << "filter_w, " << p << "filter_b.unsqueeze(0)], 0))\n"
-        << "    x = phi.index_select(0, neighbor) * w\n"
-        << "    xs, xvv, xvs = torch.split(x, " << f << ", 1)\n"
-        << "    s = s.narrow(0, 0, n_out) + torch.zeros([n_out, " << f << "], " << vopts
-        << ").index_add(0, center, xs) * self.inv_neighbor_norm\n"
-        // v is zero before the first layer: its x_vv v_j term vanishes there.
-        << (l == 0 ? "    dv = unit.unsqueeze(2) * xvs.unsqueeze(1)\n"
-                   : "    dv = v.index_select(0, neighbor) * xvv.unsqueeze(1) + unit.unsqueeze(2) * xvs.unsqueeze(1)\n")
-        << "    v = v.narrow(0, 0, n_out) + torch.zeros([n_out, 3, " << f << "], " << vopts
-        << ").index_add(0, center, dv) * self.inv_neighbor_norm\n"
+        << "    ds, dv = mlip_ops.vector_message(phi, w, v, unit, center, neighbor, n_out)\n"
+        << "    s = s.narrow(0, 0, n_out) + ds * self.inv_neighbor_norm\n"
+        << "    v = v.narrow(0, 0, n_out) + dv * self.inv_neighbor_norm\n"
         << "    uv = torch.matmul(v, " << p << "U)\n"
         << "    vv = torch.matmul(v, " << p << "V)\n"
         << "    vnorm = torch.sqrt((vv * vv).sum(1) + 1e-8)\n"
