@@ -9,7 +9,8 @@
 #   painn    FEATURES (32) features, 3 layers, 8 radial functions.
 # Reported per row: wall us/atom-step of the MD loop, the ratio to se_e2_a of the same dtype,
 # size and ranks, and the pair style's peak resident memory per rank ('timing yes').
-# Environment: SIZES ("12288"; 1536 = data_1 frame 0 replicated 2x2x2, 12288 = 4x4x4), RANKS
+# Environment: SIZES ("12288"; multiples of 192, data_1 frame 0 replicated in the most compact
+# box: 1536 = 2x2x2, 10368 = 3x3x6, 12288 = 4x4x4), RANKS
 # ("1 2"), STEPS (3), DTYPES ("f64 f32"), FEATURES (32), CHUNKS (PaiNN chunk sizes: "default").
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,8 +29,15 @@ for d in ${DTYPES:-f64 f32}; do
   "$build/bin/mlip_test_inputs" model "painn@5:{\"features\":$features,\"layers\":3,\"radial_basis\":8}$suffix" "painn-$d.pt"
 done
 for n in ${SIZES:-12288}; do
-  r=$(awk -v n="$n" 'BEGIN { printf "%d", (n / 192) ^ (1 / 3) + 0.5 }')
-  "$build/bin/mlip-trainer" convert "$src/data/water-deepmd/data_1" "water$n.data" --types O H --replicate "$r" "$r" "$r" > /dev/null
+  # n = 192 a b c with a <= b <= c and c as small as it can be (the most compact box).
+  r=$(awk -v n="$n" 'BEGIN { m = n / 192; best = ""
+        if (m != int(m)) exit
+        for (a = 1; a * a * a <= m; ++a) for (b = a; a * b * b <= m; ++b)
+          if (m % (a * b) == 0) { c = m / (a * b); if (best == "" || c < bc) { best = a " " b " " c; bc = c } }
+        print best }')
+  [[ -n $r ]] || { echo "bench_mp_cost.sh: SIZES: $n is not a multiple of 192 (the frame's atoms)" >&2; exit 1; }
+  # shellcheck disable=SC2086
+  "$build/bin/mlip-trainer" convert "$src/data/water-deepmd/data_1" "water$n.data" --types O H --replicate $r > /dev/null
 done
 cat > in.bench <<'IN'
 units metal

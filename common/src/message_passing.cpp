@@ -11,8 +11,8 @@
 // reach (renumbered, centres first). A layer's node terms (mp_node_<k>, e.g. the senders'
 // networks) are evaluated once for all nodes and gathered by each chunk. With one chunk the
 // forward keeps each layer's autograd graph for the backward; with several, it keeps only the
-// layers' node features, and the backward evaluates each chunk's layer again, so that memory is
-// bounded by the chunk's edges.
+// layers' node features (not the first layer's: the embedding is evaluated again), and the
+// backward evaluates each chunk's layer again, so that memory is bounded by the chunk's edges.
 #include "mlip/message_passing.h"
 
 #include <string>
@@ -342,6 +342,7 @@ ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, cons
     }
     owned = concat(outs);
     for (auto& x : owned) x = x.detach();
+    if (!keep && k == 0) inputs[0].clear();    // the embedding: evaluated again in the backward
   }
   const Tensors last = leaves(owned);
   const torch::Tensor vectors_leaf = vectors.detach().requires_grad_(true);
@@ -355,8 +356,10 @@ ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, cons
   seed[0] = readout_grads[0];
   torch::Tensor edge_grad = readout_grads[1].clone();
   for (int k = layers - 1; k >= 0; --k) {
+    if (inputs[k].empty()) inputs[k] = tensors_of(parts.call("mp_embed", {species}));
     const Tensors input_grad = keep ? backward_kept(kept[k], k, seed, edge_grad)
                                     : backward_chunks(parts, k, inputs[k], chunks, vectors, seed, edge_grad);
+    inputs[k].clear();
     if (k == 0) break;
     const Tensors back = unflatten(exchange.reverse(flatten(rows(input_grad, n_owned, n_ghost))), owned);
     for (std::size_t i = 0; i < seed.size(); ++i) seed[i] = input_grad[i].narrow(0, 0, n_owned) + back[i];
