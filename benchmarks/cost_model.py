@@ -54,7 +54,7 @@ def options():
     a('--skin', type=float, default=1.0, help='neighbour skin in A (default 1.0)')
     a('--features', type=int, default=64, help='features F; exchanged width D = 4F (default 64)')
     a('--chunk', type=int, default=128, help='halo path: atoms per chunk C (default 128)')
-    a('--exchange-chunk', type=int, default=512, help='exchange path: atoms per chunk (default 512)')
+    a('--exchange-chunk', type=int, default=128, help='exchange path: atoms per chunk (default 128)')
     a('--halo-shape', choices=('cube', 'round'), default='cube',
       help="chunk halo: the cube grown by h (default), or rounded (cube's Minkowski sum with a ball)")
     a('--t-atom-us', type=float, default=340.0, help='compute per evaluated atom, us (default 340)')

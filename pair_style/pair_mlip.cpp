@@ -118,10 +118,9 @@ constexpr int default_chunk_compressed = 1024;
 constexpr int default_chunk_message_passing = 128;
 // Message-passing models with ghost exchange, 128: with more local atoms than the chunk, each
 // layer is evaluated again in the backward pass (chunk by chunk), which bounds memory. PaiNN with
-// 32 features, 3 layers, float64, 12288 water atoms on 2 ranks (benchmarks/bench_mp_cost.sh),
-// chunk 128, 256 and 512: 388, 386 and 465 us/atom-step, 393, 483 and 689 MiB per rank; 1536
-// atoms on 1 rank, PaiNN with 64 features: chunk 64, 256, 1024 and all 1362, 1419, 1565 and 974
-// us/atom-step (the model call), 361, 704, 1948 and 3751 MiB.
+// 32 features, 3 layers, 12288 water atoms on 2 ranks (benchmarks/bench_mp_cost.sh, 2026-11-25),
+// chunk 64, 128 and 512: float64 125, 122 and 141 us/atom-step, 366, 364 and 457 MiB per rank;
+// float32 64, 53 and 62 us/atom-step, 291, 287 and 336 MiB.
 constexpr int default_chunk_exchange = 128;
 // On a GPU: all local atoms in one call (a GPU needs large calls to be busy; its memory, not the
 // cache, is the limit, and 'chunk N' bounds it).
