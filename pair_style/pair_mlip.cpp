@@ -1,7 +1,7 @@
 /* ----------------------------------------------------------------------
    mlip: machine-learning interatomic potentials for LAMMPS.
 
-   pair_style mlip MODEL [chunk N] [timing yes|no] [device cpu|cuda|cuda:N|auto]
+   pair_style mlip MODEL [chunk N] [timing yes|no] [device cpu|cuda|cuda:N|auto] [cuda_graph yes|no]
    pair_coeff * * El1 El2 ... (element per LAMMPS type, NULL = not handled by the model)
 
    The model (common/include/mlip/model.h) returns per-atom energies from the edge vectors of a
@@ -19,7 +19,8 @@
    With 'device cuda' (or auto, when a GPU is visible) the model runs on the rank's GPU (the
    node-local rank modulo the visible GPUs, mlip/device.h): the graph is built on the host and
    copied once per model call, energies and edge gradients come back once, and by default all
-   local atoms are one chunk, so that is once per step.
+   local atoms are one chunk, so that is once per step. 'cuda_graph yes' records that call as a
+   CUDA graph, on a graph grouped and padded to static sizes (mlip/graph_capture.h), and replays it.
 ------------------------------------------------------------------------- */
 
 #include "pair_mlip.h"
@@ -196,12 +197,12 @@ void PairMLIP::allocate()
 namespace {
 
 const char *const settings_usage =
-    "expected 'pair_style mlip MODEL [MODEL2 ...] [chunk N] [timing yes|no] [device D] [exchange yes|no] "
-    "[out_freq N] [out_file FILE] [relative EPS]'";
+    "expected 'pair_style mlip MODEL [MODEL2 ...] [chunk N] [timing yes|no] [device D] [cuda_graph yes|no] "
+    "[exchange yes|no] [out_freq N] [out_file FILE] [relative EPS]'";
 
 bool is_keyword(const char *word)
 {
-  for (const char *k : {"chunk", "timing", "device", "exchange", "out_freq", "out_file", "relative"})
+  for (const char *k : {"chunk", "timing", "device", "cuda_graph", "exchange", "out_freq", "out_file", "relative"})
     if (strcmp(word, k) == 0) return true;
   return false;
 }
@@ -216,8 +217,8 @@ void PairMLIP::settings(int narg, char **arg)
   for (; iarg < narg && !is_keyword(arg[iarg]); iarg++) {
     // After the first model: a word that is no file is a misspelt keyword more likely than a model.
     if (iarg > 0 && !std::ifstream(arg[iarg]).good())
-      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device, exchange, "
-                                    "out_freq, out_file, relative), and no model file of that name", arg[iarg]));
+      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device, cuda_graph, "
+                                    "exchange, out_freq, out_file, relative), and no model file of that name", arg[iarg]));
     files.emplace_back(arg[iarg]);
   }
   const std::string device_asked = read_keywords(narg - iarg, arg + iarg, files.size());
@@ -239,6 +240,7 @@ void PairMLIP::settings(int narg, char **arg)
   // mlip/kk sizes its device views by the chunk: it keeps the CPU defaults.
   const bool one_call = on_gpu && !kokkosable;
   init_exchange();
+  init_cuda_graph(one_call, chunk_given);
   if (!chunk_given)
     chunk_size = one_call ? default_chunk_gpu
                  : impl->exchange ? default_chunk_exchange
@@ -288,6 +290,7 @@ std::string PairMLIP::read_keywords(int narg, char **arg, std::size_t n_models)
   impl->out_file = "model_devi.out";
   impl->relative = 0.0;
   impl->exchange_asked = Impl::Asked::automatic;
+  impl->cuda_graph_asked = false;
   std::string device_asked;
   bool deviation_keyword = false;
   for (int iarg = 0; iarg < narg; iarg += 2) {
@@ -303,6 +306,10 @@ std::string PairMLIP::read_keywords(int narg, char **arg, std::size_t n_models)
       else error->all(FLERR, fmt::format("pair_style mlip: timing must be 'yes' or 'no', not '{}'", value));
     } else if (key == "device") {
       device_asked = value;
+    } else if (key == "cuda_graph") {
+      if (strcmp(value, "yes") == 0) impl->cuda_graph_asked = true;
+      else if (strcmp(value, "no") == 0) impl->cuda_graph_asked = false;
+      else error->all(FLERR, fmt::format("pair_style mlip: cuda_graph must be 'yes' or 'no', not '{}'", value));
     } else if (key == "exchange") {
       if (strcmp(value, "yes") == 0) impl->exchange_asked = Impl::Asked::yes;
       else if (strcmp(value, "no") == 0) impl->exchange_asked = Impl::Asked::no;
@@ -319,8 +326,8 @@ std::string PairMLIP::read_keywords(int narg, char **arg, std::size_t n_models)
       if (impl->relative <= 0.0) error->all(FLERR, "pair_style mlip: relative must be > 0 (a force, as a floor)");
       deviation_keyword = true;
     } else {
-      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device, exchange, "
-                                    "out_freq, out_file, relative)", key));
+      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device, cuda_graph, "
+                                    "exchange, out_freq, out_file, relative)", key));
     }
   }
   if (deviation_keyword && n_models < 2)
@@ -617,7 +624,9 @@ void PairMLIP::evaluate_graph(int member)
   const mlip::GraphView view = mlip::graph_view(s.graph);
   mlip::Model &m = *this->member(member).model;
   mlip::ModelOutput out;
-  guarded(error, false, "model evaluation failed", [&] { out = mlip::evaluate_graph(m, view); });
+  guarded(error, false, "model evaluation failed", [&] {
+    out = member == 0 && s.capture ? s.capture->evaluate(view) : mlip::evaluate_graph(m, view);
+  });
   if (timing) s.t_model += seconds_since(t0);
   t0 = Clock::now();
   mlip::EdgeForceRequest request;
@@ -691,6 +700,28 @@ void PairMLIP::close_atoms_error(int i, int j, double r)
 }
 
 /* ----------------------------------------------------------------------
+   init_cuda_graph: 'cuda_graph yes' needs the model on a GPU, one model call per step, a model
+   with static shapes (forward_grouped) and the plain (not Kokkos) style
+------------------------------------------------------------------------- */
+
+void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
+{
+  impl->capture.reset();
+  if (!impl->cuda_graph_asked) return;
+  if (!one_call)
+    error->all(FLERR, kokkosable ? "pair_style mlip: cuda_graph yes is for pair_style mlip, not its Kokkos variant"
+                                 : "pair_style mlip: cuda_graph yes needs the model on a GPU ('device cuda')");
+  if (chunk_given)
+    error->all(FLERR, "pair_style mlip: cuda_graph yes records one model call with all local atoms: drop 'chunk'");
+  if (impl->exchange) error->all(FLERR, "pair_style mlip: cuda_graph yes cannot record the ghost exchange");
+  guarded(error, true, "cuda_graph yes",
+          [&] { impl->capture = std::make_unique<mlip::GraphCapture>(*impl->model, true); });
+  if (comm->me == 0)
+    utils::logmesg(lmp, "pair_style mlip: the model call is recorded as a CUDA graph on sizes padded by 10% (and "
+                        "to multiples of 32), recorded anew when the system outgrows them\n");
+}
+
+/* ----------------------------------------------------------------------
    report_timing: where pair time went in this run, averaged over ranks (all ranks call it)
 ------------------------------------------------------------------------- */
 
@@ -708,4 +739,7 @@ void PairMLIP::report_timing()
                  "pair_style mlip timing: {} force calls, {} atoms, {} ranks; us/atom-step (rank average): "
                  "graph {:.4g}, model {:.4g}, forces {:.4g}; peak RSS {:.1f} MiB max, {:.1f} MiB sum over ranks\n",
                  s.calls, atom->natoms, comm->nprocs, sum[0] * scale, sum[1] * scale, sum[2] * scale, max[3], sum[3]);
+  if (s.capture)
+    utils::logmesg(lmp, "pair_style mlip timing: CUDA graph recorded {} time(s) on rank 0 so far\n",
+                   s.capture->recordings());
 }

@@ -104,6 +104,7 @@ class PairMLIP : public Pair {
   // Message passing by per-layer ghost exchange (pair_mlip_exchange.cpp): a one-cutoff ghost
   // shell, features forward-communicated between layers, their gradients reverse-communicated.
   void init_exchange();
+  void init_cuda_graph(bool one_call, bool chunk_given);
   void compute_exchanging();
   bool exchanging() const;
   // The model on a graph of all local atoms (the centres) and ghosts; node_atom (host): the

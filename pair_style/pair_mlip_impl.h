@@ -12,6 +12,7 @@
 
 #include "mlip/chunk_graph.h"
 #include "mlip/error.h"
+#include "mlip/graph_capture.h"
 #include "mlip/model.h"
 
 #include <cstdio>
@@ -59,6 +60,10 @@ struct PairMLIP::Impl {
   int feature_width = 0;             // D: doubles per atom and exchange
   std::vector<double> features;      // (nall, D) the exchange's per-atom buffer
   enum class Reverse { deviation, features } reverse = Reverse::deviation;    // what reverse comm moves
+
+  // 'cuda_graph yes': the model call recorded as a CUDA graph and replayed (mlip/graph_capture.h).
+  bool cuda_graph_asked = false;
+  std::unique_ptr<mlip::GraphCapture> capture;
 
   // Seconds spent per part since the start of the current run (timing yes).
   double t_graph = 0.0, t_model = 0.0, t_forces = 0.0;

@@ -8,7 +8,7 @@
 # against the index's SHA256), and a note says so. Exit status 2, with the archive's answer on
 # stderr, when neither came.
 set -euo pipefail
-pkg=$1 ver=$2 dest=$3
+pkg=$1 ver=$2 dest="$(realpath -m "$3")"   # absolute: the fetch runs in a temporary folder
 say() { echo "[fetch-source] $*" >&2; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 

@@ -628,7 +628,7 @@ TEST(PairMLIP, BadInputGivesClearErrors) {
   EXPECT_TRUE(has(error_of("pair_style mlip " + bad_file, "* * O H H"), "not a readable TorchScript model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H C"), "element 'C' for atom type 3 is not in model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H"), "followed by 3 element names"));
-  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, timing, device, exchange, out_freq"));
+  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, timing, device, cuda_graph, exchange, out_freq"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device gpu", "* * O H H"),
                   "pair_style mlip: unknown device 'gpu' (known: cpu, cuda, cuda:N, auto)"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device cuda:x", "* * O H H"), "expected cuda:N"));
@@ -1048,6 +1048,8 @@ TEST(PairMLIP, DeviceCpuAndAutoWithoutGpu) {
   const std::string model = model_path("se_e2_a");
   const Structure s = random_system(Box{}, 60, 1.0, 51);
   expect_matches_reference(s, model, "pair_style mlip " + model + " device cpu");
+  const std::string graph = error_of("pair_style mlip " + model + " device cpu cuda_graph yes", "* * O H H");
+  EXPECT_NE(graph.find("cuda_graph yes needs the model on a GPU ('device cuda')"), std::string::npos) << graph;
   if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: PairMLIPGpu covers auto and cuda";
   expect_matches_reference(s, model, "pair_style mlip " + model + " device auto");
   const std::string e = error_of("pair_style mlip " + model + " device cuda", "* * O H H");
@@ -1061,11 +1063,13 @@ class PairMLIPGpu : public ::testing::Test {
   void SetUp() override {
     if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   }
+  // `gpu_args`: keywords for the GPU run only (cuda_graph yes).
   static void expect_gpu_matches(const std::string& setup, const std::string& pair_style_args,
-                                 const std::string& coeff, int run = 0, double tol = 1e-8) {
+                                 const std::string& coeff, int run = 0, double tol = 1e-8,
+                                 const std::string& gpu_args = "") {
     const Snapshot cpu = snapshot(false, setup, "pair_style mlip " + pair_style_args + "\npair_coeff " + coeff, run);
-    const Snapshot gpu =
-        snapshot(false, setup, "pair_style mlip " + pair_style_args + " device cuda\npair_coeff " + coeff, run);
+    const Snapshot gpu = snapshot(
+        false, setup, "pair_style mlip " + pair_style_args + " device cuda" + gpu_args + "\npair_coeff " + coeff, run);
     ASSERT_FALSE(cpu.f.empty());
     ASSERT_FALSE(gpu.f.empty());
     EXPECT_NEAR(gpu.pe, cpu.pe, tol * std::abs(cpu.pe));
@@ -1094,6 +1098,20 @@ TEST_F(PairMLIPGpu, EmptySubdomainsMatchCpu) {
 
 TEST_F(PairMLIPGpu, TrajectoryMatchesCpu) {
   expect_gpu_matches(ta_setup, model_path("se_e2_a_ta"), "* * Ta", 50);
+}
+
+// 'cuda_graph yes' (mlip/graph_capture.h): the recorded call against the CPU, on water (the
+// plain and the compressed se_e2_a), with empty subdomains, and over 50 steps of MD (replays
+// with new positions and neighbour lists, and recordings anew where a group outgrows its
+// capacity). A message-passing model cannot be recorded: an error that says why.
+TEST_F(PairMLIPGpu, CudaGraphMatchesCpu) {
+  expect_gpu_matches(water_setup(80, 52), model_path("se_e2_a"), "* * O H H", 0, 1e-8, " cuda_graph yes");
+  expect_gpu_matches(water_setup(80, 56), model_path("se_e2_a_md_compressed"), "* * O H H", 0, 1e-8,
+                     " cuda_graph yes");
+  expect_gpu_matches(water_setup(40, 54, 0.3), model_path("se_e2_a"), "* * O H H", 0, 1e-8, " cuda_graph yes");
+  expect_gpu_matches(ta_setup, model_path("se_e2_a_ta"), "* * Ta", 50, 1e-8, " cuda_graph yes");
+  const std::string e = error_of("pair_style mlip " + model_path("painn") + " device cuda cuda_graph yes", "* * O H H");
+  EXPECT_NE(e.find("has no forward_grouped()"), std::string::npos) << e;
 }
 
 // Skipped, saying so, where this LAMMPS has no KOKKOS package (LAMMPS 4Jul2026 needs Kokkos >= 5.1,

@@ -17,6 +17,8 @@
 #include "mlip/edge_contraction.h"
 #include "mlip/elements.h"
 #include "mlip/error.h"
+#include "mlip/graph_capture.h"
+#include "mlip/grouped_graph.h"
 #include "mlip/message_passing.h"
 #include "mlip/neighbor_list.h"
 #include "mlip/potentials.h"
@@ -728,6 +730,178 @@ INSTANTIATE_TEST_SUITE_P(SeE2A, Compression,
                          ::testing::Values(Case{"se_e2_a", torch::kFloat64}, Case{"se_e2_a_two_side", torch::kFloat64},
                                            Case{"se_e2_a", torch::kFloat64, true}, Case{"se_e2_a", torch::kFloat32}),
                          case_name);
+
+// Grouped graphs (mlip/grouped_graph.h): the static-shape evaluation that CUDA graphs record,
+// checked on the CPU through the same code (GraphCapture without recording). Energies and edge
+// gradients equal the plain forward()'s, on whole structures and on graphs whose last nodes
+// are not centres (LAMMPS's ghosts), for one- and two-sided nets, the repulsion prior and a
+// compressed model; the capacities grow only when a group outgrows them.
+class Grouped : public ::testing::TestWithParam<Case> {};
+
+// The graph of `s` with only its first `n_centers` atoms as centres (edges from them only).
+struct PartialGraph {
+  testing::StructureGraph full;
+  std::vector<int64_t> index;
+  std::vector<double> vectors;
+  GraphView view;
+  PartialGraph(const Model& m, const Structure& s, int64_t n_centers) : full(m, s) {
+    std::vector<int64_t> keep;
+    for (int64_t e = 0; e < full.ne; ++e)
+      if (full.index[e] < n_centers) keep.push_back(e);
+    const auto ne = static_cast<int64_t>(keep.size());
+    index.resize(2 * ne);
+    for (int64_t k = 0; k < ne; ++k) {
+      index[k] = full.index[keep[k]];
+      index[ne + k] = full.index[full.ne + keep[k]];
+      for (int d = 0; d < 3; ++d) vectors.push_back(full.nl.vectors[keep[k]][d]);
+    }
+    view = full.view();
+    view.edge_index = index.data();
+    view.edge_index_stride = view.n_edges = ne;
+    view.edge_vectors = vectors.data();
+    view.n_centers = n_centers;
+  }
+};
+
+double max_rel_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>() / std::max(1e-300, a.abs().max().item<double>());
+}
+
+TEST_P(Grouped, EqualsThePlainForward) {
+  const bool f32 = GetParam().dtype == torch::kFloat32;
+  BuiltModel built = build(GetParam());
+  testing::TempDir dir("mlip_test_grouped_" + case_name({GetParam(), 0}));
+  const std::string path = (dir.path / "model.pt").string();
+  export_frozen(built.module, built.metadata, path);
+  std::vector<Model> models = {Model(built.module, built.metadata, torch::kCPU), Model::load(path)};
+  if (!f32) {   // and its compressed form
+    ModelMetadata meta = models[1].metadata();
+    CompressOptions options;
+    options.min_distance = 0.7;
+    export_frozen(compress_model(models[1].module(), meta, options), meta, (dir.path / "c.pt").string());
+    models.push_back(Model::load((dir.path / "c.pt").string()));
+  }
+  for (const Model& m : models) {
+    ASSERT_TRUE(m.info().grouped_forward);
+    GraphCapture eager(m, /*record=*/false);
+    const std::vector<Structure> frames = compression_frames();   // 3 random, then 3 water frames
+    GroupCapacity first_water;
+    for (std::size_t k = 0; k < frames.size(); ++k) {
+      const Structure& s = frames[k];
+      for (const int64_t n_centers : {static_cast<int64_t>(s.size()), static_cast<int64_t>(s.size()) / 2}) {
+        const PartialGraph g(m, s, n_centers);
+        const ModelOutput a = evaluate_graph(m, g.view), b = eager.evaluate(g.view);
+        ASSERT_EQ(b.atom_energy.size(0), n_centers);
+        ASSERT_EQ(b.edge_grad.sizes(), a.edge_grad.sizes());
+        EXPECT_LE(max_rel_difference(a.atom_energy, b.atom_energy), f32 ? 1e-5 : 1e-12) << m.info().architecture;
+        EXPECT_LE(max_rel_difference(a.edge_grad, b.edge_grad), f32 ? 1e-4 : 1e-11) << m.info().architecture;
+      }
+      // Other configurations of the same 192 water atoms fit in the first one's capacities.
+      if (k == 3) first_water = eager.capacity();
+      if (k > 3) EXPECT_TRUE(eager.capacity() == first_water) << "capacities grew for water frame " << k;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SeE2A, Grouped,
+                         ::testing::Values(Case{"se_e2_a", torch::kFloat64}, Case{"se_e2_a_two_side", torch::kFloat64},
+                                           Case{"se_e2_a", torch::kFloat64, true}, Case{"se_e2_a", torch::kFloat32}),
+                         case_name);
+
+TEST(GroupedGraph, PaddingLayoutAndCapacityPolicy) {
+  EXPECT_EQ(grouped_capacity(0), 0);
+  EXPECT_EQ(grouped_capacity(1), 32);
+  EXPECT_EQ(grouped_capacity(29), 32);    // 31.9 -> 32
+  EXPECT_EQ(grouped_capacity(30), 64);    // 33 -> 64
+  EXPECT_EQ(grouped_capacity(1000), 1120);
+  const Model m = make_model({"se_e2_a", torch::kFloat64});
+  const Structure s = sample(3);
+  const PartialGraph g(m, s, 10);
+  const GroupingRule rule = GroupingRule::of(m);
+  GroupCapacity cap;
+  GroupedGraph out;
+  EXPECT_TRUE(group_graph(g.view, rule, cap, out));
+  EXPECT_FALSE(group_graph(g.view, rule, cap, out));
+  ASSERT_EQ(cap.centers.size(), 2u);
+  ASSERT_EQ(cap.edges.size(), 2u);                 // one net per neighbour species
+  EXPECT_EQ(out.n_centers(), cap.centers[0] + cap.centers[1]);
+  EXPECT_EQ(static_cast<int64_t>(out.species.size()), out.n_centers() + cap.others);
+  // Every node and edge lands once, in its group, with its data; the rest is padding.
+  std::vector<int> used(out.n_edges(), 0);
+  const int64_t ne = g.view.n_edges, n_out = out.n_edges();
+  for (int64_t e = 0; e < ne; ++e) {
+    const int64_t at = out.edge_position[e];
+    ++used[at];
+    EXPECT_EQ(out.edge_index[at], out.node_position[g.index[e]]);
+    EXPECT_EQ(out.edge_index[n_out + at], out.node_position[g.index[ne + e]]);
+    for (int d = 0; d < 3; ++d) EXPECT_EQ(out.edge_vectors[3 * at + d], g.vectors[3 * e + d]);
+    // Grouped by the neighbour's species: net 0's edges first.
+    EXPECT_EQ(at < cap.edges[0], g.view.species[g.index[ne + e]] == 0);
+  }
+  int64_t padding = 0;
+  for (int64_t e = 0; e < out.n_edges(); ++e) {
+    if (used[e] == 0) {
+      ++padding;
+      EXPECT_EQ(out.edge_vectors[3 * e], 2.0 * kCutoff);   // beyond the cutoff
+    }
+    EXPECT_LE(used[e], 1);
+  }
+  EXPECT_EQ(padding, out.n_edges() - g.view.n_edges);
+  for (int64_t i = 0; i < g.view.n_centers; ++i) {
+    const int64_t at = out.node_position[i], t = g.view.species[i];
+    EXPECT_EQ(out.species[at], t);
+    const int64_t first = t == 0 ? 0 : cap.centers[0];
+    EXPECT_TRUE(at >= first && at < first + cap.centers[t]) << "centre " << i << " outside its species' group";
+  }
+}
+
+TEST(GroupedGraph, BadGraphsAndModelsAreErrors) {
+  const Model m = make_model({"se_e2_a", torch::kFloat64});
+  const Structure s = sample(3);
+  const testing::StructureGraph full(m, s);
+  const GroupingRule rule = GroupingRule::of(m);
+  const auto error_of = [&](const GraphView& v) -> std::string {
+    GroupCapacity cap;
+    GroupedGraph out;
+    try {
+      group_graph(v, rule, cap, out);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  std::vector<int64_t> species = full.species, index = full.index;
+  GraphView v = full.view();
+  species[3] = 2;
+  v.species = species.data();
+  EXPECT_NE(error_of(v).find("node 3 has species index 2, outside the model's 2"), std::string::npos) << error_of(v);
+  v = full.view();
+  index[full.ne + 5] = full.n;
+  v.edge_index = index.data();
+  EXPECT_NE(error_of(v).find("edge 5 ("), std::string::npos) << error_of(v);
+  GroupingRule table = rule;
+  table.shortest = 1.5;   // a compressed model's table
+  GroupCapacity cap;
+  GroupedGraph out;
+  try {
+    group_graph(full.view(), table, cap, out);
+    ADD_FAILURE() << "no error for an edge shorter than the table";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("closer than its embedding table covers"), std::string::npos) << e.what();
+  }
+  try {
+    GroupingRule::of(make_model({"painn", torch::kFloat64}));
+    ADD_FAILURE() << "no error for a model without forward_grouped";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has no forward_grouped()"), std::string::npos) << e.what();
+  }
+  try {
+    GraphCapture recorded(m, /*record=*/true);
+    ADD_FAILURE() << "recording a CPU model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CUDA graphs need the model on a GPU"), std::string::npos) << e.what();
+  }
+}
 
 // se_e2_a against a loop-by-loop implementation of the formulas in potentials/src/se_e2_a.cpp's
 // header, with std::tanh and one atom at a time. The TorchScript evaluates the tanh layers

@@ -112,9 +112,10 @@ bool optimize_graphs_on(const torch::Device& device) {
 }  // namespace detail
 
 Model::Model(torch::jit::Module module, ModelMetadata metadata, torch::Device device)
-    : module_(std::move(module)),
-      metadata_(std::make_shared<const ModelMetadata>(std::move(metadata))),
-      device_(device) {}
+    : module_(std::move(module)), device_(device) {
+  metadata.grouped_forward = module_.find_method("forward_grouped").has_value();
+  metadata_ = std::make_shared<const ModelMetadata>(std::move(metadata));
+}
 
 const ModelInfo& Model::info() const { return *metadata_; }
 
@@ -222,11 +223,16 @@ ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, Ed
   torch::Tensor vectors = in.edge_vectors;
   if (need_grad) vectors = vectors.detach().requires_grad_(true);
   std::vector<torch::jit::IValue> args{in.species, in.edge_index, vectors, in.n_centers};
+  const bool grouped = !in.center_groups.empty();
+  if (grouped) {
+    args.emplace_back(in.center_groups);
+    args.emplace_back(in.edge_groups);
+  }
   ModelOutput out;
   {
     torch::jit::GraphOptimizerEnabledGuard optimize(detail::optimize_graphs_on(vectors.device()));
     try {
-      out.atom_energy = module.forward(args).toTensor();
+      out.atom_energy = grouped ? module.get_method("forward_grouped")(args).toTensor() : module.forward(args).toTensor();
     } catch (const c10::Error&) {
       throw;
     } catch (const std::exception& e) {   // the interpreter's report of an error inside the model

@@ -146,6 +146,10 @@ inline void add_energy_buffers(ModuleBuilder& b, int64_t n_species) {
 /// that compute `e_rep` (n_centers,) from forward()'s arguments; "" when the spec has none.
 std::string add_repulsion(ModuleBuilder& b, const ModelSpec& spec);
 
+/// The lines of add_repulsion() alone: on the edges within reach of the prior (picked with
+/// nonzero), or on every edge (static shapes, for grouped graphs; the same energies).
+std::string repulsion_source(bool near_edges_only);
+
 inline std::string num(double x) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", x);

@@ -112,12 +112,13 @@ double table_error(const torch::jit::Module& base, const torch::Tensor& table, d
   return err / scale;
 }
 
-const char* kCompressedForward = R"(
-def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:
+// forward() and, where the base model has them, forward_grouped() (mlip/grouped_graph.h): the
+// table takes every edge at once, so only the energies see the grouping.
+const char* kCompressedSums = R"(
     radial, env, net = self.base.environment(species, edge_index, edge_vectors)
     t_sum = mlip_ops.tabulated_contraction(radial, env, edge_index[0], net, self.table, self.table_step,
                                            self.table_r_min, n_centers)
-    return self.base.energies(species, t_sum, n_centers))";
+)";
 
 torch::jit::Module compressed_module(const torch::jit::Module& base, const torch::Tensor& table, double step,
                                      double r_min) {
@@ -127,9 +128,16 @@ torch::jit::Module compressed_module(const torch::jit::Module& base, const torch
   m.register_buffer("table", table);
   m.register_attribute("table_step", c10::FloatType::get(), step);
   m.register_attribute("table_r_min", c10::FloatType::get(), r_min);
-  std::string source = kCompressedForward;
-  source += base.find_method("repulsion") ? " + self.base.repulsion(species, edge_index, edge_vectors, n_centers)\n"
-                                          : "\n";
+  const bool repulsion = base.find_method("repulsion").has_value();
+  std::string source = "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int)"
+                       " -> Tensor:" + std::string(kCompressedSums) + "    return self.base.energies(species, t_sum, n_centers)" +
+                       (repulsion ? " + self.base.repulsion(species, edge_index, edge_vectors, n_centers)\n" : "\n");
+  if (base.find_method("energies_grouped")) {
+    source += "\ndef forward_grouped(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int, "
+              "center_groups: List[int], edge_groups: List[int]) -> Tensor:" + std::string(kCompressedSums) +
+              "    return self.base.energies_grouped(species, t_sum, center_groups)" +
+              (repulsion ? " + self.base.repulsion_all_edges(species, edge_index, edge_vectors, n_centers)\n" : "\n");
+  }
   m.define(source, std::make_shared<detail::MlipOpsResolver>());
   m.eval();
   return m;

@@ -38,20 +38,29 @@ std::string add_repulsion(ModuleBuilder& b, const ModelSpec& spec) {
   b.buffer("rep_z", torch::tensor(z, torch::kFloat64), SpeciesAxes::from_data);
   b.buffer("rep_inner", torch::zeros({ns, ns}), SpeciesAxes::from_data);  // r_in(a, b), Å; set by fit_repulsion
   b.float_attribute("rep_width", spec.repulsion_width);
+  b.float_attribute("rep_max", 0.0);              // max of rep_inner, Å; set by fit_repulsion
+  return repulsion_source(true);
+}
+
+std::string repulsion_source(bool near_edges_only) {
+  std::ostringstream src;
+  if (near_edges_only) {
+    // Only edges shorter than the largest inner radius can feel the prior: they are picked first,
+    // so in training, where there are none, the prior costs one comparison per edge.
+    src << "    rep_sel = torch.nonzero((edge_vectors * edge_vectors).sum(1) < self.rep_max * self.rep_max).squeeze(1)\n"
+        << "    rep_v = edge_vectors.index_select(0, rep_sel)\n"
+        << "    rep_i = edge_index[0].index_select(0, rep_sel)\n"
+        << "    rep_sn = species[edge_index[1].index_select(0, rep_sel)]\n";
+  } else {
+    // Every edge (static shapes): the switch is exactly 0, with a zero derivative, beyond r_in.
+    src << "    rep_v = edge_vectors\n"
+        << "    rep_i = edge_index[0]\n"
+        << "    rep_sn = species[edge_index[1]]\n";
+  }
   // Per edge: sc, sn the centre and neighbour species; the energy goes to the centre (half the
   // pair), on every node, of which the first n_centers are returned.
-  b.float_attribute("rep_max", 0.0);              // max of rep_inner, Å; set by fit_repulsion
-  // Only edges shorter than the largest inner radius can feel the prior: they are picked first,
-  // so in training, where there are none, the prior costs one comparison per edge. Per edge: sc,
-  // sn the centre and neighbour species; the energy goes to the centre (half the pair), on every
-  // node, of which the first n_centers are returned.
-  std::ostringstream src;
-  src << "    rep_sel = torch.nonzero((edge_vectors * edge_vectors).sum(1) < self.rep_max * self.rep_max).squeeze(1)\n"
-      << "    rep_v = edge_vectors.index_select(0, rep_sel)\n"
-      << "    rep_i = edge_index[0].index_select(0, rep_sel)\n"
-      << "    rep_r = torch.sqrt((rep_v * rep_v).sum(1))\n"
+  src << "    rep_r = torch.sqrt((rep_v * rep_v).sum(1))\n"
       << "    rep_sc = species[rep_i]\n"
-      << "    rep_sn = species[edge_index[1].index_select(0, rep_sel)]\n"
       << "    rep_zc = self.rep_z[rep_sc]\n"
       << "    rep_zn = self.rep_z[rep_sn]\n"
       << "    rep_x = rep_r * ((torch.pow(rep_zc, 0.23) + torch.pow(rep_zn, 0.23)) / 0.4685)\n"

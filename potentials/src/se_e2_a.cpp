@@ -169,7 +169,20 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   src << "    return x\n\n"
       << "def embedding(self, x: Tensor, t: int) -> Tensor:\n"
       << "    return self.embedding_raw(x, t) * " << num(g.a) << " - " << num(g.c) << "\n\n";
-  // Per-atom energies from T_i = sum_j env_ij (x) G_ij (n_centers, 4, M1).
+  // Per-atom energies from T_i = sum_j env_ij (x) G_ij (n_centers, 4, M1), species by species:
+  // energies() picks each species' centres (nonzero: a size known only on the device),
+  // energies_grouped() takes them as consecutive groups of sizes known on the host (the static
+  // shapes a CUDA graph records, mlip/grouped_graph.h).
+  const auto fitting_net = [&](const std::string& indent) {
+    // y (n, 4, M1) -> per-atom energies of species t, as `y`
+    const Affine y = dense_layers(src, "y", "fit", fit_widths, indent);
+    const auto [w_out, b_out] = folded("self.fit_w" + out_l + "[t]", "self.fit_b" + out_l + "[t]", y, 1.0);
+    src << indent << "y = torch.addmm(" << b_out << ", y, " << w_out << ")\n";
+  };
+  const auto descriptor = [&](const std::string& n) {
+    return "        y = torch.bmm(ts.transpose(1, 2), ts.narrow(2, 0, " + std::to_string(axis) + ")).reshape(" + n +
+           ", " + std::to_string(m1 * axis) + ")\n";
+  };
   src << "def energies(self, species: Tensor, t_sum: Tensor, n_centers: int) -> Tensor:\n"
       << "    tm = t_sum * self.inv_neighbor_norm\n"
       << "    cs = species[:n_centers]\n"
@@ -179,17 +192,30 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       // Centres picked before the descriptor: the gather's backward fills a (n, 4, M1) zero
       // tensor, not an (n, M1 x axis) one.
       << "        ts = tm.index_select(0, idx)\n"
-      << "        y = torch.bmm(ts.transpose(1, 2), ts.narrow(2, 0, " << axis << ")).reshape(idx.size(0), "
-      << m1 * axis << ")\n";
-  const Affine y = dense_layers(src, "y", "fit", fit_widths, "        ");
-  const auto [w_out, b_out] = folded("self.fit_w" + out_l + "[t]", "self.fit_b" + out_l + "[t]", y, 1.0);
-  src << "        y = torch.addmm(" << b_out << ", y, " << w_out << ")\n"
-      << "        e = e.index_copy(0, idx, y.squeeze(1))\n"
+      << descriptor("idx.size(0)");
+  fitting_net("        ");
+  src << "        e = e.index_copy(0, idx, y.squeeze(1))\n"
       << "    return e * self.energy_scale[cs] + self.energy_shift[cs]\n\n";
+  src << "def energies_grouped(self, species: Tensor, t_sum: Tensor, center_groups: List[int]) -> Tensor:\n"
+      << "    tm = t_sum * self.inv_neighbor_norm\n"
+      << "    cs = species[:t_sum.size(0)]\n"
+      << "    parts: List[Tensor] = []\n"
+      << "    start = 0\n"
+      << "    for t in range(" << ns << "):\n"
+      << "        n = center_groups[t]\n"
+      << "        ts = tm.narrow(0, start, n)\n"
+      << descriptor("n");
+  fitting_net("        ");
+  src << "        parts.append(y.squeeze(1))\n"
+      << "        start = start + n\n"
+      << "    return torch.cat(parts) * self.energy_scale[cs] + self.energy_shift[cs]\n\n";
   const std::string repulsion = detail::add_repulsion(b, spec);
   if (!repulsion.empty()) {
     src << "def repulsion(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
-        << repulsion << "    return e_rep\n\n";
+        << repulsion << "    return e_rep\n\n"
+        << "def repulsion_all_edges(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int)"
+        << " -> Tensor:\n"
+        << detail::repulsion_source(false) << "    return e_rep\n\n";
   }
   src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
       << "    center = edge_index[0]\n"
@@ -207,6 +233,21 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    return self.energies(species, t_sum, n_centers)"
       << (repulsion.empty() ? "" : " + self.repulsion(species, edge_index, edge_vectors, n_centers)") << "\n";
 
+  // The same sums with edges grouped by net and centres by species (mlip/grouped_graph.h).
+  src << "\ndef forward_grouped(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int,"
+      << " center_groups: List[int], edge_groups: List[int]) -> Tensor:\n"
+      << "    center = edge_index[0]\n"
+      << "    radial, env, net = self.environment(species, edge_index, edge_vectors)\n"
+      << "    t_sum = torch.zeros([n_centers, 4, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
+      << "    start = 0\n"
+      << "    for t in range(" << n_emb << "):\n"
+      << "        n = edge_groups[t]\n"
+      << "        g, g_dx = mlip_ops.tanh_net(radial.narrow(0, start, n), " << tanh_net_params(emb_widths) << ", "
+      << tanh_net_residual(emb_widths) << ")\n"
+      << "        t_sum = t_sum + mlip_ops.edge_outer_sum(env.narrow(0, start, n), g, center.narrow(0, start, n), n_centers)\n"
+      << "        start = start + n\n"
+      << "    return self.energies_grouped(species, t_sum, center_groups)"
+      << (repulsion.empty() ? "" : " + self.repulsion_all_edges(species, edge_index, edge_vectors, n_centers)") << "\n";
   return b.finish(src.str(), spec, "se_e2_a", 0, resolved);
 }
 

@@ -42,6 +42,10 @@ struct ModelInfo {
   bool digest_checked = false;
   /// A compressed model (mlip-trainer compress): tabulated embeddings, cheaper per edge.
   bool compressed = false;
+  /// The module has forward_grouped(), the same energies for a graph whose edges come grouped by
+  /// embedding net and whose centres come grouped by species (mlip/grouped_graph.h): static
+  /// shapes, which a CUDA graph can record (se_e2_a and its compressed form).
+  bool grouped_forward = false;
 
   /// Ghost-shell width LAMMPS must communicate: cutoff for local models, layers x cutoff else.
   double interaction_range() const {
@@ -61,6 +65,9 @@ struct ModelInput {
   torch::Tensor edge_index;     // (2, n_edges) int64
   torch::Tensor edge_vectors;   // (n_edges, 3) float
   int64_t n_centers = 0;
+  /// Set for a grouped graph (mlip/grouped_graph.h): the sizes of its consecutive groups of
+  /// centres (per species) and of edges (per embedding net); forward_grouped() is called then.
+  std::vector<int64_t> center_groups, edge_groups;
 };
 
 /// Outputs of one evaluation.

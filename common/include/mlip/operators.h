@@ -5,8 +5,29 @@
 // that a static link keeps them. Python: torch.ops.load_library("<build>/lib/libmlip_ops.so").
 #pragma once
 
+#include <atomic>
+
 namespace mlip {
 
 void link_operators();
+
+namespace detail {
+// Raised while a CUDA graph is recorded (mlip/graph_capture.h); any thread (autograd's too).
+inline std::atomic<int> device_value_checks_paused{0};
+}  // namespace detail
+
+/// The operators check index bounds and the compressed table's range by reading values back from
+/// the device, a device-to-host copy that a CUDA graph cannot record. While one is recorded these
+/// checks are off: the grouped graph's host-side builder has made the same checks
+/// (mlip/grouped_graph.h). Shape, dtype and device checks always run.
+inline bool device_value_checks_on() { return detail::device_value_checks_paused.load() == 0; }
+
+class DeviceValueChecksPaused {
+ public:
+  DeviceValueChecksPaused() { ++detail::device_value_checks_paused; }
+  ~DeviceValueChecksPaused() { --detail::device_value_checks_paused; }
+  DeviceValueChecksPaused(const DeviceValueChecksPaused&) = delete;
+  DeviceValueChecksPaused& operator=(const DeviceValueChecksPaused&) = delete;
+};
 
 }  // namespace mlip
