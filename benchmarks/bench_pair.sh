@@ -27,7 +27,8 @@
 # COMPRESSED (1: also the compressed se_e2_a, `mlip-trainer compress`, tables down to 0.3 A, next
 # to each float64 run, and in float32 where FLOAT32 runs).
 # DEVICE (cuda, cuda:N or auto: pair_style mlip runs its model there, 'device DEVICE'; the mlip
-# rows are labelled with it; scripts/gpu-check.sh uses it).
+# rows are labelled with it; scripts/gpu-check.sh uses it). CUDA_GRAPH (1, with DEVICE: also each
+# se_e2_a run with 'cuda_graph yes', the model call recorded as a CUDA graph, next to it).
 # Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
 set -euo pipefail
 
@@ -150,6 +151,7 @@ header="| potential | atoms | ranks | steps | total us/atom-step | LAMMPS (non-p
 options="timing yes"
 [[ -n $CHUNK ]] && options="chunk $CHUNK timing yes"
 DEVICE=${DEVICE:-}
+CUDA_GRAPH=${CUDA_GRAPH:-0}
 on=""
 if [[ -n $DEVICE ]]; then
   options="$options device $DEVICE"
@@ -178,12 +180,15 @@ echo "== mlip and snap" >&2
 for size in $SIZES; do
   [[ -f water-$size.data ]] || "$inputs" water "water-$size.data" ${water_reps[$size]}
   for np in $RANKS; do
-    run "mlip se_e2_a f64$on" "$np" in.mlip "data=water-$size.data" model=water64.pt "options=$options" \
-      "steps=${mlip_steps[$size]}"
-    if [[ $COMPRESSED == 1 ]]; then
-      run "mlip se_e2_a f64 compressed$on" "$np" in.mlip "data=water-$size.data" model=water64c.pt \
-        "options=$options" "steps=${mlip_steps[$size]}"
-    fi
+    for graph in no $([[ $CUDA_GRAPH == 1 && -n $DEVICE ]] && echo yes); do
+      g=$([[ $graph == yes ]] && echo ", CUDA graph")
+      run "mlip se_e2_a f64$on$g" "$np" in.mlip "data=water-$size.data" model=water64.pt \
+        "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
+      if [[ $COMPRESSED == 1 ]]; then
+        run "mlip se_e2_a f64 compressed$on$g" "$np" in.mlip "data=water-$size.data" model=water64c.pt \
+          "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
+      fi
+    done
     if [[ $KOKKOS == 1 ]]; then
       lmp_extra=(-k on t 1 -sf kk)
       run "mlip/kk se_e2_a f64" "$np" in.mlip "data=water-$size.data" model=water64.pt "options=$options" \

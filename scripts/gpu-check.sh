@@ -14,10 +14,12 @@
 # `run` prints, and writes to $OUT/gpu-check-summary.txt when $OUT is set (the device tool's):
 #   - GPU tests: ctest's GPU cases (test_device, pair_mlip_gpu_np1/np2) passed/failed, and the
 #     whole suite's count
-#   - forces on the GPU vs the CPU, float64: largest relative difference (test_device)
+#   - forces on the GPU vs the CPU, float64: largest relative difference (test_device), and the
+#     same for CUDA graph replays (GraphCaptureGpu)
 #   - training frames/s on water, se_e2_a (examples/configs/water-se_e2_a.yaml), batch 1/4/16
 #   - MD us/atom-step of pair_style mlip device cuda at 10k, 100k and 1M water atoms
-#     (benchmarks/bench_pair.sh), with the peak GPU memory (nvidia-smi, sampled every 100 ms)
+#     (benchmarks/bench_pair.sh), with and without 'cuda_graph yes', with the peak GPU memory
+#     (nvidia-smi, sampled every 100 ms)
 # mlip/kk on Kokkos CUDA is not built: no Kokkos >= 5.1 source could be had for the bundle
 # (see README "Platform").
 #
@@ -132,13 +134,17 @@ do_run() {
   add "ctest (all): $(grep -E 'tests passed' "$build/ctest.log" || echo 'no result')"
   local gpu_tests
   # The cases that need a GPU (they skip, saying "no GPU", without one).
-  gpu_tests=$(grep -E 'Test +#[0-9]+: (Device\.GpuPerNodeLocalRank|Architectures/DeviceModels|TrainingGpu|pair_mlip_gpu)' \
+  gpu_tests=$(grep -E 'Test +#[0-9]+: (Device\.GpuPerNodeLocalRank|Architectures/DeviceModels|GraphCaptureGpu|TrainingGpu|pair_mlip_gpu)' \
     "$build/ctest.log" || true)
   add "GPU tests: $(grep -c 'Passed' <<<"$gpu_tests") passed, $(grep -Ec 'Failed|Exception|Timeout' <<<"$gpu_tests") failed, $(grep -c 'Skipped' <<<"$gpu_tests") skipped (of $(grep -c . <<<"$gpu_tests"))"
   local forces
   forces=$("$build/bin/test_device" --gtest_filter='*GpuEqualsCpu*' 2>&1 | grep 'relative difference' |
     sed 's/: relative difference GPU vs CPU//' | tr '\n' ';' || true)
   add "forces GPU vs CPU (float64, largest relative difference): ${forces:-not measured (no GPU)}"
+  local graphs
+  graphs=$("$build/bin/test_device" --gtest_filter='GraphCaptureGpu.*' 2>&1 | grep -E 'CUDA graph step|FAILED' |
+    tr '\n' ';' || true)
+  add "CUDA graph replays vs CPU (float64): ${graphs:-not measured (no GPU)}"
 
   say "training throughput (water, se_e2_a)"
   local b rate
@@ -157,9 +163,9 @@ do_run() {
     fi
   done
 
-  say "MD (bench_pair.sh, device cuda)"
+  say "MD (bench_pair.sh, device cuda, with and without cuda_graph yes)"
   local peak
-  peak=$(gpu_memory_peak bash -c "SIZES='10k 100k 1m' RANKS=1 CHUNKS= SNAP=0 FLOAT32=0 KOKKOS=0 PAINN=0 DEVICE=cuda \
+  peak=$(gpu_memory_peak bash -c "SIZES='10k 100k 1m' RANKS=1 CHUNKS= SNAP=0 FLOAT32=0 KOKKOS=0 PAINN=0 DEVICE=cuda CUDA_GRAPH=1 \
     '$repo/benchmarks/bench_pair.sh' '$build' >'$build/bench_pair.log' 2>&1 || true")
   while read -r row; do add "MD: $row"; done < <(grep -E '^\| mlip' "$build/bench_pair.log" ||
     echo "no result: $(grep -m1 -E 'ERROR|error' "$build/bench_pair.log" || tail -1 "$build/bench_pair.log")")
