@@ -12,7 +12,8 @@
 # Each check prints one line and appends it to build-check/results.tsv (version, route, result,
 # tests passed/run, seconds). LibTorch and the rest come from scripts/install-deps.sh as usual.
 # `scripts/check-lammps.sh table` prints the latest result of each cell as the README's table.
-# Environment: MLIP_JOBS (parallel jobs), MLIP_CHECK_DIR (default build-check).
+# Environment: MLIP_JOBS (parallel jobs), MLIP_CHECK_DIR (default build-check), Kokkos_DIR (a Kokkos
+# for the KOKKOS package, e.g. 4.x for 4Feb2025: otherwise cmake/MlipKokkos.cmake picks one).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="${MLIP_JOBS:-$(nproc)}"
@@ -124,7 +125,7 @@ check() {
   if src="$(lammps_source "$version")"; then
     local ok=0
     case "$route" in
-      project) mlip_build "$dir" -DLAMMPS_SOURCE_DIR="$src" && ok=1 ;;
+      project) mlip_build "$dir" -DLAMMPS_SOURCE_DIR="$src" ${Kokkos_DIR:+-DKokkos_DIR="$Kokkos_DIR"} && ok=1 ;;
       package)
         # mlip's LAMMPS at <dir>/lammps, as the project route puts it (ccache then shares objects).
         # shellcheck disable=SC2046

@@ -12,7 +12,12 @@
 #                               Debian 12's LibTorch 1.13 (libtorch-dev, CPU only)
 #   MLIP_LAMMPS=20250204+dfsg.1-2 | 20220106.git7586adbb6a+ds1-2   another Debian LAMMPS source
 #   LAMMPS_SOURCE_DIR=/path     your own LAMMPS tree: nothing is fetched
-#   MLIP_KOKKOS_CUDA=1          build Kokkos with its CUDA backend too (for GPU machines)
+#   MLIP_KOKKOS_SOURCE=/path    your own Kokkos source tree (instead of Debian's), built into
+#                               third_party/kokkos/ the same way
+#   MLIP_KOKKOS_CUDA=1          build Kokkos with its CUDA backend too (for GPU machines), compiled
+#                               by its nvcc_wrapper for MLIP_KOKKOS_CUDA_ARCH (HOPPER90, the
+#                               default, sm_90; or AMPERE80, sm_80). Needs a Kokkos that supports
+#                               the CUDA toolkit (CUDA 13: Kokkos >= 4.7; 4.5 does not compile)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -132,22 +137,36 @@ if [ -f "$kokkos_prefix/lib/cmake/Kokkos/KokkosConfig.cmake" ]; then
 elif [ "${MLIP_SKIP_KOKKOS:-0}" = 1 ]; then
   say "Kokkos >= 5.1 not looked for (MLIP_SKIP_KOKKOS=1)"
 else
-  ksrc="$tp/kokkos-src"
-  rm -rf "$ksrc"
-  if fetch kokkos "$kokkos_version" "$ksrc"; then
-    say "building Kokkos $kokkos_version (OpenMP + Serial$([ "${MLIP_KOKKOS_CUDA:-0}" = 1 ] && echo " + CUDA")) into $kokkos_prefix"
-    cuda=()
-    if [ "${MLIP_KOKKOS_CUDA:-0}" = 1 ]; then cuda=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_CONSTEXPR=ON); fi
+  ksrc="${MLIP_KOKKOS_SOURCE:-$tp/kokkos-src}"
+  label="${MLIP_KOKKOS_SOURCE:+from $MLIP_KOKKOS_SOURCE}"
+  fetched=1
+  if [ -z "${MLIP_KOKKOS_SOURCE:-}" ]; then
+    rm -rf "$ksrc"
+    fetch kokkos "$kokkos_version" "$ksrc" || fetched=0
+    label="$kokkos_version (Debian sid)"
+  fi
+  if [ $fetched = 1 ]; then
+    backends=(-DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=ON)
+    if [ "${MLIP_KOKKOS_CUDA:-0}" = 1 ]; then
+      arch="${MLIP_KOKKOS_CUDA_ARCH:-HOPPER90}"
+      case "$arch" in HOPPER90) sm=sm_90 ;; AMPERE80) sm=sm_80 ;;
+        *) echo "MLIP_KOKKOS_CUDA_ARCH=$arch: HOPPER90 or AMPERE80" >&2; exit 2 ;; esac
+      # nvcc_wrapper's own default architecture (sm_70 in Kokkos 4.5) is gone from nvcc 13.
+      backends+=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_CONSTEXPR=ON "-DKokkos_ARCH_$arch=ON"
+                 "-DCMAKE_CXX_COMPILER=$ksrc/bin/nvcc_wrapper" "-DCMAKE_CXX_FLAGS=-arch=$sm")
+      export PATH="/usr/local/cuda/bin:$PATH"
+    fi
+    say "building Kokkos $label (OpenMP + Serial$([ "${MLIP_KOKKOS_CUDA:-0}" = 1 ] && echo " + CUDA $arch")) into $kokkos_prefix"
     # Optional: a failure is reported (log kept) and the build goes on without KOKKOS.
-    if ! { cmake -S "$ksrc" -B "$ksrc/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=20 \
+    if ! { cmake -S "$ksrc" -B "$tp/kokkos-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=20 \
              -DCMAKE_INSTALL_PREFIX="$kokkos_prefix" -DBUILD_SHARED_LIBS=ON -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
-             -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=ON "${cuda[@]}" &&
-           cmake --build "$ksrc/build" -j "$(nproc)" && cmake --install "$ksrc/build"; } >"$tp/kokkos-build.log" 2>&1; then
+             "${backends[@]}" &&
+           cmake --build "$tp/kokkos-build" -j "$(nproc)" && cmake --install "$tp/kokkos-build"; } >"$tp/kokkos-build.log" 2>&1; then
       rm -rf "$kokkos_prefix"
-      say "WARNING: building Kokkos $kokkos_version failed ($tp/kokkos-build.log): LAMMPS builds without KOKKOS"
+      say "WARNING: building Kokkos $label failed ($tp/kokkos-build.log: $(grep -m1 -E 'error' "$tp/kokkos-build.log" || tail -n1 "$tp/kokkos-build.log")): LAMMPS builds without KOKKOS"
     fi
   else
-    say "Kokkos $kokkos_version (sid) is not served by the archive now (${fetch_error:-no answer}): LAMMPS >= 2026 builds without KOKKOS; pass -DKokkos_DIR=<Kokkos >= 5.1> to have it"
+    say "Kokkos $kokkos_version (sid) is not served by the archive now (${fetch_error:-no answer}): LAMMPS >= 2026 builds without KOKKOS; pass -DKokkos_DIR=<Kokkos >= 5.1> (or MLIP_KOKKOS_SOURCE=<its source>) to have it"
   fi
 fi
 say "done"
