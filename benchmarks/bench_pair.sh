@@ -126,8 +126,11 @@ run() {
   for v in "$@"; do vars+=(-var "${v%%=*}" "${v#*=}"); done
   local log="$work/log.$(echo "$label-$np" | tr -c 'A-Za-z0-9_.-' '_')"
   echo "  $label, $np rank(s) ..." >&2
-  /usr/bin/time -f "maxrss_kib %M" -o "$log.time" \
-    mpirun --oversubscribe -np "$np" "$lmp" -in "$input" -log "$log" -screen none -nocite "${lmp_extra[@]}" "${vars[@]}"
+  if ! /usr/bin/time -f "maxrss_kib %M" -o "$log.time" \
+    mpirun --oversubscribe -np "$np" "$lmp" -in "$input" -log "$log" -screen none -nocite "${lmp_extra[@]}" "${vars[@]}"; then
+    echo "bench_pair.sh: $label on $np rank(s) failed: $(grep -m1 'ERROR' "$log" || tail -n1 "$log")" >&2
+    exit 1
+  fi
   rows+=("$(awk -v label="$label" -v np="$np" -v rss="$(awk '/maxrss_kib/ {print $2}' "$log.time")" '
     /^Loop time of/ { loop = $4; steps = $9; atoms = $12 }
     /^Pair  *\|/ { pair = $5 }
@@ -180,8 +183,11 @@ echo "== mlip and snap" >&2
 for size in $SIZES; do
   [[ -f water-$size.data ]] || "$inputs" water "water-$size.data" ${water_reps[$size]}
   for np in $RANKS; do
-    for graph in no $([[ $CUDA_GRAPH == 1 && -n $DEVICE ]] && echo yes); do
-      g=$([[ $graph == yes ]] && echo ", CUDA graph")
+    graphs=no
+    if [[ $CUDA_GRAPH == 1 && -n $DEVICE ]]; then graphs="no yes"; fi
+    for graph in $graphs; do
+      g=""
+      if [[ $graph == yes ]]; then g=", CUDA graph"; fi
       run "mlip se_e2_a f64$on$g" "$np" in.mlip "data=water-$size.data" model=water64.pt \
         "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
       if [[ $COMPRESSED == 1 ]]; then

@@ -168,7 +168,7 @@ do_run() {
   peak=$(gpu_memory_peak bash -c "SIZES='10k 100k 1m' RANKS=1 CHUNKS= SNAP=0 FLOAT32=0 KOKKOS=0 PAINN=0 DEVICE=cuda CUDA_GRAPH=1 \
     '$repo/benchmarks/bench_pair.sh' '$build' >'$build/bench_pair.log' 2>&1 || true")
   while read -r row; do add "MD: $row"; done < <(grep -E '^\| mlip' "$build/bench_pair.log" ||
-    echo "no result: $(grep -m1 -E 'ERROR|error' "$build/bench_pair.log" || tail -1 "$build/bench_pair.log")")
+    echo "no result: $(grep -m1 -E 'failed:|ERROR' "$build/bench_pair.log" || tail -1 "$build/bench_pair.log")")
   add "peak GPU memory during MD: ${peak:-?} MiB"
   add "mlip/kk on Kokkos CUDA: not built (no Kokkos >= 5.1 source in the bundle)"
 
