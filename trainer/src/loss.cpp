@@ -85,7 +85,7 @@ BatchTensors concat(const std::vector<const BatchTensors*>& parts) {
 }
 
 Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph, torch::Dtype accumulate) {
-  const ModelInput in{b.species, b.edge_index, b.edge_vectors, b.n_atoms};
+  const ModelInput in{b.species, b.edge_index, b.edge_vectors, b.n_atoms, {}, {}};
   const ModelOutput out =
       evaluate_module(module, in, create_graph ? EdgeGradient::differentiable : EdgeGradient::value);
   EdgeForceRequest request;
