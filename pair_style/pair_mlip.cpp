@@ -718,7 +718,8 @@ void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
           [&] { impl->capture = std::make_unique<mlip::GraphCapture>(*impl->model, true); });
   if (comm->me == 0)
     utils::logmesg(lmp, "pair_style mlip: the model call is recorded as a CUDA graph on sizes padded by 10% (and "
-                        "to multiples of 32), recorded anew when the system outgrows them\n");
+                        "to multiples of 32), recorded anew when the system outgrows them{}\n",
+                   impl->members.empty() ? "" : "; the committee's other models run without");
 }
 
 /* ----------------------------------------------------------------------

@@ -30,7 +30,7 @@ fail() { echo "mlip/kk CUDA compile check ($version, $arch): FAIL: $1 ($(( $(dat
 lammps="$here/third_party/lammps-${deb%-*}"
 [ -f "$lammps/src/version.h" ] || "$here/scripts/fetch-source.sh" lammps "$deb" "$lammps" ||
   fail "LAMMPS $version's source could not be fetched"
-torch="$(ls -d "$here"/third_party/torch-"$(head -n1 "$here/cmake/torch-version")"/lib/python3*/site-packages/torch/include 2>/dev/null | head -n1)"
+torch="$(ls -d "$here"/third_party/torch-"$(head -n1 "$here/cmake/torch-version")"/lib/python3*/site-packages/torch/include 2>/dev/null | head -n1 || true)"
 [ -n "$torch" ] || fail "no LibTorch in third_party/ (run scripts/install-deps.sh)"
 
 # Kokkos configured for CUDA: its generated configuration headers, nothing compiled (afresh: the
@@ -48,7 +48,9 @@ for d in "$work/kokkos" "$work/kokkos/generated" "$work/kokkos/core/src" core/sr
   [[ $d == /* ]] || d="$ksrc/$d"
   [ -d "$d" ] && kokkos_includes+=("-I$d")
 done
-read -r -a mpi_includes <<<"$(mpicxx --showme:incdirs | sed 's/\([^ ]*\)/-isystem \1/g')"
+# Open MPI's wrapper: --showme; MPICH's: -show.
+mpi_dirs="$(mpicxx --showme:incdirs 2>/dev/null || mpicxx -show | tr ' ' '\n' | sed -n 's/^-I//p' | tr '\n' ' ')"
+read -r -a mpi_includes <<<"$(sed 's/\([^ ]*\)/-isystem \1/g' <<<"$mpi_dirs")"
 l="$lammps/src"
 "$ksrc/bin/nvcc_wrapper" "-arch=$sm" --expt-extended-lambda --expt-relaxed-constexpr "-std=c++$std" -O2 -fPIC \
   -DLMP_KOKKOS -DLAMMPS_SMALLBIG -DMLIP_LAMMPS_NEW_NEIGHBOR_API=1 \
@@ -56,7 +58,8 @@ l="$lammps/src"
   -I"$l" -I"$l/KOKKOS" -I"$here/pair_style" -I"$here/common/include" "${mpi_includes[@]}" "${kokkos_includes[@]}" \
   -isystem "$torch" -isystem "$torch/torch/csrc/api/include" \
   -c "$here/pair_style/pair_mlip_kokkos.cpp" -o "$work/pair_mlip_kokkos.o" >"$work/compile.log" 2>&1 ||
-  fail "$(grep -m1 -E 'error' "$work/compile.log" || tail -n1 "$work/compile.log") ($work/compile.log)"
+  fail "$(grep -m1 -E 'error:' "$work/compile.log" || tail -n1 "$work/compile.log") ($work/compile.log)"
 kernels=$(nm -C "$work/pair_mlip_kokkos.o" | grep -c '__device_stub__.*PairMLIPKokkos.*Cuda' || true)
-kv=$(grep -oE 'set\(Kokkos_VERSION_(MAJOR|MINOR|PATCH) [0-9]+' "$ksrc/CMakeLists.txt" | awk '{printf "%s%s", s, $2; s="."}')
+[ "$kernels" -gt 0 ] || fail "compiled, but without device kernels of PairMLIPKokkos<Kokkos::Cuda>"
+kv=$(grep -oE 'set\(Kokkos_VERSION_(MAJOR|MINOR|PATCH) [0-9]+' "$ksrc/CMakeLists.txt" | awk '{printf "%s%s", s, $2; s="."}' || true)
 echo "mlip/kk CUDA compile check ($version, $arch, Kokkos $kv): PASS, $kernels device kernels of PairMLIPKokkos<Kokkos::Cuda> ($(( $(date +%s) - t0 )) s)"

@@ -132,12 +132,22 @@ fi
 # only Kokkos >= 4 in any suite; PyPI has no sdist with a Kokkos source >= 4 (pykokkos-base
 # bundles 3.x). Without it LAMMPS 4Jul2026 is built without KOKKOS (cmake/MlipKokkos.cmake).
 kokkos_prefix="$tp/kokkos"
+# A Kokkos already built is kept, unless CUDA is asked for and it has none, or another source is.
+if [ -f "$kokkos_prefix/lib/cmake/Kokkos/KokkosConfig.cmake" ] &&
+   { [ "${MLIP_KOKKOS_CUDA:-0}" = 1 ] && ! grep -qs "define KOKKOS_ENABLE_CUDA" "$kokkos_prefix/include/KokkosCore_config.h" ||
+     [ -n "${MLIP_KOKKOS_SOURCE:-}" ]; }; then
+  why="CUDA asked for, the one there has none"
+  [ -n "${MLIP_KOKKOS_SOURCE:-}" ] && why="MLIP_KOKKOS_SOURCE given"
+  say "rebuilding Kokkos in $kokkos_prefix ($why)"
+  rm -rf "$kokkos_prefix"
+fi
 if [ -f "$kokkos_prefix/lib/cmake/Kokkos/KokkosConfig.cmake" ]; then
   say "Kokkos present in $kokkos_prefix"
 elif [ "${MLIP_SKIP_KOKKOS:-0}" = 1 ]; then
   say "Kokkos >= 5.1 not looked for (MLIP_SKIP_KOKKOS=1)"
 else
-  ksrc="${MLIP_KOKKOS_SOURCE:-$tp/kokkos-src}"
+  ksrc="${MLIP_KOKKOS_SOURCE:+$(realpath "$MLIP_KOKKOS_SOURCE")}"
+  ksrc="${ksrc:-$tp/kokkos-src}"
   label="${MLIP_KOKKOS_SOURCE:+from $MLIP_KOKKOS_SOURCE}"
   fetched=1
   if [ -z "${MLIP_KOKKOS_SOURCE:-}" ]; then
@@ -157,13 +167,15 @@ else
       export PATH="/usr/local/cuda/bin:$PATH"
     fi
     say "building Kokkos $label (OpenMP + Serial$([ "${MLIP_KOKKOS_CUDA:-0}" = 1 ] && echo " + CUDA $arch")) into $kokkos_prefix"
-    # Optional: a failure is reported (log kept) and the build goes on without KOKKOS.
+    # Optional: a failure is reported (log kept) and the build goes on without KOKKOS. A fresh
+    # build folder: CMake's cache remembers the source tree.
+    rm -rf "$tp/kokkos-build"
     if ! { cmake -S "$ksrc" -B "$tp/kokkos-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=20 \
              -DCMAKE_INSTALL_PREFIX="$kokkos_prefix" -DBUILD_SHARED_LIBS=ON -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
              "${backends[@]}" &&
            cmake --build "$tp/kokkos-build" -j "$(nproc)" && cmake --install "$tp/kokkos-build"; } >"$tp/kokkos-build.log" 2>&1; then
       rm -rf "$kokkos_prefix"
-      say "WARNING: building Kokkos $label failed ($tp/kokkos-build.log: $(grep -m1 -E 'error' "$tp/kokkos-build.log" || tail -n1 "$tp/kokkos-build.log")): LAMMPS builds without KOKKOS"
+      say "WARNING: building Kokkos $label failed ($tp/kokkos-build.log: $(grep -m1 -E 'error:' "$tp/kokkos-build.log" || tail -n1 "$tp/kokkos-build.log")): LAMMPS builds without KOKKOS"
     fi
   else
     say "Kokkos $kokkos_version (sid) is not served by the archive now (${fetch_error:-no answer}): LAMMPS >= 2026 builds without KOKKOS; pass -DKokkos_DIR=<Kokkos >= 5.1> (or MLIP_KOKKOS_SOURCE=<its source>) to have it"

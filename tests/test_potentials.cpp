@@ -798,7 +798,9 @@ TEST_P(Grouped, EqualsThePlainForward) {
       }
       // Other configurations of the same 192 water atoms fit in the first one's capacities.
       if (k == 3) first_water = eager.capacity();
-      if (k > 3) EXPECT_TRUE(eager.capacity() == first_water) << "capacities grew for water frame " << k;
+      if (k > 3) {
+        EXPECT_TRUE(eager.capacity() == first_water) << "capacities grew for water frame " << k;
+      }
     }
   }
 }

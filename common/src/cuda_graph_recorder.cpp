@@ -3,6 +3,7 @@
 // itself links LibTorch's CPU libraries only: mlip/device.h). Every function returns 0 on
 // success, else -1 with the reason in mlip_cuda_graph_error().
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
@@ -10,6 +11,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 namespace {
@@ -40,7 +42,9 @@ int guarded(F&& f) {
   return -1;
 }
 
-// The side stream becomes the current one, after the caller's stream's work so far.
+// The side stream becomes the current one, after the caller's stream's work so far. Every entry
+// point below makes the recorder's GPU the current device first (CUDAGraph works on the current
+// device; a rank on GPU 1 would otherwise record on GPU 0).
 void enter_side(Recorder& r) {
   r.caller = c10::cuda::getCurrentCUDAStream(r.device);
   r.side.synchronize();
@@ -66,23 +70,39 @@ int mlip_cuda_graph_new(int device, void** out) {
   });
 }
 
-void mlip_cuda_graph_delete(void* handle) { delete static_cast<Recorder*>(handle); }
+void mlip_cuda_graph_delete(void* handle) {
+  if (handle == nullptr) return;
+  c10::cuda::CUDAGuard device(static_cast<Recorder*>(handle)->device);
+  delete static_cast<Recorder*>(handle);
+}
 
 // Eager runs before a recording (allocations, the TorchScript executor's profiling runs) go to
 // the side stream too.
 int mlip_cuda_graph_warmup_begin(void* handle) {
-  return guarded([&] { enter_side(*static_cast<Recorder*>(handle)); });
+  return guarded([&] {
+    auto& r = *static_cast<Recorder*>(handle);
+    c10::cuda::CUDAGuard device(r.device);
+    enter_side(r);
+  });
 }
 
 int mlip_cuda_graph_warmup_end(void* handle) {
-  return guarded([&] { leave_side(*static_cast<Recorder*>(handle)); });
+  return guarded([&] {
+    auto& r = *static_cast<Recorder*>(handle);
+    c10::cuda::CUDAGuard device(r.device);
+    leave_side(r);
+  });
 }
 
 int mlip_cuda_graph_capture_begin(void* handle) {
   return guarded([&] {
     auto& r = *static_cast<Recorder*>(handle);
-    r.graph = std::make_unique<at::cuda::CUDAGraph>();
+    c10::cuda::CUDAGuard device(r.device);
+    r.graph.reset();
     enter_side(r);
+    // The warm-up's blocks back to the driver: the recording's private pool needs as much again.
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    r.graph = std::make_unique<at::cuda::CUDAGraph>();
     try {
       r.graph->capture_begin();
     } catch (...) {
@@ -95,6 +115,7 @@ int mlip_cuda_graph_capture_begin(void* handle) {
 int mlip_cuda_graph_capture_end(void* handle) {
   return guarded([&] {
     auto& r = *static_cast<Recorder*>(handle);
+    c10::cuda::CUDAGuard device(r.device);
     try {
       r.graph->capture_end();
     } catch (...) {
@@ -110,6 +131,7 @@ int mlip_cuda_graph_capture_end(void* handle) {
 int mlip_cuda_graph_replay(void* handle) {
   return guarded([&] {
     auto& r = *static_cast<Recorder*>(handle);
+    c10::cuda::CUDAGuard device(r.device);
     if (!r.graph) throw std::runtime_error("no CUDA graph recorded");
     r.graph->replay();
   });

@@ -3,7 +3,6 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <filesystem>
 
 #include "mlip/error.h"
 #include "mlip/operators.h"
@@ -33,6 +32,8 @@ struct GraphCapture::Recorder {
     if (path.empty()) {
       throw Error("CUDA graphs: this mlip was built without libmlip_cuda_graph.so (LibTorch was not a CUDA build)");
     }
+    // Kept loaded for the life of the process (never dlclose'd: LibTorch registers nothing from
+    // it, but its CUDA objects must outlive every recorder).
     void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) throw Error("CUDA graphs: cannot load " + path + ": " + dlerror());
     const auto sym = [&](const char* name) {
@@ -109,12 +110,14 @@ void GraphCapture::record() {
     recorder_->check(recorder_->capture_end(recorder_->handle), "ending a recording");
   }
   ++recordings_;
+  recorded_ = true;   // only now: a failed recording is tried again at the next call
 }
 
 ModelOutput GraphCapture::evaluate(const GraphView& graph) {
   const bool grown = group_graph(graph, rule_, capacity_, grouped_);
   if (!recorder_ || grouped_.n_centers() == 0) return evaluate_grouped(*model_, grouped_, graph.n_centers, true);
-  if (grown || recordings_ == 0) {
+  if (grown || !recorded_) {
+    recorded_ = false;
     record();
   } else {
     copy_inputs();

@@ -21,7 +21,7 @@ GroupingRule GroupingRule::of(const Model& model) {
   rule.n_species = static_cast<int64_t>(meta.species.size());
   rule.pair_nets = meta.hyperparameters.is_object() && !meta.hyperparameters.value("type_one_side", true);
   rule.pad_length = 2.0 * meta.cutoff;
-  if (meta.compressed) rule.shortest = meta.hyperparameters.at("compression").value("min_distance", 0.0);
+  if (meta.compressed) rule.shortest = meta.hyperparameters.value("/compression/min_distance"_json_pointer, 0.0);
   return rule;
 }
 
@@ -91,6 +91,10 @@ bool group_graph(const GraphView& g, const GroupingRule& rule, GroupCapacity& ca
     }
     const double* r = g.edge_vectors + 3 * e;
     const double r2 = r[0] * r[0] + r[1] * r[1] + r[2] * r[2];
+    if (!std::isfinite(r2)) {
+      throw Error("grouped graph: edge " + std::to_string(c) + " -> " + std::to_string(j) +
+                  " has a non-finite vector (positions not finite?)");
+    }
     if (r2 < rule.shortest * rule.shortest) {
       throw Error("compressed model: a neighbour is closer than its embedding table covers (made for distances >= " +
                   std::to_string(rule.shortest) + " A; edge " + std::to_string(c) + " -> " + std::to_string(j) +

@@ -230,7 +230,9 @@ ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, Ed
   }
   ModelOutput out;
   {
-    torch::jit::GraphOptimizerEnabledGuard optimize(detail::optimize_graphs_on(vectors.device()));
+    // Not for grouped calls: they are recorded as CUDA graphs, and the executor's profiling
+    // runs and fusers' kernel compilation must not fall into a recording.
+    torch::jit::GraphOptimizerEnabledGuard optimize(!grouped && detail::optimize_graphs_on(vectors.device()));
     try {
       out.atom_energy = grouped ? module.get_method("forward_grouped")(args).toTensor() : module.forward(args).toTensor();
     } catch (const c10::Error&) {

@@ -48,7 +48,8 @@ void export_frozen(const torch::jit::Module& module, const ModelMetadata& metada
   // Methods a compressed model reuses (se_e2_a: compress.cpp) and a message-passing model's
   // parts (mp_*: mlip/message_passing.h) stay callable on the frozen model.
   std::vector<std::string> preserved;
-  for (const char* method : {"environment", "embedding", "energies", "repulsion", "forward_grouped", "energies_grouped", "repulsion_all_edges"})
+  for (const char* method : {"environment", "embedding", "energies", "repulsion", "forward_grouped",
+                             "energies_grouped", "repulsion_all_edges"})
     if (copy.find_method(method)) preserved.emplace_back(method);
   for (const auto& method : copy.get_methods())
     if (method.name().rfind("mp_", 0) == 0) preserved.push_back(method.name());

@@ -8,7 +8,7 @@
 //
 // Recording needs LibTorch's CUDA libraries, which mlip does not link (mlip/device.h): they come
 // with libmlip_cuda_graph.so, built beside mlip when LibTorch is a CUDA build and loaded here
-// (MLIP_CUDA_GRAPH_LIBRARY overrides its path). With `record` false the same grouped evaluation
+// (MLIP_CUDA_GRAPH_LIBRARY overrides its path, e.g. after moving the build). With `record` false the same grouped evaluation
 // runs eagerly, on any device: the code path the CPU tests check.
 #pragma once
 
@@ -50,6 +50,7 @@ class GraphCapture {
   ModelInput input_;                     // the recorded call's inputs (on the model's device)
   ModelOutput output_;                   // its outputs
   int64_t recordings_ = 0;
+  bool recorded_ = false;                // a complete recording for the current capacity
 };
 
 /// The path of libmlip_cuda_graph.so that GraphCapture loads ("" if this build has none).

@@ -11,10 +11,10 @@
 // Padding policy: a group's capacity is its size the first time, plus 10%, rounded up to a
 // multiple of 32 (every group of centres, of edges and the other nodes alike); when a later
 // graph outgrows a group, that group grows again by the same rule, and a recorded CUDA graph is
-// recorded anew. Capacities never shrink. Padding edges run from a centre to itself, at a length
-// beyond the cutoff (2 x cutoff): every term of se_e2_a (and of the repulsion prior) is
+// recorded anew. Capacities never shrink. Padding edges run from node 0 (a centre) to itself, at a
+// length beyond the cutoff (2 x cutoff): every term of se_e2_a (and of the repulsion prior) is
 // exactly zero there, with a zero derivative, so they change no energy and no force. Padding
-// centres have no edges; their energies are dropped. Padding nodes after the centres are
+// centres have no real edges; their energies are dropped. Padding nodes after the centres are
 // never referenced.
 #pragma once
 

@@ -18,8 +18,8 @@ inline std::atomic<int> device_value_checks_paused{0};
 
 /// The operators check index bounds and the compressed table's range by reading values back from
 /// the device, a device-to-host copy that a CUDA graph cannot record. While one is recorded these
-/// checks are off: the grouped graph's host-side builder has made the same checks
-/// (mlip/grouped_graph.h). Shape, dtype and device checks always run.
+/// checks are off: the grouped graph's host-side builder checks the indices, finite edge vectors
+/// and the compressed table's shortest distance instead (mlip/grouped_graph.h). Shape, dtype and device checks always run.
 inline bool device_value_checks_on() { return detail::device_value_checks_paused.load() == 0; }
 
 class DeviceValueChecksPaused {
