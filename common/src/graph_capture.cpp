@@ -76,17 +76,11 @@ void GraphCapture::copy_inputs() {
   input_.edge_vectors.copy_(t.edge_vectors);
 }
 
-// Inputs of the new shapes, a few eager runs on the recorder's stream (the TorchScript executor
-// profiles and optimises a method's first calls; none of that may happen while recording), then
-// the recording. Recording runs nothing: the replay that follows computes this step.
+// Inputs of the new shapes (copies on the GPU, which later steps overwrite), a few eager runs on
+// the recorder's stream (first allocations, autograd's device threads), then the recording.
+// Recording runs nothing: the replay that follows computes this step.
 void GraphCapture::record() {
-  const detail::GraphTensors t(grouped_.view());
-  const torch::Device device = model_->device();
-  input_ = ModelInput{};
-  input_.species = t.species.to(device).clone();
-  input_.edge_index = t.edge_index.to(device).clone();
-  input_.edge_vectors = t.edge_vectors.to(device, model_->info().torch_dtype()).clone();
-  input_.n_centers = grouped_.n_centers();
+  input_ = detail::model_input(*model_, grouped_.view());
   input_.center_groups = capacity_.centers;
   input_.edge_groups = capacity_.edges;
   output_ = ModelOutput{};

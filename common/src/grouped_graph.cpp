@@ -162,12 +162,7 @@ ModelOutput evaluate_grouped(const Model& model, const GroupedGraph& graph, int6
     if (need_grad) out.edge_grad = torch::zeros({static_cast<int64_t>(graph.edge_position.size()), 3}, torch::kFloat64);
     return out;
   }
-  const detail::GraphTensors t(v);
-  ModelInput in;
-  in.species = t.species.to(model.device());
-  in.edge_index = t.edge_index.to(model.device());
-  in.edge_vectors = t.edge_vectors.to(model.device(), model.info().torch_dtype());
-  in.n_centers = v.n_centers;
+  ModelInput in = detail::model_input(model, v);
   in.center_groups = graph.capacity.centers;
   in.edge_groups = graph.capacity.edges;
   return ungroup_output(graph, n_centers, model.evaluate(in, need_grad));

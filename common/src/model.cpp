@@ -262,14 +262,18 @@ ModelOutput Model::evaluate(const ModelInput& in, bool need_grad) const {
 }
 
 
-ModelOutput evaluate_graph(const Model& model, const GraphView& g, bool need_grad) {
-  const detail::GraphTensors t(g);
+ModelInput detail::model_input(const Model& model, const GraphView& g) {
+  const GraphTensors t(g);
   ModelInput in;
   in.species = t.species.to(model.device());
   in.edge_index = t.edge_index.to(model.device());
   in.edge_vectors = t.edge_vectors.to(model.device(), model.info().torch_dtype());
   in.n_centers = g.n_centers;
-  ModelOutput out = model.evaluate(in, need_grad);
+  return in;
+}
+
+ModelOutput evaluate_graph(const Model& model, const GraphView& g, bool need_grad) {
+  ModelOutput out = model.evaluate(detail::model_input(model, g), need_grad);
   out.atom_energy = out.atom_energy.to(g.device, torch::kFloat64).contiguous();
   if (out.edge_grad.defined()) out.edge_grad = out.edge_grad.to(g.device, torch::kFloat64).contiguous();
   return out;

@@ -27,4 +27,7 @@ struct GraphTensors {
   }
 };
 
+/// A graph's arrays as a model's input: on the model's device, the vectors in its dtype.
+ModelInput model_input(const Model& model, const GraphView& g);
+
 }  // namespace mlip::detail
