@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/source_dir.h"
 #include "mlip/io.h"
 #include "mlip/neighbor_list.h"
 
@@ -27,14 +28,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::string system = std::string(MLIP_SOURCE_DIR) + "/data/water-deepmd/data_0";
+  const std::string system = mlip::testing::source_dir() + "/data/water-deepmd/data_0";
   const mlip::Structure frame = mlip::read_deepmd(system).at(0);
   const double cutoff = 6.0;
   const std::vector<int> reps = {2, 4, 8, 17};  // 1536, 12288, 98304, 943296 atoms
 
   std::map<long, nlohmann::json> ase_results;
   if (ase && std::system("/usr/bin/python3 -c 'import ase' 2>/dev/null") == 0) {
-    std::string cmd = "/usr/bin/python3 " + std::string(MLIP_SOURCE_DIR) + "/benchmarks/ase_neighbor_timing.py " +
+    std::string cmd = "/usr/bin/python3 " + mlip::testing::source_dir() + "/benchmarks/ase_neighbor_timing.py " +
                       system + " 6.0";
     for (int r : reps)
       if (static_cast<long>(frame.size()) * r * r * r <= ase_max) cmd += " " + std::to_string(r);

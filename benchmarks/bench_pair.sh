@@ -13,8 +13,11 @@
 # Reported per run: wall us/atom-step of the MD loop (LAMMPS's "Loop time"; setup excluded), the
 # part of it outside the pair style ("LAMMPS": neighbour lists, communication, integration), the
 # pair style's own split (`pair_style mlip ... timing yes`: graph building, model call, force
-# scatter; us/atom-step averaged over ranks), and the peak resident memory of the largest rank
-# (GNU time's %M on mpirun, which is the largest child's ru_maxrss).
+# scatter; us/atom-step averaged over ranks), the peak resident memory of the largest rank (the
+# largest ru_maxrss among mpirun's descendants, as GNU time's %M reports it, read with python3's
+# getrusage: benchmarks/peak_rss.py; "-" without python3) and, with DEVICE, the peak GPU memory
+# in use (nvidia-smi sampled every 100 ms; "-" without it). A run that fails gives a row saying so
+# with LAMMPS's ERROR line, and the script goes on; it exits 1 at the end if any run failed.
 #
 # Environment: SIZES ("1k 10k 100k"), RANKS ("1 2"), CHUNKS ("64 256 1024 4096": scanned on the
 # SCAN_SIZE (10k) water box, 1 rank, SCAN_STEPS (3) steps), CHUNK (chunk for the main runs; default: the pair style's default),
@@ -29,6 +32,9 @@
 # DEVICE (cuda, cuda:N or auto: pair_style mlip runs its model there, 'device DEVICE'; the mlip
 # rows are labelled with it; scripts/gpu-check.sh uses it). CUDA_GRAPH (1, with DEVICE: also each
 # se_e2_a run with 'cuda_graph yes', the model call recorded as a CUDA graph, next to it).
+# MD_STEPS ("10k=50 100k=20": MD steps per size instead of the defaults below). SE_E2A (0: no
+# plain se_e2_a float64 rows, for runs of the other rows alone). ROWS_OUT (a file each row is
+# appended to the moment it is measured; scripts/gpu-check.sh points it into $OUT).
 # Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
 set -euo pipefail
 
@@ -69,6 +75,15 @@ declare -A bcc_cells=([1k]=8 [10k]=17 [100k]=37 [1m]=79)
 declare -A mlip_steps=([1k]=10 [10k]=10 [100k]=2 [1m]=1)
 declare -A snap_steps=([1k]=20 [10k]=5 [100k]=2 [1m]=1)
 declare -A painn_steps=([1k]=3 [10k]=1 [100k]=1)
+for kv in ${MD_STEPS:-}; do
+  [[ $kv == *=* && -n ${water_reps[${kv%%=*}]:-} ]] || { echo "bench_pair.sh: MD_STEPS: '$kv' is not SIZE=STEPS" >&2; exit 1; }
+  mlip_steps[${kv%%=*}]=${kv#*=}
+  snap_steps[${kv%%=*}]=${kv#*=}
+  painn_steps[${kv%%=*}]=${kv#*=}
+done
+SE_E2A=${SE_E2A:-1}
+ROWS_OUT=${ROWS_OUT:-}
+failed=0
 
 cd "$work"
 "$inputs" model se_e2_a_water64 water64.pt
@@ -118,6 +133,18 @@ include      in.md
 EOF
 
 rows=()
+# add_row ROW: a table row, also appended to ROWS_OUT at once
+add_row() {
+  rows+=("$1")
+  echo "$1" >&2
+  if [[ -n $ROWS_OUT ]]; then echo "$1" >>"$ROWS_OUT"; fi
+}
+# gpu_sampler FILE: samples the GPU memory in use into FILE until killed (nothing without nvidia-smi)
+gpu_sampler() {
+  if [[ -n $DEVICE ]] && command -v nvidia-smi >/dev/null; then
+    exec nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$1" 2>/dev/null
+  fi
+}
 # run LABEL RANKS INPUT VARS...: runs LAMMPS and appends a table row
 run() {
   local label=$1 np=$2 input=$3
@@ -126,12 +153,25 @@ run() {
   for v in "$@"; do vars+=(-var "${v%%=*}" "${v#*=}"); done
   local log="$work/log.$(echo "$label-$np" | tr -c 'A-Za-z0-9_.-' '_')"
   echo "  $label, $np rank(s) ..." >&2
-  if ! /usr/bin/time -f "maxrss_kib %M" -o "$log.time" \
-    mpirun --oversubscribe -np "$np" "$lmp" -in "$input" -log "$log" -screen none -nocite "${lmp_extra[@]}" "${vars[@]}"; then
+  local rss=() rc=0
+  command -v python3 >/dev/null && rss=(python3 "$src/benchmarks/peak_rss.py" "$log.time")
+  gpu_sampler "$log.gpu" &
+  local sampler=$!
+  "${rss[@]}" mpirun --oversubscribe -np "$np" "$lmp" -in "$input" -log "$log" -screen none -nocite "${lmp_extra[@]}" \
+    "${vars[@]}" || rc=$?
+  kill "$sampler" 2>/dev/null || true
+  wait "$sampler" 2>/dev/null || true
+  local gpu_mib=""
+  [[ -s $log.gpu ]] && gpu_mib=$(sort -n "$log.gpu" | tail -1)
+  if ((rc != 0)); then
+    failed=1
     echo "bench_pair.sh: $label on $np rank(s) failed: $(grep -m1 'ERROR' "$log" || tail -n1 "$log")" >&2
-    exit 1
+    local why
+    why=$(grep -m1 'ERROR' "$log" 2>/dev/null | cut -c1-200)
+    add_row "| $label | - | $np | - | failed: ${why:-exit $rc} | | | | | | |"
+    return 0
   fi
-  rows+=("$(awk -v label="$label" -v np="$np" -v rss="$(awk '/maxrss_kib/ {print $2}' "$log.time")" '
+  add_row "$(awk -v label="$label" -v np="$np" -v rss="$(awk '/maxrss_kib/ {print $2}' "$log.time" 2>/dev/null)" -v gpu="${gpu_mib:--}" '
     /^Loop time of/ { loop = $4; steps = $9; atoms = $12 }
     /^Pair  *\|/ { pair = $5 }
     /^pair_style mlip timing:/ {
@@ -143,13 +183,13 @@ run() {
     END {
       per = 1e6 / (steps * atoms)
       split_ = (model == "") ? "- | - | -" : sprintf("%.3g | %.4g | %.3g", graph, model, forces)
-      printf "| %s | %d | %d | %d | %.4g | %.3g | %s | %.0f |", label, atoms, np, steps, loop * per, (loop - pair) * per, split_, rss / 1024
-    }' "$log")")
-  echo "${rows[-1]}" >&2
+      rss_ = (rss == "") ? "-" : sprintf("%.0f", rss / 1024)
+      printf "| %s | %d | %d | %d | %.4g | %.3g | %s | %s | %s |", label, atoms, np, steps, loop * per, (loop - pair) * per, split_, rss_, gpu
+    }' "$log")"
 }
 
-header="| potential | atoms | ranks | steps | total us/atom-step | LAMMPS (non-pair) | graph | model | forces | peak RSS/rank MiB |
-|---|---|---|---|---|---|---|---|---|---|"
+header="| potential | atoms | ranks | steps | total us/atom-step | LAMMPS (non-pair) | graph | model | forces | peak RSS/rank MiB | peak GPU MiB |
+|---|---|---|---|---|---|---|---|---|---|---|"
 
 options="timing yes"
 [[ -n $CHUNK ]] && options="chunk $CHUNK timing yes"
@@ -161,8 +201,10 @@ if [[ -n $DEVICE ]]; then
   on=" on $DEVICE"
 fi
 
-echo "== chunk scan: se_e2_a float64, water $SCAN_SIZE, 1 rank" >&2
-"$inputs" water "water-$SCAN_SIZE.data" ${water_reps[$SCAN_SIZE]}
+if [[ -n $CHUNKS ]]; then
+  echo "== chunk scan: se_e2_a float64, water $SCAN_SIZE, 1 rank" >&2
+  "$inputs" water "water-$SCAN_SIZE.data" ${water_reps[$SCAN_SIZE]}
+fi
 for c in $CHUNKS; do
   run "se_e2_a f64 chunk $c" 1 in.mlip "data=water-$SCAN_SIZE.data" model=water64.pt "options=chunk $c timing yes" \
     "steps=$SCAN_STEPS"
@@ -188,8 +230,10 @@ for size in $SIZES; do
     for graph in $graphs; do
       g=""
       if [[ $graph == yes ]]; then g=", CUDA graph"; fi
-      run "mlip se_e2_a f64$on$g" "$np" in.mlip "data=water-$size.data" model=water64.pt \
-        "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
+      if [[ $SE_E2A == 1 ]]; then
+        run "mlip se_e2_a f64$on$g" "$np" in.mlip "data=water-$size.data" model=water64.pt \
+          "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
+      fi
       if [[ $COMPRESSED == 1 ]]; then
         run "mlip se_e2_a f64 compressed$on$g" "$np" in.mlip "data=water-$size.data" model=water64c.pt \
           "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
@@ -231,3 +275,4 @@ echo "mlip and mlip/kk (se_e2_a and PaiNN water, default chunk${CHUNK:+ $CHUNK})
 echo
 echo "$header"
 printf '%s\n' "${rows[@]}"
+exit $failed

@@ -29,6 +29,7 @@
 
 #include <unistd.h>
 
+#include "support/source_dir.h"
 #include "mlip/chunk_graph.h"
 #include "mlip/io.h"
 #include "mlip/neighbor_list.h"
@@ -118,7 +119,7 @@ int main(int argc, char** argv) {
   std::printf("%-8s %-8s %6s %6s %11s %13s %10s %9s %9s\n", "model", "dtype", "atoms", "chunk", "us/atom", "MFLOP/atom",
               "GFLOP/s", "GEMM now", "of GEMM");
 
-  const mlip::Structure frame = mlip::read_deepmd(std::string(MLIP_SOURCE_DIR) + "/data/water-deepmd/data_0").at(0);
+  const mlip::Structure frame = mlip::read_deepmd(mlip::testing::source_dir() + "/data/water-deepmd/data_0").at(0);
   struct Arch {
     std::string name;
     nlohmann::json hp;

@@ -57,8 +57,9 @@ else()
 endif()
 list(APPEND lammps_args -DMLIP_LINK_TORCH_CUDA=${MLIP_LINK_TORCH_CUDA})
 # Where this configure was told to look for its dependencies (scripts/gpu-check.sh: an MPI, JSON
-# and fmt from its bundle), the sub-build looks too.
-foreach(var CMAKE_PREFIX_PATH MPI_C_COMPILER MPI_CXX_COMPILER CUDAToolkit_ROOT)
+# and fmt from its bundle), the sub-build looks too; and under the same CMake policy floor (CMake
+# >= 4 with packages that ask for a CMake < 3.5).
+foreach(var CMAKE_PREFIX_PATH MPI_C_COMPILER MPI_CXX_COMPILER CUDAToolkit_ROOT CMAKE_POLICY_VERSION_MINIMUM)
   if(NOT "${${var}}" STREQUAL "")
     string(REPLACE ";" "|" value "${${var}}")
     list(APPEND lammps_args "-D${var}=${value}")

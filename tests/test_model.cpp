@@ -9,6 +9,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/version.h>
 
+#include "support/source_dir.h"
 #include "mlip/error.h"
 #include "mlip/io.h"
 #include "support/morse_model.h"
@@ -244,7 +245,7 @@ TEST(Model, MetadataValidationNamesTheKey) {
 // also the alarm for the TorchScript deprecation (docs/model-format.md): a LibTorch that stops
 // loading TorchScript archives fails here first.
 TEST(ModelFormat, FilesFromLibTorch113GiveTheSameEnergiesAndForces) {
-  const fs::path dir = fs::path(MLIP_SOURCE_DIR) / "tests/data/libtorch-1.13";
+  const fs::path dir = fs::path(mlip::testing::source_dir()) / "tests/data/libtorch-1.13";
   const Structure s = read_extxyz((dir / "water.xyz").string()).at(0);
   std::ifstream in(dir / "reference.json");
   const nlohmann::json ref = nlohmann::json::parse(in);

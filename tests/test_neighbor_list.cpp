@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/source_dir.h"
 #include "mlip/error.h"
 #include "mlip/neighbor_list.h"
 
@@ -182,10 +183,7 @@ TEST(NeighborList, Errors) {
 namespace mlip {
 namespace {
 
-std::string source_dir() {
-  const char* env = std::getenv("MLIP_SOURCE_DIR");
-  return env ? env : MLIP_SOURCE_DIR;
-}
+using testing::source_dir;
 
 TEST(NeighborList, SameEdgeSetsAsAse) {
   const std::string python = "/usr/bin/python3";

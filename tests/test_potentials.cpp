@@ -14,6 +14,7 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include "support/source_dir.h"
 #include "mlip/edge_contraction.h"
 #include "mlip/elements.h"
 #include "mlip/error.h"
@@ -285,7 +286,7 @@ TEST_P(Potential, ExportedModelMatchesAndLoadsInPython) {
                        {"edge_vectors", nl.vectors},
                        {"n_centers", s.size()}};
   std::ofstream(dir / "in.json") << in.dump();
-  const std::string cmd = python + " -W ignore " + std::string(MLIP_SOURCE_DIR) + "/tests/python/torch_load.py " + path +
+  const std::string cmd = python + " -W ignore " + mlip::testing::source_dir() + "/tests/python/torch_load.py " + path +
                           " " + (dir / "in.json").string() + " " + (dir / "out.json").string() + " " + MLIP_OPS_LIBRARY;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   const auto out = nlohmann::json::parse(std::ifstream(dir / "out.json"));
@@ -643,7 +644,7 @@ class Compression : public ::testing::TestWithParam<Case> {};
 
 std::vector<Structure> compression_frames() {
   std::vector<Structure> frames = {sample(1), sample(2), sample(3)};
-  std::vector<Structure> water = read_deepmd(std::string(MLIP_SOURCE_DIR) + "/data/water-deepmd/data_0");
+  std::vector<Structure> water = read_deepmd(mlip::testing::source_dir() + "/data/water-deepmd/data_0");
   std::mt19937 rng(9);
   std::normal_distribution<double> noise(0.0, 0.04);
   for (int k : {0, 40, 79}) {
@@ -716,7 +717,7 @@ TEST_P(Compression, MatchesTheUncompressedModel) {
   nlohmann::json in = {{"species", species}, {"edge_index", {nl.centers, nl.neighbors}},
                        {"edge_vectors", nl.vectors}, {"n_centers", s.size()}};
   std::ofstream(dir.path / "in.json") << in.dump();
-  const std::string cmd = python + " -W ignore " + std::string(MLIP_SOURCE_DIR) + "/tests/python/torch_load.py " +
+  const std::string cmd = python + " -W ignore " + mlip::testing::source_dir() + "/tests/python/torch_load.py " +
                           compressed_path + " " + (dir.path / "in.json").string() + " " +
                           (dir.path / "out.json").string() + " " + MLIP_OPS_LIBRARY;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;

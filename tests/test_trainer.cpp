@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/source_dir.h"
 #include "checkpoint.h"
 #include "communicator.h"
 #include "config.h"
@@ -224,7 +225,7 @@ TEST(Schedule, ReduceOnPlateau) {
 
 // A tiny training problem: 12 ethanol frames from data/, a small se_e2_a, float64.
 std::string tiny_config(const TempDir& dir, const std::string& out, int epochs) {
-  auto frames = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+  auto frames = read_extxyz(mlip::testing::source_dir() + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
                             ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
   frames.resize(12);
   const std::string data = (dir.path / "frames.xyz").string();
@@ -384,7 +385,7 @@ TEST(Training, DataKeptOnTheDeviceAndBucketsGiveBitwiseTheSameRun) {
 
 // concat() of per-frame batches is the batch make_batch() builds from the same frames.
 TEST(Training, ConcatenatedFramesEqualOneBatch) {
-  auto frames_xyz = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+  auto frames_xyz = read_extxyz(mlip::testing::source_dir() + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
                                 ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
   std::vector<Frame> frames;
   for (int k = 0; k < 3; ++k) frames.push_back(make_frame(frames_xyz[k], 4.0));
@@ -586,7 +587,7 @@ TEST(Checkpoint, ResumeRefusesADifferentModelAndListsTheKeys) {
 TEST(Training, MissingLabelsAreWarnedAndShownAsNA) {
   TempDir dir("mlip_test_missing_labels");
   SerialCommunicator comm;
-  auto frames = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+  auto frames = read_extxyz(mlip::testing::source_dir() + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
                             ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
   frames.resize(12);
   for (auto& f : frames) f.forces.clear();  // energies only
@@ -638,7 +639,7 @@ TEST(Evaluation, TestCommandAgreesWithTheReferenceEvaluation) {
   const std::string model_path = (dir.path / "m.pt").string();
   mlip::testing::write_test_model("se_e2_a", model_path);
   const Model model = Model::load(model_path);
-  std::vector<Structure> frames = read_deepmd(std::string(MLIP_SOURCE_DIR) + "/data/water-deepmd/data_0");
+  std::vector<Structure> frames = read_deepmd(mlip::testing::source_dir() + "/data/water-deepmd/data_0");
   frames.resize(3);
   const std::string data = (dir.path / "water.xyz").string();
   write_extxyz(data, frames);
@@ -665,7 +666,7 @@ TEST(Deviation, OfflineDeviationMatchesDefinitionsAndPicksCandidates) {
     models.push_back((dir.path / (std::string(name) + ".pt")).string());
     mlip::testing::write_test_model(name, models.back());
   }
-  std::vector<Structure> frames = read_deepmd(std::string(MLIP_SOURCE_DIR) + "/data/water-deepmd/data_0");
+  std::vector<Structure> frames = read_deepmd(mlip::testing::source_dir() + "/data/water-deepmd/data_0");
   frames.resize(4);
   const std::string data = (dir.path / "water.xyz").string();
   write_extxyz(data, frames);
@@ -764,7 +765,7 @@ TEST(Export, Float32AndCompressedFromACheckpoint) {
   EXPECT_TRUE(c.info().compressed);
   const double shortest = a.metadata().provenance.at("shortest_training_distance").get<double>();
   EXPECT_NEAR(c.metadata().hyperparameters["compression"]["min_distance"].get<double>(), 0.75 * shortest, 1e-12);
-  auto frames = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+  auto frames = read_extxyz(mlip::testing::source_dir() + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
                             ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
   double df32 = 0, dc = 0, fmax = 0;
   for (int k : {100, 600, 900}) {
@@ -808,7 +809,7 @@ namespace {
 // The training gradient of a force loss (double backward through the model) against finite
 // differences of the loss in a few parameters, for both architectures.
 TEST(Training, ForceLossGradientMatchesFiniteDifferences) {
-  auto frames = read_extxyz(std::string(MLIP_SOURCE_DIR) + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+  auto frames = read_extxyz(mlip::testing::source_dir() + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
                             ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
   std::vector<Frame> batch_frames = {make_frame(frames[0], 4.0), make_frame(frames[500], 4.0)};
   const SpeciesMap species({"H", "C", "O"});

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "support/source_dir.h"
 #include "mlip/io.h"
 #include "support/test_models.h"
 
@@ -22,7 +23,7 @@ int usage() {
 }
 
 void write_water(const std::string& path, int nx, int ny, int nz) {
-  const mlip::Structure frame = mlip::read_deepmd(std::string(MLIP_SOURCE_DIR) + "/data/water-deepmd/data_0").at(0);
+  const mlip::Structure frame = mlip::read_deepmd(mlip::testing::source_dir() + "/data/water-deepmd/data_0").at(0);
   mlip::write_lammps_data(path, mlip::replicate(frame, nx, ny, nz), {"O", "H"});
 }
 
