@@ -35,8 +35,8 @@ void check_range(const torch::Tensor& x, int64_t n_bins, double step, double r_m
               "): the graph has an edge beyond the model's cutoff");
   TORCH_CHECK(hi <= top * (1.0 + 1e-12),
               "compressed model: a neighbour is closer than its embedding table covers (made for distances >= ",
-              r_min, " A; its input runs to ", top, ", an edge here has ", hi,
-              "): recompress with a smaller --min-distance, or use the uncompressed model");
+              r_min, " A: its input runs to ", top, ", and an edge here gives ", hi,
+              ", a distance under ", r_min, " A): recompress with a smaller --min-distance, or use the uncompressed model");
 }
 
 template <typename T> struct Bin {
