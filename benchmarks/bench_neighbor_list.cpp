@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "support/source_dir.h"
 #include "mlip/io.h"
 #include "mlip/neighbor_list.h"
+#include "support/source_dir.h"
 
 int main(int argc, char** argv) {
   long ase_max = 120000;

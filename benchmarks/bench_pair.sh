@@ -34,7 +34,8 @@
 # se_e2_a run with 'cuda_graph yes', the model call recorded as a CUDA graph, next to it).
 # MD_STEPS ("10k=50 100k=20": MD steps per size instead of the defaults below). SE_E2A (0: no
 # plain se_e2_a float64 rows, for runs of the other rows alone). ROWS_OUT (a file each row is
-# appended to the moment it is measured; scripts/gpu-check.sh points it into $OUT).
+# appended to the moment it is measured; scripts/gpu-check.sh points it into $OUT). LOGS (a
+# folder each run's LAMMPS log is copied to).
 # Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
 set -euo pipefail
 
@@ -83,6 +84,8 @@ for kv in ${MD_STEPS:-}; do
 done
 SE_E2A=${SE_E2A:-1}
 ROWS_OUT=${ROWS_OUT:-}
+LOGS=${LOGS:-}
+[[ -z $LOGS ]] || mkdir -p "$LOGS"
 failed=0
 
 cd "$work"
@@ -161,20 +164,21 @@ run() {
     "${vars[@]}" || rc=$?
   kill "$sampler" 2>/dev/null || true
   wait "$sampler" 2>/dev/null || true
+  if [[ -n $LOGS ]]; then cp "$log" "$LOGS/" 2>/dev/null || true; fi
   local gpu_mib=""
   [[ -s $log.gpu ]] && gpu_mib=$(sort -n "$log.gpu" | tail -1)
   if ((rc != 0)); then
     failed=1
     echo "bench_pair.sh: $label on $np rank(s) failed: $(grep -m1 'ERROR' "$log" || tail -n1 "$log")" >&2
     local why
-    why=$(grep -m1 'ERROR' "$log" 2>/dev/null | cut -c1-200)
+    why=$(grep -m1 'ERROR' "$log" 2>/dev/null | cut -c1-200 || true)
     add_row "| $label | - | $np | - | failed: ${why:-exit $rc} | | | | | | |"
     return 0
   fi
   add_row "$(awk -v label="$label" -v np="$np" -v rss="$(awk '/maxrss_kib/ {print $2}' "$log.time" 2>/dev/null)" -v gpu="${gpu_mib:--}" '
     /^Loop time of/ { loop = $4; steps = $9; atoms = $12 }
     /^Pair  *\|/ { pair = $5 }
-    /^pair_style mlip timing:/ {
+    /^pair_style mlip timing: [0-9]+ force calls/ {
       for (i = 1; i <= NF; i++) {
         if ($i == "graph") graph = $(i + 1); if ($i == "model") model = $(i + 1); if ($i == "forces") forces = $(i + 1)
       }

@@ -29,12 +29,12 @@
 
 #include <unistd.h>
 
-#include "support/source_dir.h"
 #include "mlip/chunk_graph.h"
 #include "mlip/io.h"
 #include "mlip/neighbor_list.h"
 #include "mlip/potentials.h"
 #include "mlip/runtime.h"
+#include "support/source_dir.h"
 
 namespace {
 

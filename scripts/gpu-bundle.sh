@@ -102,7 +102,7 @@ if [[ ${MLIP_GPU_BUNDLE_PREBUILT:-1} == 1 ]]; then
   cp -a "$build"/deps/zlib/lib/libz.so* "$stage/deps/zlib/lib/"
   find "$stage" -type f \( -name '*.so*' -o -perm -u+x \) -exec strip --strip-unneeded {} +
   tar -C "$stage" -cJf "$out/prebuilt.tar.xz" .
-  "$src/scripts/gpu-check.sh" digest >"$out/prebuilt.digest"
+  cp "$build/gpu-check.digest" "$out/prebuilt.digest"   # the sources the build started from
   {
     echo "built $(date -u +%F) from $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$src" diff --quiet 2>/dev/null || echo '+changes'), $(c++ --version | head -1), glibc $(ldd --version | head -1 | grep -Eo '[0-9.]+$'), torch $("$py" -c 'import torch; print(torch.__version__)')"
     echo "glibc symbols needed: $(find "$stage" -type f -exec objdump -T {} + 2>/dev/null | grep -Eo 'GLIBC_[0-9.]+' | sort -uV | tail -1)"
@@ -120,8 +120,9 @@ fi
 rm "$out/MANIFEST.tmp"
 total=$(du -sb "$out" | cut -f1)
 say "$(awk -v b="$total" 'BEGIN { printf "%.1f MiB", b / 1048576 }') in $out"
-checkout=$(git -C "$src" ls-files -z | (cd "$src" && xargs -0 stat -c %s 2>/dev/null) | awk '{ s += $1 } END { print s + 0 }')
-say "$(awk -v b="$checkout" 'BEGIN { printf "%.1f MiB", b / 1048576 }') of tracked files travel with it"
+checkout=$(git -C "$src" ls-files -z --cached --others --exclude-standard |
+  (cd "$src" && xargs -0 stat -c %s 2>/dev/null || true) | awk '{ s += $1 } END { print s + 0 }')
+say "$(awk -v b="$checkout" 'BEGIN { printf "%.1f MiB", b / 1048576 }') of the checkout travels with it"
 if (( total + checkout > limit_mib * 1048576 )); then
   say "bundle + checkout: over the $limit_mib MiB that the device tool carries"
   exit 1

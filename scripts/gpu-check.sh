@@ -73,13 +73,19 @@ say() { echo "[gpu-check $(($(now) - t_start))s] $*" >&2; }
 record() { printf '%s\n' "$*" | tee -a "$out/summary.txt"; }
 pack_logs() { tar -C "$logs" -czf "$out/logs.tar.gz.tmp" . 2>/dev/null && mv "$out/logs.tar.gz.tmp" "$out/logs.tar.gz"; }
 
-# The bundle's OpenMPI and libraries, the build's own libraries, the machine's torch.
+# The build's own libraries, the bundle's, the machine's torch: torch's lib/ and the CUDA, cuDNN
+# and NCCL wheels beside it (mlip-trainer links the wheel's NCCL).
 ompi=$deps/openmpi
-# torch's lib/ and the CUDA, cuDNN and NCCL wheels beside it (mlip-trainer links the wheel's NCCL)
-torch_lib=$("$py" -c 'import glob, os, torch; d = os.path.dirname(torch.__file__)
+torch_lib=$(timeout 120 "$py" -c 'import glob, os, torch; d = os.path.dirname(torch.__file__)
 print(":".join([os.path.join(d, "lib")] + sorted(glob.glob(os.path.join(os.path.dirname(d), "nvidia", "*", "lib")))))' 2>/dev/null || true)
-export OPAL_PREFIX=$ompi PATH=$ompi/bin:$PATH
-export LD_LIBRARY_PATH=$build/lib:$build/lammps:$ompi/lib:$deps/yaml-cpp/lib:$deps/zlib/lib:$torch_lib:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$build/lib:$build/lammps:$deps/yaml-cpp/lib:$deps/zlib/lib:$torch_lib:${LD_LIBRARY_PATH:-}
+# The bundle's OpenMPI, once unpacked (an OPAL_PREFIX naming no OpenMPI breaks the machine's own).
+use_bundle_mpi() {
+  if [[ -x $ompi/bin/mpirun && ${OPAL_PREFIX:-} != "$ompi" ]]; then
+    export OPAL_PREFIX=$ompi PATH=$ompi/bin:$PATH LD_LIBRARY_PATH=$ompi/lib:$LD_LIBRARY_PATH
+  fi
+}
+use_bundle_mpi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_ALLOW_RUN_AS_ROOT=1
 export PRTE_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_ROOT=$deps/headers/nccl MLIP_SOURCE_DIR=$repo
 export MLIP_CUDA_GRAPH_LIBRARY=$build/lib/libmlip_cuda_graph.so OMP_NUM_THREADS=1
@@ -91,11 +97,16 @@ run_logged() {
   shift 2
   local room=$(($(left) - 5))
   ((room < limit)) && limit=$((room > 10 ? room : 10))
-  local log=$logs/$name.log rc=0
-  timeout -k 10 "$limit" "$@" >"$log" 2>&1 || rc=$?
+  local log=$logs/$name.log rc=0 t0
+  t0=$(now)
+  timeout -k 10 "$limit" "$@" </dev/null >"$log" 2>&1 || rc=$?
   if ((rc != 0)); then
     local why="exit $rc"
-    ((rc == 124 || rc == 137)) && why="timed out after ${limit} s"
+    if (($(now) - t0 >= limit)); then
+      why="timed out after $limit s"
+      # MPI ranks may outlive a killed mpirun, holding the GPU and cores
+      pkill -KILL -f -- "$build/bin/" 2>/dev/null || true
+    fi
     { echo "== $name: $why"; echo "\$ $*"; tail -n 40 "$log"; echo; } >>"$out/failures.txt"
   fi
   return $rc
@@ -133,23 +144,37 @@ stage() {
 # gtest_counts LOG: "N passed, M failed, K skipped" from GoogleTest's output (summed over runs)
 gtest_counts() {
   local log=$1
-  local p f s why
+  local p f s c why
   p=$(grep -E '^\[  PASSED  \] [0-9]+ test' "$log" | awk '{ n += $4 } END { print n + 0 }')
   f=$(grep -E '^\[  FAILED  \] [0-9]+ test' "$log" | awk '{ n += $4 } END { print n + 0 }')
   s=$(grep -E '^\[  SKIPPED \] [0-9]+ test' "$log" | awk '{ n += $4 } END { print n + 0 }')
+  c=$(grep -c '^gpu-check: no result' "$log")
   why=$(grep -m1 -Eo 'no GPU[^"]*' "$log" | head -1)
-  echo "$p passed, $f failed, $s skipped${why:+ ($why)}"
+  echo "$p passed, $f failed, $s skipped$( ((c > 0)) && echo ", $c crashed or timed out")${why:+ ($why)}"
 }
 
 # gtest_each NAME SECONDS BINARY FILTER: each case of FILTER in a process of its own, as ctest runs
 # them (a process that ran a model on the CPU cannot load LibTorch's CUDA backend any more),
 # each under its own timeout; all output in NAME.log.
 gtest_each() {
-  local name=$1 limit=$2 bin=$3 filter=$4 rc=0 t
+  local name=$1 limit=$2 bin=$3 filter=$4 rc=0 t cases
   : >"$logs/$name.log"
-  for t in $("$bin" --gtest_list_tests --gtest_filter="$filter" | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }'); do
+  cases=$(timeout 60 "$bin" --gtest_list_tests --gtest_filter="$filter" | awk '/^[^ ]/ { suite = $1 } /^  / { print suite $1 }')
+  if [[ -z $cases ]]; then
+    echo "gpu-check: no result: $bin lists no test matching $filter" | tee -a "$logs/$name.log" >>"$out/failures.txt"
+    return 1
+  fi
+  for t in $cases; do
+    if (($(left) < 15)); then
+      echo "gpu-check: no result: $t not run (the budget is spent)" >>"$logs/$name.log"
+      rc=1
+      continue
+    fi
     run_logged "$name-case" "$limit" "$bin" --gtest_color=no --gtest_filter="$t" || rc=1
     cat "$logs/$name-case.log" >>"$logs/$name.log"
+    # a case that ended without GoogleTest's summary crashed or was killed
+    grep -Eq '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$logs/$name-case.log" ||
+      echo "gpu-check: no result: $t crashed or timed out" >>"$logs/$name.log"
   done
   rm -f "$logs/$name-case.log"
   return $rc
@@ -159,9 +184,10 @@ gtest_each() {
 stage_env() {
   record "cmake: $(cmake --version 2>/dev/null | head -1 || echo 'none')"
   local gpu="none (no nvidia-smi)"
-  command -v nvidia-smi >/dev/null && gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)
+  command -v nvidia-smi >/dev/null &&
+    gpu=$(timeout 30 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)
   record "GPU: $gpu"
-  record "torch: $("$py" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "GPUs", torch.cuda.device_count())' 2>&1 | tail -1)"
+  record "torch: $(timeout 120 "$py" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "GPUs", torch.cuda.device_count())' 2>&1 | tail -1)"
   record "compiler: $(c++ --version 2>/dev/null | head -1 || echo 'none'); ninja $(ninja --version 2>/dev/null || echo 'none'); nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo 'none')"
   record "machine: $(getconf _NPROCESSORS_ONLN) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"), glibc $(ldd --version 2>/dev/null | head -1 | grep -Eo '[0-9.]+$')"
   record "mode: $([[ $dry == 1 ]] && echo 'dry run (CPU, small sizes)' || echo GPU); budget $budget s; sources $digest"
@@ -170,12 +196,12 @@ stage_env() {
 
 # The binaries load and answer: every one the check runs.
 binaries_work() {
-  local b
+  local b answer
   for b in "${binaries[@]}"; do [[ -x $build/bin/$b ]] || { echo "no $build/bin/$b"; return 1; }; done
-  "$build/bin/mlip-trainer" --help >/dev/null 2>&1 || { echo "mlip-trainer: $("$build/bin/mlip-trainer" --help 2>&1 | tail -1)"; return 1; }
-  "$build/bin/test_device" --gtest_list_tests >/dev/null 2>&1 || { echo "test_device: $("$build/bin/test_device" --gtest_list_tests 2>&1 | tail -1)"; return 1; }
-  "$build/bin/lmp" -h >/dev/null 2>&1 || { echo "lmp: $("$build/bin/lmp" -h 2>&1 | tail -1)"; return 1; }
-  [[ $("$build/bin/lmp" -h 2>/dev/null) == *mlip* ]] || { echo "lmp has no pair_style mlip"; return 1; }
+  answer=$(timeout 60 "$build/bin/mlip-trainer" --help 2>&1) || { echo "mlip-trainer: $(tail -1 <<<"$answer")"; return 1; }
+  answer=$(timeout 60 "$build/bin/test_device" --gtest_list_tests 2>&1) || { echo "test_device: $(tail -1 <<<"$answer")"; return 1; }
+  answer=$(timeout 60 "$build/bin/lmp" -h 2>&1 </dev/null) || { echo "lmp: $(tail -1 <<<"$answer")"; return 1; }
+  [[ $answer == *mlip* ]] || { echo "lmp has no pair_style mlip"; return 1; }
 }
 
 # untar FILE DIR: tar, or python3's tarfile where the machine has no xz
@@ -271,18 +297,19 @@ build_from_source() {
 # dry run in ctest); else the bundle's; else built here. `gpu-check.sh build` (gpu-bundle.sh)
 # always builds, incrementally.
 stage_build() {
-  if [[ $step != build ]]; then
-    if [[ $(cat "$build/gpu-check.digest" 2>/dev/null) == "$digest" ]] && binaries_work >/dev/null; then
-      record "build: the binaries in $build (made from these sources) load and run"
-      return 0
-    fi
-    if [[ ! -f $build/gpu-check.digest && -f $build/CMakeCache.txt && ! -d $deps ]] && binaries_work >/dev/null; then
-      record "build: the binaries of the existing build $build load and run"
-      return 0
-    fi
-  fi
   local why
+  if [[ ! -f $build/gpu-check.digest && -f $build/CMakeCache.txt && ! -d $deps ]]; then
+    # a build of its own (the dry run in ctest): used as it is, never rebuilt or overwritten here
+    why=$(binaries_work) || { record "build: the existing build $build does not run: $why"; return 1; }
+    record "build: the binaries of the existing build $build load and run"
+    return 0
+  fi
+  if [[ $step != build && $(cat "$build/gpu-check.digest" 2>/dev/null) == "$digest" ]] && binaries_work >/dev/null; then
+    record "build: the binaries in $build (made from these sources) load and run"
+    return 0
+  fi
   why=$(unpack_deps 2>&1) || { record "build: $(tail -1 <<<"$why")"; return 1; }
+  use_bundle_mpi
   rm -f "$build/gpu-check.digest"
   if [[ $step == build ]] || ! build_prebuilt; then
     build_from_source || return 1
@@ -319,6 +346,11 @@ stage_train() {
   # dry run: the CPU and 32 of the 320 frames (the rest held out) so that it takes seconds
   [[ $dry == 1 ]] && device=cpu extra=(--set data.validation_fraction=0.9)
   for b in 1 4 16; do
+    if (($(left) < 15)); then
+      record "training batch $b: not run (the budget is spent)"
+      rc=1
+      continue
+    fi
     rm -rf "$build/train-b$b"
     if run_logged "train-b$b" 120 "$build/bin/mlip-trainer" train "$repo/examples/configs/water-se_e2_a.yaml" --threads 4 \
       --set training.device=$device --set training.epochs=2 --set training.max_minutes=0 --set data.batch.frames=$b \
@@ -342,14 +374,15 @@ bench() {
   echo "# $name ($*)" >>"$out/md.txt"
   local rc=0
   run_logged "$name" "$limit" env RANKS=1 CHUNKS= SNAP=0 KOKKOS=0 PAINN=0 FLOAT32=0 COMPRESSED=0 DEVICE=$device \
-    ROWS_OUT="$out/md.txt" "$@" "$repo/benchmarks/bench_pair.sh" "$build" || rc=$?
+    ROWS_OUT="$out/md.txt" LOGS="$logs/lammps-$name" "$@" "$repo/benchmarks/bench_pair.sh" "$build" || rc=$?
   local row
   while read -r row; do record "MD: $row"; done < <(awk -v mark="# $name (" 'index($0, mark) == 1 { on = 1; next } /^# / { on = 0 } on' "$out/md.txt")
   return $rc
 }
 stage_md() {
   if [[ $dry == 1 ]]; then
-    bench md 240 SIZES=1k MD_STEPS="1k=2" CUDA_GRAPH=1   # cuda_graph on the CPU: a failed row, then on
+    # cuda_graph on the CPU: a failed row, and the PaiNN row after it
+    bench md 240 SIZES=1k MD_STEPS="1k=2" CUDA_GRAPH=1 PAINN=1 PAINN_CHUNKS=
   else
     # 20 steps at 10k: the random-weight benchmark model brings two atoms within 0.1 A at step 43
     bench md 300 SIZES="10k 100k" MD_STEPS="10k=20 100k=10" CUDA_GRAPH=1
@@ -381,7 +414,10 @@ stage_train_gpu() {
 
 #---------------------------------------------------------------------------------------------------
 main() {
-  [[ ${MLIP_GPU_CHECK_FRESH:-0} == 1 ]] && rm -rf "$build/gpu-check-done"
+  if [[ ${MLIP_GPU_CHECK_FRESH:-0} == 1 ]]; then
+    rm -rf "$build/gpu-check-done" "$logs"
+    mkdir -p "$logs"
+  fi
   digest=$(source_digest)
   local f
   for f in summary.txt stages.txt md.txt failures.txt; do : >"$out/$f"; done
@@ -408,6 +444,7 @@ main() {
   say "stage times:"
   cat "$out/stages.txt" >&2
   pack_logs
+  ! grep -q 'failed' "$out/stages.txt"   # the exit status: 1 if a stage failed
 }
 
 case $step in

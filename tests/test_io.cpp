@@ -15,9 +15,9 @@
 #include <random>
 #include <sstream>
 
-#include "support/source_dir.h"
 #include "mlip/error.h"
 #include "mlip/io.h"
+#include "support/source_dir.h"
 
 namespace mlip {
 namespace {

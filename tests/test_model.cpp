@@ -2,6 +2,9 @@
 // (checked against finite differences), and clear errors for bad model files.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -9,11 +12,13 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/version.h>
 
-#include "support/source_dir.h"
 #include "mlip/error.h"
+#include "mlip/file_io.h"
 #include "mlip/io.h"
 #include "support/morse_model.h"
 #include "support/reference.h"
+#include "support/source_dir.h"
+#include "support/temp_dir.h"
 #include "support/test_models.h"
 
 namespace mlip {
@@ -183,6 +188,43 @@ TEST(Model, BadFilesGiveClearErrors) {
   const std::string bare = (dir / "bare.pt").string();
   model.module().save(bare);
   EXPECT_NE(message_of(bare).find("no mlip/metadata.json"), std::string::npos);
+}
+
+// A write that fails midway (as on a full disk; here the file-size limit, which fails the same
+// write(2) with EFBIG) ends in one mlip::Error naming the file and the cause: no exception out
+// of LibTorch's writer, no PATH.tmp left behind, and the model already at PATH untouched.
+TEST(Model, FailedSaveLeavesTheModelThereIntact) {
+  const testing::TempDir dir("mlip_test_failed_save");
+  const std::string path = (dir.path / "model.pt").string();
+  Model model = testing::make_morse_model({"H", "O"}, 3.5);
+  save_model(model.module(), model.metadata(), path);
+  const std::string before = read_file(path);
+  ASSERT_GT(before.size(), 2048u);
+
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit small = saved;
+  small.rlim_cur = 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string error = "no error";
+  try {
+    ModelMetadata meta = model.metadata();
+    meta.provenance = {{"test", "a second save that cannot be written"}};
+    save_model(model.module(), meta, path);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, old_handler);
+
+  EXPECT_NE(error.find(path + ": cannot write model (" + path + ".tmp: write failed after 1024 of"),
+            std::string::npos) << error;
+  EXPECT_NE(error.find("File too large"), std::string::npos) << error;
+  EXPECT_NE(error.find("the file there is left as it was"), std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_EQ(read_file(path), before);
+  EXPECT_NO_THROW(Model::load(path));
 }
 
 // One altered byte in any record of a saved model (weights, code, pickles, metadata, the digest)

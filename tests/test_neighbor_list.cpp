@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "support/source_dir.h"
 #include "mlip/error.h"
 #include "mlip/neighbor_list.h"
+#include "support/source_dir.h"
 
 namespace mlip {
 namespace {

@@ -14,7 +14,6 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "support/source_dir.h"
 #include "mlip/edge_contraction.h"
 #include "mlip/elements.h"
 #include "mlip/error.h"
@@ -27,6 +26,7 @@
 #include "mlip/tabulated_embedding.h"
 #include "mlip/vector_message.h"
 #include "support/reference.h"
+#include "support/source_dir.h"
 #include "support/temp_dir.h"
 
 namespace mlip {

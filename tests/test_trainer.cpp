@@ -11,7 +11,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "support/source_dir.h"
 #include "checkpoint.h"
 #include "communicator.h"
 #include "config.h"
@@ -19,6 +18,7 @@
 #include "mlip/error.h"
 #include "support/gpu.h"
 #include "support/reference.h"
+#include "support/source_dir.h"
 #include "support/test_models.h"
 #include "support/temp_dir.h"
 #include "mlip/io.h"

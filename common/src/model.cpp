@@ -19,6 +19,7 @@
 #include "mlip/device.h"
 #include "mlip/elements.h"
 #include "mlip/error.h"
+#include "mlip/file_io.h"
 
 namespace mlip {
 
@@ -308,18 +309,28 @@ void save_model(torch::jit::Module& module, const ModelMetadata& metadata, const
   const std::string tmp = path + ".tmp";
   torch::jit::ExtraFilesMap extra = more;
   extra[ModelMetadata::kExtraFile] = metadata.to_json().dump(2);
+  std::string bytes;
   try {
     // The digest covers every record but itself, so it is taken from a first save in memory;
-    // the second save, with it, has the same records (read back and checked below).
+    // the second save, with it, has the same records (read back and checked below). Both in
+    // memory: LibTorch's file writer reports a failed write (a full disk) from its destructor.
     std::ostringstream first(std::ios::binary);
     module.save(first, extra);
     std::istringstream in(first.str(), std::ios::binary);
     caffe2::serialize::PyTorchStreamReader reader(&in);
     extra[kDigestFile] = digest_json(records_crc32(reader)).dump();
-    module.save(tmp, extra);
+    std::ostringstream second(std::ios::binary);
+    module.save(second, extra);
+    bytes = second.str();
   } catch (const c10::Error& e) {
-    std::remove(tmp.c_str());
     throw Error(path + ": cannot write model: " + e.what_without_backtrace());
+  }
+  try {
+    write_file(tmp, bytes);
+  } catch (const Error& e) {
+    std::remove(tmp.c_str());
+    throw Error(path + ": cannot write model (" + e.what() + "); " +
+                (std::filesystem::exists(path) ? "the file there is left as it was" : "nothing was written"));
   }
   if (const std::string why = check_digest(tmp, extra[kDigestFile]); !why.empty()) {
     std::remove(tmp.c_str());

@@ -11,8 +11,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "support/source_dir.h"
 #include "mlip/io.h"
+#include "support/source_dir.h"
 #include "support/test_models.h"
 
 namespace {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mlip/error.h"
+#include "mlip/file_io.h"
 
 namespace mlip::trainer::checkpoint {
 namespace {
@@ -43,29 +44,6 @@ std::string read_all(const fs::path& path, bool* ok) {
 constexpr const char* kDigests = "digests.json";
 
 }  // namespace
-
-void write_file(const fs::path& path, const std::string& bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(path.string() + ": cannot open for writing: " + errno_text());
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = n < 0 ? errno_text() : "short write";
-      ::close(fd);
-      throw Error(path.string() + ": write failed after " + std::to_string(done) + " of " +
-                  std::to_string(bytes.size()) + " bytes: " + why);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
-    const std::string why = errno_text();
-    ::close(fd);
-    throw Error(path.string() + ": fsync failed: " + why);
-  }
-  if (::close(fd) != 0) throw Error(path.string() + ": close failed: " + errno_text());
-}
 
 void sync(const fs::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

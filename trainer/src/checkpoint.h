@@ -11,13 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "mlip/file_io.h"
+
 namespace mlip::trainer::checkpoint {
 
 namespace fs = std::filesystem;
 
 /// Writes `bytes` to `path` (created or truncated), then fsyncs it. Throws mlip::Error naming
 /// the file and the cause (e.g. "No space left on device") on any failed or short write.
-void write_file(const fs::path& path, const std::string& bytes);
+using mlip::write_file;
 
 /// Flushes a file's or folder's entries to disk (best effort: folders on some file systems
 /// refuse it).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -213,6 +214,19 @@ void reject_duplicate_keys(const YAML::Node& node, const std::string& path) {
   }
 }
 
+// The first line (1-based) whose indentation holds a tab, 0 if none: YAML indents with spaces
+// only, and yaml-cpp's message for a tab ("end of map not found") does not say so.
+int first_tab_indented_line(const std::string& path) {
+  std::ifstream in(path);
+  int number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    const auto text = line.find_first_not_of(" \t");
+    if (text != std::string::npos && line.find('\t') < text && line[text] != '#') return number;
+  }
+  return 0;
+}
+
 YAML::Node load(const std::string& path, const std::vector<std::string>& overrides) {
   YAML::Node root;
   try {
@@ -220,8 +234,12 @@ YAML::Node load(const std::string& path, const std::vector<std::string>& overrid
   } catch (const YAML::BadFile&) {
     throw Error(path + ": cannot open config file");
   } catch (const YAML::ParserException& e) {
-    throw Error(path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
-                ": YAML syntax error: " + e.msg);
+    const std::string where = path + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1);
+    if (const int tab = first_tab_indented_line(path); tab > 0) {
+      throw Error(path + ":" + std::to_string(tab) + ": indented with a tab: YAML indents with spaces only (" + where +
+                  ": " + e.msg + ")");
+    }
+    throw Error(where + ": YAML syntax error: " + e.msg);
   }
   if (!root.IsMap()) throw Error(path + ": the config must be a mapping (model:, data:, training:, output:)");
   reject_duplicate_keys(root, path);

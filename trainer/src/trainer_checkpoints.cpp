@@ -11,6 +11,7 @@
 
 #include "checkpoint.h"
 #include "mlip/error.h"
+#include "mlip/file_io.h"
 #include "training.h"
 
 namespace mlip::trainer {
@@ -78,12 +79,28 @@ void Trainer::save_checkpoint(bool best) {
   ck::fault_point("pruned", -1);
 }
 
+namespace {
+// Copies a checkpoint folder file by file with checked writes: a full disk is named as such
+// (fs::copy reports it as an input/output error).
+void copy_folder(const fs::path& from, const fs::path& to) {
+  fs::create_directories(to);
+  for (const auto& e : fs::recursive_directory_iterator(from)) {
+    const fs::path target = to / fs::relative(e.path(), from);
+    if (e.is_directory()) {
+      fs::create_directories(target);
+    } else {
+      checkpoint::write_file(target, read_file(e.path()));
+    }
+  }
+}
+}  // namespace
+
 void Trainer::update_best(const fs::path& epoch_dir) {
   namespace ck = checkpoint;
   const fs::path root = checkpoint_dir();
   const fs::path best_tmp = root / "best.tmp";
   fs::remove_all(best_tmp);
-  fs::copy(epoch_dir, best_tmp, fs::copy_options::recursive);
+  copy_folder(epoch_dir, best_tmp);
   if (fs::exists(best_tmp / "digests.json")) {
     const std::string damaged = ck::verify(best_tmp);
     if (!damaged.empty()) throw Error(best_tmp.string() + ": the copy of " + epoch_dir.string() + " is damaged: " + damaged);
