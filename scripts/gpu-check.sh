@@ -65,6 +65,7 @@ logs=$build/gpu-check-logs
 targets=(mlip-trainer test_device test_trainer test_pair_mlip mlip_test_inputs lammps)
 binaries=(mlip-trainer test_device test_trainer test_pair_mlip mlip_test_inputs lmp)
 mkdir -p "$out" "$logs" || { echo "[gpu-check] cannot write $out and $logs" >&2; exit 1; }
+cd "$repo" || exit 1   # the example config's data paths are relative to the checkout
 
 now() { date +%s; }
 left() { echo $((budget - ($(now) - t_start))); }

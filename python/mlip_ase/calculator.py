@@ -18,6 +18,27 @@ METADATA_FILE = "mlip/metadata.json"
 _loaded_libraries = set()
 
 
+def _release(version):
+    """'2.11.0+cu130' -> '2.11.0': the part of a torch version that its C++ ABI follows."""
+    return version.split("+")[0].strip()
+
+
+def check_torch_version(path):
+    """Raises RuntimeError, naming both versions, if libmlip_ops.so at `path` was built against
+    another LibTorch than this Python's torch (its C++ ABI differs from release to release)."""
+    stamp = os.path.splitext(path)[0] + ".torch-version"
+    if not os.path.isfile(stamp):
+        return
+    with open(stamp) as f:
+        built = f.read().strip()
+    if built and _release(built) != _release(torch.__version__):
+        raise RuntimeError(
+            f"{path} was built against LibTorch {built}, but this Python has torch {torch.__version__}: "
+            f"install torch=={_release(built)} (pip install torch=={_release(built)}) or rebuild mlip against "
+            f"this torch (MLIP_TORCH_VERSION={_release(torch.__version__)} for scripts/install-deps.sh and "
+            f"scripts/build.sh, with a build directory of its own: MLIP_BUILD_DIR)")
+
+
 def load_ops_library(path):
     """Registers mlip's LibTorch operators (torch.ops.mlip) from libmlip_ops.so, once."""
     path = os.path.abspath(path)
@@ -26,7 +47,11 @@ def load_ops_library(path):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"mlip operators library {path} does not exist "
                                 "(it is <build>/lib/libmlip_ops.so after scripts/setup.sh)")
-    torch.ops.load_library(path)
+    check_torch_version(path)
+    try:
+        torch.ops.load_library(path)
+    except OSError as error:
+        raise RuntimeError(f"{path} does not load into torch {torch.__version__}: {error}") from error
     _loaded_libraries.add(path)
 
 
