@@ -602,17 +602,26 @@ TEST(Training, MissingLabelsAreWarnedAndShownAsNA) {
   EXPECT_NE(out.find("F n/a meV/A"), std::string::npos) << out;
   EXPECT_TRUE(std::isnan(t.validate().forces_rmse()));
 
-  // A model species absent from the data, and a cutoff too short for any pair, warn.
+  // A model species absent from the data warns; a cutoff too short for any pair in every
+  // training frame is an error (the model could learn only an energy per species).
   ::testing::internal::CaptureStdout();
-  Trainer short_cutoff(read_config(cfg, {"data.train=[" + data + "]", "model.cutoff=0.5", "model.species=[H, C, O, N]",
-                                         "model.hyperparameters.rcut_smth=0.2",
-                                         "output.dir=" + (dir.path / "run-short").string()}),
-                       "", comm);
-  short_cutoff.run(false);  // trains (on energies of isolated atoms), but says so
+  Trainer extra_species(read_config(cfg, {"data.train=[" + data + "]", "model.species=[H, C, O, N]",
+                                          "output.dir=" + (dir.path / "run-species").string()}),
+                        "", comm);
+  extra_species.run(false);
   const std::string warned = ::testing::internal::GetCapturedStdout();
-  EXPECT_NE(warned.find("of 9 training frames have no pair of atoms within model.cutoff = 0.5 A"), std::string::npos)
-      << warned;
   EXPECT_NE(warned.find("model species 'N' (model.species) occurs in no training frame"), std::string::npos) << warned;
+  try {
+    Trainer short_cutoff(read_config(cfg, {"data.train=[" + data + "]", "model.cutoff=0.5",
+                                           "model.hyperparameters.rcut_smth=0.2",
+                                           "output.dir=" + (dir.path / "run-short").string()}),
+                         "", comm);
+    short_cutoff.run(false);
+    ADD_FAILURE() << "a cutoff under which no atom has a neighbour did not stop the run";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.cutoff 0.5 A: no atom of the 9 training frames has a neighbour within it"),
+              std::string::npos) << e.what();
+  }
 
   for (auto& f : frames) f.energy.reset();  // no label at all
   const std::string bare = (dir.path / "unlabelled.xyz").string();
