@@ -8,7 +8,7 @@
 # weights - the cost does not depend on the weight values - on liquid water (frame 0 of
 # data/water-deepmd/data_0, 192 atoms, replicated to 1152, 10368 and 98304 atoms).
 # snap: W_2940_2017_2 (+ ZBL) from LAMMPS's examples/snap on bcc W, 1024, 9826 and 101306 atoms.
-# Each run is NVE from 300 K velocities, 1 thread per MPI rank (OMP_NUM_THREADS=1).
+# Each run is NVE from 300 K velocities, 1 thread per MPI rank (OMP_NUM_THREADS=1; THREADS below).
 #
 # Reported per run: wall us/atom-step of the MD loop (LAMMPS's "Loop time"; setup excluded), the
 # part of it outside the pair style ("LAMMPS": neighbour lists, communication, integration), the
@@ -32,7 +32,8 @@
 # DEVICE (cuda, cuda:N or auto: pair_style mlip runs its model there, 'device DEVICE'; the mlip
 # rows are labelled with it; scripts/gpu-check.sh uses it). CUDA_GRAPH (1, with DEVICE: also each
 # se_e2_a run with 'cuda_graph yes', the model call recorded as a CUDA graph, next to it).
-# MD_STEPS ("10k=50 100k=20": MD steps per size instead of the defaults below). SE_E2A (0: no
+# THREADS (LibTorch threads per rank, OMP_NUM_THREADS; default 1). MD_STEPS ("10k=50 100k=20": MD
+# steps per size instead of the defaults below). SE_E2A (0: no
 # plain se_e2_a float64 rows, for runs of the other rows alone). ROWS_OUT (a file each row is
 # appended to the moment it is measured; scripts/gpu-check.sh points it into $OUT). LOGS (a
 # folder each run's LAMMPS log is copied to).
@@ -67,7 +68,7 @@ PAINN_CHUNKS=${PAINN_CHUNKS-"16 64 128 256 all"}
 lmp_extra=()    # extra LAMMPS command-line arguments of the next run()
 work=$(mktemp -d /tmp/bench_pair.XXXXXX)
 [[ ${KEEP:-0} == 1 ]] || trap 'rm -rf "$work"' EXIT
-export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMP_NUM_THREADS=${THREADS:-1} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # replication of the 192-atom water frame, bcc cells per side, and MD steps per size
 # (1m: 998784 water atoms and 986078 W atoms, for the memory bound: SIZES=1m RANKS=1)
@@ -160,7 +161,10 @@ run() {
   command -v python3 >/dev/null && rss=(python3 "$src/benchmarks/peak_rss.py" "$log.time")
   gpu_sampler "$log.gpu" &
   local sampler=$!
-  "${rss[@]}" mpirun --oversubscribe -np "$np" "$lmp" -in "$input" -log "$log" -screen none -nocite "${lmp_extra[@]}" \
+  local bind=()
+  # OpenMPI binds each rank to one core by default: threads of a rank would share it
+  [[ ${THREADS:-1} == 1 ]] || bind=(--bind-to none)
+  "${rss[@]}" mpirun --oversubscribe "${bind[@]}" -np "$np" "$lmp" -in "$input" -log "$log" -screen none -nocite "${lmp_extra[@]}" \
     "${vars[@]}" || rc=$?
   kill "$sampler" 2>/dev/null || true
   wait "$sampler" 2>/dev/null || true

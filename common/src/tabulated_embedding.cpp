@@ -75,9 +75,9 @@ Shape shape_of(const torch::Tensor& x, const torch::Tensor& table, double step) 
 }
 
 template <typename T>
-MLIP_KERNEL void forward_edges(const Shape& s, const T* x, const T* env, const int64_t* center, const int64_t* net,
-                               const T* table, T* out, T* g) {
-  for (int64_t e = 0; e < s.n_edges; ++e) {
+MLIP_KERNEL void forward_edges(const Shape& s, int64_t first, int64_t last, const T* x, const T* env,
+                               const int64_t* center, const int64_t* net, const T* table, T* out, T* g) {
+  for (int64_t e = first; e < last; ++e) {
     const Bin<T> b = locate(x[e], s.inv_step, s.n_bins);
     evaluate_bin(table + (net[e] * s.n_bins + b.k) * kCoefficients * s.m_size, s.m_size, b.t, s.inv_step, g,
                  static_cast<T*>(nullptr));
@@ -124,9 +124,9 @@ MLIP_KERNEL void backward_edges(const Shape& s, int64_t first, int64_t last, con
 // One clone per ISA of each kernel (cpu_kernels.h), for both dtypes.
 
 #define MLIP_DEFINE_KERNELS(T)                                                                                     \
-  MLIP_CLONES void forward_cpu_kernel(const Shape& s, const T* x, const T* env, const int64_t* center,            \
-                                      const int64_t* net, const T* table, T* out, T* g) {                        \
-    forward_edges<T>(s, x, env, center, net, table, out, g);                                                      \
+  MLIP_CLONES void forward_cpu_kernel(const Shape& s, int64_t first, int64_t last, const T* x, const T* env,     \
+                                      const int64_t* center, const int64_t* net, const T* table, T* out, T* g) { \
+    forward_edges<T>(s, first, last, x, env, center, net, table, out, g);                                         \
   }                                                                                                               \
   MLIP_CLONES void backward_cpu_kernel(const Shape& s, int64_t first, int64_t last, const T* grad, const T* x,    \
                                        const T* env, const int64_t* center, const int64_t* net, const T* table,  \
@@ -160,6 +160,25 @@ void check_indices(const torch::Tensor& center, const torch::Tensor& net, int64_
               "tabulated_contraction: a net index outside the table's ", n_nets, " nets");
 }
 
+// Threads (at::parallel_for; this file is built with OpenMP where the compiler has it). The
+// forward sums edges into their centre's row: with centres in non-decreasing order (neighbour
+// lists, batches, the grouped graph's groups) each thread takes a range of edges that starts and
+// ends at a change of centre, so no two threads write one row and each row sums its edges in the
+// order one thread would: the result is bitwise that of one thread. Other orders run on one thread.
+constexpr int64_t kGrainEdges = 256;
+
+bool centres_sorted(const int64_t* center, int64_t n) {
+  for (int64_t e = 1; e < n; ++e)
+    if (center[e] < center[e - 1]) return false;
+  return true;
+}
+
+// The first edge at or after `at` that starts a new centre (or n).
+int64_t centre_start(const int64_t* center, int64_t n, int64_t at) {
+  while (at > 0 && at < n && center[at] == center[at - 1]) ++at;
+  return at;
+}
+
 torch::Tensor forward_cpu(const torch::Tensor& x_in, const torch::Tensor& env_in, const torch::Tensor& center_in,
                           const torch::Tensor& net_in, const torch::Tensor& table_in, double step, double r_min,
                           int64_t n_centers) {
@@ -170,10 +189,18 @@ torch::Tensor forward_cpu(const torch::Tensor& x_in, const torch::Tensor& env_in
   const torch::Tensor center = center_in.contiguous(), net = net_in.contiguous();
   torch::Tensor out = torch::zeros({n_centers, 4, table.size(3)}, table.options());
   const Shape s = shape_of(x, table, step);
+  const int64_t* c = center.data_ptr<int64_t>();
+  const bool split = centres_sorted(c, s.n_edges);
   AT_DISPATCH_FLOATING_TYPES(table.scalar_type(), "tabulated_contraction", [&] {
-    std::vector<scalar_t> g(s.m_size);
-    forward_cpu_kernel(s, x.data_ptr<scalar_t>(), env.data_ptr<scalar_t>(), center.data_ptr<int64_t>(),
-                       net.data_ptr<int64_t>(), table.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), g.data());
+    auto run = [&](int64_t first, int64_t last) {
+      std::vector<scalar_t> g(s.m_size);
+      forward_cpu_kernel(s, first, last, x.data_ptr<scalar_t>(), env.data_ptr<scalar_t>(), c,
+                         net.data_ptr<int64_t>(), table.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), g.data());
+    };
+    if (!split) return run(0, s.n_edges);
+    at::parallel_for(0, s.n_edges, kGrainEdges, [&](int64_t begin, int64_t end) {
+      run(centre_start(c, s.n_edges, begin), centre_start(c, s.n_edges, end));
+    });
   });
   return out;
 }
@@ -187,7 +214,7 @@ std::tuple<torch::Tensor, torch::Tensor> backward_cpu(const torch::Tensor& grad_
   torch::Tensor grad_x = torch::empty_like(x), grad_env = torch::empty_like(env);
   const Shape s = shape_of(x, table, step);
   AT_DISPATCH_FLOATING_TYPES(table.scalar_type(), "tabulated_contraction_backward", [&] {
-    at::parallel_for(0, s.n_edges, 256, [&](int64_t first, int64_t last) {
+    at::parallel_for(0, s.n_edges, kGrainEdges, [&](int64_t first, int64_t last) {
       std::vector<scalar_t> g(s.m_size), gp(s.m_size);
       backward_cpu_kernel(s, first, last, grad.data_ptr<scalar_t>(), x.data_ptr<scalar_t>(),
                           env.data_ptr<scalar_t>(), center.data_ptr<int64_t>(), net.data_ptr<int64_t>(),
