@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -33,14 +32,6 @@ uint32_t crc32_of(const std::string& bytes) {
   return static_cast<uint32_t>(crc);
 }
 
-std::string read_all(const fs::path& path, bool* ok) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *ok = static_cast<bool>(in) || in.eof();
-  return ss.str();
-}
-
 constexpr const char* kDigests = "digests.json";
 
 }  // namespace
@@ -61,9 +52,7 @@ void seal(const fs::path& dir) {
   }
   std::sort(paths.begin(), paths.end());
   for (const auto& p : paths) {
-    bool ok = false;
-    const std::string bytes = read_all(p, &ok);
-    if (!ok) throw Error(p.string() + ": cannot read back: " + errno_text());
+    const std::string bytes = read_file(p);
     files[p.filename().string()] = {{"bytes", bytes.size()}, {"crc32", crc32_of(bytes)}};
   }
   write_file(dir / kDigests, nlohmann::json{{"files", files}}.dump(2));
@@ -81,10 +70,13 @@ std::string verify(const fs::path& dir) {
   }
   if (!j.contains("files") || !j["files"].is_object() || j["files"].empty()) return std::string(kDigests) + " lists no files";
   for (const auto& [name, d] : j["files"].items()) {
-    bool ok = false;
     if (!fs::is_regular_file(dir / name)) return name + " is missing";
-    const std::string bytes = read_all(dir / name, &ok);
-    if (!ok) return name + " cannot be read";
+    std::string bytes;
+    try {
+      bytes = read_file(dir / name);
+    } catch (const Error&) {
+      return name + " cannot be read";
+    }
     if (!d.is_object() || !d.contains("bytes") || !d.contains("crc32") || !d["bytes"].is_number_unsigned() ||
         !d["crc32"].is_number_unsigned()) {
       return std::string(kDigests) + " entry for " + name + " is damaged";

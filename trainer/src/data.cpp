@@ -80,13 +80,6 @@ DataSplit load_data(const Config& c, const std::function<void(const std::string&
     split.train = std::move(train);
   }
   if (split.train.empty()) throw Error(c.file + ": no training frames");
-  const bool any_edge =
-      std::any_of(split.train.begin(), split.train.end(), [](const Frame& f) { return f.num_edges() > 0; });
-  if (!any_edge) {
-    throw Error(fmt::format("{}: model.cutoff {} A: no atom of the {} training frames has a neighbour within it, so "
-                            "the model could learn nothing but an energy per species: give a larger cutoff",
-                            c.file, c.cutoff, split.train.size()));
-  }
   return split;
 }
 

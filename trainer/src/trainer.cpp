@@ -185,13 +185,18 @@ void Trainer::setup_model_and_statistics() {
 }
 
 // Data that cannot teach the model what the config asks: frames without a single pair within the
-// cutoff, and model species no training frame has.
+// cutoff (an error when no training frame has one), and model species no training frame has.
 void Trainer::warn_about_data() const {
   std::size_t isolated = 0;
   std::vector<bool> present(config_.species.size(), false);
   for (const Frame& f : data_.train) {
     isolated += f.num_edges() == 0 ? 1 : 0;
     for (int z : f.structure.numbers) present[static_cast<std::size_t>(species_->index(z, f.structure.origin))] = true;
+  }
+  if (isolated == data_.train.size()) {
+    throw Error(fmt::format("{}: model.cutoff {} A: no atom of the {} training frames has a neighbour within it, so "
+                            "the model could learn nothing but an energy per species: give a larger cutoff",
+                            config_.file, config_.cutoff, data_.train.size()));
   }
   if (isolated > 0) {
     log(fmt::format("WARNING: {} of {} training frames have no pair of atoms within model.cutoff = {} A: the model "
