@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""The docs' benchmark tables, made from the runs kept under benchmarks/results/.
+
+    benchmarks/tables.py RESULT_DIR           print every table one run gives
+    benchmarks/tables.py --write [DOC...]     rewrite the tables in the docs
+    benchmarks/tables.py --check [DOC...]     exit 1 if a doc's table differs from its run's (ctest docs_tables)
+
+A table in a doc sits between two markers that name the run and the kind of table:
+
+    <!-- table: bench_deepmd/2026-11-26-1234567 md -->
+    ...
+    <!-- end table -->
+
+Every figure is the median of the run's repeats, with the smallest and largest in brackets where
+there was more than one. No figure is typed by hand: a table is whatever this script makes of the
+committed rows. Standard library only.
+"""
+import csv
+import pathlib
+import re
+import statistics
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MARKER = re.compile(r"<!-- table: (\S+) (\S+) -->\n(.*?)<!-- end table -->\n", re.S)
+
+
+def read_tsv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def summary(values, digits=3):
+    """median (min-max) of the numbers among values; 'failed' if none is a number"""
+    numbers = []
+    for v in values:
+        try:
+            numbers.append(float(v))
+        except ValueError:
+            pass
+    if not numbers:
+        return "failed", None
+    med = statistics.median(numbers)
+    text = f"{med:.{digits}g}"
+    if len(numbers) > 1:
+        text += f" ({min(numbers):.{digits}g}-{max(numbers):.{digits}g})"
+    if len(numbers) < len(values):
+        text += f", {len(values) - len(numbers)} failed"
+    return text, med
+
+
+def grid(rows, row_key, col_keys, value, ref_row=None, col_name=None):
+    """rows grouped by row_key (table rows, in order of appearance) and col_keys (columns); each
+    cell the summary of `value` over the repeats, and its ratio to ref_row's median if given"""
+    row_names, col_names, cells = [], [], {}
+    for r in rows:
+        rk, ck = r[row_key], tuple(r[k] for k in col_keys)
+        if rk not in row_names:
+            row_names.append(rk)
+        if ck not in col_names:
+            col_names.append(ck)
+        cells.setdefault((rk, ck), []).append(r[value])
+    medians = {key: summary(vals)[1] for key, vals in cells.items()}
+    head = [col_name(c) if col_name else ", ".join(c) for c in col_names]
+    out = ["| | " + " | ".join(head) + " |", "|---|" + "---|" * len(col_names)]
+    for rk in row_names:
+        line = []
+        for ck in col_names:
+            text, med = summary(cells.get((rk, ck), []))
+            ref = medians.get((ref_row, ck)) if ref_row else None
+            if med is not None and ref:
+                text += f" **{med / ref:.2f}x**"
+            line.append(text)
+        out.append(f"| {rk} | " + " | ".join(line) + " |")
+    return "\n".join(out) + "\n"
+
+
+def deepmd_md(run):
+    rows = read_tsv(run / "md.tsv")
+    return grid(rows, "model", ("atoms", "ranks"), "us_per_atom_step", ref_row="DeePMD-kit TF f64 compressed",
+                col_name=lambda c: f"{c[0]} atoms, {c[1]} rank{'s' if c[1] != '1' else ''}")
+
+
+def deepmd_train(run):
+    rows = read_tsv(run / "train.tsv")
+    for r in rows:
+        r["what"] = "frames/s"
+    return grid(rows, "code", ("what",), "frames_per_s", ref_row="DeePMD-kit TF")
+
+
+def pair_md(run):
+    rows = read_tsv(run / "md.tsv")
+    return grid(rows, "potential", ("atoms", "ranks"), "us_per_atom_step",
+                col_name=lambda c: f"{c[0]} atoms, {c[1]} rank{'s' if c[1] != '1' else ''}")
+
+
+def pair_memory(run):
+    rows = [r for r in read_tsv(run / "md.tsv") if r["ranks"] == "1"]
+    return grid(rows, "potential", ("atoms",), "peak_rss_mib", col_name=lambda c: f"{c[0]} atoms, MiB")
+
+
+def threads(run):
+    rows = read_tsv(run / "rows.tsv")
+    return grid(rows, "build", ("threads",), "us_per_atom_step", col_name=lambda c: f"{c[0]} thread{'s' if c[0] != '1' else ''}")
+
+
+def gpu_md(run):
+    """the MD rows of the GPU check (bench_pair.sh's markdown rows; one run each)"""
+    rows = []
+    for line in (run / "md.txt").read_text().splitlines():
+        f = [x.strip() for x in line.strip("|").split("|")]
+        if line.startswith("|") and len(f) >= 11:
+            rows.append({"run": f[0], "atoms": f[1], "us": f[4], "gpu": f[10]})
+    out = ["| run | atoms | us/atom-step | peak GPU MiB |", "|---|---|---|---|"]
+    out += [f"| {r['run']} | {r['atoms']} | {r['us']} | {r['gpu']} |" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+KINDS = {
+    ("bench_deepmd", "md"): deepmd_md,
+    ("bench_deepmd", "train"): deepmd_train,
+    ("bench_pair", "md"): pair_md,
+    ("bench_pair", "memory"): pair_memory,
+    ("threads-compressed", "speed"): threads,
+    ("gpu-check", "md"): gpu_md,
+}
+
+
+def make(name, kind):
+    bench = name.split("/")[0]
+    if (bench, kind) not in KINDS:
+        raise SystemExit(f"tables.py: no table '{kind}' for benchmark '{bench}' (known: {sorted(KINDS)})")
+    run = RESULTS / name
+    if not run.is_dir():
+        raise SystemExit(f"tables.py: no results folder {run}")
+    return KINDS[(bench, kind)](run)
+
+
+def docs(paths, write):
+    differs = []
+    for path in paths:
+        text = path.read_text()
+
+        def fresh(m):
+            return f"<!-- table: {m[1]} {m[2]} -->\n{make(m[1], m[2])}<!-- end table -->\n"
+
+        new = MARKER.sub(fresh, text)
+        if new != text:
+            differs.append(path)
+            if write:
+                path.write_text(new)
+    for path in differs:
+        print(f"tables.py: {path.relative_to(ROOT)}: {'rewritten' if write else 'a table differs from its results (benchmarks/tables.py --write)'}")
+    return 1 if differs and not write else 0
+
+
+def main(argv):
+    if argv and argv[0] in ("--write", "--check"):
+        paths = [pathlib.Path(p).resolve() for p in argv[1:]] or DOCS
+        return docs(paths, argv[0] == "--write")
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    run = pathlib.Path(argv[0]).resolve()
+    name = f"{run.parent.name}/{run.name}"
+    for (bench, kind), table in KINDS.items():
+        if bench == run.parent.name:
+            print(f"<!-- table: {name} {kind} -->\n{table(run)}<!-- end table -->\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
