@@ -23,7 +23,8 @@
 # SCAN_SIZE (10k) water box, 1 rank, SCAN_STEPS (3) steps), CHUNK (chunk for the main runs; default: the pair style's default),
 # FLOAT32 (1: also the float32 model at 10k), KOKKOS (1: also pair_style mlip/kk, run with
 # -k on t 1 -sf kk, next to each mlip float64 run), SNAP (0: no snap runs), KEEP (1: keep the work
-# directory). SIZES may include 1m (about a million atoms, one step: the memory bound).
+# directory), REPEATS (1: how many times the main runs go round, each round through every run
+# before the next). SIZES may include 1m (about a million atoms, one step: the memory bound).
 # PAINN (1: also the message-passing model, PaiNN with default hyperparameters - 64 features,
 # 2 layers, rc 5 A, "painn_water64" - at every size but 1m, default chunk; and PAINN_CHUNKS
 # ("16 64 128 256 all") scanned on the 1k box, 1 rank; "all": one model call per step).
@@ -37,16 +38,14 @@
 # plain se_e2_a float64 rows, for runs of the other rows alone). ROWS_OUT (a file each row is
 # appended to the moment it is measured; scripts/gpu-check.sh points it into $OUT). LOGS (a
 # folder each run's LAMMPS log is copied to).
+# Results: benchmarks/results/bench_pair/<date>-<commit>/ (lib.sh; RESULTS=none: none): md.tsv and
+# scan.tsv, one line per run and repeat, logs/; benchmarks/tables.py makes the docs' tables of them.
 # Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
 set -euo pipefail
-
-src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$src/build}" && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init bench_pair "${1:-}" lmp mlip_test_inputs
 lmp=$build/bin/lmp
 inputs=$build/bin/mlip_test_inputs
-for f in "$lmp" "$inputs"; do
-  [[ -x $f ]] || { echo "bench_pair.sh: $f not found; build the project first" >&2; exit 1; }
-done
 snap_dir=$(ls -d "$src"/third_party/lammps-*/examples/snap 2>/dev/null | head -1 || true)
 if [[ ${SNAP:-1} == 1 && -z $snap_dir ]]; then
   echo "bench_pair.sh: no LAMMPS examples/snap under third_party/ (SNAP=0 runs without snap)" >&2
@@ -65,9 +64,10 @@ SNAP=${SNAP:-1}
 PAINN=${PAINN:-1}
 COMPRESSED=${COMPRESSED:-1}
 PAINN_CHUNKS=${PAINN_CHUNKS-"16 64 128 256 all"}
+REPEATS=${REPEATS:-1}
+rep=1
+table=scan
 lmp_extra=()    # extra LAMMPS command-line arguments of the next run()
-work=$(mktemp -d /tmp/bench_pair.XXXXXX)
-[[ ${KEEP:-0} == 1 ]] || trap 'rm -rf "$work"' EXIT
 export OMP_NUM_THREADS=${THREADS:-1} OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # replication of the 192-atom water frame, bcc cells per side, and MD steps per size
@@ -89,6 +89,9 @@ LOGS=${LOGS:-}
 [[ -z $LOGS ]] || mkdir -p "$LOGS"
 failed=0
 
+header_tsv=(potential atoms ranks repeat steps us_per_atom_step non_pair graph model forces peak_rss_mib peak_gpu_mib)
+table=scan row "${header_tsv[@]}"
+table=md row "${header_tsv[@]}"
 cd "$work"
 "$inputs" model se_e2_a_water64 water64.pt
 "$inputs" model se_e2_a_water32 water32.pt
@@ -137,11 +140,16 @@ include      in.md
 EOF
 
 rows=()
-# add_row ROW: a table row, also appended to ROWS_OUT at once
+# add_row ROW: a table row, also appended to ROWS_OUT at once and, with the repeat, to $table.tsv
 add_row() {
   rows+=("$1")
   echo "$1" >&2
   if [[ -n $ROWS_OUT ]]; then echo "$1" >>"$ROWS_OUT"; fi
+  local fields
+  IFS='|' read -ra fields <<< "${1#|}"
+  fields=("${fields[@]/# /}")
+  fields=("${fields[@]/% /}")
+  row "${fields[0]}" "${fields[1]}" "${fields[2]}" "$rep" "${fields[@]:3}"
 }
 # gpu_sampler FILE: samples the GPU memory in use into FILE until killed (nothing without nvidia-smi)
 gpu_sampler() {
@@ -169,6 +177,7 @@ run() {
   kill "$sampler" 2>/dev/null || true
   wait "$sampler" 2>/dev/null || true
   if [[ -n $LOGS ]]; then cp "$log" "$LOGS/" 2>/dev/null || true; fi
+  keep_log "$log" "$(basename "$log")-r$rep"
   local gpu_mib=""
   [[ -s $log.gpu ]] && gpu_mib=$(sort -n "$log.gpu" | tail -1)
   if ((rc != 0)); then
@@ -229,9 +238,13 @@ fi
 scan=("${rows[@]}")
 rows=()
 
-echo "== mlip and snap" >&2
+table=md
 for size in $SIZES; do
   [[ -f water-$size.data ]] || "$inputs" water "water-$size.data" ${water_reps[$size]}
+done
+for rep in $(seq "$REPEATS"); do
+echo "== mlip and snap, repeat $rep of $REPEATS" >&2
+for size in $SIZES; do
   for np in $RANKS; do
     graphs=no
     if [[ $CUDA_GRAPH == 1 && -n $DEVICE ]]; then graphs="no yes"; fi
@@ -270,6 +283,7 @@ for size in $SIZES; do
     fi
   done
 done
+done
 
 echo
 echo "machine: $(getconf _NPROCESSORS_ONLN) cores, $(uptime | sed 's/.*load average/load average/')"
@@ -283,4 +297,5 @@ echo "mlip and mlip/kk (se_e2_a and PaiNN water, default chunk${CHUNK:+ $CHUNK})
 echo
 echo "$header"
 printf '%s\n' "${rows[@]}"
+python3 "$src/benchmarks/tables.py" "$results" 2>/dev/null || true
 exit $failed

@@ -90,15 +90,30 @@ def deepmd_train(run):
     return grid(rows, "code", ("what",), "frames_per_s", ref_row="DeePMD-kit TF")
 
 
-def pair_md(run):
+def size_class(atoms):
+    """water and bcc W boxes of one benchmark size differ in atoms: 1k, 10k, 100k, 1m"""
+    try:
+        n = int(atoms)
+    except ValueError:
+        return "-"
+    return next(name for limit, name in ((3e3, "1k"), (3e4, "10k"), (3e5, "100k"), (float("inf"), "1m")) if n < limit)
+
+
+def pair_rows(run):
     rows = read_tsv(run / "md.tsv")
-    return grid(rows, "potential", ("atoms", "ranks"), "us_per_atom_step",
-                col_name=lambda c: f"{c[0]} atoms, {c[1]} rank{'s' if c[1] != '1' else ''}")
+    for r in rows:
+        r["size"] = size_class(r["atoms"])
+    return rows
+
+
+def pair_md(run):
+    return grid(pair_rows(run), "potential", ("size", "ranks"), "us_per_atom_step",
+                col_name=lambda c: f"{c[0]}, {c[1]} rank{'s' if c[1] != '1' else ''}")
 
 
 def pair_memory(run):
-    rows = [r for r in read_tsv(run / "md.tsv") if r["ranks"] == "1"]
-    return grid(rows, "potential", ("atoms",), "peak_rss_mib", col_name=lambda c: f"{c[0]} atoms, MiB")
+    rows = [r for r in pair_rows(run) if r["ranks"] == "1"]
+    return grid(rows, "potential", ("size",), "peak_rss_mib", col_name=lambda c: f"{c[0]}, MiB")
 
 
 def threads(run):
