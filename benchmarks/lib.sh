@@ -48,6 +48,7 @@ results_open() {
   lscpu > "$results/lscpu.txt" 2>/dev/null || true
   { git -C "$src" log -1 --format='%H %cs %s' 2>/dev/null; git -C "$src" status --short --untracked-files=no 2>/dev/null; } > "$results/commit.txt"
   date -u +%FT%TZ > "$results/date.txt"
+  echo "$name" > "$results/benchmark.txt"
   echo "$name: results go to $results" >&2
 }
 
