@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mlip/io.h"
-#include "mlip/neighbor_list.h"
+#include "mlip/data/io.h"
+#include "mlip/graph/neighbor_list.h"
 #include "support/source_dir.h"
 
 int main(int argc, char** argv) {

@@ -29,11 +29,11 @@
 
 #include <unistd.h>
 
-#include "mlip/chunk_graph.h"
-#include "mlip/io.h"
-#include "mlip/neighbor_list.h"
+#include "mlip/graph/chunk_graph.h"
+#include "mlip/data/io.h"
+#include "mlip/graph/neighbor_list.h"
 #include "mlip/potentials.h"
-#include "mlip/runtime.h"
+#include "mlip/model/runtime.h"
 #include "support/source_dir.h"
 
 namespace {
@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
         spec.architecture = arch.name;
         spec.species = {"O", "H"};
         spec.cutoff = cutoff;
-        spec.dtype = dtype;
+        spec.dtype = dtype_name;
         spec.hyperparameters = arch.hp;
         mlip::BuiltModel built = mlip::build_model(spec);
         // What pair_style mlip runs: the frozen export, loaded back.

@@ -1,10 +1,10 @@
 /* ----------------------------------------------------------------------
    mlip: machine-learning interatomic potentials for LAMMPS.
 
-   pair_style mlip MODEL [chunk N] [timing yes|no] [device cpu|cuda|cuda:N|auto] [cuda_graph yes|no]
+   pair_style mlip MODEL [MODEL2 ...] [keywords] (the keywords: pair_mlip_keywords.cpp)
    pair_coeff * * El1 El2 ... (element per LAMMPS type, NULL = not handled by the model)
 
-   The model (common/include/mlip/model.h) returns per-atom energies from the edge vectors of a
+   The model (common/include/mlip/model/model.h) returns per-atom energies from the edge vectors of a
    graph; forces are dE/dr_ij from autograd, scattered to both ends of each edge here.
 
    Local atoms are evaluated in chunks of at most N per model call, so that the memory of a
@@ -17,10 +17,10 @@
    large by default and spatially compact (recursive coordinate bisection of the local atoms).
 
    With 'device cuda' (or auto, when a GPU is visible) the model runs on the rank's GPU (the
-   node-local rank modulo the visible GPUs, mlip/device.h): the graph is built on the host and
+   node-local rank modulo the visible GPUs, mlip/model/device.h): the graph is built on the host and
    copied once per model call, energies and edge gradients come back once, and by default all
    local atoms are one chunk, so that is once per step. 'cuda_graph yes' records that call as a
-   CUDA graph, on a graph grouped and padded to static sizes (mlip/graph_capture.h), and replays it.
+   CUDA graph, on a graph grouped and padded to static sizes (mlip/model/graph_capture.h), and replays it.
 ------------------------------------------------------------------------- */
 
 #include "pair_mlip.h"
@@ -38,12 +38,12 @@
 #include "pair_mlip_impl.h"
 #include "pair_mlip_outputs.h"
 
-#include "mlip/chunk_graph.h"
-#include "mlip/device.h"
-#include "mlip/elements.h"
+#include "mlip/graph/chunk_graph.h"
+#include "mlip/model/device.h"
+#include "mlip/data/elements.h"
 #include "mlip/error.h"
-#include "mlip/model.h"
-#include "mlip/runtime.h"
+#include "mlip/model/model.h"
+#include "mlip/model/runtime.h"
 
 #include <ATen/Parallel.h>
 
@@ -102,9 +102,8 @@ std::string joined(const std::vector<std::string> &words)
 // least memory (0.3, 0.6, 1.9 and 5.3 GB peak): small blocks keep the model's working set in cache.
 constexpr int default_chunk_local = 64;
 // Compressed local models (mlip-trainer compress), 1024: without the embedding matrix, the fitting
-// net's matrix products dominate and want tall blocks. Compressed se_e2_a water model, 1 rank,
-// chunk 256, 1024, 4096 (model call, us/atom-step; peak memory): 10368 atoms 100.9, 89.8, 89.7
-// (0.20, 0.28, 0.58 GB); 1152 atoms chunk 64, 256, all: 142, 103, 94.
+// net's matrix products dominate and want tall blocks (a scan of chunks on the compressed water
+// model: COMPRESSED_SCAN=1 benchmarks/bench_pair.sh).
 constexpr int default_chunk_compressed = 1024;
 // Default chunk for message-passing models, 128: each chunk also evaluates its halo (atoms
 // within (L-1) cutoffs, with all their edges), so small chunks repeat work and large ones need
@@ -113,7 +112,7 @@ constexpr int default_chunk_compressed = 1024;
 // all: 2346, 1484, 1208, 1043 and 7768 us/atom-step, peak 0.5, 1.1, 1.5, 2.0 and 7.8 GB; 10368
 // atoms (its in.mlip, water-10k.data, 1 step, 'chunk N timing yes'), chunk 128 and 256: 1190
 // and 891 us/atom-step, 1.5 and 2.6 GB. Since malloc no longer trims the heap and TorchScript
-// runs op by op (mlip/runtime.h, mlip/model.h), 1152 atoms: chunk 128 1084 us/atom-step and
+// runs op by op (mlip/model/runtime.h, mlip/model/model.h), 1152 atoms: chunk 128 1084 us/atom-step and
 // 0.8 GB, all 946 us/atom-step and 3.4 GB. 128 keeps a rank under 1 GB; raise it where memory
 // allows.
 constexpr int default_chunk_message_passing = 128;
@@ -190,42 +189,36 @@ void PairMLIP::allocate()
 }
 
 /* ----------------------------------------------------------------------
-   settings: pair_style mlip MODEL [MODEL2 ...] [chunk N] [timing yes|no] [device D]
-   [out_freq N] [out_file FILE] [relative EPS]; loads the models on every rank
+   settings: pair_style mlip MODEL [MODEL2 ...] [keywords] (pair_mlip_keywords.cpp has the
+   keywords); loads the models on every rank
 ------------------------------------------------------------------------- */
-
-namespace {
-
-const char *const settings_usage =
-    "expected 'pair_style mlip MODEL [MODEL2 ...] [chunk N] [timing yes|no] [device D] [cuda_graph yes|no] "
-    "[exchange yes|no] [out_freq N] [out_file FILE] [relative EPS]'";
-
-bool is_keyword(const char *word)
-{
-  for (const char *k : {"chunk", "timing", "device", "cuda_graph", "exchange", "out_freq", "out_file", "relative"})
-    if (strcmp(word, k) == 0) return true;
-  return false;
-}
-
-}    // namespace
 
 void PairMLIP::settings(int narg, char **arg)
 {
-  if (narg < 1 || is_keyword(arg[0])) error->all(FLERR, std::string("Illegal pair_style mlip command: ") + settings_usage);
+  using mlip_pair::is_keyword;
+  if (narg < 1 || is_keyword(arg[0]))
+    error->all(FLERR, "Illegal pair_style mlip command: expected '" + mlip_pair::synopsis() + "'");
   std::vector<std::string> files;
   int iarg = 0;
   for (; iarg < narg && !is_keyword(arg[iarg]); iarg++) {
     // After the first model: a word that is no file is a misspelt keyword more likely than a model.
     if (iarg > 0 && !std::ifstream(arg[iarg]).good())
-      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device, cuda_graph, "
-                                    "exchange, out_freq, out_file, relative), and no model file of that name", arg[iarg]));
+      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: {}), and no model file of that name",
+                                    arg[iarg], mlip_pair::keyword_names()));
     files.emplace_back(arg[iarg]);
   }
-  const std::string device_asked = read_keywords(narg - iarg, arg + iarg, files.size());
+  try {
+    impl->options = mlip_pair::parse_keywords(narg - iarg, arg + iarg, files.size());
+  } catch (const mlip::Error &e) {
+    error->all(FLERR, std::string("pair_style mlip: ") + e.what());
+  }
+  chunk_size = impl->options.chunk;
+  timing = impl->options.timing ? 1 : 0;
+  const std::string &device_asked = impl->options.device;
   model_file = files[0];
   std::string device_note;
   std::string device;
-  // Before any other LibTorch call that asks about CUDA (mlip/device.h).
+  // Before any other LibTorch call that asks about CUDA (mlip/model/device.h).
   guarded(error, true, "device", [&] { device = model_device(device_asked, device_note); });
   guarded(error, true, "cannot load model", [&] {
     impl->model = std::make_unique<mlip::Model>(mlip::Model::load(model_file, torch::Device(device)));
@@ -243,15 +236,15 @@ void PairMLIP::settings(int narg, char **arg)
   init_cuda_graph(one_call, chunk_given);
   if (!chunk_given)
     chunk_size = one_call ? default_chunk_gpu
-                 : impl->exchange ? default_chunk_exchange
+                 : impl->exchange.on ? default_chunk_exchange
                  : layers > 1 ? default_chunk_message_passing
                  : meta.compressed ? default_chunk_compressed
                                    : default_chunk_local;
   // The neighbour list covers every model's cutoff, the ghost shell every model's messages
   // (one cutoff when the model's features are exchanged between layers instead).
   list_cutoff = cutoff;
-  message_reach = layers > 1 && !impl->exchange ? layers * cutoff : 0.0;
-  for (const auto &m : impl->members) {
+  message_reach = layers > 1 && !impl->exchange.on ? layers * cutoff : 0.0;
+  for (const auto &m : impl->committee.members()) {
     list_cutoff = std::max(list_cutoff, m.cutoff);
     if (m.layers > 1) message_reach = std::max(message_reach, m.layers * m.cutoff);
   }
@@ -271,69 +264,14 @@ void PairMLIP::settings(int narg, char **arg)
     if (impl->model->device().is_cpu())
       utils::logmesg(lmp, "pair_style mlip: LibTorch CPU kernels {} (ATEN_CPU_CAPABILITY), {} thread(s) per rank\n",
                      mlip::cpu_capability(), at::get_num_threads());
-    if (impl->exchange)
+    if (impl->exchange.on)
       utils::logmesg(lmp, "pair_style mlip: ghost exchange in chunks of at most {} local atoms{}\n", chunk_size,
                      chunk_given ? "" : " (default; set with 'chunk N')");
-    if (layers > 1 && !one_call && !impl->exchange)
+    if (layers > 1 && !one_call && !impl->exchange.on)
       utils::logmesg(lmp, "pair_style mlip: message-passing model: at most {} local atoms per model call{}, in "
                           "spatially compact chunks, each with its halo of {} x {} A\n",
                      chunk_size, chunk_given ? "" : " (default; set with 'chunk N')", layers - 1, cutoff);
   }
-}
-
-// The keywords after the model files; returns the device asked for ("" if none).
-std::string PairMLIP::read_keywords(int narg, char **arg, std::size_t n_models)
-{
-  chunk_size = 0;    // a repeated pair_style command starts from the defaults
-  timing = 0;
-  impl->out_freq = n_models > 1 ? 100 : 0;
-  impl->out_file = "model_devi.out";
-  impl->relative = 0.0;
-  impl->exchange_asked = Impl::Asked::automatic;
-  impl->cuda_graph_asked = false;
-  std::string device_asked;
-  bool deviation_keyword = false;
-  for (int iarg = 0; iarg < narg; iarg += 2) {
-    const std::string key = arg[iarg];
-    if (iarg + 1 >= narg) error->all(FLERR, fmt::format("pair_style mlip: keyword '{}' needs a value", key));
-    const char *value = arg[iarg + 1];
-    if (key == "chunk") {
-      chunk_size = utils::inumeric(FLERR, value, false, lmp);
-      if (chunk_size < 1) error->all(FLERR, "pair_style mlip: chunk must be >= 1");
-    } else if (key == "timing") {
-      if (strcmp(value, "yes") == 0) timing = 1;
-      else if (strcmp(value, "no") == 0) timing = 0;
-      else error->all(FLERR, fmt::format("pair_style mlip: timing must be 'yes' or 'no', not '{}'", value));
-    } else if (key == "device") {
-      device_asked = value;
-    } else if (key == "cuda_graph") {
-      if (strcmp(value, "yes") == 0) impl->cuda_graph_asked = true;
-      else if (strcmp(value, "no") == 0) impl->cuda_graph_asked = false;
-      else error->all(FLERR, fmt::format("pair_style mlip: cuda_graph must be 'yes' or 'no', not '{}'", value));
-    } else if (key == "exchange") {
-      if (strcmp(value, "yes") == 0) impl->exchange_asked = Impl::Asked::yes;
-      else if (strcmp(value, "no") == 0) impl->exchange_asked = Impl::Asked::no;
-      else error->all(FLERR, fmt::format("pair_style mlip: exchange must be 'yes' or 'no', not '{}'", value));
-    } else if (key == "out_freq") {
-      impl->out_freq = utils::inumeric(FLERR, value, false, lmp);
-      if (impl->out_freq < 1) error->all(FLERR, "pair_style mlip: out_freq must be >= 1");
-      deviation_keyword = true;
-    } else if (key == "out_file") {
-      impl->out_file = value;
-      deviation_keyword = true;
-    } else if (key == "relative") {
-      impl->relative = utils::numeric(FLERR, value, false, lmp);
-      if (impl->relative <= 0.0) error->all(FLERR, "pair_style mlip: relative must be > 0 (a force, as a floor)");
-      deviation_keyword = true;
-    } else {
-      error->all(FLERR, fmt::format("pair_style mlip: unknown keyword '{}' (known: chunk, timing, device, cuda_graph, "
-                                    "exchange, out_freq, out_file, relative)", key));
-    }
-  }
-  if (deviation_keyword && n_models < 2)
-    error->all(FLERR, "pair_style mlip: out_freq, out_file and relative report the deviation of a committee: "
-                      "give two or more model files");
-  return device_asked;
 }
 
 /* ----------------------------------------------------------------------
@@ -352,7 +290,7 @@ void PairMLIP::coeff(int narg, char **arg)
     error->all(FLERR, "pair_coeff mlip: the first two arguments must be '* *'");
 
   type_species = map_types(*impl->model, model_file, arg + 2);
-  for (auto &m : impl->members) m.type_species = map_types(*m.model, m.file, arg + 2);
+  for (auto &m : impl->committee.members()) m.type_species = map_types(*m.model, m.file, arg + 2);
   int count = 0;
   for (int i = 1; i <= ntypes; i++)
     for (int j = i; j <= ntypes; j++) {
@@ -495,7 +433,7 @@ void PairMLIP::compute(int eflag, int vflag)
 {
   begin_compute(eflag, vflag);
   begin_deviation();
-  if (impl->exchange) {
+  if (impl->exchange.on) {
     compute_exchanging();
   } else if (layers > 1) {
     // Each chunk brings its own (L-1)-hop halo of complete neighbourhoods; compact chunks keep
@@ -505,7 +443,7 @@ void PairMLIP::compute(int eflag, int vflag)
     s.order.assign(list->ilist, list->ilist + list->inum);
     const double *const *x = atom->x;
     mlip::split_compact(s.order, chunk_size, [x](int i) { return x[i]; }, s.chunk_end);
-    if (timing) s.t_graph += seconds_since(t0);
+    add_time(GRAPH, seconds_since(t0));
     for (std::size_t c = 0; c < s.chunk_end.size(); c++) {
       const int first = c == 0 ? 0 : s.chunk_end[c - 1];
       evaluate_chunk(s.order.data() + first, s.order.data() + s.chunk_end[c]);
@@ -528,8 +466,8 @@ void PairMLIP::evaluate_chunk(const int *first, const int *last)
 {
   build_graph(first, last, 0);
   evaluate_graph(0);
-  if (!impl->reporting) return;
-  for (int m = 1; m <= static_cast<int>(impl->members.size()); m++) {
+  if (!deviation_step()) return;
+  for (int m = 1; m < committee_size(); m++) {
     if (!same_graph(m, impl->graph_member)) build_graph(first, last, m);
     evaluate_graph(m);
   }
@@ -544,25 +482,29 @@ void PairMLIP::begin_compute(int eflag, int vflag, bool alloc)
   ev_init(eflag, vflag, alloc ? 1 : 0);    // mlip/kk allocates its per-atom arrays as views
   // Timers cover the steps of a run, as LAMMPS's loop time does (the setup call, which also
   // pays for TorchScript's first-call optimisation, is reported alone only after a `run 0`).
-  const bool setup = update->setupflag != 0;
-  if (setup != impl->in_setup || update->firststep != impl->run_first || update->laststep != impl->run_last) {
-    impl->t_graph = impl->t_model = impl->t_forces = 0.0;
-    impl->calls = 0;
+  impl->timers.begin_compute(update->setupflag != 0, update->firststep, update->laststep);
+}
+
+void PairTimers::begin_compute(bool setup, bigint first_step, bigint last_step)
+{
+  if (setup != in_setup_ || first_step != run_first_ || last_step != run_last_) {
+    seconds_[graph] = seconds_[model] = seconds_[forces] = 0.0;
+    calls_ = 0;
   }
-  impl->in_setup = setup;
-  impl->run_first = update->firststep;
-  impl->run_last = update->laststep;
+  in_setup_ = setup;
+  run_first_ = first_step;
+  run_last_ = last_step;
 }
 
 void PairMLIP::end_compute()
 {
-  impl->calls++;
+  impl->timers.end_compute();
   if (timing && update->whichflag == 1 && update->ntimestep == update->laststep) report_timing();
 }
 
 void PairMLIP::add_time(Timer which, double seconds)
 {
-  (which == GRAPH ? impl->t_graph : which == MODEL ? impl->t_model : impl->t_forces) += seconds;
+  impl->timers.add(which == GRAPH ? PairTimers::graph : which == MODEL ? PairTimers::model : PairTimers::forces, seconds);
 }
 
 std::string PairMLIP::model_device(const std::string &asked, std::string &note)
@@ -605,7 +547,7 @@ void PairMLIP::build_graph(const int *first, const int *last, int member, bool o
       },
       one_hop ? 1 : std::max(m.layers, 1));
   s.graph_member = member;
-  if (timing) s.t_graph += seconds_since(t0);
+  add_time(GRAPH, seconds_since(t0));
 }
 
 /* ----------------------------------------------------------------------
@@ -627,19 +569,19 @@ void PairMLIP::evaluate_graph(int member)
   guarded(error, false, "model evaluation failed", [&] {
     out = member == 0 && s.capture ? s.capture->evaluate(view) : mlip::evaluate_graph(m, view);
   });
-  if (timing) s.t_model += seconds_since(t0);
+  add_time(MODEL, seconds_since(t0));
   t0 = Clock::now();
   mlip::EdgeForceRequest request;
-  request.virial = vflag_global != 0 || s.reporting;
+  request.virial = vflag_global != 0 || deviation_step();
   request.node_virial = member == 0 && (vflag_atom || cvflag_atom);
   mlip::EdgeForces ef;
   guarded(error, false, "forces", [&] { ef = mlip::edge_forces(view, out.edge_grad, request); });
   to_lammps_units(out, ef);
   if (member == 0) add_outputs(out.atom_energy.data_ptr<double>(), ef);
-  if (s.reporting)
+  if (deviation_step())
     add_to_deviation(member, g.node_atom.data(), g.n_centers, static_cast<int64_t>(g.node_atom.size()),
                      out.atom_energy.data_ptr<double>(), ef);
-  if (timing) s.t_forces += seconds_since(t0);
+  add_time(FORCES, seconds_since(t0));
 }
 
 /* ----------------------------------------------------------------------
@@ -707,19 +649,19 @@ void PairMLIP::close_atoms_error(int i, int j, double r)
 void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
 {
   impl->capture.reset();
-  if (!impl->cuda_graph_asked) return;
+  if (!impl->options.cuda_graph) return;
   if (!one_call)
     error->all(FLERR, kokkosable ? "pair_style mlip: cuda_graph yes is for pair_style mlip, not its Kokkos variant"
                                  : "pair_style mlip: cuda_graph yes needs the model on a GPU ('device cuda')");
   if (chunk_given)
     error->all(FLERR, "pair_style mlip: cuda_graph yes records one model call with all local atoms: drop 'chunk'");
-  if (impl->exchange) error->all(FLERR, "pair_style mlip: cuda_graph yes cannot record the ghost exchange");
+  if (impl->exchange.on) error->all(FLERR, "pair_style mlip: cuda_graph yes cannot record the ghost exchange");
   guarded(error, true, "cuda_graph yes",
           [&] { impl->capture = std::make_unique<mlip::GraphCapture>(*impl->model, true); });
   if (comm->me == 0)
     utils::logmesg(lmp, "pair_style mlip: the model call is recorded as a CUDA graph on sizes padded by 10% (and "
                         "to multiples of 32), recorded anew when the system outgrows them{}\n",
-                   impl->members.empty() ? "" : "; the committee's other models run without");
+                   committee_size() == 1 ? "" : "; the committee's other models run without");
 }
 
 /* ----------------------------------------------------------------------
@@ -728,19 +670,21 @@ void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
 
 void PairMLIP::report_timing()
 {
-  const Impl &s = *impl;
-  double local[4] = {s.t_graph, s.t_model, s.t_forces, peak_rss_mib()}, sum[4], max[4];
+  const PairTimers &t = impl->timers;
+  double local[4] = {t.seconds(PairTimers::graph), t.seconds(PairTimers::model), t.seconds(PairTimers::forces),
+                     peak_rss_mib()},
+         sum[4], max[4];
   MPI_Allreduce(local, sum, 4, MPI_DOUBLE, MPI_SUM, world);
   MPI_Allreduce(local, max, 4, MPI_DOUBLE, MPI_MAX, world);
   if (comm->me != 0) return;
   const double nprocs = comm->nprocs;
   // Per atom-step of wall time: ranks run side by side, so the rank average over all atoms.
-  const double scale = 1e6 / (nprocs * static_cast<double>(s.calls) * std::max<double>(1.0, atom->natoms));
+  const double scale = 1e6 / (nprocs * static_cast<double>(t.calls()) * std::max<double>(1.0, atom->natoms));
   utils::logmesg(lmp,
                  "pair_style mlip timing: {} force calls, {} atoms, {} ranks; us/atom-step (rank average): "
                  "graph {:.4g}, model {:.4g}, forces {:.4g}; peak RSS {:.1f} MiB max, {:.1f} MiB sum over ranks\n",
-                 s.calls, atom->natoms, comm->nprocs, sum[0] * scale, sum[1] * scale, sum[2] * scale, max[3], sum[3]);
-  if (s.capture)
+                 t.calls(), atom->natoms, comm->nprocs, sum[0] * scale, sum[1] * scale, sum[2] * scale, max[3], sum[3]);
+  if (impl->capture)
     utils::logmesg(lmp, "pair_style mlip timing: CUDA graph recorded {} time(s) on rank 0 so far\n",
-                   s.capture->recordings());
+                   impl->capture->recordings());
 }

@@ -1,7 +1,6 @@
 /* -*- c++ -*- ----------------------------------------------------------
    mlip: machine-learning interatomic potentials for LAMMPS.
-   pair_style mlip MODEL [MODEL2 ...] [chunk N] [timing yes|no] [device cpu|cuda|cuda:N|auto]
-                   [out_freq N] [out_file FILE] [relative EPS]
+   pair_style mlip MODEL [MODEL2 ...] [keywords] (the keywords: pair_mlip_keywords.cpp)
 ------------------------------------------------------------------------- */
 
 #ifdef PAIR_CLASS
@@ -56,7 +55,7 @@ class PairMLIP : public Pair {
   std::string model_file;
   int chunk_size;                // most local atoms per model call (bounds memory); 0 until settings()
   int layers;                    // message-passing layers of the model (> 1: graph over ghosts)
-  int timing;                    // 1: time graph building and model calls, report after each run
+  int timing;                    // 1: report after each run where the pair time went
   double cutoff;                 // model cutoff (A), from the model's metadata
   double list_cutoff;            // largest cutoff of the committee's models (A)
   double message_reach;          // largest layers x cutoff of its message-passing models (A), else 0
@@ -65,7 +64,6 @@ class PairMLIP : public Pair {
   std::vector<int> type_species; // (ntypes + 1) model species index per LAMMPS type, -1 = NULL
 
   void allocate();
-  std::string read_keywords(int narg, char **arg, std::size_t n_models);
   std::vector<int> map_types(const mlip::Model &model, const std::string &file, char **elements);
   // member: 0 = the model that drives the dynamics, k > 0 = the committee's k-th other model.
   void evaluate_chunk(const int *first, const int *last);
@@ -99,7 +97,6 @@ class PairMLIP : public Pair {
   void add_to_deviation(int member, const int *node_atom, int64_t n_centers, int64_t n_nodes, const double *energy,
                         const mlip::EdgeForces &forces);
   void end_deviation();
-  void write_deviation(const double *columns);
 
   // Message passing by per-layer ghost exchange (pair_mlip_exchange.cpp): a one-cutoff ghost
   // shell, features forward-communicated between layers, their gradients reverse-communicated.
@@ -112,8 +109,6 @@ class PairMLIP : public Pair {
   // Shared with mlip/kk.
   mlip::ModelOutput evaluate_exchanging(const mlip::GraphView &graph, const int *node_atom,
                                         std::vector<int64_t> chunk_end = {});
-  int pack_feature_rows(int n, int first, double *buf);
-  void add_feature_rows(int n, int *list, double *buf);
 
   // Shared with mlip/kk (pair_mlip_kokkos.h), which builds its graph from Kokkos views.
   mlip::Model &model();

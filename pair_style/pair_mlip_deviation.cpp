@@ -6,7 +6,7 @@
    m0.pt drives the dynamics. Every N steps (default 100) all models are evaluated on the same
    atoms and FILE (default model_devi.out) gets a line: the step, the max, min and mean over
    the 9 components of the virial deviation (per atom), the max, min and mean over atoms of the
-   force deviation, and the energy deviation per atom (definitions: mlip/deviation.h), in
+   force deviation, and the energy deviation per atom (definitions: mlip/model/deviation.h), in
    LAMMPS's units. The per-atom force deviation is the atom property d_mlip_devi_f (for dump
    custom, compute reduce, variables), and 'compute ID all pair mlip' gives the line's 7
    values, so that 'fix halt' can stop a run that leaves the models' domain. On other steps the
@@ -21,7 +21,8 @@
 #include "comm.h"
 #include "update.h"
 
-#include "mlip/deviation.h"
+#include "mlip/model/deviation.h"
+#include "utils.h"
 
 #include <algorithm>
 #include <cmath>
@@ -30,10 +31,100 @@ using namespace LAMMPS_NS;
 
 namespace {
 
-constexpr int n_columns = 7;    // after the step: virial max, min, mean; force max, min, mean; energy
 const char *const per_atom_name = "mlip_devi_f";
 
 }    // namespace
+
+/* ----------------------------------------------------------------------
+   Committee: the sums and the file of the model deviation
+------------------------------------------------------------------------- */
+
+void Committee::reset(const mlip_pair::Options &options)
+{
+  members_.clear();
+  close();    // a new pair_style command starts a new file
+  last_report_ = -1;
+  reporting_ = false;
+  out_freq_ = options.out_freq;
+  out_file_ = options.out_file;
+  relative_ = options.relative;
+}
+
+void Committee::close()
+{
+  if (out_) fclose(out_);
+  out_ = nullptr;
+}
+
+bool Committee::begin_step(bigint step, int nall)
+{
+  reporting_ = out_freq_ > 0 && step % out_freq_ == 0 && step != last_report_;
+  if (!reporting_) return false;
+  nall_ = nall;
+  forces_.assign(static_cast<std::size_t>(size()) * nall * 3, 0.0);
+  virial_.assign(9 * size(), 0.0);
+  energy_.assign(size(), 0.0);
+  return true;
+}
+
+void Committee::add_outputs(int k, const int *node_atom, int64_t n_centers, int64_t n_nodes, const double *energy,
+                            const mlip::EdgeForces &ef)
+{
+  double *f = forces_.data() + static_cast<std::size_t>(k) * nall_ * 3;
+  const torch::Tensor forces = ef.forces.cpu().contiguous();
+  const double *nf = forces.data_ptr<double>();
+  for (int64_t n = 0; n < n_nodes; n++)
+    for (int d = 0; d < 3; d++) f[3 * node_atom[n] + d] += nf[3 * n + d];
+  for (int64_t c = 0; c < n_centers; c++) energy_[k] += energy[c];
+  const torch::Tensor w = ef.virial.cpu().contiguous();
+  for (int j = 0; j < 9; j++) virial_[9 * k + j] += w.data_ptr<double>()[j];
+}
+
+int Committee::pack_reverse(int n, int first, double *buf) const
+{
+  int m = 0;
+  for (int i = first; i < first + n; i++)
+    for (int k = 0; k < size(); k++)
+      for (int d = 0; d < 3; d++) buf[m++] = forces_[(static_cast<std::size_t>(k) * nall_ + i) * 3 + d];
+  return m;
+}
+
+void Committee::unpack_reverse(int n, const int *list, const double *buf)
+{
+  int m = 0;
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < size(); k++)
+      for (int d = 0; d < 3; d++) forces_[(static_cast<std::size_t>(k) * nall_ + list[i]) * 3 + d] += buf[m++];
+}
+
+std::vector<double> Committee::atom_deviation(int nlocal) const
+{
+  std::vector<double> deviation(nlocal);
+  mlip::atom_force_deviation(forces_.data(), size(), nlocal, 3 * static_cast<int64_t>(nall_), relative_,
+                             deviation.data());
+  return deviation;
+}
+
+void Committee::end_step(bigint step, const double *columns, bool rank0)
+{
+  reporting_ = false;
+  last_report_ = step;
+  // compute pair sums pvector over ranks: the values on rank 0, zeros elsewhere.
+  for (int k = 0; k < n_columns; k++) stats_[k] = rank0 ? columns[k] : 0.0;
+  if (!rank0) return;
+  if (!out_) {
+    out_ = fopen(out_file_.c_str(), "w");
+    if (!out_)
+      throw mlip::Error(fmt::format("cannot open model deviation file '{}' for writing: {}", out_file_,
+                                    utils::getsyserror()));
+    fmt::print(out_, "#{:>11} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18}\n", "step", "max_devi_v",
+               "min_devi_v", "avg_devi_v", "max_devi_f", "min_devi_f", "avg_devi_f", "devi_e");
+  }
+  fmt::print(out_, "{:>12}", step);
+  for (int k = 0; k < n_columns; k++) fmt::print(out_, " {:>18.10e}", columns[k]);
+  fmt::print(out_, "\n");
+  fflush(out_);
+}
 
 /* ----------------------------------------------------------------------
    load_committee: the models after the first (settings())
@@ -41,11 +132,8 @@ const char *const per_atom_name = "mlip_devi_f";
 
 void PairMLIP::load_committee(const std::vector<std::string> &files, const std::string &device)
 {
-  Impl &s = *impl;
-  s.members.clear();
-  if (s.out) fclose(s.out);    // a new pair_style command starts a new file
-  s.out = nullptr;
-  s.last_report = -1;
+  Committee &c = impl->committee;
+  c.reset(impl->options);
   for (std::size_t k = 1; k < files.size(); k++) {
     MlipMember m;
     m.file = files[k];
@@ -54,13 +142,12 @@ void PairMLIP::load_committee(const std::vector<std::string> &files, const std::
     });
     m.cutoff = m.model->info().cutoff;
     m.layers = m.model->info().message_passing_layers;
-    s.members.push_back(std::move(m));
+    c.add(std::move(m));
   }
-  const int models = committee_size();
+  const int models = c.size();
   comm_reverse = models > 1 ? 3 * models : 0;
-  nextra = models > 1 ? n_columns : 0;
-  s.stats.assign(n_columns, 0.0);
-  pvector = nextra > 0 ? s.stats.data() : nullptr;
+  nextra = models > 1 ? Committee::n_columns : 0;
+  pvector = nextra > 0 ? c.stats() : nullptr;
   init_deviation();    // now: dump custom looks d_mlip_devi_f up when it is defined
   if (models > 1 && comm->me == 0) {
     std::string names;
@@ -68,26 +155,26 @@ void PairMLIP::load_committee(const std::vector<std::string> &files, const std::
     utils::logmesg(lmp, "pair_style mlip: committee of {} models ({}); the first drives the dynamics; every {} "
                         "steps all are evaluated and '{}' gets the model deviation (step, virial max min mean, "
                         "force max min mean, energy per atom{}); per-atom force deviation: d_{}\n",
-                   models, names, s.out_freq, s.out_file,
-                   s.relative > 0 ? fmt::format("; forces relative to |F| + {}", s.relative) : "", per_atom_name);
+                   models, names, c.out_freq(), c.out_file(),
+                   c.relative() > 0 ? fmt::format("; forces relative to |F| + {}", c.relative()) : "", per_atom_name);
   }
 }
 
 int PairMLIP::committee_size() const
 {
-  return 1 + static_cast<int>(impl->members.size());
+  return impl->committee.size();
 }
 
 PairMLIP::Member PairMLIP::member(int m) const
 {
   if (m == 0) return {impl->model.get(), cutoff, layers, &type_species};
-  const MlipMember &x = impl->members[m - 1];
+  const MlipMember &x = impl->committee.member(m);
   return {x.model.get(), x.cutoff, x.layers, &x.type_species};
 }
 
 bool PairMLIP::deviation_step() const
 {
-  return impl->reporting;
+  return impl->committee.reporting();
 }
 
 // Whether members a and b see the same graph (cutoff, message-passing depth, species).
@@ -108,62 +195,27 @@ void PairMLIP::init_deviation()
   if (atom->find_custom(per_atom_name, flag, cols) < 0) atom->add_custom(per_atom_name, 1, 0);
 }
 
-/* ----------------------------------------------------------------------
-   begin_deviation: whether this step reports; zeroed sums if it does
-------------------------------------------------------------------------- */
-
 void PairMLIP::begin_deviation()
 {
-  Impl &s = *impl;
-  s.reporting = s.out_freq > 0 && update->ntimestep % s.out_freq == 0 && update->ntimestep != s.last_report;
-  if (!s.reporting) return;
-  const int models = committee_size();
-  s.nall = atom->nlocal + atom->nghost;
-  s.member_forces.assign(static_cast<std::size_t>(models) * s.nall * 3, 0.0);
-  s.member_virial.assign(9 * models, 0.0);
-  s.member_energy.assign(models, 0.0);
+  impl->committee.begin_step(update->ntimestep, atom->nlocal + atom->nghost);
 }
-
-/* ----------------------------------------------------------------------
-   add_to_deviation: one graph's energies, node forces and virial (LAMMPS units) to the sums of
-   committee member `member`
-------------------------------------------------------------------------- */
 
 void PairMLIP::add_to_deviation(int member, const int *node_atom, int64_t n_centers, int64_t n_nodes,
                                 const double *energy, const mlip::EdgeForces &ef)
 {
-  Impl &s = *impl;
-  double *f = s.member_forces.data() + static_cast<std::size_t>(member) * s.nall * 3;
-  const torch::Tensor forces = ef.forces.cpu().contiguous();
-  const double *nf = forces.data_ptr<double>();
-  for (int64_t n = 0; n < n_nodes; n++)
-    for (int d = 0; d < 3; d++) f[3 * node_atom[n] + d] += nf[3 * n + d];
-  for (int64_t c = 0; c < n_centers; c++) s.member_energy[member] += energy[c];
-  const torch::Tensor w = ef.virial.cpu().contiguous();
-  for (int k = 0; k < 9; k++) s.member_virial[9 * member + k] += w.data_ptr<double>()[k];
+  impl->committee.add_outputs(member, node_atom, n_centers, n_nodes, energy, ef);
 }
 
 int PairMLIP::pack_reverse_comm(int n, int first, double *buf)
 {
-  const Impl &s = *impl;
-  if (s.reverse == Impl::Reverse::features) return pack_feature_rows(n, first, buf);
-  const int models = committee_size();
-  int m = 0;
-  for (int i = first; i < first + n; i++)
-    for (int k = 0; k < models; k++)
-      for (int d = 0; d < 3; d++) buf[m++] = s.member_forces[(static_cast<std::size_t>(k) * s.nall + i) * 3 + d];
-  return m;
+  if (impl->exchange.reversing) return impl->exchange.pack_reverse(n, first, buf);
+  return impl->committee.pack_reverse(n, first, buf);
 }
 
 void PairMLIP::unpack_reverse_comm(int n, int *list, double *buf)
 {
-  Impl &s = *impl;
-  if (s.reverse == Impl::Reverse::features) return add_feature_rows(n, list, buf);
-  const int models = committee_size();
-  int m = 0;
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < models; k++)
-      for (int d = 0; d < 3; d++) s.member_forces[(static_cast<std::size_t>(k) * s.nall + list[i]) * 3 + d] += buf[m++];
+  if (impl->exchange.reversing) return impl->exchange.add_reverse(n, list, buf);
+  impl->committee.unpack_reverse(n, list, buf);
 }
 
 /* ----------------------------------------------------------------------
@@ -173,16 +225,12 @@ void PairMLIP::unpack_reverse_comm(int n, int *list, double *buf)
 
 void PairMLIP::end_deviation()
 {
-  Impl &s = *impl;
-  if (!s.reporting) return;
-  s.reporting = false;
-  s.last_report = update->ntimestep;
+  Committee &c = impl->committee;
+  if (!c.reporting()) return;
   reverse_comm_of(comm, this, 0);
-  const int models = committee_size();
+  const int models = c.size();
   const int nlocal = atom->nlocal;
-  std::vector<double> deviation(nlocal);
-  mlip::atom_force_deviation(s.member_forces.data(), models, nlocal, 3 * static_cast<int64_t>(s.nall), s.relative,
-                             deviation.data());
+  const std::vector<double> deviation = c.atom_deviation(nlocal);
   int flag = 0, cols = 0;
   double *per_atom = atom->dvector[atom->find_custom(per_atom_name, flag, cols)];
   mlip::DeviationSummary local;
@@ -196,35 +244,16 @@ void PairMLIP::end_deviation()
   MPI_Allreduce(&local.min, &min, 1, MPI_DOUBLE, MPI_MIN, world);
   MPI_Allreduce(sums, total, 2, MPI_DOUBLE, MPI_SUM, world);
   std::vector<double> virial(9 * models), energy(models);
-  MPI_Allreduce(s.member_virial.data(), virial.data(), 9 * models, MPI_DOUBLE, MPI_SUM, world);
-  MPI_Allreduce(s.member_energy.data(), energy.data(), models, MPI_DOUBLE, MPI_SUM, world);
+  MPI_Allreduce(c.virials().data(), virial.data(), 9 * models, MPI_DOUBLE, MPI_SUM, world);
+  MPI_Allreduce(c.energies().data(), energy.data(), models, MPI_DOUBLE, MPI_SUM, world);
 
-  double columns[n_columns] = {0.0};
+  double columns[Committee::n_columns] = {0.0};
   const double atoms = total[1];
   if (atoms > 0) {
     const mlip::DeviationSummary v = mlip::virial_deviation(virial.data(), models, atoms);
-    const double c[n_columns] = {v.max, v.min, v.mean(), max, min, total[0] / atoms,
-                                 mlip::energy_deviation(energy.data(), models, atoms)};
-    std::copy(c, c + n_columns, columns);
+    const double values[Committee::n_columns] = {v.max, v.min, v.mean(), max, min, total[0] / atoms,
+                                                 mlip::energy_deviation(energy.data(), models, atoms)};
+    std::copy(values, values + Committee::n_columns, columns);
   }
-  // compute pair sums pvector over ranks: the values on rank 0, zeros elsewhere.
-  for (int k = 0; k < n_columns; k++) s.stats[k] = comm->me == 0 ? columns[k] : 0.0;
-  if (comm->me == 0) write_deviation(columns);
-}
-
-void PairMLIP::write_deviation(const double *columns)
-{
-  Impl &s = *impl;
-  if (!s.out) {
-    s.out = fopen(s.out_file.c_str(), "w");
-    if (!s.out)
-      error->one(FLERR, fmt::format("pair_style mlip: cannot open model deviation file '{}' for writing: {}",
-                                    s.out_file, utils::getsyserror()));
-    fmt::print(s.out, "#{:>11} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18}\n", "step", "max_devi_v",
-               "min_devi_v", "avg_devi_v", "max_devi_f", "min_devi_f", "avg_devi_f", "devi_e");
-  }
-  fmt::print(s.out, "{:>12}", update->ntimestep);
-  for (int k = 0; k < n_columns; k++) fmt::print(s.out, " {:>18.10e}", columns[k]);
-  fmt::print(s.out, "\n");
-  fflush(s.out);
+  guarded(error, false, "model deviation", [&] { c.end_step(update->ntimestep, columns, comm->me == 0); });
 }

@@ -7,7 +7,7 @@
    local atoms only, and the ghosts' features are refreshed from their owners by forward
    communication before the next layer. In the backward pass the ghosts' feature gradients go
    back to their owners by reverse communication, layer by layer (mlip::evaluate_exchanging,
-   common/src/message_passing.cpp). Forces and virials follow from the edge gradients as for any
+   common/src/model/message_passing.cpp). Forces and virials follow from the edge gradients as for any
    model. For models that define their layers (mp_* methods; PaiNN written by this version).
    With more local atoms than 'chunk N', each layer takes them N at a time and the backward pass
    evaluates each chunk's layer again, so that memory is bounded by the chunk.
@@ -21,7 +21,7 @@
 #include "comm.h"
 #include "neigh_list.h"
 
-#include "mlip/message_passing.h"
+#include "mlip/model/message_passing.h"
 
 #include <algorithm>
 #include <chrono>
@@ -35,19 +35,20 @@ using namespace LAMMPS_NS;
 
 void PairMLIP::init_exchange()
 {
-  Impl &s = *impl;
-  const int n = mlip::exchange_layers(*s.model);
+  GhostExchange &s = impl->exchange;
+  s.asked = impl->options.exchange;
+  const int n = mlip::exchange_layers(*impl->model);
   const bool device_kk = kokkosable && execution_space == Device;
   // Not given: exchange for every model that defines its layers, where it is available.
-  s.exchange = s.exchange_asked == Impl::Asked::yes ||
-               (s.exchange_asked == Impl::Asked::automatic && n > 1 && committee_size() == 1 && !device_kk);
-  if (layers > 1 && !s.exchange && comm->me == 0)
+  s.on = s.asked == GhostExchange::Asked::yes ||
+         (s.asked == GhostExchange::Asked::automatic && n > 1 && committee_size() == 1 && !device_kk);
+  if (layers > 1 && !s.on && comm->me == 0)
     utils::logmesg(lmp, "pair_style mlip: message passing over a halo of {} cutoffs ({})\n", layers,
-                   s.exchange_asked == Impl::Asked::no ? "'exchange no'"
+                   s.asked == GhostExchange::Asked::no ? "'exchange no'"
                    : n < 2            ? "the model file does not define its layers: export it again with this mlip "
                                         "for ghost exchange"
                    : committee_size() > 1 ? "a committee" : "mlip/kk on a device");
-  if (!s.exchange) return;
+  if (!s.on) return;
   if (committee_size() > 1)
     error->all(FLERR, "pair_style mlip: 'exchange yes' is not available for a committee yet (the deviation's "
                       "models take the halo path): use 'exchange no'");
@@ -58,13 +59,13 @@ void PairMLIP::init_exchange()
     error->all(FLERR, fmt::format("pair_style mlip: 'exchange yes' needs a message-passing model that defines its "
                                   "layers (mp_* methods, written by this mlip); '{}' {}",
                                   model_file, layers > 1 ? "is from an older mlip: export it again" : "is local"));
-  guarded(error, true, "exchange", [&] { s.feature_width = static_cast<int>(mlip::exchange_feature_width(*s.model)); });
-  comm_forward = s.feature_width;
-  comm_reverse = std::max(comm_reverse, s.feature_width);
+  guarded(error, true, "exchange", [&] { s.width = static_cast<int>(mlip::exchange_feature_width(*impl->model)); });
+  comm_forward = s.width;
+  comm_reverse = std::max(comm_reverse, s.width);
   if (comm->me == 0)
     utils::logmesg(lmp, "pair_style mlip: {} layers with ghost exchange: ghost shell of one cutoff, {} values per "
                         "atom forward-communicated after each layer but the last and reverse-communicated in the "
-                        "backward pass\n", n, s.feature_width);
+                        "backward pass\n", n, s.width);
 }
 
 /* ----------------------------------------------------------------------
@@ -85,7 +86,7 @@ void PairMLIP::compute_exchanging()
   const mlip::GraphView view = mlip::graph_view(s.graph);
   mlip::ModelOutput out =
       evaluate_exchanging(view, s.graph.node_atom.data(), std::vector<int64_t>(s.chunk_end.begin(), s.chunk_end.end()));
-  if (timing) add_time(MODEL, std::chrono::duration<double>(Clock::now() - t0).count());
+  add_time(MODEL, std::chrono::duration<double>(Clock::now() - t0).count());
   t0 = Clock::now();
   mlip::EdgeForceRequest request;
   request.virial = vflag_global != 0;
@@ -94,7 +95,7 @@ void PairMLIP::compute_exchanging()
   guarded(error, false, "forces", [&] { ef = mlip::edge_forces(view, out.edge_grad, request); });
   to_lammps_units(out, ef);
   add_outputs(out.atom_energy.data_ptr<double>(), ef);
-  if (timing) add_time(FORCES, std::chrono::duration<double>(Clock::now() - t0).count());
+  add_time(FORCES, std::chrono::duration<double>(Clock::now() - t0).count());
 }
 
 /* ----------------------------------------------------------------------
@@ -108,78 +109,85 @@ mlip::ModelOutput PairMLIP::evaluate_exchanging(const mlip::GraphView &graph, co
   if (chunk_end.empty())    // chunks of chunk_size in the graph's order
     for (int64_t end = 0; end < graph.n_centers || chunk_end.empty();)
       chunk_end.push_back(end = std::min<int64_t>(end + chunk_size, graph.n_centers));
-  Impl &s = *impl;
+  GhostExchange &s = impl->exchange;
   const int nall = atom->nlocal + atom->nghost;
-  const int width = s.feature_width;
   const int64_t n_owned = graph.n_centers, n_nodes = graph.n_nodes;
-
-  // Rows of the per-atom buffer <-> rows of the graph's nodes [first, first + count).
-  auto to_atoms = [&](const torch::Tensor &rows, int64_t first) {
-    s.features.assign(static_cast<std::size_t>(nall) * width, 0.0);
-    const double *r = rows.data_ptr<double>();
-    for (int64_t k = 0; k < rows.size(0); k++)
-      std::copy(r + k * width, r + (k + 1) * width, s.features.begin() + node_atom[first + k] * width);
-  };
-  auto from_atoms = [&](int64_t first, int64_t count) {
-    torch::Tensor rows = torch::empty({count, width}, torch::kFloat64);
-    double *r = rows.data_ptr<double>();
-    for (int64_t k = 0; k < count; k++)
-      std::copy_n(s.features.begin() + node_atom[first + k] * width, width, r + k * width);
-    return rows;
-  };
   mlip::FeatureExchange exchange;
   exchange.forward = [&](const torch::Tensor &owned) {
-    to_atoms(owned, 0);
+    s.to_atoms(owned, node_atom, 0, nall);
     forward_comm_of(comm, this, 0);
-    return from_atoms(n_owned, n_nodes - n_owned);
+    return s.from_atoms(node_atom, n_owned, n_nodes - n_owned);
   };
   exchange.reverse = [&](const torch::Tensor &ghost_grad) {
-    to_atoms(ghost_grad, n_owned);
-    s.reverse = Impl::Reverse::features;
+    s.to_atoms(ghost_grad, node_atom, n_owned, nall);
+    s.reversing = true;
     reverse_comm_of(comm, this, 0);
-    s.reverse = Impl::Reverse::deviation;
-    return from_atoms(0, n_owned);
+    s.reversing = false;
+    return s.from_atoms(node_atom, 0, n_owned);
   };
   mlip::ModelOutput out;
   guarded(error, false, "model evaluation failed",
-          [&] { out = mlip::evaluate_exchanging(*s.model, graph, exchange, chunk_end); });
+          [&] { out = mlip::evaluate_exchanging(*impl->model, graph, exchange, chunk_end); });
   return out;
 }
 
 bool PairMLIP::exchanging() const
 {
-  return impl->exchange;
+  return impl->exchange.on;
 }
-
-/* ----------------------------------------------------------------------
-   the exchange's communication: rows of Impl::features
-------------------------------------------------------------------------- */
 
 int PairMLIP::pack_forward_comm(int n, int *list, double *buf, int /*pbc_flag*/, int * /*pbc*/)
 {
-  const int width = impl->feature_width;
-  const double *f = impl->features.data();
-  for (int i = 0; i < n; i++) std::copy_n(f + static_cast<std::size_t>(list[i]) * width, width, buf + i * width);
-  return n * width;
+  return impl->exchange.pack_forward(n, list, buf);
 }
 
 void PairMLIP::unpack_forward_comm(int n, int first, double *buf)
 {
-  const int width = impl->feature_width;
-  std::copy_n(buf, static_cast<std::size_t>(n) * width, impl->features.begin() + static_cast<std::size_t>(first) * width);
+  impl->exchange.unpack_forward(n, first, buf);
 }
 
-int PairMLIP::pack_feature_rows(int n, int first, double *buf)
+/* ----------------------------------------------------------------------
+   GhostExchange: the per-atom feature rows that the communication moves
+------------------------------------------------------------------------- */
+
+void GhostExchange::to_atoms(const torch::Tensor &rows, const int *node_atom, int64_t first, int nall)
 {
-  const int width = impl->feature_width;
-  std::copy_n(impl->features.begin() + static_cast<std::size_t>(first) * width, static_cast<std::size_t>(n) * width, buf);
+  features_.assign(static_cast<std::size_t>(nall) * width, 0.0);
+  const double *r = rows.data_ptr<double>();
+  for (int64_t k = 0; k < rows.size(0); k++)
+    std::copy(r + k * width, r + (k + 1) * width, features_.begin() + static_cast<std::size_t>(node_atom[first + k]) * width);
+}
+
+torch::Tensor GhostExchange::from_atoms(const int *node_atom, int64_t first, int64_t count) const
+{
+  torch::Tensor rows = torch::empty({count, width}, torch::kFloat64);
+  double *r = rows.data_ptr<double>();
+  for (int64_t k = 0; k < count; k++)
+    std::copy_n(features_.begin() + static_cast<std::size_t>(node_atom[first + k]) * width, width, r + k * width);
+  return rows;
+}
+
+int GhostExchange::pack_forward(int n, const int *list, double *buf) const
+{
+  const double *f = features_.data();
+  for (int i = 0; i < n; i++) std::copy_n(f + static_cast<std::size_t>(list[i]) * width, width, buf + i * width);
   return n * width;
 }
 
-void PairMLIP::add_feature_rows(int n, int *list, double *buf)
+void GhostExchange::unpack_forward(int n, int first, const double *buf)
 {
-  const int width = impl->feature_width;
-  double *f = impl->features.data();
+  std::copy_n(buf, static_cast<std::size_t>(n) * width, features_.begin() + static_cast<std::size_t>(first) * width);
+}
+
+int GhostExchange::pack_reverse(int n, int first, double *buf) const
+{
+  std::copy_n(features_.begin() + static_cast<std::size_t>(first) * width, static_cast<std::size_t>(n) * width, buf);
+  return n * width;
+}
+
+void GhostExchange::add_reverse(int n, const int *list, const double *buf)
+{
+  double *f = features_.data();
   for (int i = 0; i < n; i++)
     for (int k = 0; k < width; k++) f[static_cast<std::size_t>(list[i]) * width + k] += buf[i * width + k];
 }

@@ -33,9 +33,9 @@
 
 #include "pair_mlip_outputs.h"
 
-#include "mlip/device.h"
+#include "mlip/model/device.h"
 #include "mlip/error.h"
-#include "mlip/model.h"
+#include "mlip/model/model.h"
 
 #include <algorithm>
 #include <chrono>
@@ -103,7 +103,7 @@ std::string PairMLIPKokkos<DeviceType>::model_device(const std::string &asked, s
   const torch::Device d = tensor_device<DeviceType>();
   note = d.is_cpu() ? "the host (Kokkos host views)" : "Kokkos's GPU " + d.str();
   if (!d.is_cpu()) {
-    // LibTorch's CUDA backend, loaded before the model (mlip/device.h).
+    // LibTorch's CUDA backend, loaded before the model (mlip/model/device.h).
     const std::string why = mlip::load_cuda_backend();
     if (!why.empty()) error->all(FLERR, "pair_style mlip/kk: the model cannot run on Kokkos's GPU: " + why);
   }

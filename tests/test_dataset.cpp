@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "mlip/dataset.h"
+#include "mlip/data/dataset.h"
 #include "mlip/error.h"
 #include "support/temp_dir.h"
 

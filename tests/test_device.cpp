@@ -1,4 +1,4 @@
-// Device choice (mlip/device.h), shared by the trainer and the pair style, and the model
+// Device choice (mlip/model/device.h), shared by the trainer and the pair style, and the model
 // evaluation path on a GPU. Without a GPU the GPU cases are skipped with a "no GPU" line; the
 // choice logic and the loading of LibTorch's CUDA backend run on every machine.
 #include <gtest/gtest.h>
@@ -14,10 +14,10 @@
 #include <random>
 #include <string>
 
-#include "mlip/device.h"
+#include "mlip/model/device.h"
 #include "mlip/error.h"
-#include "mlip/graph_capture.h"
-#include "mlip/model.h"
+#include "mlip/model/graph_capture.h"
+#include "mlip/model/model.h"
 #include "support/gpu.h"
 #include "support/reference.h"
 #include "support/temp_dir.h"
@@ -167,7 +167,7 @@ Structure random_water_box(unsigned seed, int copies, double jitter) {
   return s;
 }
 
-// CUDA graphs (mlip/graph_capture.h): the recorded call, replayed on moved atoms, equals the CPU
+// CUDA graphs (mlip/model/graph_capture.h): the recorded call, replayed on moved atoms, equals the CPU
 // in float64; moved atoms replay the recording, a system twice as large is recorded anew.
 TEST(GraphCaptureGpu, ReplaysEqualTheCpu) {
   if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;

@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "mlip/error.h"
-#include "mlip/io.h"
+#include "mlip/data/io.h"
 #include "support/source_dir.h"
 
 namespace mlip {

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "mlip/error.h"
-#include "mlip/io.h"
+#include "mlip/data/io.h"
 
 namespace mlip {
 namespace {

@@ -13,8 +13,8 @@
 #include <torch/version.h>
 
 #include "mlip/error.h"
-#include "mlip/file_io.h"
-#include "mlip/io.h"
+#include "mlip/data/file_io.h"
+#include "mlip/data/io.h"
 #include "support/morse_model.h"
 #include "support/reference.h"
 #include "support/source_dir.h"

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mlip/error.h"
-#include "mlip/neighbor_list.h"
+#include "mlip/graph/neighbor_list.h"
 #include "support/source_dir.h"
 
 namespace mlip {

@@ -19,7 +19,7 @@
 #include "lammps.h"
 #include "library.h"
 #include "neighbor.h"
-#include "mlip/device.h"
+#include "mlip/model/device.h"
 #include "mlip/error.h"
 #include "support/gpu.h"
 #include "support/morse_model.h"
@@ -491,6 +491,7 @@ TEST(PairMLIP, NullTypeIsIgnoredMessagePassingModel) { expect_null_type_ignored(
 // read through the library interface every 20 steps (measured: ~4e-5 eV/atom).
 struct NveRun {
   double drift = 0.0, tmin = 1e30, tmax = 0.0, pemax = -1e30, ese_change = 0.0, steps = 0.0;
+  std::vector<double> x_early;   // positions (by atom ID) 100 steps into the NVE run
 };
 
 NveRun run_nve(const std::string& se_model) {
@@ -526,6 +527,10 @@ NveRun run_nve(const std::string& se_model) {
   NveRun r;
   for (int block = 0; block < 100; ++block) {
     lmp.ok("run 20 pre no post no");
+    if (block == 4) {
+      r.x_early.resize(3 * n);
+      lammps_gather_atoms(lmp.handle(), const_cast<char*>("x"), 1, 3, r.x_early.data());
+    }
     const double t = lammps_get_thermo(lmp.handle(), "temp");
     r.drift = std::max(r.drift, std::abs(lammps_get_thermo(lmp.handle(), "etotal") - e0) / n);
     r.tmin = std::min(r.tmin, t);
@@ -551,15 +556,29 @@ TEST(PairMLIP, NveConservesEnergy) {
   EXPECT_GT(r.ese_change, 1e-3) << "the se_e2_a part must take part in the dynamics";
 }
 
-// The same run with the se_e2_a part compressed (tables down to 1 A): its energy drift is no
+// The same run with the se_e2_a part compressed (tables down to 1 A). Its energy drift is no
 // larger than the uncompressed model's (within 10%: the trajectories part after a few hundred
-// steps, so the two drifts are two samples of the same integrator error).
+// steps, so the two drifts are two samples of the same integrator error); and, what a small
+// compression error could not pass, 100 steps into the run its atoms are where the uncompressed
+// model's are to 1e-7 A, while the same run with the se_e2_a part scaled by 1.001 (a 0.1% force
+// error on that part alone) is more than 1e-6 A away.
 TEST(PairMLIP, NveDriftOfTheCompressedModelIsNoLarger) {
   const NveRun plain = run_nve(model_path("se_e2_a_md"));
   const NveRun compressed = run_nve(model_path("se_e2_a_md_compressed"));
+  const NveRun off = run_nve(model_path("se_e2_a_md_scaled"));
   ASSERT_EQ(compressed.steps, 2200.0);
   EXPECT_GT(compressed.ese_change, 1e-3) << "the compressed se_e2_a part must take part in the dynamics";
   EXPECT_LE(compressed.drift, 1.1 * plain.drift) << "compressed " << compressed.drift << ", uncompressed " << plain.drift;
+  auto apart = [&](const NveRun& r) {
+    double d = 0;
+    for (std::size_t k = 0; k < r.x_early.size(); ++k) d = std::max(d, std::abs(r.x_early[k] - plain.x_early[k]));
+    return d;
+  };
+  if (rank() == 0)
+    std::printf("100 NVE steps: compressed %.2e A from the uncompressed run, se_e2_a x 1.001 %.2e A\n",
+                apart(compressed), apart(off));
+  EXPECT_LT(apart(compressed), 1e-7);
+  EXPECT_GT(apart(off), 1e-6) << "the test must see a 0.1% error in the se_e2_a part";
 }
 
 // `timing yes` reports, after each run, the time per atom-step in graph building, the model call
@@ -633,8 +652,9 @@ TEST(PairMLIP, BadInputGivesClearErrors) {
                   "pair_style mlip: unknown device 'gpu' (known: cpu, cuda, cuda:N, auto)"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device cuda:x", "* * O H H"), "expected cuda:N"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " timing maybe", "* * O H H"),
-                  "timing must be 'yes' or 'no', not 'maybe'"));
-  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunk 0", "* * O H H"), "chunk must be >= 1"));
+                  "keyword 'timing' must be 'yes' or 'no', not 'maybe'"));
+  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunk 0", "* * O H H"),
+                  "keyword 'chunk' must be a whole number >= 1, not '0'"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H H", "newton off"), "requires 'newton on'"));
 }
 
@@ -1033,7 +1053,7 @@ TEST(PairMLIP, ModelDeviationKeywordsNeedACommittee) {
   const std::string e = lmp.command("pair_style mlip " + model_path("se_e2_a") + " out_freq 10");
   EXPECT_NE(e.find("give two or more model files"), std::string::npos) << e;
   const std::string e2 = lmp.command("pair_style mlip " + model_path("se_e2_a") + " " + model_path("se_e2_a") + " out_freq 0");
-  EXPECT_NE(e2.find("out_freq must be >= 1"), std::string::npos) << e2;
+  EXPECT_NE(e2.find("keyword 'out_freq' must be a whole number >= 1, not '0'"), std::string::npos) << e2;
 }
 
 // bcc tantalum, 4 x 4 x 4 cells (128 atoms), atoms displaced randomly by up to 0.15 A.
@@ -1100,7 +1120,7 @@ TEST_F(PairMLIPGpu, TrajectoryMatchesCpu) {
   expect_gpu_matches(ta_setup, model_path("se_e2_a_ta"), "* * Ta", 50);
 }
 
-// 'cuda_graph yes' (mlip/graph_capture.h): the recorded call against the CPU, on water (plain
+// 'cuda_graph yes' (mlip/model/graph_capture.h): the recorded call against the CPU, on water (plain
 // se_e2_a), on a jittered bcc lattice (the compressed se_e2_a, whose tables start at 1 A: random
 // water has closer pairs), with empty subdomains, and over 50 steps of MD (replays with new
 // positions and neighbour lists, and recordings anew where a group outgrows its capacity). A

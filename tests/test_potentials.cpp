@@ -14,17 +14,17 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "mlip/edge_contraction.h"
-#include "mlip/elements.h"
+#include "mlip/ops/edge_contraction.h"
+#include "mlip/data/elements.h"
 #include "mlip/error.h"
-#include "mlip/graph_capture.h"
-#include "mlip/grouped_graph.h"
-#include "mlip/message_passing.h"
-#include "mlip/neighbor_list.h"
+#include "mlip/model/graph_capture.h"
+#include "mlip/model/grouped_graph.h"
+#include "mlip/model/message_passing.h"
+#include "mlip/graph/neighbor_list.h"
 #include "mlip/potentials.h"
-#include "mlip/radial_net.h"
-#include "mlip/tabulated_embedding.h"
-#include "mlip/vector_message.h"
+#include "mlip/ops/radial_net.h"
+#include "mlip/ops/tabulated_embedding.h"
+#include "mlip/ops/vector_message.h"
 #include "support/reference.h"
 #include "support/source_dir.h"
 #include "support/temp_dir.h"
@@ -59,7 +59,7 @@ BuiltModel build(const Case& c, uint64_t seed = 7, int layers = 2) {
   spec.architecture = se ? "se_e2_a" : c.architecture;
   spec.species = {"H", "O"};
   spec.cutoff = kCutoff;
-  spec.dtype = c.dtype;
+  spec.dtype = c.dtype == torch::kFloat32 ? "float32" : "float64";
   spec.seed = seed;
   if (se) {
     spec.hyperparameters = {{"embedding", {8, 16}}, {"axis_neurons", 4}, {"fitting", {16, 16}},
@@ -298,7 +298,7 @@ TEST_P(Potential, ExportedModelMatchesAndLoadsInPython) {
   }
 }
 
-// Ghost exchange (mlip/message_passing.h) in one process: each periodic image a centre sees is a
+// Ghost exchange (mlip/model/message_passing.h) in one process: each periodic image a centre sees is a
 // ghost node whose features come from its atom between layers, and whose feature gradients go
 // back to it. Energies and edge gradients equal forward() on the periodic graph (where images are
 // the atoms themselves), for 2 and 3 layers, with and without the pair repulsion.
@@ -449,7 +449,7 @@ TEST(TabulatedContraction, ThreadsGiveBitwiseTheResultOfOneThread) {
   at::set_num_threads(threads);
 }
 
-// se_e2_a's contraction operators (mlip/edge_contraction.h): values, first and second derivatives
+// se_e2_a's contraction operators (mlip/ops/edge_contraction.h): values, first and second derivatives
 // against the ATen reference, in both dtypes.
 TEST(EdgeContraction, OperatorsAndTheirDerivativesMatchTheReference) {
   const int threads = at::get_num_threads();
@@ -514,7 +514,7 @@ TEST(EdgeContraction, BadIndicesAndShapesAreErrors) {
             std::string::npos);
 }
 
-// PaiNN's message sums (mlip/vector_message.h) against the aten reference: values, the CPU
+// PaiNN's message sums (mlip/ops/vector_message.h) against the aten reference: values, the CPU
 // kernel's gradients (a backward without a graph, as in MD) and second derivatives (a backward
 // with a graph, as a force loss needs), in both dtypes, with edges in random order.
 TEST(VectorMessage, KernelsAndDerivativesMatchTheReference) {
@@ -575,7 +575,7 @@ TEST(VectorMessage, BadIndicesAndShapesAreErrors) {
             std::string::npos);
 }
 
-// tanh_net (mlip/radial_net.h) against the plain net differentiated by autograd: values,
+// tanh_net (mlip/ops/radial_net.h) against the plain net differentiated by autograd: values,
 // dy/dx, and the parameter gradients of a force-style loss (a function of dL/dx, differentiated
 // once more), in both dtypes, over several row blocks.
 TEST(TanhNet, MatchesAutogradOfThePlainNet) {
@@ -760,7 +760,7 @@ INSTANTIATE_TEST_SUITE_P(SeE2A, Compression,
                                            Case{"se_e2_a", torch::kFloat64, true}, Case{"se_e2_a", torch::kFloat32}),
                          case_name);
 
-// Grouped graphs (mlip/grouped_graph.h): the static-shape evaluation that CUDA graphs record,
+// Grouped graphs (mlip/model/grouped_graph.h): the static-shape evaluation that CUDA graphs record,
 // checked on the CPU through the same code (GraphCapture without recording). Energies and edge
 // gradients equal the plain forward()'s, on whole structures and on graphs whose last nodes
 // are not centres (LAMMPS's ghosts), for one- and two-sided nets, the repulsion prior and a

@@ -12,7 +12,7 @@
 #include <torch/script.h>
 
 #include "mlip/error.h"
-#include "mlip/operators.h"
+#include "mlip/ops/operators.h"
 #include "mlip/potentials.h"
 
 namespace mlip::detail {
@@ -118,7 +118,7 @@ class ModuleBuilder {
     built.metadata.species = spec.species;
     built.metadata.cutoff = spec.cutoff;
     built.metadata.message_passing_layers = message_passing_layers;
-    built.metadata.dtype = spec.dtype == torch::kFloat32 ? "float32" : "float64";
+    built.metadata.dtype = spec.dtype;
     built.metadata.hyperparameters = hyperparameters;
     built.species_axes = species_axes_;
     built.descriptor = descriptor_;

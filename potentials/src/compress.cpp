@@ -16,8 +16,8 @@
 #include "builder.h"
 #include "mlip/error.h"
 #include "mlip/potentials.h"
-#include "mlip/operators.h"
-#include "mlip/tabulated_embedding.h"
+#include "mlip/ops/operators.h"
+#include "mlip/ops/tabulated_embedding.h"
 
 namespace mlip {
 namespace {
@@ -112,7 +112,7 @@ double table_error(const torch::jit::Module& base, const torch::Tensor& table, d
   return err / scale;
 }
 
-// forward() and, where the base model has them, forward_grouped() (mlip/grouped_graph.h): the
+// forward() and, where the base model has them, forward_grouped() (mlip/model/grouped_graph.h): the
 // table takes every edge at once, so only the energies see the grouping.
 const char* kCompressedSums = R"(
     radial, env, net = self.base.environment(species, edge_index, edge_vectors)

@@ -18,13 +18,13 @@
 // Lean evaluation: the filter W(rbf) fc = (rbf W + b) fc is one product [rbf fc, fc] [W; b] of
 // the edges' radial terms ((edges x radial_basis + 1), computed once per graph or chunk) with the
 // layer's weights, and the message sums are one operator (torch.ops.mlip.vector_message,
-// mlip/vector_message.h) that makes one pass over the edges each way and keeps only its inputs:
+// mlip/ops/vector_message.h) that makes one pass over the edges each way and keeps only its inputs:
 // per layer and edge the autograd graph holds the filter (3F values), not the gathered features
 // and messages (about 6 x 3F values composed of aten operations).
 //
 // N (neighbor_norm) keeps the sums of ~50 neighbours (water at 5 A) from growing the features
-// layer after layer: without it a 3-layer model starts with forces of several eV/A and trains
-// slowly (water, 7 min: validation force RMSE 1517 meV/A against se_e2_a's 84).
+// layer after layer, and a model with several layers would start training from forces far
+// larger than the data's.
 //
 // Hyperparameters (defaults): features (64), layers (2), radial_basis (16), neighbor_norm (0: the
 // mean neighbour count of the training data; 1 for a model built without data).
@@ -47,7 +47,7 @@ BuiltModel build_painn(const ModelSpec& spec) {
   if (neighbor_norm < 0.0) hp.fail("neighbor_norm", "must be positive (or 0: from data)");
 
   const int64_t ns = static_cast<int64_t>(spec.species.size());
-  detail::ModuleBuilder b("PaiNN", spec.dtype, spec.seed);
+  detail::ModuleBuilder b("PaiNN", torch_dtype(spec), spec.seed);
   // Everything but the readout (out1, out2) is the descriptor (training.freeze).
   auto linear = [&](const std::string& name, int64_t in, int64_t out) {
     b.normal(name + "_w", {in, out}, 1.0 / std::sqrt(double(in)));
@@ -77,7 +77,7 @@ BuiltModel build_painn(const ModelSpec& spec) {
   b.buffer("inv_neighbor_norm", torch::full({1}, 1.0 / (neighbor_norm > 0 ? neighbor_norm : 1.0)));
   b.float_attribute("cutoff", spec.cutoff);
 
-  // The model in parts (mlip/message_passing.h): mp_edges (radial terms of the edges), mp_embed
+  // The model in parts (mlip/model/message_passing.h): mp_edges (radial terms of the edges), mp_embed
   // (features before the first layer), mp_layer_<k> (layer k: messages into, and updates of, the
   // nodes [0, n_out)), mp_readout (centre energies). forward composes them; LAMMPS's per-layer
   // ghost exchange calls them one by one, refreshing the ghosts' features between layers.

@@ -2,12 +2,18 @@
 
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include "mlip/elements.h"
+#include "mlip/data/elements.h"
 #include "mlip/error.h"
 
 namespace mlip {
 
 std::vector<std::string> architectures() { return {"se_e2_a", "painn"}; }
+
+torch::Dtype torch_dtype(const ModelSpec& spec) {
+  if (spec.dtype == "float32") return torch::kFloat32;
+  if (spec.dtype == "float64") return torch::kFloat64;
+  throw Error("model: dtype must be float32 or float64, not '" + spec.dtype + "'");
+}
 
 BuiltModel build_model(const ModelSpec& spec) {
   if (spec.species.empty()) throw Error("model: no species given");
@@ -15,7 +21,7 @@ BuiltModel build_model(const ModelSpec& spec) {
     if (atomic_number(el) == 0) throw Error("model: species '" + el + "' is not an element");
   }
   if (!(spec.cutoff > 0.0)) throw Error("model: cutoff must be positive");
-  if (spec.dtype != torch::kFloat32 && spec.dtype != torch::kFloat64) throw Error("model: dtype must be float32 or float64");
+  torch_dtype(spec);  // float32 or float64
   BuiltModel built;
   if (spec.architecture == "se_e2_a") {
     built = build_se_e2_a(spec);
@@ -46,7 +52,7 @@ void export_frozen(const torch::jit::Module& module, const ModelMetadata& metada
   torch::jit::Module copy = module.clone();
   copy.eval();
   // Methods a compressed model reuses (se_e2_a: compress.cpp) and a message-passing model's
-  // parts (mp_*: mlip/message_passing.h) stay callable on the frozen model.
+  // parts (mp_*: mlip/model/message_passing.h) stay callable on the frozen model.
   std::vector<std::string> preserved;
   for (const char* method : {"environment", "embedding", "energies", "repulsion", "forward_grouped",
                              "energies_grouped", "repulsion_all_edges"})

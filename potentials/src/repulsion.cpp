@@ -22,7 +22,7 @@
 #include <sstream>
 
 #include "builder.h"
-#include "mlip/elements.h"
+#include "mlip/data/elements.h"
 
 namespace mlip {
 

@@ -117,7 +117,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   if (neighbor_norm < 0.0) hp.fail("neighbor_norm", "must be positive (or 0: from data)");
 
   const int64_t ns = static_cast<int64_t>(spec.species.size());
-  detail::ModuleBuilder b("SeE2A", spec.dtype, spec.seed);
+  detail::ModuleBuilder b("SeE2A", torch_dtype(spec), spec.seed);
   const int64_t n_emb = one_side ? ns : ns * ns;  // embedding nets
   std::vector<int64_t> emb_widths = {1};
   emb_widths.insert(emb_widths.end(), embedding.begin(), embedding.end());
@@ -172,7 +172,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   // Per-atom energies from T_i = sum_j env_ij (x) G_ij (n_centers, 4, M1), species by species:
   // energies() picks each species' centres (nonzero: a size known only on the device),
   // energies_grouped() takes them as consecutive groups of sizes known on the host (the static
-  // shapes a CUDA graph records, mlip/grouped_graph.h).
+  // shapes a CUDA graph records, mlip/model/grouped_graph.h).
   const auto fitting_net = [&](const std::string& indent) {
     // y (n, 4, M1) -> per-atom energies of species t, as `y`
     const Affine y = dense_layers(src, "y", "fit", fit_widths, indent);
@@ -225,7 +225,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    t_sum = torch.zeros([n_centers, 4, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
       << "    for t in range(" << n_emb << "):\n"
       << "        idx = torch.nonzero(net == t).squeeze(1)\n"
-      // The net with its derivative in one operator (mlip/radial_net.h): the same function as
+      // The net with its derivative in one operator (mlip/ops/radial_net.h): the same function as
       // embedding(), cheaper to differentiate twice (a force loss).
       << "        g, g_dx = mlip_ops.tanh_net(radial.index_select(0, idx), " << tanh_net_params(emb_widths)
       << ", " << tanh_net_residual(emb_widths) << ")\n"
@@ -233,7 +233,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    return self.energies(species, t_sum, n_centers)"
       << (repulsion.empty() ? "" : " + self.repulsion(species, edge_index, edge_vectors, n_centers)") << "\n";
 
-  // The same sums with edges grouped by net and centres by species (mlip/grouped_graph.h).
+  // The same sums with edges grouped by net and centres by species (mlip/model/grouped_graph.h).
   src << "\ndef forward_grouped(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int,"
       << " center_groups: List[int], edge_groups: List[int]) -> Tensor:\n"
       << "    center = edge_index[0]\n"

@@ -1,6 +1,6 @@
 // libFuzzer target for the model metadata loader (mlip/metadata.json inside model files).
 #include "fuzz_input.h"
-#include "mlip/model_metadata.h"
+#include "mlip/model/model_metadata.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -1,7 +1,7 @@
 // libFuzzer targets for the data readers, one binary per format (MLIP_FUZZ_READER picks it at
 // compile time): extxyz, npy, n2p2, fitsnap. scripts/fuzz.sh builds and runs them.
 #include "fuzz_input.h"
-#include "mlip/io.h"
+#include "mlip/data/io.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   using namespace mlip;

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "mlip/io.h"
+#include "mlip/data/io.h"
 #include "support/source_dir.h"
 #include "support/test_models.h"
 

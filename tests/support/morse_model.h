@@ -1,4 +1,4 @@
-// A Morse pair potential written against the model contract (common/include/mlip/model.h), built
+// A Morse pair potential written against the model contract (common/include/mlip/model/model.h), built
 // from C++ with Module::define like every mlip architecture. Tests use it where an exact,
 // hand-checkable energy is wanted; it is not one of the production architectures.
 #pragma once
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "mlip/model_metadata.h"
+#include "mlip/model/model_metadata.h"
 
 namespace mlip::testing {
 

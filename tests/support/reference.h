@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "mlip/elements.h"
-#include "mlip/model.h"
-#include "mlip/neighbor_list.h"
+#include "mlip/data/elements.h"
+#include "mlip/model/model.h"
+#include "mlip/graph/neighbor_list.h"
 
 namespace mlip::testing {
 

@@ -9,6 +9,7 @@
 //   morse_md           Morse binding for the NVE test: H O, rc 5.0, alpha 1.6 / A, r0 2.6 A
 //   se_e2_a_md         se_e2_a perturbation for the NVE test: H O, rc 4.0, energy scale 0.03-0.05
 //   se_e2_a_md_compressed  the same, compressed (mlip-trainer compress, tables down to 1 A)
+//   se_e2_a_md_scaled  the same, its energy scaled by 1.001 (a 0.1% error, for the NVE test)
 //   se_e2_a_water64    se_e2_a with default hyperparameters (rc 6, embedding 25-50-100, fitting
 //   se_e2_a_water32    240x3), O H, random weights: the speed benchmark's model, float64/float32
 //   painn_water64      PaiNN with default hyperparameters (64 features, 2 layers, 16 radial
@@ -45,7 +46,7 @@ inline BuiltModel build_test_model(const std::string& architecture, double cutof
   spec.architecture = architecture;
   spec.species = species;
   spec.cutoff = cutoff;
-  spec.dtype = dtype;
+  spec.dtype = dtype == torch::kFloat32 ? "float32" : "float64";
   spec.seed = seed;
   spec.hyperparameters = hyper;
   return build_model(spec);
@@ -64,7 +65,8 @@ inline void write_test_model(const std::string& name, const std::string& path) {
     m.module().setattr("alpha", 1.6);
     m.module().setattr("r0", 2.6);
     save_model(m.module(), m.metadata(), path);
-  } else if (name == "se_e2_a" || name == "se_e2_a_md" || name == "se_e2_a_md_compressed") {
+  } else if (name == "se_e2_a" || name == "se_e2_a_md" || name == "se_e2_a_md_compressed" ||
+             name == "se_e2_a_md_scaled") {
     const bool md = name != "se_e2_a";
     BuiltModel b = build_test_model("se_e2_a", md ? 4.0 : 3.5,
                                     {{"embedding", {4, 8}}, {"axis_neurons", 4}, {"fitting", {8, 8}},
@@ -78,6 +80,7 @@ inline void write_test_model(const std::string& name, const std::string& path) {
     {
       torch::NoGradGuard no_grad;
       b.module.attr("env_std").toTensor().copy_(torch::tensor({{0.3, 0.2}, {0.25, 0.15}}));
+      if (name == "se_e2_a_md_scaled") b.module.attr("energy_scale").toTensor().mul_(1.001);
     }
     if (name == "se_e2_a_md_compressed") {
       CompressOptions options;

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "mlip/operators.h"
+#include "mlip/ops/operators.h"
 
 int main(int argc, char** argv) {
   if (argc != 4) {

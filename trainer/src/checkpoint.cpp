@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mlip/error.h"
-#include "mlip/file_io.h"
+#include "mlip/data/file_io.h"
 
 namespace mlip::trainer::checkpoint {
 namespace {

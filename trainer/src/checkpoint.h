@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "mlip/file_io.h"
+#include "mlip/data/file_io.h"
 
 namespace mlip::trainer::checkpoint {
 

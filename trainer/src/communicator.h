@@ -18,7 +18,7 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  /// The rank among this job's ranks on the same node (picks the GPU, mlip/device.h).
+  /// The rank among this job's ranks on the same node (picks the GPU, mlip/model/device.h).
   virtual int local_rank() const { return rank(); }
   /// How many of this job's ranks run on this node.
   virtual int local_size() const { return 1; }

@@ -9,7 +9,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "mlip/elements.h"
+#include "mlip/data/elements.h"
 #include "mlip/error.h"
 
 namespace mlip::trainer {
@@ -275,7 +275,8 @@ void Section::fail(const YAML::Node& at, const std::string& what) const {
 }
 
 // The sections of a config, each checked key by key (Section::finish: unknown keys are errors).
-static void read_model(Section& top, const YAML::Node& root, const std::string& path, Config& c) {
+static void read_model(Section& top, const YAML::Node& root, const std::string& path, Config& config) {
+  ModelSpec& c = config.model;
   Section model = top.section("model");
   if (!model.node() || model.node().IsNull()) top.fail(root, "missing required section 'model'");
   c.architecture = model.required<std::string>("architecture");
@@ -289,7 +290,7 @@ static void read_model(Section& top, const YAML::Node& root, const std::string& 
   }
   c.cutoff = model.required<double>("cutoff");
   c.dtype = model.get<std::string>("dtype", c.dtype);
-  c.model_seed = model.get<uint64_t>("seed", c.model_seed);
+  c.seed = model.get<uint64_t>("seed", c.seed);
   c.repulsion = model.get<std::string>("repulsion", c.repulsion);
   c.repulsion_width = model.get<double>("repulsion_width", c.repulsion_width);
   const YAML::Node hp = model.raw("hyperparameters");

@@ -9,7 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "mlip/dataset.h"
+#include "mlip/data/dataset.h"
+#include "mlip/model_spec.h"
 
 namespace mlip::trainer {
 
@@ -37,15 +38,7 @@ struct PrefactorConfig {
 struct Config {
   std::string file;  // where it was read from
 
-  // model
-  std::string architecture;
-  std::vector<std::string> species;
-  double cutoff = 0.0;
-  std::string dtype = "float64";
-  uint64_t model_seed = 1;
-  nlohmann::json hyperparameters = nlohmann::json::object();
-  std::string repulsion = "none";       // none | zbl (short-range prior below the data's shortest pairs)
-  double repulsion_width = 0.5;         // Å
+  ModelSpec model;                      // the model section (mlip/model_spec.h)
 
   // data
   std::vector<DataSource> train;
@@ -75,7 +68,7 @@ struct Config {
   std::string freeze = "none";          // none | descriptor (with init_from: train the rest only)
 
   // where training runs (docs/config.md "Devices and communication")
-  std::string device = "auto";          // auto | cpu | cuda | cuda:N (mlip/device.h)
+  std::string device = "auto";          // auto | cpu | cuda | cuda:N (mlip/model/device.h)
   std::string data_on_device = "auto";  // auto (= true on a GPU) | true | false
   bool tf32 = false;                    // TF32 matrix products for float32 models on GPUs
   bool deterministic = true;            // deterministic GPU kernels (bitwise resume)

@@ -40,7 +40,7 @@ std::vector<Frame> load_sources(const std::vector<DataSource>& sources, const Co
     DatasetOptions opts;
     opts.format = src.format;
     opts.read.units = src.units;
-    opts.cutoff = c.cutoff;
+    opts.cutoff = c.model.cutoff;
     opts.cache_dir = c.cache_dir;
     std::string note;
     std::vector<Frame> frames = load_frames(src.path, opts, &note);

@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "mlip/deviation.h"
+#include "mlip/model/deviation.h"
 #include "mlip/error.h"
-#include "mlip/io.h"
+#include "mlip/data/io.h"
 #include "training.h"
 
 namespace mlip::trainer {

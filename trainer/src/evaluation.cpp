@@ -9,8 +9,8 @@
 
 #include "checkpoint.h"
 #include "mlip/error.h"
-#include "mlip/io.h"
-#include "mlip/model_metadata.h"
+#include "mlip/data/io.h"
+#include "mlip/model/model_metadata.h"
 #include "training.h"
 
 namespace mlip::trainer {

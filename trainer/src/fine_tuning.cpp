@@ -99,13 +99,13 @@ void Trainer::refit_energy_shift() {
     const torch::Tensor e = predict(model_.module, t, false).energy.detach().to(torch::kFloat64).contiguous();
     for (std::size_t k = 0; k < idx.size(); ++k) predicted[first + k] = e[static_cast<int64_t>(k)].item<double>();
   }
-  const std::vector<double> delta = fit_energy_shift(data_.train, *species_, config_.species.size(), &predicted);
+  const std::vector<double> delta = fit_energy_shift(data_.train, *species_, config_.model.species.size(), &predicted);
   torch::NoGradGuard no_grad;
   torch::Tensor shift = model_.module.attr("energy_shift").toTensor();
   std::string text;
   for (std::size_t s = 0; s < delta.size(); ++s) {
     shift[static_cast<int64_t>(s)] += delta[s];
-    text += fmt::format(" {}{:+.6g}", config_.species[s], delta[s]);
+    text += fmt::format(" {}{:+.6g}", config_.model.species[s], delta[s]);
   }
   log("init_from: energy shift re-fitted to the new data's residuals (eV):" + text);
 }

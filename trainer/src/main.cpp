@@ -19,9 +19,9 @@
 #include "communicator.h"
 #include "config.h"
 #include "mlip/error.h"
-#include "mlip/io.h"
+#include "mlip/data/io.h"
 #include "mlip/potentials.h"
-#include "mlip/runtime.h"
+#include "mlip/model/runtime.h"
 #include "training.h"
 
 namespace fs = std::filesystem;
@@ -49,7 +49,7 @@ int run_committee(Communicator& comm, const std::string& config_path, std::vecto
   for (int k = 0; k < members; ++k) {
     const std::string dir = (fs::path(base.output_dir) / fmt::format("model-{}", k)).string();
     std::vector<std::string> member = overrides;
-    member.push_back(fmt::format("model.seed={}", base.model_seed + k));
+    member.push_back(fmt::format("model.seed={}", base.model.seed + k));
     member.push_back(fmt::format("training.seed={}", base.seed + k));
     member.push_back("output.dir=" + dir);
     if (comm.rank() == 0) std::printf("committee: model %d of %d -> %s\n", k + 1, members, dir.c_str());

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.h"
-#include "mlip/device.h"
+#include "mlip/model/device.h"
 #include "mlip/error.h"
-#include "mlip/io.h"
+#include "mlip/data/io.h"
 #include "training.h"
 
 #include <ATen/Context.h>
@@ -46,7 +46,7 @@ std::vector<const Frame*> pointers(const std::vector<Frame>& frames, const std::
 
 Trainer::Trainer(Config config, std::string config_text, Communicator& comm)
     : config_(std::move(config)), config_text_(std::move(config_text)), comm_(comm),
-      dtype_(config_.dtype == "float32" ? torch::kFloat32 : torch::kFloat64),
+      dtype_(torch_dtype(config_.model)),
       accumulate_(config_.accumulate_dtype == "float32" ? torch::kFloat32 : torch::kFloat64) {}
 
 void Trainer::setup_device() {
@@ -115,19 +115,10 @@ std::string Trainer::checkpoint_dir() const { return (fs::path(config_.output_di
 void Trainer::setup_model_and_statistics() {
   data_ = load_data(config_, [this](const std::string& s) { log(s); });
   log(fmt::format("data: {} training and {} validation frames", data_.train.size(), data_.validation.size()));
-  species_ = std::make_unique<SpeciesMap>(config_.species);
+  species_ = std::make_unique<SpeciesMap>(config_.model.species);
   warn_about_data();
 
-  ModelSpec spec;
-  spec.architecture = config_.architecture;
-  spec.species = config_.species;
-  spec.cutoff = config_.cutoff;
-  spec.dtype = dtype_;
-  spec.hyperparameters = config_.hyperparameters;
-  spec.seed = config_.model_seed;
-  spec.repulsion = config_.repulsion;
-  spec.repulsion_width = config_.repulsion_width;
-  model_ = build_model(spec);
+  model_ = build_model(config_.model);
   // How close atoms come in the training data: compressed models tabulate down to 0.75 x this.
   double shortest = std::numeric_limits<double>::infinity();
   for (const Frame& f : data_.train)
@@ -135,19 +126,19 @@ void Trainer::setup_model_and_statistics() {
   if (std::isfinite(shortest)) model_.metadata.provenance["shortest_training_distance"] = shortest;
 
   // Statistics from the training frames (identical on every rank: all ranks hold the split).
-  const std::vector<double> shift = fit_energy_shift(data_.train, *species_, config_.species.size());
+  const std::vector<double> shift = fit_energy_shift(data_.train, *species_, config_.model.species.size());
   const double scale = force_rms(data_.train);
   std::vector<const Frame*> sample;
   for (std::size_t k = 0; k < data_.train.size() && k < 200; ++k) sample.push_back(&data_.train[k]);
   fit_descriptor_statistics(model_, sample);
-  if (config_.repulsion != "none") {
+  if (config_.model.repulsion != "none") {
     std::vector<const Frame*> all;
     for (const auto& f : data_.train) all.push_back(&f);
     fit_repulsion(model_, all);
     std::string radii;
     for (const auto& [pair, r] : model_.metadata.hyperparameters["repulsion"]["inner"].items())
       radii += fmt::format(" {}={:.3f}", pair, r.get<double>());
-    log(fmt::format("statistics: {} repulsion below the shortest training distances (A){}", config_.repulsion, radii));
+    log(fmt::format("statistics: {} repulsion below the shortest training distances (A){}", config_.model.repulsion, radii));
   }
   {
     torch::NoGradGuard no_grad;  // setting buffers
@@ -155,7 +146,7 @@ void Trainer::setup_model_and_statistics() {
     if (scale > 0) model_.module.attr("energy_scale").toTensor().fill_(scale);
   }
   std::string shifts;
-  for (std::size_t s = 0; s < shift.size(); ++s) shifts += fmt::format(" {}={:.6g}", config_.species[s], shift[s]);
+  for (std::size_t s = 0; s < shift.size(); ++s) shifts += fmt::format(" {}={:.6g}", config_.model.species[s], shift[s]);
   log(fmt::format("statistics: energy shift (eV){}; energy scale {:.4g} (force RMS, eV/A)", shifts, scale));
   if (!config_.init_from.empty()) init_from_source();
 
@@ -188,7 +179,7 @@ void Trainer::setup_model_and_statistics() {
 // cutoff (an error when no training frame has one), and model species no training frame has.
 void Trainer::warn_about_data() const {
   std::size_t isolated = 0;
-  std::vector<bool> present(config_.species.size(), false);
+  std::vector<bool> present(config_.model.species.size(), false);
   for (const Frame& f : data_.train) {
     isolated += f.num_edges() == 0 ? 1 : 0;
     for (int z : f.structure.numbers) present[static_cast<std::size_t>(species_->index(z, f.structure.origin))] = true;
@@ -196,18 +187,18 @@ void Trainer::warn_about_data() const {
   if (isolated == data_.train.size()) {
     throw Error(fmt::format("{}: model.cutoff {} A: no atom of the {} training frames has a neighbour within it, so "
                             "the model could learn nothing but an energy per species: give a larger cutoff",
-                            config_.file, config_.cutoff, data_.train.size()));
+                            config_.file, config_.model.cutoff, data_.train.size()));
   }
   if (isolated > 0) {
     log(fmt::format("WARNING: {} of {} training frames have no pair of atoms within model.cutoff = {} A: the model "
                     "learns nothing from their geometry",
-                    isolated, data_.train.size(), config_.cutoff));
+                    isolated, data_.train.size(), config_.model.cutoff));
   }
   for (std::size_t k = 0; k < present.size(); ++k) {
     if (!present[k]) {
       log(fmt::format("WARNING: model species '{}' (model.species) occurs in no training frame: its parameters "
                       "stay as initialised",
-                      config_.species[k]));
+                      config_.model.species[k]));
     }
   }
 }
@@ -370,7 +361,7 @@ void Trainer::start_outputs() {
   int64_t n_parameters = 0;
   for (const auto& p : params_) n_parameters += p.numel();
   log(fmt::format("training {} ({} parameters, {} gradient bucket(s)) on {} rank(s), {} steps per epoch",
-                  config_.architecture, n_parameters, reducer_->buckets(), comm_.size(),
+                  config_.model.architecture, n_parameters, reducer_->buckets(), comm_.size(),
                   (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate));
 }
 

@@ -11,18 +11,14 @@
 
 #include "checkpoint.h"
 #include "mlip/error.h"
-#include "mlip/file_io.h"
+#include "mlip/data/file_io.h"
 #include "training.h"
 
 namespace mlip::trainer {
 namespace fs = std::filesystem;
 
 // The model section of the config as the checkpoint records it: what a resumed run must match.
-static nlohmann::json model_settings(const Config& c) {
-  return {{"architecture", c.architecture}, {"species", c.species},     {"cutoff", c.cutoff},
-          {"dtype", c.dtype},               {"repulsion", c.repulsion}, {"repulsion_width", c.repulsion_width},
-          {"hyperparameters", c.hyperparameters}};
-}
+static nlohmann::json model_settings(const Config& c) { return checkpoint_settings(c.model); }
 
 void Trainer::save_checkpoint(bool best) {
   if (!comm_.is_root()) return;

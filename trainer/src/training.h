@@ -18,7 +18,7 @@
 #include "communicator.h"
 #include "config.h"
 #include "gradient_reducer.h"
-#include "mlip/dataset.h"
+#include "mlip/data/dataset.h"
 #include "mlip/potentials.h"
 
 namespace mlip::trainer {
@@ -298,7 +298,7 @@ struct TestOutputs {
 /// on float64 arrays (the model's dtype and device are its business), edge_forces() after it.
 Prediction evaluate_as_lammps(const Model& model, const BatchTensors& t);
 
-/// `mlip-trainer deviation`: a committee's model deviation (mlip/deviation.h) on every frame of
+/// `mlip-trainer deviation`: a committee's model deviation (mlip/model/deviation.h) on every frame of
 /// a data file, written like pair_style mlip's file (frame index for the step); frames with
 /// trust_lo <= max force deviation < trust_hi are written to `candidates` (extended XYZ) for
 /// labelling.

@@ -1,6 +1,6 @@
 // The model architectures. Each is defined exactly once, here: a builder registers its parameters
 // from C++ and writes its forward() in TorchScript (Module::define), following the model contract
-// of common/include/mlip/model.h. The same module is trained by mlip-trainer (C++ autograd),
+// of common/include/mlip/model/model.h. The same module is trained by mlip-trainer (C++ autograd),
 // exported frozen with its metadata, evaluated by pair_style mlip and loadable by torch.jit.load.
 //
 // Every architecture has two per-species buffers set from data by the trainer:
@@ -16,26 +16,14 @@
 #include <nlohmann/json.hpp>
 #include <torch/script.h>
 
-#include "mlip/dataset.h"
-#include "mlip/model_metadata.h"
+#include "mlip/data/dataset.h"
+#include "mlip/model/model_metadata.h"
+#include "mlip/model_spec.h"
 
 namespace mlip {
 
-/// What to build. `hyperparameters` holds the architecture's own keys (see each builder); keys it
-/// does not know are an error naming them, missing ones take documented defaults.
-struct ModelSpec {
-  std::string architecture;           // "se_e2_a" or "painn"
-  std::vector<std::string> species;   // element symbols, model species index = position
-  double cutoff = 6.0;                // Å
-  torch::Dtype dtype = torch::kFloat64;
-  nlohmann::json hyperparameters = nlohmann::json::object();
-  uint64_t seed = 1;
-  /// Short-range prior added to every architecture (see src/repulsion.cpp): "none" or "zbl", the
-  /// ZBL repulsion switched on over `repulsion_width` Å below each pair's shortest distance in the
-  /// training data (fit_repulsion), so it is zero on every training structure.
-  std::string repulsion = "none";
-  double repulsion_width = 0.5;
-};
+/// The spec's dtype as LibTorch's ("float32" or "float64"; another is an error).
+torch::Dtype torch_dtype(const ModelSpec& spec);
 
 /// How a parameter or buffer is indexed by species (for fine-tuning with other species):
 ///   none:               not at all
@@ -115,7 +103,7 @@ struct CompressReport {
 /// The compressed se_e2_a model of `base` (a trainable module or a frozen one exported by
 /// export_frozen): each embedding net replaced by quintic Hermite polynomials (value, first and
 /// second derivative exact at every grid point) on a uniform grid of its input, fused with the
-/// contraction in torch.ops.mlip.tabulated_contraction (mlip/tabulated_embedding.h). The grid
+/// contraction in torch.ops.mlip.tabulated_contraction (mlip/ops/tabulated_embedding.h). The grid
 /// spans the inputs of neighbours from the cutoff down to options.min_distance and is refined
 /// until options.tolerance holds. `metadata` gets a "compression" entry in its hyperparameters.
 /// Throws mlip::Error on another architecture, an already compressed model, or a frozen model

@@ -1,0 +1,116 @@
+// Readers and a writer for training data: extended XYZ (as ASE writes it), DeePMD npy systems,
+// n2p2/RuNNer input.data and FitSNAP JSON. Every reader returns Structures in mlip's units (eV, Å,
+// eV/Å, virial in eV) with the sign conventions of structure.h, and sets `origin` to
+// "<path>:frame N" (N counts from 0 within the file or DeePMD system).
+//
+// Every problem is an mlip::Error whose message names the file and the line or frame, e.g.
+//   "data/x.xyz:line 14 (frame 1): atom line has 6 columns, Properties declares 7".
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "mlip/data/structure.h"
+
+namespace mlip {
+
+/// The units a file's numbers are in, and their factors to mlip's units. Unit names are matched
+/// exactly (so that meV and MeV cannot be confused); an unknown name is an mlip::Error.
+struct Units {
+  std::string length = "angstrom";  // angstrom (A, Ang) | bohr | nm
+  std::string energy = "eV";        // eV | meV | kcal/mol | kJ/mol | hartree (Ha) | Ry
+  std::string stress = "";          // bar | kbar | GPa | eV/A^3 ; "" = the format's default
+
+  double length_factor() const;  // file length -> Å
+  double energy_factor() const;  // file energy -> eV
+  double force_factor() const;   // file energy/length -> eV/Å
+  /// File stress -> eV/Å^3. When `stress` is empty, `format_default` is used; when that is empty
+  /// too, the stress is taken to be in energy/length^3 of this Units (ASE's convention).
+  double stress_factor(const std::string& format_default = "") const;
+};
+
+struct ReadOptions {
+  Units units;
+  /// LAMMPS dumps without an element column: the element of each atom type (type 1 first).
+  std::vector<std::string> type_elements;
+};
+
+/// Extended XYZ as ASE writes and reads it: the comment line holds key=value pairs (values bare,
+/// "quoted", 'quoted', {braced} or [bracketed]; a bare key means T). Recognised keys (case
+/// sensitive, as in ASE): Lattice (9 numbers, rows a b c), Properties (name:type:count triples;
+/// species:S:1 or Z:I:1, pos:R:3, forces:R:3 or force:R:3; other columns are skipped by their
+/// declared width; default species:S:1:pos:R:3), pbc (default "T T T" with a Lattice, else
+/// "F F F"), energy, virial (9 numbers, energy units), stress (9 numbers, or 6 in Voigt order
+/// xx yy zz yz xz xy; positive under tension, ASE's sign, so virial = -stress * volume) and weight.
+/// 3x3 values other than Lattice are flattened in Fortran order, as ASE does. Only `energy` is read
+/// as the energy label: `free_energy` and other keys are ignored. If both virial and stress are
+/// given they must agree.
+std::vector<Structure> read_extxyz(const std::string& path, const ReadOptions& options = {});
+
+/// Writes frames as extended XYZ that read_extxyz and ASE read back exactly: Lattice (when the cell
+/// is nonzero), Properties=species:S:1:pos:R:3[:forces:R:3], energy, virial (9 numbers, eV), weight
+/// (when not 1), pbc. Numbers are written in their shortest exact form. The file is written to a
+/// temporary name and renamed, so a reader never sees half a file.
+void write_extxyz(const std::string& path, const std::vector<Structure>& frames);
+
+/// Writes a LAMMPS data file (atom_style atomic, units metal) of `frame`: atom types follow
+/// `type_elements` (type 1 = first element; an atom of another element is an error naming it).
+/// A triclinic cell is rotated into LAMMPS's convention (a along x, b in the xy plane), and the
+/// positions with it. Non-periodic directions get the atoms' extent plus `padding` Å. Written to a
+/// temporary name and renamed.
+void write_lammps_data(const std::string& path, const Structure& frame, const std::vector<std::string>& type_elements,
+                       double padding = 10.0);
+
+/// One DeePMD system: type.raw (one type index per atom), type_map.raw (element names, one per
+/// type), and set.*/ folders (read in sorted order, frames numbered across sets) with box.npy
+/// (nframes, 9), coord.npy (nframes, 3N), and optional energy.npy (nframes), force.npy (nframes, 3N)
+/// and virial.npy (nframes, 9; eV, the same sign as mlip's). Periodic in x, y and z unless the
+/// system has a `nopbc` file.
+std::vector<Structure> read_deepmd(const std::string& system_dir, const ReadOptions& options = {});
+
+/// n2p2/RuNNer input.data: begin / comment / lattice (0 or 3 lines, rows a b c) /
+/// atom x y z element charge atomic_energy fx fy fz / energy / charge / end. A frame without
+/// lattice lines is non-periodic. Units follow `options` (n2p2 files are often in Bohr and Hartree).
+std::vector<Structure> read_n2p2(const std::string& path, const ReadOptions& options = {});
+
+/// FitSNAP JSON: leading `#` comment lines, then {"Dataset": {"Data": [{...}], "*Style": ...}}.
+/// Each configuration needs AtomTypes, Positions and Lattice (rows a b c); NumAtoms, Energy,
+/// Forces and Stress (3x3) are optional. The Stress is a pressure tensor, positive under
+/// compression (the opposite of ASE's sign), in bar by default, so virial = +stress * volume. Style
+/// keys in the file, when present, must agree with `options`. A directory is read as all *.json
+/// files below it, recursively, in sorted path order.
+std::vector<Structure> read_fitsnap_json(const std::string& path_or_dir, const ReadOptions& options = {});
+
+/// A LAMMPS text dump (dump custom or atom): per frame ITEM: TIMESTEP, NUMBER OF ATOMS, BOX BOUNDS
+/// (orthogonal, or triclinic with tilts: the cell is rebuilt from LAMMPS's bounding box; pp =
+/// periodic) and ATOMS with positions (x y z, unwrapped xu yu zu or scaled xs ys zs) and the
+/// element column or types mapped by options.type_elements. No labels are read (a dump holds a
+/// model's forces, not reference ones). Lengths in options.units (units metal and real: Å).
+std::vector<Structure> read_lammps_dump(const std::string& path, const ReadOptions& options = {});
+
+/// The format `read_structures` would pick for `path`: "deepmd" for a directory with type.raw or
+/// with DeePMD systems below it, "fitsnap" for *.json or a directory with *.json files below it,
+/// "extxyz" for *.xyz and *.extxyz, "n2p2" for input.data*, "lammps-dump" for *.dump, *.lammpstrj
+/// and files that start with "ITEM: TIMESTEP". Throws mlip::Error if none fits.
+std::string detect_format(const std::string& path);
+
+/// Reads `path` in `format` ("auto", "extxyz", "deepmd", "n2p2", "fitsnap" or "lammps-dump"). A directory read as
+/// "deepmd" may hold several systems; they are read in sorted path order.
+std::vector<Structure> read_structures(const std::string& path, const std::string& format = "auto",
+                                       const ReadOptions& options = {});
+
+/// A NumPy .npy array (format versions 1-3) with dtype <f4, <f8, <i4 or <i8 in C order, converted
+/// to double. Fortran order and big-endian data are rejected.
+struct NpyArray {
+  std::vector<std::size_t> shape;
+  std::vector<double> data;  // row-major, prod(shape) values
+  std::string dtype;         // as in the header, e.g. "<f4"
+
+  std::size_t rows() const { return shape.empty() ? 1 : shape[0]; }
+  std::string shape_string() const;  // "(80, 576)", "(80,)"
+};
+
+NpyArray read_npy(const std::string& path);
+
+}  // namespace mlip

@@ -1,0 +1,81 @@
+// Graphs with static shapes: what a CUDA graph can record (mlip/model/graph_capture.h).
+//
+// A model's forward() picks each embedding net's edges and each species' centres on the device
+// (nonzero), so its tensor shapes depend on the data and a CUDA graph cannot record it. A
+// grouped graph carries the same atoms and edges, reordered on the host so that
+//   - centres come first, grouped by species (group t: the centres of species t),
+//   - edges come grouped by embedding net (se_e2_a: the neighbour's species, or the pair's),
+// each group padded to a capacity. forward_grouped() (mlip/model/model.h: ModelInfo::grouped_forward)
+// then takes each group as a slice of known size.
+//
+// Padding policy: a group's capacity is its size the first time, plus 10%, rounded up to a
+// multiple of 32 (every group of centres, of edges and the other nodes alike); when a later
+// graph outgrows a group, that group grows again by the same rule, and a recorded CUDA graph is
+// recorded anew. Capacities never shrink. Padding edges run from node 0 (a centre) to itself, at a
+// length beyond the cutoff (2 x cutoff): every term of se_e2_a (and of the repulsion prior) is
+// exactly zero there, with a zero derivative, so they change no energy and no force. Padding
+// centres have no real edges; their energies are dropped. Padding nodes after the centres are
+// never referenced.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mlip/model/model.h"
+
+namespace mlip {
+
+/// How a model groups a graph: its species, whether it has one embedding net per (centre,
+/// neighbour) species pair, and the distances it accepts.
+struct GroupingRule {
+  int64_t n_species = 0;
+  bool pair_nets = false;          // se_e2_a's type_one_side: false
+  double pad_length = 0.0;         // length of padding edges, beyond the cutoff (Å)
+  double shortest = 0.0;           // edges shorter than this are an error (compressed models' tables)
+
+  /// The rule for a model with a forward_grouped() (throws mlip::Error otherwise).
+  static GroupingRule of(const Model& model);
+};
+
+/// Group sizes: centres per species, edges per net, other nodes.
+struct GroupCapacity {
+  std::vector<int64_t> centers, edges;
+  int64_t others = 0;
+  bool operator==(const GroupCapacity& o) const {
+    return centers == o.centers && edges == o.edges && others == o.others;
+  }
+};
+
+/// A graph grouped and padded to a capacity (host memory), with where each original node and
+/// edge went.
+struct GroupedGraph {
+  GroupCapacity capacity;
+  std::vector<int64_t> species;        // (nodes)
+  std::vector<int64_t> edge_index;     // (2, edges), row-major
+  std::vector<double> edge_vectors;    // (edges, 3)
+  std::vector<int64_t> node_position;  // original node -> its node here
+  std::vector<int64_t> edge_position;  // original edge -> its edge here
+
+  int64_t n_centers() const;
+  int64_t n_edges() const { return static_cast<int64_t>(edge_vectors.size() / 3); }
+  GraphView view() const;
+};
+
+/// The next capacity for a group of `count` (the policy above).
+int64_t grouped_capacity(int64_t count);
+
+/// Groups `graph` (host memory) by `rule` into `out`, growing `capacity` where a group outgrows
+/// it (an empty capacity is sized from this graph). Returns whether `capacity` changed. Throws
+/// mlip::Error on a species or index out of range, or an edge shorter than rule.shortest.
+bool group_graph(const GraphView& graph, const GroupingRule& rule, GroupCapacity& capacity, GroupedGraph& out);
+
+/// Evaluates a grouped graph with forward_grouped() and returns energies and edge gradients in
+/// the original graph's order (float64, on the CPU): the same as evaluate_graph() on the
+/// original, up to rounding.
+ModelOutput evaluate_grouped(const Model& model, const GroupedGraph& graph, int64_t n_centers, bool need_grad);
+
+/// The outputs of a grouped evaluation (energies of all padded centres, gradients of all padded
+/// edges, on any device) in the original graph's order, float64 on the CPU.
+ModelOutput ungroup_output(const GroupedGraph& graph, int64_t n_centers, const ModelOutput& grouped);
+
+}  // namespace mlip

@@ -1,0 +1,33 @@
+// mlip's LibTorch operators (torch.ops.mlip.*), which models call: tanh_net (mlip/ops/radial_net.h),
+// edge_outer_sum and its family (mlip/ops/edge_contraction.h), tabulated_contraction
+// (mlip/ops/tabulated_embedding.h). They register themselves when their object files are linked in;
+// anything that loads or builds a model through plain torch::jit calls link_operators() once so
+// that a static link keeps them. Python: torch.ops.load_library("<build>/lib/libmlip_ops.so").
+#pragma once
+
+#include <atomic>
+
+namespace mlip {
+
+void link_operators();
+
+namespace detail {
+// Raised while a CUDA graph is recorded (mlip/model/graph_capture.h); any thread (autograd's too).
+inline std::atomic<int> device_value_checks_paused{0};
+}  // namespace detail
+
+/// The operators check index bounds and the compressed table's range by reading values back from
+/// the device, a device-to-host copy that a CUDA graph cannot record. While one is recorded these
+/// checks are off: the grouped graph's host-side builder checks the indices, finite edge vectors
+/// and the compressed table's shortest distance instead (mlip/model/grouped_graph.h). Shape, dtype and device checks always run.
+inline bool device_value_checks_on() { return detail::device_value_checks_paused.load() == 0; }
+
+class DeviceValueChecksPaused {
+ public:
+  DeviceValueChecksPaused() { ++detail::device_value_checks_paused; }
+  ~DeviceValueChecksPaused() { --detail::device_value_checks_paused; }
+  DeviceValueChecksPaused(const DeviceValueChecksPaused&) = delete;
+  DeviceValueChecksPaused& operator=(const DeviceValueChecksPaused&) = delete;
+};
+
+}  // namespace mlip

@@ -1,0 +1,60 @@
+#include "mlip/data/file_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "mlip/error.h"
+
+namespace mlip {
+
+namespace {
+std::string errno_text() { return std::strerror(errno); }
+}  // namespace
+
+void write_file(const std::filesystem::path& path, const std::string& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(path.string() + ": cannot open for writing: " + errno_text());
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const std::string why = n < 0 ? errno_text() : "short write";
+      ::close(fd);
+      throw Error(path.string() + ": write failed after " + std::to_string(done) + " of " +
+                  std::to_string(bytes.size()) + " bytes: " + why);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+    const std::string why = errno_text();
+    ::close(fd);
+    throw Error(path.string() + ": fsync failed: " + why);
+  }
+  if (::close(fd) != 0) throw Error(path.string() + ": close failed: " + errno_text());
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw Error(path.string() + ": cannot open for reading: " + errno_text());
+  std::string bytes;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = errno_text();
+      ::close(fd);
+      throw Error(path.string() + ": read failed after " + std::to_string(bytes.size()) + " bytes: " + why);
+    }
+    if (n == 0) break;
+    bytes.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return bytes;
+}
+
+}  // namespace mlip

@@ -1,0 +1,262 @@
+// Units, shared parsing helpers, format detection and read_structures.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io_detail.h"
+#include "mlip/data/elements.h"
+#include "mlip/error.h"
+#include "mlip/data/io.h"
+
+namespace mlip {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Exact SI values (CODATA 2018): elementary charge and the Faraday constant e * N_A.
+constexpr double kElementaryCharge = 1.602176634e-19;         // C, so 1 eV = this many J
+constexpr double kFaraday = 96485.33212331001;                // C/mol, so 1 eV per particle = this J/mol
+constexpr double kHartree = 27.211386245988;                  // eV
+constexpr double kBohr = 0.529177210903;                      // Å
+constexpr double kPascal = 1.0 / (kElementaryCharge * 1e30);  // eV/Å^3
+
+struct NamedFactor {
+  const char* name;
+  double factor;
+};
+
+constexpr NamedFactor kLengths[] = {
+    {"angstrom", 1.0}, {"A", 1.0}, {"Ang", 1.0}, {"bohr", kBohr}, {"nm", 10.0}};
+constexpr NamedFactor kEnergies[] = {{"eV", 1.0},
+                                     {"meV", 1e-3},
+                                     {"kcal/mol", 4184.0 / kFaraday},
+                                     {"kJ/mol", 1000.0 / kFaraday},
+                                     {"hartree", kHartree},
+                                     {"Ha", kHartree},
+                                     {"Ry", kHartree / 2}};
+constexpr NamedFactor kStresses[] = {{"bar", 1e5 * kPascal},
+                                     {"kbar", 1e8 * kPascal},
+                                     {"GPa", 1e9 * kPascal},
+                                     {"eV/A^3", 1.0},
+                                     {"eV/Ang^3", 1.0}};
+
+template <std::size_t N>
+double lookup(const NamedFactor (&table)[N], const std::string& name, const char* kind) {
+  for (const NamedFactor& u : table) {
+    if (name == u.name) return u.factor;
+  }
+  std::string known;
+  for (const NamedFactor& u : table) known += std::string(known.empty() ? "" : ", ") + u.name;
+  throw Error("unknown " + std::string(kind) + " unit '" + name + "' (known: " + known + ")");
+}
+
+}  // namespace
+
+double Units::length_factor() const { return lookup(kLengths, length, "length"); }
+double Units::energy_factor() const { return lookup(kEnergies, energy, "energy"); }
+double Units::force_factor() const { return energy_factor() / length_factor(); }
+
+double Units::stress_factor(const std::string& format_default) const {
+  const std::string& name = stress.empty() ? format_default : stress;
+  if (name.empty()) return energy_factor() / std::pow(length_factor(), 3);
+  return lookup(kStresses, name, "stress");
+}
+
+namespace io_detail {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open file");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) throw Error(path + ": read error");
+  return buffer.str();
+}
+
+std::vector<std::string_view> split_lines(std::string_view text) {
+  std::vector<std::string_view> lines;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    lines.push_back(line);
+    start = end + 1;
+  }
+  return lines;
+}
+
+std::vector<std::string_view> split_words(std::string_view line) {
+  std::vector<std::string_view> words;
+  std::size_t i = 0;
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; };
+  while (i < line.size()) {
+    while (i < line.size() && space(line[i])) ++i;
+    const std::size_t start = i;
+    while (i < line.size() && !space(line[i])) ++i;
+    if (i > start) words.push_back(line.substr(start, i - start));
+  }
+  return words;
+}
+
+std::vector<fs::path> list_dir(const std::string& dir, bool recursive,
+                               const std::function<bool(const fs::directory_entry&)>& keep) {
+  std::vector<fs::path> out;
+  try {
+    if (recursive) {
+      for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+        if (keep(entry)) out.push_back(entry.path());
+      }
+    } else {
+      for (const auto& entry : fs::directory_iterator(dir)) {
+        if (keep(entry)) out.push_back(entry.path());
+      }
+    }
+  } catch (const fs::filesystem_error& e) {
+    throw Error(dir + ": cannot list the directory (" + e.what() + ")");
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string at_line(const std::string& path, std::size_t line_index) {
+  return path + ":line " + std::to_string(line_index + 1);
+}
+
+double parse_number(std::string_view token, const std::string& where, const std::string& what) {
+  std::string_view t = token;
+  if (t.size() > 1 && t[0] == '+') t.remove_prefix(1);  // from_chars does not take a leading '+'
+  double value = 0.0;
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
+  if (ec != std::errc() || end != t.data() + t.size()) {
+    throw Error(where + ": cannot parse '" + std::string(token) + "' as a number (" + what + ")");
+  }
+  if (!std::isfinite(value)) {
+    throw Error(where + ": non-finite value '" + std::string(token) + "' (" + what + ")");
+  }
+  return value;
+}
+
+bool try_parse_integer(std::string_view token, long long& value) {
+  std::string_view t = token;
+  if (t.size() > 1 && t[0] == '+') t.remove_prefix(1);
+  const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), value);
+  return ec == std::errc() && end == t.data() + t.size();
+}
+
+long long parse_integer(std::string_view token, const std::string& where, const std::string& what) {
+  long long value = 0;
+  if (!try_parse_integer(token, value)) {
+    throw Error(where + ": cannot parse '" + std::string(token) + "' as an integer (" + what + ")");
+  }
+  return value;
+}
+
+int element_number(std::string_view symbol, const std::string& where) {
+  const int z = atomic_number(symbol);
+  if (z == 0) throw Error(where + ": unknown element '" + std::string(symbol) + "'");
+  return z;
+}
+
+void validate_frame(const Structure& s, const std::string& context) {
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + context);
+  }
+}
+
+Mat3 scaled(const Mat3& m, double factor) {
+  Mat3 out = m;
+  for (Vec3& row : out) {
+    for (double& x : row) x *= factor;
+  }
+  return out;
+}
+
+}  // namespace io_detail
+
+namespace {
+
+bool has_suffix(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string lowercase(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// DeePMD systems (folders with type.raw) at or below `dir`, in sorted order.
+std::vector<fs::path> deepmd_systems(const fs::path& dir) {
+  if (fs::exists(dir / "type.raw")) return {dir};
+  std::vector<fs::path> systems = io_detail::list_dir(dir.string(), true, [](const fs::directory_entry& e) {
+    return e.is_regular_file() && e.path().filename() == "type.raw";
+  });
+  for (fs::path& p : systems) p = p.parent_path();
+  return systems;
+}
+
+bool has_json_below(const fs::path& dir) {
+  return !io_detail::list_dir(dir.string(), true, [](const fs::directory_entry& e) {
+            return e.is_regular_file() && e.path().extension() == ".json";
+          }).empty();
+}
+
+}  // namespace
+
+std::string detect_format(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (ec || !fs::exists(status)) throw Error(path + ": no such file or directory");
+  if (fs::is_directory(status)) {
+    const bool deepmd = !deepmd_systems(path).empty();
+    const bool json = has_json_below(path);
+    if (deepmd && json) {
+      throw Error(path + ": holds both DeePMD systems and *.json files; pass the format explicitly");
+    }
+    if (deepmd) return "deepmd";
+    if (json) return "fitsnap";
+    throw Error(path + ": a directory with neither a DeePMD system (type.raw) nor *.json files");
+  }
+  const std::string name = fs::path(path).filename().string();
+  const std::string lower = lowercase(name);
+  if (has_suffix(lower, ".xyz") || has_suffix(lower, ".extxyz")) return "extxyz";
+  if (has_suffix(lower, ".json")) return "fitsnap";
+  if (name.rfind("input.data", 0) == 0) return "n2p2";
+  if (has_suffix(lower, ".dump") || has_suffix(lower, ".lammpstrj")) return "lammps-dump";
+  std::string first;
+  std::getline(std::ifstream(path), first);
+  if (first.rfind("ITEM: TIMESTEP", 0) == 0) return "lammps-dump";
+  throw Error(path +
+              ": cannot tell the format from the name (expected *.xyz, *.extxyz, *.json, input.data*, *.dump, "
+              "*.lammpstrj or a directory); pass the format explicitly");
+}
+
+std::vector<Structure> read_structures(const std::string& path, const std::string& format,
+                                       const ReadOptions& options) {
+  const std::string f = format == "auto" ? detect_format(path) : format;
+  if (f == "extxyz") return read_extxyz(path, options);
+  if (f == "n2p2") return read_n2p2(path, options);
+  if (f == "fitsnap") return read_fitsnap_json(path, options);
+  if (f == "lammps-dump") return read_lammps_dump(path, options);
+  if (f == "deepmd") {
+    if (!fs::is_directory(path)) throw Error(path + ": a DeePMD system must be a directory");
+    const std::vector<fs::path> systems = deepmd_systems(path);
+    if (systems.empty()) throw Error(path + ": no DeePMD system (no type.raw at or below it)");
+    std::vector<Structure> all;
+    for (const fs::path& system : systems) {
+      std::vector<Structure> frames = read_deepmd(system.string(), options);
+      all.insert(all.end(), std::make_move_iterator(frames.begin()), std::make_move_iterator(frames.end()));
+    }
+    return all;
+  }
+  throw Error("unknown data format '" + format + "' for " + path +
+              " (expected auto, extxyz, deepmd, n2p2, fitsnap or lammps-dump)");
+}
+
+}  // namespace mlip

@@ -1,0 +1,50 @@
+// Helpers shared by the data readers (private to mlip_core).
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mlip/data/structure.h"
+
+namespace mlip::io_detail {
+
+/// The whole file as bytes; throws mlip::Error naming `path` if it cannot be read.
+std::string read_file(const std::string& path);
+
+/// `text` cut at '\n' (a trailing '\r' is dropped from each line). Views into `text`.
+std::vector<std::string_view> split_lines(std::string_view text);
+
+/// Whitespace-separated tokens of `line`.
+std::vector<std::string_view> split_words(std::string_view line);
+
+/// Entries of `dir` (and of its subfolders when `recursive`) for which `keep` is true, in sorted
+/// order. Filesystem errors become mlip::Error naming `dir`.
+std::vector<std::filesystem::path> list_dir(
+    const std::string& dir, bool recursive,
+    const std::function<bool(const std::filesystem::directory_entry&)>& keep);
+
+/// "<path>:line <n>" with n counted from 1.
+std::string at_line(const std::string& path, std::size_t line_index);
+
+/// A finite double from the whole token; throws mlip::Error "<where>: ..." naming the token and
+/// `what` (e.g. "energy") when it is not a number or not finite.
+double parse_number(std::string_view token, const std::string& where, const std::string& what);
+
+/// A base-10 integer from the whole token; throws like parse_number.
+long long parse_integer(std::string_view token, const std::string& where, const std::string& what);
+
+/// Like parse_integer, but says whether `token` is an integer instead of throwing.
+bool try_parse_integer(std::string_view token, long long& value);
+
+/// Atomic number of an element symbol; throws mlip::Error "<where>: unknown element '...'".
+int element_number(std::string_view symbol, const std::string& where);
+
+/// s.validate(), rethrown with `context` appended to the message (e.g. " (frame starts at line 3)").
+void validate_frame(const Structure& s, const std::string& context);
+
+Mat3 scaled(const Mat3& m, double factor);
+
+}  // namespace mlip::io_detail

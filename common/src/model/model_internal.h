@@ -1,0 +1,33 @@
+// What model.cpp shares with the other evaluation paths of common/ (message_passing.cpp); not
+// installed.
+#pragma once
+
+#include <string>
+
+#include "mlip/model/model.h"
+
+namespace mlip::detail {
+
+/// The line of a TorchScript interpreter report that says what failed.
+std::string interpreter_error(const std::string& what);
+
+/// Whether TorchScript's graph executor optimises a model call on `device` (model.cpp says why).
+bool optimize_graphs_on(const torch::Device& device);
+
+// The graph's arrays as tensors on its device, without a copy. from_blob wants non-const
+// pointers; the tensors are only read (evaluate_module detaches the vectors before asking for
+// their gradient, which does not write them).
+struct GraphTensors {
+  torch::Tensor species, edge_index, edge_vectors;
+  explicit GraphTensors(const GraphView& g) {
+    const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(g.device);
+    species = torch::from_blob(const_cast<int64_t*>(g.species), {g.n_nodes}, i64);
+    edge_index = torch::from_blob(const_cast<int64_t*>(g.edge_index), {2, g.n_edges}, {g.edge_index_stride, 1}, i64);
+    edge_vectors = torch::from_blob(const_cast<double*>(g.edge_vectors), {g.n_edges, 3}, i64.dtype(torch::kFloat64));
+  }
+};
+
+/// A graph's arrays as a model's input: on the model's device, the vectors in its dtype.
+ModelInput model_input(const Model& model, const GraphView& g);
+
+}  // namespace mlip::detail

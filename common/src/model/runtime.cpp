@@ -1,0 +1,42 @@
+#include "mlip/model/runtime.h"
+
+#include <ATen/Version.h>
+
+#include <cstdlib>
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+namespace mlip {
+
+void prefer_avx512_kernels() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq")) {
+    setenv("ATEN_CPU_CAPABILITY", "avx512", /*overwrite=*/0);
+  }
+#endif
+}
+
+std::string cpu_capability() {
+  const std::string config = at::show_config();
+  const std::string key = "CPU capability usage: ";
+  const auto at = config.find(key);
+  if (at == std::string::npos) return "unknown";
+  const auto begin = at + key.size(), end = config.find('\n', begin);
+  return config.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+bool keep_freed_memory() {
+#ifdef __GLIBC__
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") || std::getenv("MALLOC_TRIM_THRESHOLD_")) return false;
+  return mallopt(M_MMAP_THRESHOLD, 1 << 30) == 1 && mallopt(M_TRIM_THRESHOLD, -1) == 1 &&
+         mallopt(M_TOP_PAD, 256 << 20) == 1;
+#else
+  return false;
+#endif
+}
+
+}  // namespace mlip

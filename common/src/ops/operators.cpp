@@ -1,0 +1,17 @@
+#include "mlip/ops/operators.h"
+
+#include "mlip/ops/edge_contraction.h"
+#include "mlip/ops/radial_net.h"
+#include "mlip/ops/tabulated_embedding.h"
+#include "mlip/ops/vector_message.h"
+
+namespace mlip {
+
+void link_operators() {
+  link_edge_operators();
+  link_radial_net_operator();
+  link_tabulated_operator();
+  link_vector_message_operator();
+}
+
+}  // namespace mlip

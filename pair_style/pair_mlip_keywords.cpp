@@ -1,0 +1,144 @@
+/* ----------------------------------------------------------------------
+   mlip: machine-learning interatomic potentials for LAMMPS.
+   The keyword table of pair_style mlip (pair_mlip_keywords.h).
+------------------------------------------------------------------------- */
+
+#include "pair_mlip_keywords.h"
+
+#include "mlip/error.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace mlip_pair {
+
+namespace {
+
+[[noreturn]] void bad_value(const std::string &key, const std::string &value, const std::string &expected)
+{
+  throw mlip::Error("keyword '" + key + "' must be " + expected + ", not '" + value + "'");
+}
+
+int positive_int(const std::string &key, const std::string &value)
+{
+  char *end = nullptr;
+  errno = 0;
+  const long v = std::strtol(value.c_str(), &end, 10);
+  if (value.empty() || *end != '\0' || errno == ERANGE || v < 1 || v > 2147483647L)
+    bad_value(key, value, "a whole number >= 1");
+  return static_cast<int>(v);
+}
+
+double positive_double(const std::string &key, const std::string &value)
+{
+  char *end = nullptr;
+  errno = 0;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || errno == ERANGE || !(v > 0.0)) bad_value(key, value, "a number > 0");
+  return v;
+}
+
+bool yes_no(const std::string &key, const std::string &value)
+{
+  if (value == "yes") return true;
+  if (value == "no") return false;
+  bad_value(key, value, "'yes' or 'no'");
+}
+
+}    // namespace
+
+const std::vector<Keyword> &keywords()
+{
+  static const std::vector<Keyword> table = {
+      {"chunk", "N",
+       "64 (local models), 1024 (compressed se_e2_a), 128 (message passing, ghost exchange or halo), all local atoms "
+       "(GPU)",
+       "most local atoms per model call: bounds the memory of a call", false,
+       [](const std::string &v, Options &o) { o.chunk = positive_int("chunk", v); }},
+      {"timing", "yes|no", "no",
+       "after each run, where the pair time went (graph, model, forces; µs/atom-step) and the peak memory", false,
+       [](const std::string &v, Options &o) { o.timing = yes_no("timing", v); }},
+      {"device", "cpu|cuda|cuda:N|auto", "cpu",
+       "where the model runs: `cuda` the rank's GPU (node-local rank modulo the visible GPUs), `cuda:N` GPU N, "
+       "`auto` a GPU when one is visible; not for `mlip/kk`, whose model runs where Kokkos runs",
+       false, [](const std::string &v, Options &o) { o.device = v; }},
+      {"cuda_graph", "yes|no", "no",
+       "with `device cuda`: record the model call (forward and forces) as a CUDA graph and replay it each step, on a "
+       "graph grouped and padded to static sizes (+10%, multiples of 32; recorded anew when outgrown). se_e2_a "
+       "models (plain or compressed) only; not with `chunk`, the ghost exchange or `mlip/kk`",
+       false, [](const std::string &v, Options &o) { o.cuda_graph = yes_no("cuda_graph", v); }},
+      {"exchange", "yes|no", "yes for models that define their layers (PaiNN written by this version), else no",
+       "message-passing models: exchange the ghosts' features between layers instead of a halo of layers x cutoff",
+       false,
+       [](const std::string &v, Options &o) {
+         o.exchange = yes_no("exchange", v) ? Options::Exchange::yes : Options::Exchange::no;
+       }},
+      {"out_freq", "N", "100", "with several models: report their deviation every N steps", true,
+       [](const std::string &v, Options &o) { o.out_freq = positive_int("out_freq", v); }},
+      {"out_file", "FILE", "`model_devi.out`",
+       "with several models: where the deviation goes (rank 0 writes; a new `pair_style` command starts the file "
+       "anew)",
+       true, [](const std::string &v, Options &o) { o.out_file = v; }},
+      {"relative", "EPS", "off",
+       "with several models: the force deviation of each atom divided by (its mean force's norm + EPS)", true,
+       [](const std::string &v, Options &o) { o.relative = positive_double("relative", v); }},
+  };
+  return table;
+}
+
+bool is_keyword(const std::string &word)
+{
+  for (const Keyword &k : keywords())
+    if (word == k.name) return true;
+  return false;
+}
+
+std::string keyword_names()
+{
+  std::string out;
+  for (const Keyword &k : keywords()) out += (out.empty() ? "" : ", ") + std::string(k.name);
+  return out;
+}
+
+std::string synopsis()
+{
+  std::string out = "pair_style mlip MODEL [MODEL2 ...]";
+  for (const Keyword &k : keywords()) out += " [" + std::string(k.name) + " " + k.value + "]";
+  return out;
+}
+
+Options parse_keywords(int narg, char **arg, std::size_t n_models)
+{
+  Options options;
+  if (n_models > 1) options.out_freq = 100;
+  std::string committee_keyword;
+  for (int iarg = 0; iarg < narg; iarg += 2) {
+    const std::string key = arg[iarg];
+    const Keyword *keyword = nullptr;
+    for (const Keyword &k : keywords())
+      if (key == k.name) keyword = &k;
+    if (!keyword) throw mlip::Error("unknown keyword '" + key + "' (known: " + keyword_names() + ")");
+    if (iarg + 1 >= narg) throw mlip::Error("keyword '" + key + "' needs a value (" + keyword->value + ")");
+    keyword->parse(arg[iarg + 1], options);
+    if (keyword->committee_only) committee_keyword = key;
+  }
+  if (!committee_keyword.empty() && n_models < 2)
+    throw mlip::Error("'" + committee_keyword +
+                      "' reports the deviation of a committee: give two or more model files (out_freq, out_file and "
+                      "relative are for committees)");
+  return options;
+}
+
+std::string markdown_table()
+{
+  std::string out = "| keyword | default | meaning |\n|---|---|---|\n";
+  for (const Keyword &k : keywords()) {
+    std::string value = k.value;
+    std::string escaped;
+    for (char c : value) escaped += c == '|' ? std::string("\\|") : std::string(1, c);
+    out += "| `" + std::string(k.name) + " " + escaped + "` | " + k.default_value + " | " + k.help + " |\n";
+  }
+  return out;
+}
+
+}    // namespace mlip_pair
