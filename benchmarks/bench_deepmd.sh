@@ -27,8 +27,8 @@
 # Training (TRAIN=1): both codes train that model on data/water-deepmd/data_0, one 192-atom frame
 # per step, energy and force loss, Adam, 1 thread, in turn, REPEATS times. Reported: frames/s
 # over steady-state steps with no evaluation in them on either side: DeePMD's "average training
-# time" of a 2 x TRAIN_STEPS-step run (it leaves out the first 10 steps and times its training op
-# only, not its display evaluations), mlip's throughput line of its second epoch (72 steps;
+# time" of a 2 x TRAIN_STEPS-step run (over its second TRAIN_STEPS: it leaves out the first display
+# interval, and times its training op only, not its display evaluations), mlip's throughput line of its second epoch (72 steps;
 # validation and checkpoints are not in it).
 #
 # Results: benchmarks/results/bench_deepmd/<date>-<commit>/ (md.tsv, train.tsv, logs/; see lib.sh);
@@ -163,7 +163,7 @@ YAML
     rm -rf dp-train && mkdir dp-train
     (cd dp-train && dp_run --tf train ../train.json > log 2>&1) || { tail -20 dp-train/log >&2; exit 1; }
     keep_log dp-train/log "train-deepmd-r$rep.log"
-    # DeePMD's own average over the steps after its first 10, the time of its training op only
+    # DeePMD's own average over the steps after its first display interval, its training op only
     # (its display evaluations are not in it)
     dp_fps=$(sed -nE 's/.*average training time: ([0-9.]+) s\/batch.*/\1/p' dp-train/log | tail -1 |
              awk '{ printf "%.3f", 1 / $1 }')

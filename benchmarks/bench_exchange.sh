@@ -17,14 +17,8 @@
 # ("2 3"), FEATURES (64), OPTIONS (more pair_style keywords for both paths, e.g. "chunk 256"),
 # PATHS ("no yes": exchange no = halo, yes = exchange).
 set -euo pipefail
-src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$src/build}" && pwd)
-for f in "$build/bin/lmp" "$build/bin/mlip_test_inputs" "$build/bin/mlip-trainer"; do
-  [[ -x $f ]] || { echo "bench_exchange.sh: $f not found; build the project first" >&2; exit 1; }
-done
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-work=$(mktemp -d /tmp/mlip-bench-exchange.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init bench_exchange "${1:-}" lmp mlip_test_inputs mlip-trainer
 cd "$work"
 features=${FEATURES:-64}
 for layers in ${LAYERS:-2 3}; do

@@ -13,14 +13,8 @@
 # box: 1536 = 2x2x2, 10368 = 3x3x6, 12288 = 4x4x4), RANKS
 # ("1 2"), STEPS (3), DTYPES ("f64 f32"), FEATURES (32), CHUNKS (PaiNN chunk sizes: "default").
 set -euo pipefail
-src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$src/build}" && pwd)
-for f in "$build/bin/lmp" "$build/bin/mlip_test_inputs" "$build/bin/mlip-trainer"; do
-  [[ -x $f ]] || { echo "bench_mp_cost.sh: $f not found; build the project first" >&2; exit 1; }
-done
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-work=$(mktemp -d /tmp/mlip-bench-mp-cost.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init bench_mp_cost "${1:-}" lmp mlip_test_inputs mlip-trainer
 cd "$work"
 features=${FEATURES:-32}
 for d in ${DTYPES:-f64 f32}; do

@@ -28,6 +28,7 @@
 # PAINN (1: also the message-passing model, PaiNN with default hyperparameters - 64 features,
 # 2 layers, rc 5 A, "painn_water64" - at every size but 1m, default chunk; and PAINN_CHUNKS
 # ("16 64 128 256 all") scanned on the 1k box, 1 rank; "all": one model call per step).
+# COMPRESSED_SCAN (1: the chunk scan runs the compressed model; needs COMPRESSED=1).
 # COMPRESSED (1: also the compressed se_e2_a, `mlip-trainer compress`, tables down to 0.3 A, next
 # to each float64 run, and in float32 where FLOAT32 runs).
 # DEVICE (cuda, cuda:N or auto: pair_style mlip runs its model there, 'device DEVICE'; the mlip
@@ -222,8 +223,10 @@ if [[ -n $CHUNKS ]]; then
   echo "== chunk scan: se_e2_a float64, water $SCAN_SIZE, 1 rank" >&2
   "$inputs" water "water-$SCAN_SIZE.data" ${water_reps[$SCAN_SIZE]}
 fi
+scan_model=water64.pt scan_label="se_e2_a f64"
+if [[ ${COMPRESSED_SCAN:-0} == 1 ]]; then scan_model=water64c.pt scan_label="se_e2_a f64 compressed"; fi
 for c in $CHUNKS; do
-  run "se_e2_a f64 chunk $c" 1 in.mlip "data=water-$SCAN_SIZE.data" model=water64.pt "options=chunk $c timing yes" \
+  run "$scan_label chunk $c" 1 in.mlip "data=water-$SCAN_SIZE.data" model=$scan_model "options=chunk $c timing yes" \
     "steps=$SCAN_STEPS"
 done
 if [[ $PAINN == 1 && -n $PAINN_CHUNKS ]]; then

@@ -15,16 +15,11 @@
 # forward/backward and the optimiser (batching, gradient all-reduce, everything else).
 # Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
 set -euo pipefail
-
-src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$src/build}" && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init bench_train "${1:-}" mlip-trainer
 trainer=$build/bin/mlip-trainer
-[[ -x $trainer ]] || { echo "bench_train.sh: $trainer not found; build the project first" >&2; exit 1; }
 BATCH=${BATCH:-2}
 PY_STEPS=${PY_STEPS:-144}
-work=$(mktemp -d "${TMPDIR:-/tmp}/mlip-bench-train.XXXXXX")
-trap '[[ ${KEEP:-0} == 1 ]] || rm -rf "$work"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 
 cat >"$work/bench.yaml" <<EOF
 model:

@@ -19,18 +19,14 @@
 #
 # Environment: BASE_MINUTES (5), MINUTES (3), NEW (16), TARGET (meV/A), KEEP (1: keep the folder).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init fine_tuning "${1:-}" mlip-trainer
 
-src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$src/build}" && pwd)
 trainer=$build/bin/mlip-trainer
-[[ -x $trainer ]] || { echo "fine_tuning.sh: $trainer not found; build the project first" >&2; exit 1; }
 base_minutes=${BASE_MINUTES:-5}
 minutes=${MINUTES:-3}
 new=${NEW:-16}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 data=$src/data/water-deepmd
-work=$(mktemp -d /tmp/mlip-fine-tuning.XXXXXX)
-[[ ${KEEP:-0} == 1 ]] || trap 'rm -rf "$work"' EXIT
 cd "$work"
 
 # The new data as extended XYZ: train, validation and test frames of data_2 (80 frames).

@@ -13,16 +13,12 @@
 # steps trained, and the MD cost of each model (pair_style mlip, us/atom-step, 1 rank, 1536 atoms).
 # Environment: MINUTES (7), FEATURES (32), MODELS ("se_e2_a painn"), KEEP (1: keep the folder).
 set -euo pipefail
-src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build=$(cd "${1:-$src/build}" && pwd)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_init mp_accuracy "${1:-}" mlip-trainer
 trainer=$build/bin/mlip-trainer
-[[ -x $trainer ]] || { echo "mp_accuracy.sh: $trainer not found; build the project first" >&2; exit 1; }
 minutes=${MINUTES:-7}
 features=${FEATURES:-32}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 data=$src/data/water-deepmd
-work=$(mktemp -d /tmp/mlip-mp-accuracy.XXXXXX)
-[[ ${KEEP:-0} == 1 ]] || trap 'rm -rf "$work"' EXIT
 cd "$work"
 
 # config NAME: the demo's config on data_0 + data_1 for MINUTES, output in NAME/.

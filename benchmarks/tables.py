@@ -68,7 +68,10 @@ def grid(rows, row_key, col_keys, value, ref_row=None, col_name=None):
     for rk in row_names:
         line = []
         for ck in col_names:
-            text, med = summary(cells.get((rk, ck), []))
+            if (rk, ck) not in cells:
+                line.append("-")
+                continue
+            text, med = summary(cells[(rk, ck)])
             ref = medians.get((ref_row, ck)) if ref_row else None
             if med is not None and ref:
                 text += f" **{med / ref:.2f}x**"
@@ -133,6 +136,43 @@ def gpu_md(run):
     return "\n".join(out) + "\n"
 
 
+def time_to_accuracy(run):
+    """per way and code: the test errors and steps over the repeats"""
+    rows = read_tsv(run / "rows.tsv")
+    keys = []
+    for r in rows:
+        if (r["way"], r["code"]) not in keys:
+            keys.append((r["way"], r["code"]))
+    out = ["| way | code | energy RMSE (meV/atom) | force RMSE (meV/Å) | steps | training wall (s) |",
+           "|---|---|---|---|---|---|"]
+    for way, code in keys:
+        sub = [r for r in rows if (r["way"], r["code"]) == (way, code)]
+        cells = [summary([r[k] for r in sub])[0] for k in ("energy_rmse_mev_atom", "force_rmse_mev_a", "steps", "wall_s")]
+        out.append(f"| {way} | {code} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def nve_drift(run):
+    rows = read_tsv(run / "rows.tsv")
+    out = ["| model | NVE (ps) | max \\|E(t) - E(0)\\| / N (meV/atom) | drift (meV/atom/ps) | T (K) | us/atom-step | molecules |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        intact = "every H2O intact" if r["thermo_lines_not_intact"] == "0" else f"broken at {r['thermo_lines_not_intact']} thermo lines"
+        out.append(f"| {r['model']} | {r['ps']} | {r['max_abs_de_mev_atom']} | {r['slope_mev_atom_ps']} | "
+                   f"{r['t_min_k']}-{r['t_max_k']} | {r['us_per_atom_step']} | {intact} |")
+    return "\n".join(out) + "\n"
+
+
+def gpu_training(run):
+    """the training lines of the GPU check's summary (one run each)"""
+    out = ["| training run | frames/s |", "|---|---|"]
+    for line in (run / "summary.txt").read_text().splitlines():
+        m = re.match(r"training (.*): ([0-9.]+) frames/s", line)
+        if m:
+            out.append(f"| {m[1]} | {m[2]} |")
+    return "\n".join(out) + "\n"
+
+
 KINDS = {
     ("bench_deepmd", "md"): deepmd_md,
     ("bench_deepmd", "train"): deepmd_train,
@@ -140,6 +180,9 @@ KINDS = {
     ("bench_pair", "memory"): pair_memory,
     ("threads-compressed", "speed"): threads,
     ("gpu-check", "md"): gpu_md,
+    ("gpu-check", "training"): gpu_training,
+    ("time_to_accuracy", "errors"): time_to_accuracy,
+    ("nve_drift", "drift"): nve_drift,
 }
 
 
