@@ -13,7 +13,7 @@ help="$("$build/bin/lmp" -h)"
 echo "   $(grep -m1 -E '^Large-scale|LAMMPS \(' <<<"$help" || true)"
 echo "   LAMMPS packages: $(sed -n '/^Installed packages:/,/^List of/p' <<<"$help" | grep -vE '^(Installed|List)' | xargs)"
 # The GPU code paths are compiled on every machine with a CUDA build of LibTorch: the trainer's
-# NCCL backend, and the device choice that loads LibTorch's CUDA backend (mlip/device.h). A CUDA
+# NCCL backend, and the device choice that loads LibTorch's CUDA backend (mlip/model/device.h). A CUDA
 # LibTorch with the CUDA toolkit here but no NCCL backend built is an error, not a skip.
 nccl="$(sed -n 's/^MLIP_NCCL_LIBRARY:FILEPATH=//p' "$build/CMakeCache.txt")"
 cuda_torch="$(sed -n 's/^MLIP_LIBTORCH_HAS_CUDA:INTERNAL=//p' "$build/CMakeCache.txt")"
