@@ -45,6 +45,7 @@ void Committee::reset(const mlip_pair::Options &options)
   close();    // a new pair_style command starts a new file
   last_report_ = -1;
   reporting_ = false;
+  std::fill(stats_.begin(), stats_.end(), 0.0);    // compute pair's vector until the first report
   out_freq_ = options.out_freq;
   out_file_ = options.out_file;
   relative_ = options.relative;

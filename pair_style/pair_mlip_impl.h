@@ -110,7 +110,8 @@ class GhostExchange {
   std::vector<double> features_;     // (nall, D)
 };
 
-// Seconds per part of compute() over the steps of the current run ('timing yes').
+// Seconds per part of compute() over the steps of the current run (always summed; reported with
+// 'timing yes').
 class PairTimers {
  public:
   enum Part { graph, model, forces };

@@ -8,6 +8,7 @@
 #include "mlip/error.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 namespace mlip_pair {
@@ -34,7 +35,8 @@ double positive_double(const std::string &key, const std::string &value)
   char *end = nullptr;
   errno = 0;
   const double v = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || errno == ERANGE || !(v > 0.0)) bad_value(key, value, "a number > 0");
+  if (value.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || !(v > 0.0))
+    bad_value(key, value, "a finite number > 0");
   return v;
 }
 

@@ -1,6 +1,7 @@
 /* -*- c++ -*- ----------------------------------------------------------
    mlip: machine-learning interatomic potentials for LAMMPS.
-   pair_style mlip/kk MODEL [chunk N] [timing yes|no]   (KOKKOS package: -k on -sf kk)
+   pair_style mlip/kk MODEL [MODEL2 ...] [keywords]   (KOKKOS package: -k on -sf kk; the keywords
+   of pair_style mlip but device: pair_mlip_keywords.cpp)
 ------------------------------------------------------------------------- */
 
 #ifdef PAIR_CLASS

@@ -74,7 +74,12 @@ TEST(PairKeywords, ErrorsNameTheKeywordAndTheValue)
               std::string::npos)
         << bad;
   EXPECT_NE(error_of({"timing", "maybe"}).find("keyword 'timing' must be 'yes' or 'no', not 'maybe'"), std::string::npos);
-  EXPECT_NE(error_of({"relative", "0"}, 2).find("keyword 'relative' must be a number > 0, not '0'"), std::string::npos);
+  for (const char *bad : {"0", "-1", "inf", "nan", "1e999", "x"})
+    EXPECT_NE(error_of({"relative", bad}, 2).find("keyword 'relative' must be a finite number > 0, not '" + std::string(bad) + "'"),
+              std::string::npos)
+        << bad;
+  // A keyword given twice: the last value counts.
+  EXPECT_EQ(parse({"chunk", "8", "chunk", "16"}).chunk, 16);
   EXPECT_NE(error_of({"out_freq", "10"}).find("'out_freq' reports the deviation of a committee: give two or more "
                                               "model files"),
             std::string::npos);

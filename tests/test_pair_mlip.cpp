@@ -491,7 +491,7 @@ TEST(PairMLIP, NullTypeIsIgnoredMessagePassingModel) { expect_null_type_ignored(
 // read through the library interface every 20 steps (measured: ~4e-5 eV/atom).
 struct NveRun {
   double drift = 0.0, tmin = 1e30, tmax = 0.0, pemax = -1e30, ese_change = 0.0, steps = 0.0;
-  std::vector<double> x_early;   // positions (by atom ID) 100 steps into the NVE run
+  std::vector<double> x_early;   // positions (by atom ID) 100 steps after the equilibration
 };
 
 NveRun run_nve(const std::string& se_model) {
@@ -559,8 +559,8 @@ TEST(PairMLIP, NveConservesEnergy) {
 // The same run with the se_e2_a part compressed (tables down to 1 A). Its energy drift is no
 // larger than the uncompressed model's (within 10%: the trajectories part after a few hundred
 // steps, so the two drifts are two samples of the same integrator error); and, what a small
-// compression error could not pass, 100 steps into the run its atoms are where the uncompressed
-// model's are to 1e-7 A, while the same run with the se_e2_a part scaled by 1.001 (a 0.1% force
+// compression error could not pass, 100 steps after the 200 of equilibration its atoms are where
+// the uncompressed model's are to 1e-7 A, while the same run with the se_e2_a part scaled by 1.001 (a 0.1% force
 // error on that part alone) is more than 1e-6 A away.
 TEST(PairMLIP, NveDriftOfTheCompressedModelIsNoLarger) {
   const NveRun plain = run_nve(model_path("se_e2_a_md"));
