@@ -147,7 +147,8 @@ def time_to_accuracy(run):
            "|---|---|---|---|---|---|"]
     for way, code in keys:
         sub = [r for r in rows if (r["way"], r["code"]) == (way, code)]
-        cells = [summary([r[k] for r in sub])[0] for k in ("energy_rmse_mev_atom", "force_rmse_mev_a", "steps", "wall_s")]
+        cells = [summary([r[k] for r in sub], digits)[0]
+                 for k, digits in (("energy_rmse_mev_atom", 3), ("force_rmse_mev_a", 3), ("steps", 5), ("wall_s", 4))]
         out.append(f"| {way} | {code} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
