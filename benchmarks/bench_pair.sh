@@ -115,17 +115,12 @@ thermo       100
 run          ${steps}
 EOF
 
+# mlip: the water input every MD benchmark shares (lib.sh), with this script's variables.
+water_md_input in.water
 cat > in.mlip <<'EOF'
-units        metal
-atom_style   atomic
-atom_modify  map array
-newton       on
-read_data    ${data}
-mass         1 15.999
-mass         2 1.008
-pair_style   mlip ${model} ${options}
-pair_coeff   * * O H
-include      in.md
+variable     pair string "mlip ${model} ${options}"
+variable     load string "variable none index 0"
+include      in.water
 EOF
 
 cat > in.snap <<'EOF'
