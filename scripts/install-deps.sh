@@ -84,6 +84,15 @@ if [ "$torch_version" != debian ]; then
     "$venv/bin/pip" install -q --disable-pip-version-check "ase>=3.22" ||
       say "warning: pip could not install ase; the ASE calculator's test will be skipped"
   fi
+  # mace-torch beside torch: the oracle of the mace import test (tests/python/mace_import.py) and
+  # what python/mace_to_mlip.py unpickles with; never a dependency of mlip itself. Pinned, and
+  # torch held at this version.
+  if ! "$venv/bin/python3" -c 'import mace' 2>/dev/null; then
+    say "installing PyPI mace-torch==0.3.16 into $venv (test oracle for the mace import)"
+    echo "torch==$torch_version" >"$venv/constraints.txt"
+    "$venv/bin/pip" install -q --disable-pip-version-check -c "$venv/constraints.txt" "mace-torch==0.3.16" ||
+      say "warning: pip could not install mace-torch; the mace import test will be skipped"
+  fi
 fi
 
 # ---------------------------------------------------------------------------------------------

@@ -100,6 +100,10 @@ class ModuleBuilder {
     module_.register_buffer(name, value.to(options_.dtype()));
     note(name, axes);
   }
+  /// An integer (index) buffer, kept as it is.
+  void index_buffer(const std::string& name, const torch::Tensor& value) {
+    module_.register_buffer(name, value.to(torch::kInt64));
+  }
   /// Marks parameters as the descriptor's (training.freeze: descriptor).
   void descriptor(const std::string& name) { descriptor_.insert(name); }
   void float_attribute(const std::string& name, double value) {

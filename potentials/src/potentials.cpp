@@ -7,7 +7,7 @@
 
 namespace mlip {
 
-std::vector<std::string> architectures() { return {"se_e2_a", "painn"}; }
+std::vector<std::string> architectures() { return {"se_e2_a", "painn", "mace"}; }
 
 torch::Dtype torch_dtype(const ModelSpec& spec) {
   if (spec.dtype == "float32") return torch::kFloat32;
@@ -27,8 +27,10 @@ BuiltModel build_model(const ModelSpec& spec) {
     built = build_se_e2_a(spec);
   } else if (spec.architecture == "painn") {
     built = build_painn(spec);
+  } else if (spec.architecture == "mace") {
+    built = build_mace(spec);
   } else {
-    throw Error("model: unknown architecture '" + spec.architecture + "' (known: se_e2_a, painn)");
+    throw Error("model: unknown architecture '" + spec.architecture + "' (known: se_e2_a, painn, mace)");
   }
   if (spec.repulsion != "none")
     built.metadata.hyperparameters["repulsion"] = {{"type", spec.repulsion}, {"width", spec.repulsion_width}};
@@ -39,6 +41,7 @@ BuiltModel build_model(const ModelSpec& spec) {
 void fit_descriptor_statistics(BuiltModel& model, const std::vector<const Frame*>& frames) {
   if (model.metadata.architecture == "se_e2_a") fit_se_e2_a_statistics(model, frames);
   if (model.metadata.architecture == "painn") fit_painn_statistics(model, frames);
+  if (model.metadata.architecture == "mace") fit_mace_statistics(model, frames);
 }
 
 std::vector<torch::Tensor> trainable_parameters(const torch::jit::Module& module) {

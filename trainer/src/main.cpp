@@ -232,6 +232,17 @@ int main(int argc, char** argv) {
   dev->add_option("--length-unit", devi.units.length, "Length unit of the data file");
   dev->add_option("--energy-unit", devi.units.energy, "Energy unit of the data file");
 
+  std::string import_spec, import_weights, import_output = "model.pt";
+  auto* imp = app.add_subcommand("import", "Write a model file from settings (JSON) and weights (torch.save'd dict) "
+                                           "made elsewhere, e.g. by python/mace_to_mlip.py from a mace-torch model");
+  imp->add_option("spec", import_spec, "JSON: architecture, species, cutoff, dtype, hyperparameters")
+      ->required()
+      ->check(CLI::ExistingFile);
+  imp->add_option("weights", import_weights, "torch.save'd dict of tensors by the model's names")
+      ->required()
+      ->check(CLI::ExistingFile);
+  imp->add_option("-o,--output", import_output, "Model file to write");
+
   CLI11_PARSE(app, argc, argv);
 
   std::unique_ptr<Communicator> comm;
@@ -245,6 +256,11 @@ int main(int argc, char** argv) {
     if (*exp) return run_export(checkpoint, output, export_options);
     if (*cmp) return run_compress(compress_source, compress_output, export_options);
     if (*test) return run_test(model, data, format, units, test_outputs);
+    if (*imp) {
+      import_model(import_spec, import_weights, import_output, print_line);
+      std::printf("wrote %s\n", import_output.c_str());
+      return 0;
+    }
     if (*conv) return run_convert(conv_in, conv_out, conv_format, conv_units, conv_frame, conv_reps, conv_types);
   } catch (const mlip::Error& e) {
     return fail(comm.get(), "error", e.what());

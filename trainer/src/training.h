@@ -288,6 +288,12 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
 void compress_file(const std::string& source, const std::string& output, ExportOptions options,
                    const std::function<void(const std::string&)>& log);
 
+/// `mlip-trainer import`: a model file from settings (JSON: architecture, species, cutoff, dtype,
+/// hyperparameters) and weights by name (a dict of tensors written by torch.save; every trainable
+/// parameter of the architecture, and buffers optionally), e.g. from python/mace_to_mlip.py.
+void import_model(const std::string& spec_path, const std::string& weights_path, const std::string& output,
+                  const std::function<void(const std::string&)>& log);
+
 /// What `mlip-trainer test` writes besides the totals (empty paths: nothing).
 struct TestOutputs {
   std::string per_frame_csv;   // frame, origin, atoms, reference and predicted energy, force RMSE

@@ -116,5 +116,7 @@ void fit_se_e2_a_statistics(BuiltModel& model, const std::vector<const Frame*>& 
 void fit_painn_statistics(BuiltModel& model, const std::vector<const Frame*>& frames);
 BuiltModel build_se_e2_a(const ModelSpec& spec);
 BuiltModel build_painn(const ModelSpec& spec);
+BuiltModel build_mace(const ModelSpec& spec);
+void fit_mace_statistics(BuiltModel& model, const std::vector<const Frame*>& frames);
 
 }  // namespace mlip

@@ -1,0 +1,458 @@
+// MACE: higher-order equivariant message passing (Batatia et al., NeurIPS 2022), the function of
+// mace-torch's default model (`--model MACE`: ScaleShiftMACE with a plain first interaction and
+// residual ones after it), so that models trained by mace-torch import exactly
+// (python/mace_to_mlip.py) and models trained here mean the same hyperparameters.
+//
+// Per atom i with species s_i, features h_i (C channels of each l <= max_L; scalars only at first):
+//   edges:  Y(r_ji) real spherical harmonics l <= max_ell (e3nn's basis, mlip/o3.h),
+//           R(r) = sqrt(2/r_max) sin(n pi r / r_max) / r x polynomial envelope(p), n = 1..num_radial_basis
+//   layer t: u = Linear(h)                                   (per l, channels mixed)
+//            A_i = Linear(sum_j TP(u_j, Y(r_ji); MLP_t(R(r_ij)))) / avg_num_neighbors
+//                  (uvu tensor product: each channel of u_j times Y, weighted per edge and path)
+//            first layer: A_i = SkipTP(A_i, s_i) (channels mixed per species)
+//            B_i = sum_nu=1..correlation  W_{s_i, nu} . U_nu . A_i^(x nu)   (symmetric contraction)
+//            h_i' = Linear(B_i) (+ SkipTP(h_i, s_i) after the first layer)
+//            e_i += readout_t(h_i')  (linear; a one-hidden-layer SiLU net at the last layer)
+//   E_i = E0_{s_i} + scale e_i + shift   (energy_shift, energy_scale)
+// Every linear map carries e3nn's normalisation (1/sqrt(fan-in)) and its weights e3nn's layout,
+// so that an import copies tensors. The last layer keeps only scalars.
+//
+// The symmetric contraction is evaluated on the non-zero coefficients of U (symmetrised over the
+// orders of the A's, which commute): the monomials of A each product needs, times the
+// species' weights, summed into the outputs - about a thousandth of the dense U's work.
+//
+// Hyperparameters (mace-torch's names and defaults): num_channels (128), max_L (1), max_ell (3),
+// correlation (3), num_interactions (2), num_radial_basis (8), num_cutoff_basis (5),
+// radial_MLP ([64, 64, 64]), MLP_irreps ("16x0e"), avg_num_neighbors (0: from the training data).
+// r_max is the model's cutoff.
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "builder.h"
+#include "mlip/o3.h"
+
+namespace mlip {
+namespace {
+
+using detail::num;
+
+struct Shape {
+  int64_t C = 128, N = 1;
+  int Lh = 1, Ls = 3, corr = 3, layers = 2, nb = 8, p = 5, mlp = 16;
+  std::vector<int64_t> radial;
+  int64_t hidden_width() const { return C * (Lh + 1) * (Lh + 1); }
+  std::vector<int> in_ls(int t) const { return t == 0 ? std::vector<int>{0} : range(Lh); }
+  std::vector<int> out_ls(int t) const { return t == layers - 1 ? std::vector<int>{0} : range(Lh); }
+  static std::vector<int> range(int lmax) {
+    std::vector<int> v;
+    for (int l = 0; l <= lmax; ++l) v.push_back(l);
+    return v;
+  }
+};
+
+// One path of a layer's edge tensor product: input block l1 (of the node features) times
+// harmonic l2 into l3, in e3nn's order (sorted by l3, then as generated).
+struct Path {
+  int block, l1, l2, l3;
+};
+
+std::vector<Path> tensor_product_paths(const Shape& s, int t) {
+  std::vector<Path> paths;
+  const auto in = s.in_ls(t);
+  for (std::size_t b = 0; b < in.size(); ++b)
+    for (int l2 = 0; l2 <= s.Ls; ++l2)
+      for (int l3 = std::abs(in[b] - l2); l3 <= in[b] + l2; ++l3)
+        if (l3 <= s.Ls && (in[b] + l2 + l3) % 2 == 0) paths.push_back({int(b), in[b], l2, l3});
+  std::stable_sort(paths.begin(), paths.end(), [](const Path& a, const Path& b) { return a.l3 < b.l3; });
+  return paths;
+}
+
+int64_t offset_of(int l) { return int64_t(l) * l; }  // components before degree l
+
+torch::Tensor long_tensor(const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64); }
+
+// Registers a layer's tensor-product tables and returns the TorchScript that turns the senders'
+// `x1` (E, C, D_in), harmonics `sh` and path weights `w` (E, paths x C) into the centres'
+// messages `msg` (n_out, C, (max_ell + 1)^2), before the division by avg_num_neighbors.
+std::string message_source(detail::ModuleBuilder& b, const Shape& s, int t, const std::string& p) {
+  const auto paths = tensor_product_paths(s, t);
+  const auto in = s.in_ls(t);
+  std::ostringstream src;
+  std::vector<int64_t> col_path, col_position;
+  std::vector<std::vector<int64_t>> block_cols(in.size());  // per block: its sorted column indices
+  int64_t sorted_cols = 0;
+  std::vector<int64_t> first_col(paths.size());
+  for (std::size_t k = 0; k < paths.size(); ++k) {
+    first_col[k] = sorted_cols;
+    for (int m = 0; m < 2 * paths[k].l3 + 1; ++m) {
+      block_cols[paths[k].block].push_back(sorted_cols + m);
+      col_path.push_back(int64_t(k));
+    }
+    sorted_cols += 2 * paths[k].l3 + 1;
+  }
+  // Concatenated blocks' columns -> sorted column order.
+  std::vector<int64_t> cat_of_sorted(sorted_cols);
+  int64_t cat = 0;
+  src << "    parts = []\n";
+  int64_t din_offset = 0;
+  for (std::size_t bl = 0; bl < in.size(); ++bl) {
+    const int l1 = in[bl], d1 = 2 * l1 + 1;
+    const int64_t K = int64_t(block_cols[bl].size());
+    torch::Tensor G = torch::zeros({(s.Ls + 1) * (s.Ls + 1), d1, K}, torch::kFloat64);
+    int64_t local = 0;
+    for (std::size_t k = 0; k < paths.size(); ++k) {
+      if (paths[k].block != int(bl)) continue;
+      const int l2 = paths[k].l2, l3 = paths[k].l3;
+      const torch::Tensor w3j = o3::wigner_3j(l1, l2, l3) * std::sqrt(2.0 * l3 + 1);  // (d1, d2, d3)
+      G.narrow(0, offset_of(l2), 2 * l2 + 1).narrow(2, local, 2 * l3 + 1).copy_(w3j.permute({1, 0, 2}));
+      for (int m = 0; m < 2 * l3 + 1; ++m) cat_of_sorted[first_col[k] + m] = cat + local + m;
+      local += 2 * l3 + 1;
+    }
+    const std::string name = p + "tp" + std::to_string(bl);
+    b.buffer(name, G.reshape({G.size(0), d1 * K}));
+    src << "    parts.append(torch.matmul(x1.narrow(2, " << din_offset << ", " << d1 << "), torch.matmul(sh, self."
+        << name << ").view(-1, " << d1 << ", " << K << ")))\n";
+    din_offset += d1;
+    cat += K;
+  }
+  b.index_buffer(p + "tp_cols", long_tensor(cat_of_sorted));
+  b.index_buffer(p + "tp_paths", long_tensor(col_path));
+  src << "    m = torch.cat(parts, 2).index_select(2, self." << p << "tp_cols)\n"
+      << "    w = w.view(-1, " << paths.size() << ", " << s.C << ").transpose(1, 2).index_select(2, self." << p
+      << "tp_paths)\n"
+      << "    msg = torch.zeros([n_out, " << s.C << ", " << sorted_cols << "], dtype=w.dtype, device=w.device)"
+      << ".index_add(0, center, m * w)\n";
+  // Linear from the paths' outputs to one block per l3 (e3nn: one weight matrix per path).
+  src << "    out = []\n";
+  for (int l3 = 0, k = 0; l3 <= s.Ls; ++l3) {
+    int count = 0;
+    const int k0 = k;
+    while (k < int(paths.size()) && paths[k].l3 == l3) ++k, ++count;
+    const int d3 = 2 * l3 + 1;
+    if (count == 0) {
+      src << "    out.append(torch.zeros([n_out, " << s.C << ", " << d3 << "], dtype=w.dtype, device=w.device))\n";
+      continue;
+    }
+    src << "    out.append(torch.einsum('nubd,buw->nwd', [msg.narrow(2, " << first_col[k0] << ", " << count * d3
+        << ").reshape(n_out, " << s.C << ", " << count << ", " << d3 << "), self." << p << "linear_w.narrow(0, "
+        << int64_t(k0) * s.C * s.C << ", " << int64_t(count) * s.C * s.C << ").view(" << count << ", " << s.C
+        << ", " << s.C << ")]) * " << num(1.0 / std::sqrt(double(count * s.C))) << ")\n";
+  }
+  src << "    msg = torch.cat(out, 2) / self.avg_num_neighbors\n";
+  return src.str();
+}
+
+// Per-l channel mixing of blocks (n, C, 2l+1) held in `var` (list by l) with one (C, C) matrix per
+// block, e3nn Linear layout, into `out`.
+std::string linear_blocks(const std::string& var, const std::string& out, const std::string& w, int nblocks,
+                          int64_t C) {
+  std::ostringstream src;
+  src << "    " << out << " = []\n";
+  for (int k = 0; k < nblocks; ++k)
+    src << "    " << out << ".append(torch.matmul(" << var << "[" << k << "].transpose(1, 2), " << w << ".narrow(0, "
+        << k * C * C << ", " << C * C << ").view(" << C << ", " << C << ")).transpose(1, 2) * "
+        << num(1.0 / std::sqrt(double(C))) << ")\n";
+  return src.str();
+}
+
+// Species-dependent channel mixing (e3nn FullyConnectedTensorProduct with the one-hot species):
+// out_l = sum_{u,v} W_l[u, v, w] x_l[n, u, :] attrs[n, v] / sqrt(C N) for the listed blocks.
+std::string skip_blocks(const std::string& var, const std::string& out, const std::string& w,
+                        const std::vector<int>& which, const std::string& attrs, const Shape& s) {
+  std::ostringstream src;
+  src << "    " << out << " = []\n";
+  const int64_t size = s.C * s.N * s.C;
+  for (std::size_t k = 0; k < which.size(); ++k)
+    src << "    " << out << ".append(torch.einsum('nud,uvw,nv->nwd', [" << var << "[" << which[k] << "], " << w
+        << ".narrow(0, " << int64_t(k) * size << ", " << size << ").view(" << s.C << ", " << s.N << ", " << s.C
+        << "), " << attrs << "]) * " << num(1.0 / std::sqrt(double(s.C * s.N))) << ")\n";
+  return src.str();
+}
+
+// The symmetric contraction of `x` (n, C, (max_ell+1)^2) for output degrees out_ls: registers its
+// tables and parameters; the TorchScript leaves a list of (n, C, 2L+1) blocks in `prod`.
+std::string contraction_source(detail::ModuleBuilder& b, const Shape& s, int t, const std::string& p) {
+  std::vector<o3::Irrep> coupling;
+  for (int l = 0; l <= s.Ls; ++l) coupling.push_back(o3::natural(l));
+  // Monomials of x: sorted index tuples per order nu; entries (monomial, weight row, output column).
+  std::vector<std::map<std::vector<int64_t>, int64_t>> monomials(s.corr + 1);
+  std::map<std::tuple<int, int64_t, int64_t, int64_t>, double> entries;  // (nu, local monomial, row, col)
+  std::vector<std::string> weights;
+  int64_t rows = 0, col0 = 0;
+  const auto outs = s.out_ls(t);
+  for (const int L : outs) {
+    for (int nu = s.corr; nu >= 1; --nu) {
+      const torch::Tensor U = o3::coupling_basis(coupling, o3::natural(L), nu).contiguous();
+      const int64_t P = U.size(-1);
+      if (U.abs().max().item<double>() == 0.0) continue;  // mace-torch keeps zeros there
+      const std::string name = p + "sc" + std::to_string(L) + "_w" + std::to_string(nu);
+      b.normal(name, {s.N, P, s.C}, 1.0 / double(P));
+      weights.push_back(name);
+      const torch::Tensor flat = U.reshape({-1});
+      const double* u = flat.data_ptr<double>();
+      const int64_t D = (s.Ls + 1) * (s.Ls + 1);
+      for (int64_t idx = 0; idx < flat.numel(); ++idx) {
+        if (u[idx] == 0.0) continue;
+        int64_t rest = idx;
+        const int64_t k = rest % P;
+        rest /= P;
+        std::vector<int64_t> key(nu);
+        for (int j = nu - 1; j >= 0; --j) key[j] = rest % D, rest /= D;
+        const int64_t m = rest;
+        std::sort(key.begin(), key.end());
+        auto [it, fresh] = monomials[nu].emplace(key, int64_t(monomials[nu].size()));
+        entries[{nu, it->second, rows + k, col0 + m}] += u[idx];
+      }
+      rows += P;
+    }
+    col0 += 2 * L + 1;
+  }
+  // Monomial products, all orders concatenated.
+  std::ostringstream src;
+  std::vector<int64_t> mono_offset(s.corr + 2, 0);
+  src << "    mono = []\n";
+  for (int nu = 1; nu <= s.corr; ++nu) {
+    mono_offset[nu + 1] = mono_offset[nu] + int64_t(monomials[nu].size());
+    if (monomials[nu].empty()) continue;
+    std::string product;
+    for (int j = 0; j < nu; ++j) {
+      std::vector<int64_t> index(monomials[nu].size());
+      for (const auto& [key, q] : monomials[nu]) index[q] = key[j];
+      const std::string name = p + "mono" + std::to_string(nu) + "_" + std::to_string(j);
+      b.index_buffer(name, long_tensor(index));
+      product += (j ? " * " : "") + std::string("x.index_select(2, self.") + name + ")";
+    }
+    src << "    mono.append(" << product << ")\n";
+  }
+  std::vector<int64_t> e_mono, e_row;
+  std::vector<double> e_val;
+  std::vector<int64_t> e_col;
+  for (const auto& [key, v] : entries) {
+    if (std::abs(v) < 1e-12) continue;  // cancelled by the symmetry of the product
+    const auto& [nu, q, row, col] = key;
+    e_mono.push_back(mono_offset[nu] + q), e_row.push_back(row), e_col.push_back(col), e_val.push_back(v);
+  }
+  torch::Tensor S = torch::zeros({int64_t(e_val.size()), col0}, torch::kFloat64);
+  for (std::size_t e = 0; e < e_val.size(); ++e) S[int64_t(e)][e_col[e]] = e_val[e];
+  b.index_buffer(p + "sc_mono", long_tensor(e_mono));
+  b.index_buffer(p + "sc_rows", long_tensor(e_row));
+  b.buffer(p + "sc_out", S);
+  src << "    wall = torch.cat([";
+  for (std::size_t k = 0; k < weights.size(); ++k) src << (k ? ", " : "") << "self." << weights[k];
+  src << "], 1)\n"
+      << "    wy = torch.matmul(attrs_out, wall.view(" << s.N << ", -1)).view(-1, " << rows << ", " << s.C << ")\n"
+      << "    g = torch.cat(mono, 2).index_select(2, self." << p << "sc_mono) * wy.index_select(1, self." << p
+      << "sc_rows).transpose(1, 2)\n"
+      << "    b = torch.matmul(g, self." << p << "sc_out)\n"
+      << "    prod = []\n";
+  int64_t c = 0;
+  for (const int L : outs) {
+    src << "    prod.append(b.narrow(2, " << c << ", " << 2 * L + 1 << "))\n";
+    c += 2 * L + 1;
+  }
+  return src.str();
+}
+
+}  // namespace
+
+BuiltModel build_mace(const ModelSpec& spec) {
+  detail::HyperParameters hp(spec.hyperparameters, "mace");
+  Shape s;
+  s.C = hp.get<int64_t>("num_channels", 128);
+  s.Lh = hp.get<int>("max_L", 1);
+  s.Ls = hp.get<int>("max_ell", 3);
+  s.corr = hp.get<int>("correlation", 3);
+  s.layers = hp.get<int>("num_interactions", 2);
+  s.nb = hp.get<int>("num_radial_basis", 8);
+  s.p = hp.get<int>("num_cutoff_basis", 5);
+  s.radial = hp.get<std::vector<int64_t>>("radial_MLP", {64, 64, 64});
+  const auto mlp_irreps = hp.get<std::string>("MLP_irreps", "16x0e");
+  const double avg = hp.get<double>("avg_num_neighbors", 0.0);
+  const nlohmann::json resolved = hp.finish();
+  if (s.C < 1) hp.fail("num_channels", "must be >= 1");
+  if (s.Lh < 0 || s.Lh > 3) hp.fail("max_L", "must be 0, 1, 2 or 3");
+  if (s.Ls < 1 || s.Ls > 6) hp.fail("max_ell", "must be between 1 and 6");
+  if (s.Lh > s.Ls) hp.fail("max_L", "must not exceed max_ell");
+  if (s.corr < 1 || s.corr > 3) hp.fail("correlation", "must be 1, 2 or 3");
+  if (s.layers < 1) hp.fail("num_interactions", "must be >= 1");
+  if (s.nb < 1) hp.fail("num_radial_basis", "must be >= 1");
+  if (s.p < 1) hp.fail("num_cutoff_basis", "must be >= 1");
+  for (const auto w : s.radial)
+    if (w < 1) hp.fail("radial_MLP", "widths must be >= 1");
+  {
+    const auto x = mlp_irreps.find("x0e");
+    if (x == std::string::npos || x == 0 || x + 3 != mlp_irreps.size() ||
+        mlp_irreps.find_first_not_of("0123456789") != x)
+      hp.fail("MLP_irreps", "must be scalars, e.g. \"16x0e\" (got \"" + mlp_irreps + "\")");
+    s.mlp = std::stoi(mlp_irreps.substr(0, x));
+    if (s.mlp < 1) hp.fail("MLP_irreps", "must have at least one channel");
+  }
+  if (avg < 0) hp.fail("avg_num_neighbors", "must be positive (or 0: from data)");
+  s.N = int64_t(spec.species.size());
+
+  detail::ModuleBuilder b("MACE", torch_dtype(spec), spec.seed);
+  const double pi = 3.141592653589793;
+  b.normal("embedding_w", {s.N * s.C}, 1.0);
+  b.buffer("avg_num_neighbors", torch::full({1}, avg > 0 ? avg : 1.0));
+  detail::add_energy_buffers(b, s.N);
+  b.float_attribute("cutoff", spec.cutoff);
+
+  std::ostringstream src;
+  const std::string opts = "dtype=edge_vectors.dtype, device=edge_vectors.device";
+  // mp_edges: radial basis with envelope (E, nb) and harmonics (E, (max_ell+1)^2) of the vector
+  // from the neighbour to the centre (mace-torch's sender -> receiver).
+  const double pp = s.p;
+  src << "def mp_edges(self, edge_vectors: Tensor) -> Tuple[Tensor, Tensor]:\n"
+      << "    r = torch.sqrt((edge_vectors * edge_vectors).sum(1)).unsqueeze(1)\n"
+      << "    k = torch.arange(1, " << s.nb + 1 << ", " << opts << ") * " << num(pi / spec.cutoff) << "\n"
+      << "    bessel = " << num(std::sqrt(2.0 / spec.cutoff)) << " * (torch.sin(k * r) / r)\n"
+      << "    x = r / " << num(spec.cutoff) << "\n"
+      << "    env = 1.0 - " << num((pp + 1) * (pp + 2) / 2) << " * torch.pow(x, " << s.p << ") + "
+      << num(pp * (pp + 2)) << " * torch.pow(x, " << s.p + 1 << ") - " << num(pp * (pp + 1) / 2)
+      << " * torch.pow(x, " << s.p + 2 << ")\n"
+      << "    env = env * (r < " << num(spec.cutoff) << ").to(r.dtype)\n"
+      << "    u = edge_vectors / r\n"
+      << o3::spherical_harmonics_source(s.Ls, "-u[:, 0]", "-u[:, 1]", "-u[:, 2]", "sh")
+      << "    return bessel * env, sh\n";
+  // mp_embed: (e, h, attrs): accumulated readout energies, features (scalars first, the rest
+  // zero: the width stays that of the widest layer), one-hot species.
+  src << "def mp_embed(self, species: Tensor) -> Tuple[Tensor, Tensor, Tensor]:\n"
+      << "    attrs = torch.one_hot(species, " << s.N << ").to(self.embedding_w.dtype)\n"
+      << "    h = torch.matmul(attrs, self.embedding_w.view(" << s.N << ", " << s.C << ")) * "
+      << num(1.0 / std::sqrt(double(s.N))) << "\n"
+      << "    h = torch.cat([h, torch.zeros([species.size(0), " << s.hidden_width() - s.C
+      << "], dtype=h.dtype, device=h.device)], 1)\n"
+      << "    return torch.zeros([species.size(0), 1], dtype=h.dtype, device=h.device), h, attrs\n";
+
+  for (int t = 0; t < s.layers; ++t) {
+    const std::string p = "l" + std::to_string(t) + "_";
+    const auto in = s.in_ls(t), outs = s.out_ls(t);
+    const auto paths = tensor_product_paths(s, t);
+    // Parameters, in e3nn's layouts.
+    b.normal(p + "up_w", {int64_t(in.size()) * s.C * s.C}, 1.0);
+    std::vector<int64_t> widths{s.nb};
+    widths.insert(widths.end(), s.radial.begin(), s.radial.end());
+    widths.push_back(int64_t(paths.size()) * s.C);
+    for (std::size_t j = 0; j + 1 < widths.size(); ++j)
+      b.normal(p + "mlp" + std::to_string(j) + "_w", {widths[j], widths[j + 1]}, 1.0);
+    b.normal(p + "linear_w", {int64_t(paths.size()) * s.C * s.C}, 1.0);
+    std::vector<int> skip_in;  // blocks (indices into the list) the skip connection maps
+    if (t == 0) {
+      b.normal(p + "skip_w", {int64_t(s.Ls + 1) * s.C * s.N * s.C}, 1.0);
+    } else {
+      for (std::size_t k = 0; k < in.size(); ++k)
+        if (std::find(outs.begin(), outs.end(), in[k]) != outs.end()) skip_in.push_back(int(k));
+      b.normal(p + "skip_w", {int64_t(skip_in.size()) * s.C * s.N * s.C}, 1.0);
+    }
+    b.normal(p + "prod_w", {int64_t(outs.size()) * s.C * s.C}, 1.0);
+    const bool nonlinear = t == s.layers - 1 && s.layers > 1;
+    if (nonlinear) {
+      b.normal(p + "ro1_w", {s.C * s.mlp}, 1.0);
+      b.normal(p + "ro2_w", {int64_t(s.mlp)}, 1.0);
+    } else {
+      b.normal(p + "ro_w", {s.C}, 1.0);
+    }
+
+    // mp_node_t: the channel-mixed features of every node, (n, C, sum of 2l+1 over the input).
+    src << "def mp_node_" << t << "(self, e: Tensor, h: Tensor, attrs: Tensor) -> Tensor:\n"
+        << "    blocks = []\n";
+    for (const int l : in)
+      src << "    blocks.append(h.narrow(1, " << s.C * offset_of(l) << ", " << s.C * (2 * l + 1) << ").reshape(-1, "
+          << s.C << ", " << 2 * l + 1 << "))\n";
+    src << linear_blocks("blocks", "up", "self." + p + "up_w", int(in.size()), s.C)
+        << "    return torch.cat(up, 2)\n";
+
+    src << "def mp_layer_" << t << "(self, e: Tensor, h: Tensor, attrs: Tensor, up: Tensor, center: Tensor, "
+        << "neighbor: Tensor, radial: Tensor, sh: Tensor, n_out: int) -> Tuple[Tensor, Tensor, Tensor]:\n";
+    // The per-edge path weights: e3nn's FullyConnectedNet with normalised SiLU.
+    src << "    w = radial\n";
+    for (std::size_t j = 0; j + 1 < widths.size(); ++j) {
+      src << "    w = torch.matmul(w, self." << p << "mlp" << j << "_w) * " << num(1.0 / std::sqrt(double(widths[j])))
+          << "\n";
+      if (j + 2 < widths.size()) src << "    w = torch.silu(w) * " << num(o3::kSiluNorm) << "\n";
+    }
+    src << "    x1 = up.index_select(0, neighbor)\n"
+        << "    attrs_out = attrs.narrow(0, 0, n_out)\n"
+        << message_source(b, s, t, p);
+    src << "    mb = []\n";
+    for (int l = 0; l <= s.Ls; ++l)
+      src << "    mb.append(msg.narrow(2, " << offset_of(l) << ", " << 2 * l + 1 << "))\n";
+    if (t == 0) {
+      std::vector<int> all;
+      for (int l = 0; l <= s.Ls; ++l) all.push_back(l);
+      src << skip_blocks("mb", "mb2", "self." + p + "skip_w", all, "attrs_out", s)
+          << "    x = torch.cat(mb2, 2)\n";
+    } else {
+      src << "    x = msg\n";
+    }
+    src << contraction_source(b, s, t, p)
+        << linear_blocks("prod", "hb", "self." + p + "prod_w", int(outs.size()), s.C);
+    if (t > 0) {
+      src << "    hin = []\n";
+      for (const int l : in)
+        src << "    hin.append(h.narrow(0, 0, n_out).narrow(1, " << s.C * offset_of(l) << ", " << s.C * (2 * l + 1)
+            << ").reshape(n_out, " << s.C << ", " << 2 * l + 1 << "))\n";
+      src << skip_blocks("hin", "sc", "self." + p + "skip_w", skip_in, "attrs_out", s);
+      for (std::size_t k = 0; k < skip_in.size(); ++k) src << "    hb[" << k << "] = hb[" << k << "] + sc[" << k << "]\n";
+    }
+    src << "    flat = []\n";
+    for (std::size_t k = 0; k < outs.size(); ++k)
+      src << "    flat.append(hb[" << k << "].reshape(n_out, " << s.C * (2 * outs[k] + 1) << "))\n";
+    const int64_t width = s.C * (outs.back() + 1) * (outs.back() + 1);
+    if (width < s.hidden_width())
+      src << "    flat.append(torch.zeros([n_out, " << s.hidden_width() - width << "], dtype=msg.dtype, device=msg.device))\n";
+    src << "    h2 = torch.cat(flat, 1)\n"
+        << "    h0 = hb[0].reshape(n_out, " << s.C << ")\n";
+    if (nonlinear)
+      src << "    ro = torch.matmul(torch.silu(torch.matmul(h0, self." << p << "ro1_w.view(" << s.C << ", " << s.mlp
+          << ")) * " << num(1.0 / std::sqrt(double(s.C))) << ") * " << num(o3::kSiluNorm) << ", self." << p
+          << "ro2_w.view(" << s.mlp << ", 1)) * " << num(1.0 / std::sqrt(double(s.mlp))) << "\n";
+    else
+      src << "    ro = torch.matmul(h0, self." << p << "ro_w.view(" << s.C << ", 1)) * "
+          << num(1.0 / std::sqrt(double(s.C))) << "\n";
+    src << "    return e.narrow(0, 0, n_out) + ro, h2, attrs_out\n";
+  }
+
+  src << "def mp_readout(self, species: Tensor, e: Tensor, edge_index: Tensor, edge_vectors: Tensor, "
+      << "n_centers: int) -> Tensor:\n"
+      << "    cs = species[:n_centers]\n"
+      << detail::add_repulsion(b, spec)
+      << "    return e.narrow(0, 0, n_centers).squeeze(1) * self.energy_scale[cs] + self.energy_shift[cs]"
+      << (spec.repulsion == "none" ? "" : " + e_rep") << "\n";
+
+  src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
+      << "    center = edge_index[0]\n"
+      << "    neighbor = edge_index[1]\n"
+      << "    n_out = species.size(0)\n"
+      << "    radial, sh = self.mp_edges(edge_vectors)\n"
+      << "    e, h, attrs = self.mp_embed(species)\n";
+  for (int t = 0; t < s.layers; ++t) {
+    if (t == s.layers - 1)
+      src << "    if n_centers < n_out:\n"
+          << "        sel = torch.nonzero(center < n_centers).squeeze(1)\n"
+          << "        center = center.index_select(0, sel)\n"
+          << "        neighbor = neighbor.index_select(0, sel)\n"
+          << "        radial = radial.index_select(0, sel)\n"
+          << "        sh = sh.index_select(0, sel)\n"
+          << "        n_out = n_centers\n";
+    src << "    e, h, attrs = self.mp_layer_" << t << "(e, h, attrs, self.mp_node_" << t
+        << "(e, h, attrs), center, neighbor, radial, sh, n_out)\n";
+  }
+  src << "    return self.mp_readout(species, e, edge_index, edge_vectors, n_centers)\n";
+
+  return b.finish(src.str(), spec, "mace", s.layers, resolved);
+}
+
+void fit_mace_statistics(BuiltModel& model, const std::vector<const Frame*>& frames) {
+  if (model.metadata.hyperparameters.at("avg_num_neighbors").get<double>() != 0.0) return;
+  double edges = 0, centers = 0;
+  for (const Frame* f : frames) {
+    edges += static_cast<double>(f->num_edges());
+    centers += static_cast<double>(f->structure.size());
+  }
+  torch::NoGradGuard no_grad;  // setting a buffer, not evaluating
+  if (centers > 0 && edges > 0) model.module.attr("avg_num_neighbors").toTensor().fill_(edges / centers);
+}
+
+}  // namespace mlip
