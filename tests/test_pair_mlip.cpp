@@ -292,7 +292,7 @@ TEST(PairMLIP, MessagePassingAndSeE2AWithEmptySubdomains) {
   // them holds only ghosts that still carry messages to its neighbours' atoms.
   const Structure s = random_system(Box{}, 30, 0.3, 33);
   const std::string procs = fmt::format("processors {} 1 1", nprocs());
-  for (const char* name : {"painn", "se_e2_a"}) {
+  for (const char* name : {"painn", "se_e2_a", "mace"}) {
     SCOPED_TRACE(name);
     const std::string model = model_path(name);
     expect_matches_reference(s, model, "pair_style mlip " + model + " exchange no", procs + "\n" + kSmallSkin);
@@ -305,7 +305,7 @@ TEST(PairMLIP, MessagePassingAndSeE2AWithEmptySubdomains) {
 // per-atom and centroid virials and pressure, for 2 and 3 layers, in a triclinic box, with
 // empty subdomains, and a ghost shell of one cutoff + skin.
 TEST(PairMLIP, GhostExchangeMatchesReference) {
-  for (const char* name : {"painn", "painn3"}) {
+  for (const char* name : {"painn", "painn3", "mace", "mace3"}) {
     SCOPED_TRACE(name);
     const std::string model = model_path(name);
     expect_matches_reference(random_system(Box{}, 80, 1.0, 81), model, "pair_style mlip " + model + " exchange yes",
@@ -317,7 +317,7 @@ TEST(PairMLIP, GhostExchangeMatchesReference) {
 // backward pass; the sums are the same for any N.
 TEST(PairMLIP, GhostExchangeInChunksMatchesReference) {
   const Structure s = random_system(Box{}, 80, 1.0, 84);
-  for (const char* name : {"painn", "painn3"}) {
+  for (const char* name : {"painn", "painn3", "mace"}) {
     for (int chunk : {1, 7, 64}) {
       SCOPED_TRACE(fmt::format("{} chunk {}", name, chunk));
       const std::string model = model_path(name);
@@ -329,7 +329,7 @@ TEST(PairMLIP, GhostExchangeInChunksMatchesReference) {
 
 TEST(PairMLIP, GhostExchangeWithEmptySubdomains) {
   const Structure s = random_system(Box{}, 30, 0.3, 82);
-  for (const char* name : {"painn", "painn3"}) {
+  for (const char* name : {"painn", "painn3", "mace"}) {
     SCOPED_TRACE(name);
     const std::string model = model_path(name);
     expect_matches_reference(s, model, "pair_style mlip " + model + " exchange yes",
@@ -1002,7 +1002,7 @@ void expect_deviation_matches_offline(const std::vector<std::string>& names, con
 // Models that differ in architecture and cutoff (3.5, 4.0 A; PaiNN: 3.0 A, 2 message-passing
 // layers, so the ghost shell and ghost neighbour lists come from it).
 TEST(PairMLIP, ModelDeviationMatchesOfflineComputation) {
-  expect_deviation_matches_offline({"se_e2_a", "se_e2_a_md", "painn"}, "", 1.0, 71);
+  expect_deviation_matches_offline({"se_e2_a", "se_e2_a_md", "painn", "mace"}, "", 1.0, 71);
 }
 
 TEST(PairMLIP, ModelDeviationInChunksWithEmptySubdomains) {

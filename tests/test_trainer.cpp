@@ -918,13 +918,16 @@ TEST(Training, ForceLossGradientMatchesFiniteDifferences) {
   std::vector<Frame> batch_frames = {make_frame(frames[0], 4.0), make_frame(frames[500], 4.0)};
   const SpeciesMap species({"H", "C", "O"});
   const GraphBatch gb = make_batch({&batch_frames[0], &batch_frames[1]}, species);
-  for (const std::string arch : {"se_e2_a", "painn"}) {
+  for (const std::string arch : {"se_e2_a", "painn", "mace"}) {
     ModelSpec spec;
     spec.architecture = arch;
     spec.species = {"H", "C", "O"};
     spec.cutoff = 4.0;
-    spec.hyperparameters = arch == "se_e2_a" ? nlohmann::json{{"embedding", {4, 8}}, {"axis_neurons", 2}, {"fitting", {8, 8}}}
-                                             : nlohmann::json{{"features", 4}, {"layers", 2}, {"radial_basis", 4}};
+    spec.hyperparameters =
+        arch == "se_e2_a" ? nlohmann::json{{"embedding", {4, 8}}, {"axis_neurons", 2}, {"fitting", {8, 8}}}
+        : arch == "painn" ? nlohmann::json{{"features", 4}, {"layers", 2}, {"radial_basis", 4}}
+                          : nlohmann::json{{"num_channels", 4}, {"max_L", 1}, {"max_ell", 2}, {"correlation", 2},
+                                           {"radial_MLP", {8}}, {"MLP_irreps", "4x0e"}, {"avg_num_neighbors", 5.0}};
     BuiltModel m = build_model(spec);
     const BatchTensors t = to_tensors(gb, torch::kFloat64);
     auto params = trainable_parameters(m.module);
