@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -25,6 +26,8 @@
 #include "mlip/ops/radial_net.h"
 #include "mlip/ops/tabulated_embedding.h"
 #include "mlip/ops/vector_message.h"
+#include "mlip/ops/equivariant_message.h"
+#include "mlip/ops/symmetric_contraction.h"
 #include "support/reference.h"
 #include "support/source_dir.h"
 #include "support/temp_dir.h"
@@ -556,6 +559,94 @@ TEST(VectorMessage, KernelsAndDerivativesMatchTheReference) {
     const auto ha = torch::autograd::grad({qa}, in), hb = torch::autograd::grad({qb}, in);
     for (std::size_t k = 0; k < in.size(); ++k)
       EXPECT_TRUE(torch::allclose(ha[k], hb[k], 10 * tol, 10 * tol)) << "2nd d/d input " << k << " " << dtype;
+  }
+}
+
+// An operator (one output) against its aten reference: values, the CPU kernel's gradients (a
+// backward without a graph, as in MD) and first and second derivatives through a graph (as a
+// force loss needs) with respect to every floating input.
+void expect_operator_matches_reference(const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& op,
+                                       const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& ref,
+                                       const std::vector<torch::Tensor>& in, double tol) {
+  const torch::Tensor a = op(in), b = ref(in);
+  ASSERT_TRUE(torch::allclose(a, b, tol, tol)) << (a - b).abs().max().item<double>();
+  const torch::Tensor weight = torch::randn_like(a);
+  const torch::Tensor la = (a * weight).sum(), lb = (b * weight).sum();
+  const auto kernel = torch::autograd::grad({la}, in, {}, true, false);
+  const auto ga = torch::autograd::grad({la}, in, {}, true, true);
+  const auto gb = torch::autograd::grad({lb}, in, {}, true, true);
+  torch::Tensor qa = torch::zeros({}, a.options()), qb = torch::zeros({}, a.options());
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    EXPECT_TRUE(torch::allclose(kernel[k], gb[k], tol, tol)) << "kernel d/d input " << k;
+    EXPECT_TRUE(torch::allclose(ga[k], gb[k], tol, tol)) << "d/d input " << k;
+    qa = qa + (ga[k] * ga[k]).sum();
+    qb = qb + (gb[k] * gb[k]).sum();
+  }
+  const auto ha = torch::autograd::grad({qa}, in), hb = torch::autograd::grad({qb}, in);
+  for (std::size_t k = 0; k < in.size(); ++k)
+    EXPECT_TRUE(torch::allclose(ha[k], hb[k], 10 * tol, 10 * tol)) << "2nd d/d input " << k;
+}
+
+// MACE's edge tensor product with the neighbour sum (mlip/ops/equivariant_message.h).
+TEST(EquivariantMessage, KernelsAndDerivativesMatchTheReference) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    SCOPED_TRACE(dtype);
+    torch::manual_seed(6);
+    const int64_t nodes = 23, n_out = 15, A = 4, C = 5, K = 9, P = 4, edges = 300;
+    const auto opt = torch::dtype(dtype);
+    const std::vector<torch::Tensor> in = {torch::randn({nodes, A, C}, opt).requires_grad_(true),
+                                           torch::randn({edges, A, K}, opt).requires_grad_(true),
+                                           torch::randn({edges, P, C}, opt).requires_grad_(true)};
+    const torch::Tensor path = torch::tensor({0, 1, 1, 1, 2, 3, 3, 3, 3}, torch::kInt64);
+    const torch::Tensor center = torch::randint(0, n_out, {edges}, torch::kInt64);
+    const torch::Tensor neighbor = torch::randint(0, nodes, {edges}, torch::kInt64);
+    auto op = [&](const std::vector<torch::Tensor>& t) {
+      return equivariant_message(t[0], t[1], t[2], path, center, neighbor, n_out);
+    };
+    auto ref = [&](const std::vector<torch::Tensor>& t) {
+      return equivariant_message_reference(t[0], t[1], t[2], path, center, neighbor, n_out);
+    };
+    expect_operator_matches_reference(op, ref, in, dtype == torch::kFloat64 ? 1e-12 : 1e-4);
+  }
+  const auto f64 = torch::dtype(torch::kFloat64);
+  try {
+    equivariant_message(torch::ones({3, 2, 4}, f64), torch::ones({2, 2, 3}, f64), torch::ones({2, 2, 4}, f64),
+                        torch::tensor({0, 1, 2}, torch::kInt64), torch::tensor({0, 1}, torch::kInt64),
+                        torch::tensor({0, 5}, torch::kInt64), 2);
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    EXPECT_NE(what.find("equivariant_message: a path index outside [0, 2)"), std::string::npos) << what;
+  }
+}
+
+// MACE's symmetric contraction on monomials formed in the kernel (mlip/ops/symmetric_contraction.h),
+// with monomials of degree 1, 2 and 3 and repeated factors (x_i^2, x_i^3).
+TEST(SymmetricContraction, KernelsAndDerivativesMatchTheReference) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    SCOPED_TRACE(dtype);
+    torch::manual_seed(7);
+    const int64_t n = 17, D = 5, C = 6, S = 3, M = 4;
+    const torch::Tensor mono = torch::tensor({0, 5, 5, 3, 5, 5, 1, 1, 5, 2, 4, 5, 0, 0, 0, 1, 2, 3, 4, 4, 2},
+                                             torch::kInt64).view({7, 3});
+    const auto opt = torch::dtype(dtype);
+    const std::vector<torch::Tensor> in = {torch::randn({n, D, C}, opt).requires_grad_(true),
+                                           torch::randn({S, 7, M, C}, opt).requires_grad_(true)};
+    const torch::Tensor species = torch::randint(0, S, {n}, torch::kInt64);
+    auto op = [&](const std::vector<torch::Tensor>& t) { return symmetric_contraction(t[0], t[1], mono, species); };
+    auto ref = [&](const std::vector<torch::Tensor>& t) {
+      return symmetric_contraction_reference(t[0], t[1], mono, species);
+    };
+    expect_operator_matches_reference(op, ref, in, dtype == torch::kFloat64 ? 1e-12 : 1e-4);
+  }
+  const auto f64 = torch::dtype(torch::kFloat64);
+  try {
+    symmetric_contraction(torch::ones({2, 3, 4}, f64), torch::ones({2, 1, 1, 4}, f64),
+                          torch::tensor({{0, 1, 4}}, torch::kInt64), torch::tensor({0, 1}, torch::kInt64));
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    EXPECT_NE(what.find("symmetric_contraction: a monomial index outside [0, 3]"), std::string::npos) << what;
   }
 }
 

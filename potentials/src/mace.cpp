@@ -73,56 +73,38 @@ int64_t offset_of(int l) { return int64_t(l) * l; }  // components before degree
 torch::Tensor long_tensor(const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64); }
 
 // Registers a layer's tensor-product tables and returns the TorchScript that turns the senders'
-// `x1` (E, C, D_in), harmonics `sh` and path weights `w` (E, paths x C) into the centres'
-// messages `msg` (n_out, C, (max_ell + 1)^2), before the division by avg_num_neighbors.
+// channel-mixed features `up` (N, A, C), the harmonics `sh` and the path weights `w` (E, paths x C)
+// into the centres' messages `msg` (n_out, C, (max_ell + 1)^2), before the division by
+// avg_num_neighbors: the edges' couplings s (E, A, K) = harmonics x Wigner 3j of every path,
+// then torch.ops.mlip.equivariant_message (mlip/ops/equivariant_message.h), then the linear map
+// of the paths' outputs to one block per l3.
 std::string message_source(detail::ModuleBuilder& b, const Shape& s, int t, const std::string& p) {
   const auto paths = tensor_product_paths(s, t);
   const auto in = s.in_ls(t);
-  std::ostringstream src;
-  std::vector<int64_t> col_path, col_position;
-  std::vector<std::vector<int64_t>> block_cols(in.size());  // per block: its sorted column indices
-  int64_t sorted_cols = 0;
-  std::vector<int64_t> first_col(paths.size());
+  std::vector<int64_t> block_offset{0};
+  for (const int l : in) block_offset.push_back(block_offset.back() + 2 * l + 1);
+  const int64_t A = block_offset.back();
+  std::vector<int64_t> col_path, first_col(paths.size());
   for (std::size_t k = 0; k < paths.size(); ++k) {
-    first_col[k] = sorted_cols;
-    for (int m = 0; m < 2 * paths[k].l3 + 1; ++m) {
-      block_cols[paths[k].block].push_back(sorted_cols + m);
-      col_path.push_back(int64_t(k));
-    }
-    sorted_cols += 2 * paths[k].l3 + 1;
+    first_col[k] = int64_t(col_path.size());
+    for (int m = 0; m < 2 * paths[k].l3 + 1; ++m) col_path.push_back(int64_t(k));
   }
-  // Concatenated blocks' columns -> sorted column order.
-  std::vector<int64_t> cat_of_sorted(sorted_cols);
-  int64_t cat = 0;
-  src << "    parts = []\n";
-  int64_t din_offset = 0;
-  for (std::size_t bl = 0; bl < in.size(); ++bl) {
-    const int l1 = in[bl], d1 = 2 * l1 + 1;
-    const int64_t K = int64_t(block_cols[bl].size());
-    torch::Tensor G = torch::zeros({(s.Ls + 1) * (s.Ls + 1), d1, K}, torch::kFloat64);
-    int64_t local = 0;
-    for (std::size_t k = 0; k < paths.size(); ++k) {
-      if (paths[k].block != int(bl)) continue;
-      const int l2 = paths[k].l2, l3 = paths[k].l3;
-      const torch::Tensor w3j = o3::wigner_3j(l1, l2, l3) * std::sqrt(2.0 * l3 + 1);  // (d1, d2, d3)
-      G.narrow(0, offset_of(l2), 2 * l2 + 1).narrow(2, local, 2 * l3 + 1).copy_(w3j.permute({1, 0, 2}));
-      for (int m = 0; m < 2 * l3 + 1; ++m) cat_of_sorted[first_col[k] + m] = cat + local + m;
-      local += 2 * l3 + 1;
-    }
-    const std::string name = p + "tp" + std::to_string(bl);
-    b.buffer(name, G.reshape({G.size(0), d1 * K}));
-    src << "    parts.append(torch.matmul(x1.narrow(2, " << din_offset << ", " << d1 << "), torch.matmul(sh, self."
-        << name << ").view(-1, " << d1 << ", " << K << ")))\n";
-    din_offset += d1;
-    cat += K;
+  const int64_t K = int64_t(col_path.size());
+  torch::Tensor G = torch::zeros({(s.Ls + 1) * (s.Ls + 1), A, K}, torch::kFloat64);
+  for (std::size_t k = 0; k < paths.size(); ++k) {
+    const auto& q = paths[k];
+    const torch::Tensor w3j = o3::wigner_3j(q.l1, q.l2, q.l3) * std::sqrt(2.0 * q.l3 + 1);  // (d1, d2, d3)
+    G.narrow(0, offset_of(q.l2), 2 * q.l2 + 1)
+        .narrow(1, block_offset[q.block], 2 * q.l1 + 1)
+        .narrow(2, first_col[k], 2 * q.l3 + 1)
+        .copy_(w3j.permute({1, 0, 2}));
   }
-  b.index_buffer(p + "tp_cols", long_tensor(cat_of_sorted));
+  b.buffer(p + "tp", G.reshape({G.size(0), A * K}));
   b.index_buffer(p + "tp_paths", long_tensor(col_path));
-  src << "    m = torch.cat(parts, 2).index_select(2, self." << p << "tp_cols)\n"
-      << "    w = w.view(-1, " << paths.size() << ", " << s.C << ").transpose(1, 2).index_select(2, self." << p
-      << "tp_paths)\n"
-      << "    msg = torch.zeros([n_out, " << s.C << ", " << sorted_cols << "], dtype=w.dtype, device=w.device)"
-      << ".index_add(0, center, m * w)\n";
+  std::ostringstream src;
+  src << "    cpl = torch.matmul(sh, self." << p << "tp).view(-1, " << A << ", " << K << ")\n"
+      << "    msg = mlip_ops.equivariant_message(up, cpl, w.view(-1, " << paths.size() << ", " << s.C << "), self." << p
+      << "tp_paths, center, neighbor, n_out)\n";
   // Linear from the paths' outputs to one block per l3 (e3nn: one weight matrix per path).
   src << "    out = []\n";
   for (int l3 = 0, k = 0; l3 <= s.Ls; ++l3) {
@@ -131,15 +113,15 @@ std::string message_source(detail::ModuleBuilder& b, const Shape& s, int t, cons
     while (k < int(paths.size()) && paths[k].l3 == l3) ++k, ++count;
     const int d3 = 2 * l3 + 1;
     if (count == 0) {
-      src << "    out.append(torch.zeros([n_out, " << s.C << ", " << d3 << "], dtype=w.dtype, device=w.device))\n";
+      src << "    out.append(torch.zeros([n_out, " << d3 << ", " << s.C << "], dtype=w.dtype, device=w.device))\n";
       continue;
     }
-    src << "    out.append(torch.einsum('nubd,buw->nwd', [msg.narrow(2, " << first_col[k0] << ", " << count * d3
-        << ").reshape(n_out, " << s.C << ", " << count << ", " << d3 << "), self." << p << "linear_w.narrow(0, "
+    src << "    out.append(torch.einsum('nbdu,buw->ndw', [msg.narrow(1, " << first_col[k0] << ", " << count * d3
+        << ").reshape(n_out, " << count << ", " << d3 << ", " << s.C << "), self." << p << "linear_w.narrow(0, "
         << int64_t(k0) * s.C * s.C << ", " << int64_t(count) * s.C * s.C << ").view(" << count << ", " << s.C
         << ", " << s.C << ")]) * " << num(1.0 / std::sqrt(double(count * s.C))) << ")\n";
   }
-  src << "    msg = torch.cat(out, 2) / self.avg_num_neighbors\n";
+  src << "    msg = torch.cat(out, 1) / self.avg_num_neighbors\n";
   return src.str();
 }
 
@@ -157,20 +139,22 @@ std::string linear_blocks(const std::string& var, const std::string& out, const 
 }
 
 // Species-dependent channel mixing (e3nn FullyConnectedTensorProduct with the one-hot species):
-// out_l = sum_{u,v} W_l[u, v, w] x_l[n, u, :] attrs[n, v] / sqrt(C N) for the listed blocks.
+// out_l = sum_{u,v} W_l[u, v, w] x_l[n, u, :] attrs[n, v] / sqrt(C N) for the listed blocks, each
+// (n, C, 2l+1), or (n, 2l+1, C) with layout_dc.
 std::string skip_blocks(const std::string& var, const std::string& out, const std::string& w,
-                        const std::vector<int>& which, const std::string& attrs, const Shape& s) {
+                        const std::vector<int>& which, const std::string& attrs, const Shape& s,
+                        bool layout_dc = false) {
   std::ostringstream src;
   src << "    " << out << " = []\n";
   const int64_t size = s.C * s.N * s.C;
   for (std::size_t k = 0; k < which.size(); ++k)
-    src << "    " << out << ".append(torch.einsum('nud,uvw,nv->nwd', [" << var << "[" << which[k] << "], " << w
+    src << "    " << out << ".append(torch.einsum(" << (layout_dc ? "'ndu,uvw,nv->ndw'" : "'nud,uvw,nv->nwd'") << ", [" << var << "[" << which[k] << "], " << w
         << ".narrow(0, " << int64_t(k) * size << ", " << size << ").view(" << s.C << ", " << s.N << ", " << s.C
         << "), " << attrs << "]) * " << num(1.0 / std::sqrt(double(s.C * s.N))) << ")\n";
   return src.str();
 }
 
-// The symmetric contraction of `x` (n, C, (max_ell+1)^2) for output degrees out_ls: registers its
+// The symmetric contraction of `x` (n, (max_ell+1)^2, C) for output degrees out_ls: registers its
 // tables and parameters; the TorchScript leaves a list of (n, C, 2L+1) blocks in `prod`.
 std::string contraction_source(detail::ModuleBuilder& b, const Shape& s, int t, const std::string& p) {
   std::vector<o3::Irrep> coupling;
@@ -201,54 +185,48 @@ std::string contraction_source(detail::ModuleBuilder& b, const Shape& s, int t, 
         for (int j = nu - 1; j >= 0; --j) key[j] = rest % D, rest /= D;
         const int64_t m = rest;
         std::sort(key.begin(), key.end());
-        auto [it, fresh] = monomials[nu].emplace(key, int64_t(monomials[nu].size()));
+        const auto it = monomials[nu].emplace(key, int64_t(monomials[nu].size())).first;
         entries[{nu, it->second, rows + k, col0 + m}] += u[idx];
       }
       rows += P;
     }
     col0 += 2 * L + 1;
   }
-  // Monomial products, all orders concatenated.
-  std::ostringstream src;
+  // The monomials, all orders: their components (index D: a factor 1).
+  const int64_t D = (s.Ls + 1) * (s.Ls + 1);
   std::vector<int64_t> mono_offset(s.corr + 2, 0);
-  src << "    mono = []\n";
-  for (int nu = 1; nu <= s.corr; ++nu) {
-    mono_offset[nu + 1] = mono_offset[nu] + int64_t(monomials[nu].size());
-    if (monomials[nu].empty()) continue;
-    std::string product;
-    for (int j = 0; j < nu; ++j) {
-      std::vector<int64_t> index(monomials[nu].size());
-      for (const auto& [key, q] : monomials[nu]) index[q] = key[j];
-      const std::string name = p + "mono" + std::to_string(nu) + "_" + std::to_string(j);
-      b.index_buffer(name, long_tensor(index));
-      product += (j ? " * " : "") + std::string("x.index_select(2, self.") + name + ")";
-    }
-    src << "    mono.append(" << product << ")\n";
-  }
-  std::vector<int64_t> e_mono, e_row;
+  for (int nu = 1; nu <= s.corr; ++nu) mono_offset[nu + 1] = mono_offset[nu] + int64_t(monomials[nu].size());
+  const int64_t Q = mono_offset[s.corr + 1];
+  std::vector<int64_t> mono(3 * Q, D);
+  for (int nu = 1; nu <= s.corr; ++nu)
+    for (const auto& [key, q] : monomials[nu])
+      for (int j = 0; j < nu; ++j) mono[3 * (mono_offset[nu] + q) + j] = key[j];
+  b.index_buffer(p + "sc_mono", long_tensor(mono).view({Q, 3}));
+  // Per species, the weights folded into the coefficients once per call: z[s, q, m, c] = sum over
+  // entries (q, k, m) of U W[s, k, c]; then torch.ops.mlip.symmetric_contraction
+  // (mlip/ops/symmetric_contraction.h) sums z[s_n, q, m, :] x monomial q of node n.
+  std::vector<int64_t> e_row, e_qm;
   std::vector<double> e_val;
-  std::vector<int64_t> e_col;
   for (const auto& [key, v] : entries) {
     if (std::abs(v) < 1e-12) continue;  // cancelled by the symmetry of the product
     const auto& [nu, q, row, col] = key;
-    e_mono.push_back(mono_offset[nu] + q), e_row.push_back(row), e_col.push_back(col), e_val.push_back(v);
+    e_row.push_back(row), e_qm.push_back((mono_offset[nu] + q) * col0 + col), e_val.push_back(v);
   }
-  torch::Tensor S = torch::zeros({int64_t(e_val.size()), col0}, torch::kFloat64);
-  for (std::size_t e = 0; e < e_val.size(); ++e) S[int64_t(e)][e_col[e]] = e_val[e];
-  b.index_buffer(p + "sc_mono", long_tensor(e_mono));
   b.index_buffer(p + "sc_rows", long_tensor(e_row));
-  b.buffer(p + "sc_out", S);
+  b.index_buffer(p + "sc_qm", long_tensor(e_qm));
+  b.buffer(p + "sc_val", torch::tensor(e_val, torch::kFloat64).view({-1, 1}));
+  std::ostringstream src;
   src << "    wall = torch.cat([";
   for (std::size_t k = 0; k < weights.size(); ++k) src << (k ? ", " : "") << "self." << weights[k];
   src << "], 1)\n"
-      << "    wy = torch.matmul(attrs_out, wall.view(" << s.N << ", -1)).view(-1, " << rows << ", " << s.C << ")\n"
-      << "    g = torch.cat(mono, 2).index_select(2, self." << p << "sc_mono) * wy.index_select(1, self." << p
-      << "sc_rows).transpose(1, 2)\n"
-      << "    b = torch.matmul(g, self." << p << "sc_out)\n"
+      << "    z = torch.zeros([" << s.N << ", " << Q * col0 << ", " << s.C << "], dtype=x.dtype, device=x.device)"
+      << ".index_add(1, self." << p << "sc_qm, wall.index_select(1, self." << p << "sc_rows) * self." << p << "sc_val)\n"
+      << "    b = mlip_ops.symmetric_contraction(x, z.view(" << s.N << ", " << Q << ", " << col0 << ", " << s.C
+      << "), self." << p << "sc_mono, torch.argmax(attrs_out, 1))\n"
       << "    prod = []\n";
   int64_t c = 0;
   for (const int L : outs) {
-    src << "    prod.append(b.narrow(2, " << c << ", " << 2 * L + 1 << "))\n";
+    src << "    prod.append(b.narrow(1, " << c << ", " << 2 * L + 1 << ").transpose(1, 2))\n";
     c += 2 * L + 1;
   }
   return src.str();
@@ -360,29 +338,32 @@ BuiltModel build_mace(const ModelSpec& spec) {
     for (const int l : in)
       src << "    blocks.append(h.narrow(1, " << s.C * offset_of(l) << ", " << s.C * (2 * l + 1) << ").reshape(-1, "
           << s.C << ", " << 2 * l + 1 << "))\n";
-    src << linear_blocks("blocks", "up", "self." + p + "up_w", int(in.size()), s.C)
-        << "    return torch.cat(up, 2)\n";
+    src << "    up = []\n";
+    for (std::size_t k = 0; k < in.size(); ++k)  // (n, 2l+1, C): the layout of the message operator
+      src << "    up.append(torch.matmul(blocks[" << k << "].transpose(1, 2), self." << p << "up_w.narrow(0, "
+          << int64_t(k) * s.C * s.C << ", " << s.C * s.C << ").view(" << s.C << ", " << s.C << ")) * "
+          << num(1.0 / std::sqrt(double(s.C))) << ")\n";
+    src << "    return torch.cat(up, 1)\n";
 
     src << "def mp_layer_" << t << "(self, e: Tensor, h: Tensor, attrs: Tensor, up: Tensor, center: Tensor, "
         << "neighbor: Tensor, radial: Tensor, sh: Tensor, n_out: int) -> Tuple[Tensor, Tensor, Tensor]:\n";
     // The per-edge path weights: e3nn's FullyConnectedNet with normalised SiLU.
     src << "    w = radial\n";
     for (std::size_t j = 0; j + 1 < widths.size(); ++j) {
-      src << "    w = torch.matmul(w, self." << p << "mlp" << j << "_w) * " << num(1.0 / std::sqrt(double(widths[j])))
-          << "\n";
+      src << "    w = torch.matmul(w, self." << p << "mlp" << j << "_w * " << num(1.0 / std::sqrt(double(widths[j])))
+          << ")\n";
       if (j + 2 < widths.size()) src << "    w = torch.silu(w) * " << num(o3::kSiluNorm) << "\n";
     }
-    src << "    x1 = up.index_select(0, neighbor)\n"
-        << "    attrs_out = attrs.narrow(0, 0, n_out)\n"
+    src << "    attrs_out = attrs.narrow(0, 0, n_out)\n"
         << message_source(b, s, t, p);
     src << "    mb = []\n";
     for (int l = 0; l <= s.Ls; ++l)
-      src << "    mb.append(msg.narrow(2, " << offset_of(l) << ", " << 2 * l + 1 << "))\n";
+      src << "    mb.append(msg.narrow(1, " << offset_of(l) << ", " << 2 * l + 1 << "))\n";
     if (t == 0) {
       std::vector<int> all;
       for (int l = 0; l <= s.Ls; ++l) all.push_back(l);
-      src << skip_blocks("mb", "mb2", "self." + p + "skip_w", all, "attrs_out", s)
-          << "    x = torch.cat(mb2, 2)\n";
+      src << skip_blocks("mb", "mb2", "self." + p + "skip_w", all, "attrs_out", s, true)
+          << "    x = torch.cat(mb2, 1)\n";
     } else {
       src << "    x = msg\n";
     }

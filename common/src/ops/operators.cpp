@@ -1,7 +1,9 @@
 #include "mlip/ops/operators.h"
 
 #include "mlip/ops/edge_contraction.h"
+#include "mlip/ops/equivariant_message.h"
 #include "mlip/ops/radial_net.h"
+#include "mlip/ops/symmetric_contraction.h"
 #include "mlip/ops/tabulated_embedding.h"
 #include "mlip/ops/vector_message.h"
 
@@ -9,7 +11,9 @@ namespace mlip {
 
 void link_operators() {
   link_edge_operators();
+  link_equivariant_message_operator();
   link_radial_net_operator();
+  link_symmetric_contraction_operator();
   link_tabulated_operator();
   link_vector_message_operator();
 }

@@ -1,0 +1,37 @@
+// MACE's symmetric contraction (the product basis) evaluated on the node's monomials without
+// storing them, as one operator:
+//
+//   torch.ops.mlip.symmetric_contraction(x, z, mono, species) -> b
+//     b[n, m, c] = sum_q z[species[n], q, m, c] * x[n, i1(q), c] x[n, i2(q), c] x[n, i3(q), c]
+//
+//     x (n, D, C) node features (D components, C channels), z (S, Q, M, C) the coupling of each
+//     monomial q to each output component m with the species' weights folded in, mono (Q, 3) the
+//     components of each monomial (index D stands for 1: monomials of degree 1 and 2), species
+//     (n,) in [0, S).
+//
+// Composed of aten operations, the monomials of every node (n x Q x C, Q ~ 400 for correlation 3
+// and l <= 3) are gathered, multiplied and kept for autograd. Here the CPU kernel forms each
+// monomial in registers, one node at a time, and keeps only its inputs. Its backward is the CPU
+// kernel when no graph is asked for (MD, a force evaluation) and the aten formulation otherwise
+// (a force loss differentiates it again); other devices (CUDA) run the aten formulation both ways.
+//
+// Registered when this library is loaded (part of mlip::model); Python needs
+// torch.ops.load_library("<build>/lib/libmlip_ops.so") before torch.jit.load of a model using it.
+#pragma once
+
+#include <torch/script.h>
+
+namespace mlip {
+
+/// The operator through the dispatcher (with autograd).
+torch::Tensor symmetric_contraction(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& mono,
+                                    const torch::Tensor& species);
+
+/// The same with plain aten operations (the tests' reference).
+torch::Tensor symmetric_contraction_reference(const torch::Tensor& x, const torch::Tensor& z, const torch::Tensor& mono,
+                                              const torch::Tensor& species);
+
+/// Does nothing; model loaders and builders call it so that static links keep the registration.
+void link_symmetric_contraction_operator();
+
+}  // namespace mlip

@@ -1,0 +1,229 @@
+// torch.ops.mlip.equivariant_message: see mlip/ops/equivariant_message.h.
+#include "mlip/ops/equivariant_message.h"
+#include "mlip/ops/operators.h"
+
+#include <vector>
+
+#include <c10/util/Exception.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include "cpu_kernels.h"
+
+namespace mlip {
+namespace {
+
+using torch::Tensor;
+using CT = const torch::Tensor&;
+
+// The operands, rows of contiguous arrays.
+template <typename T> struct Operands {
+  int64_t a, c, k, p;          // components, channels, outputs, paths
+  const T *x, *s, *w;
+  const int64_t *path, *center, *neighbor;
+};
+
+// msg[c, k, :] += w[e, path[k], :] * sum_a s[e, a, k] x[j, a, :] for edges [0, n).
+template <typename T> MLIP_KERNEL void message_edges(const Operands<T>& o, int64_t n, T* msg) {
+  const int64_t A = o.a, C = o.c, K = o.k, P = o.p;
+  for (int64_t e = 0; e < n; ++e) {
+    const T* xj = o.x + o.neighbor[e] * A * C;
+    const T* se = o.s + e * A * K;
+    const T* we = o.w + e * P * C;
+    T* mc = msg + o.center[e] * K * C;
+    for (int64_t k = 0; k < K; ++k) {
+      const T* wk = we + o.path[k] * C;
+      T* out = mc + k * C;
+      for (int64_t a = 0; a < A; ++a) {
+        const T sk = se[a * K + k];
+        if (sk == T(0)) continue;
+        const T* xa = xj + a * C;
+#pragma omp simd
+        for (int64_t u = 0; u < C; ++u) out[u] += wk[u] * (sk * xa[u]);
+      }
+    }
+  }
+}
+
+// The gradients of x, s and w given g (n_out, K, C), in one pass over edges [0, n).
+template <typename T>
+MLIP_KERNEL void gradient_edges(const Operands<T>& o, int64_t n, const T* g, T* gx, T* gs, T* gw, T* scratch) {
+  const int64_t A = o.a, C = o.c, K = o.k, P = o.p;
+  for (int64_t e = 0; e < n; ++e) {
+    const int64_t j = o.neighbor[e];
+    const T* xj = o.x + j * A * C;
+    const T* se = o.s + e * A * K;
+    const T* we = o.w + e * P * C;
+    const T* gc = g + o.center[e] * K * C;
+    T* gxj = gx + j * A * C;
+    T* gse = gs + e * A * K;
+    T* gwe = gw + e * P * C;
+    for (int64_t k = 0; k < K; ++k) {
+      const T* wk = we + o.path[k] * C;
+      const T* gk = gc + k * C;
+      T* gwk = gwe + o.path[k] * C;
+      T* t = scratch;  // g * w
+      T* m = scratch + C;  // sum_a s x
+#pragma omp simd
+      for (int64_t u = 0; u < C; ++u) t[u] = gk[u] * wk[u], m[u] = T(0);
+      for (int64_t a = 0; a < A; ++a) {
+        const T sk = se[a * K + k];
+        const T* xa = xj + a * C;
+        T* gxa = gxj + a * C;
+        T dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t u = 0; u < C; ++u) {
+          dot += t[u] * xa[u];
+          gxa[u] += t[u] * sk;
+          m[u] += sk * xa[u];
+        }
+        gse[a * K + k] = dot;
+      }
+#pragma omp simd
+      for (int64_t u = 0; u < C; ++u) gwk[u] += gk[u] * m[u];
+    }
+  }
+}
+
+#define MLIP_DEFINE_KERNELS(T)                                                                              \
+  MLIP_CLONES void message_kernel(const Operands<T>& o, int64_t n, T* msg) { message_edges<T>(o, n, msg); } \
+  MLIP_CLONES void gradient_kernel(const Operands<T>& o, int64_t n, const T* g, T* gx, T* gs, T* gw, T* scratch) { \
+    gradient_edges<T>(o, n, g, gx, gs, gw, scratch);                                                         \
+  }
+MLIP_DEFINE_KERNELS(double)
+MLIP_DEFINE_KERNELS(float)
+#undef MLIP_DEFINE_KERNELS
+
+void check_index(const char* name, CT index, int64_t count, int64_t bound) {
+  TORCH_CHECK(index.dim() == 1 && index.scalar_type() == torch::kInt64 && index.numel() == count,
+              "equivariant_message: ", name, " must be (", count, ",) int64, got ", index.sizes(), " ",
+              index.scalar_type());
+  if (index.numel() == 0 || !device_value_checks_on()) return;
+  const auto [lo, hi] = torch::aminmax(index);
+  TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < bound, "equivariant_message: a ", name,
+              " index outside [0, ", bound, ")");
+}
+
+// Shapes, dtypes, devices and indices (the CPU kernels do not check them one by one).
+void check(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t n_out) {
+  TORCH_CHECK(x.dim() == 3, "equivariant_message: x (N, A, C) expected, got ", x.sizes());
+  const int64_t N = x.size(0), A = x.size(1), C = x.size(2);
+  TORCH_CHECK(s.dim() == 3 && s.size(1) == A, "equivariant_message: s (E, A, K) with A = ", A, " expected, got ",
+              s.sizes());
+  const int64_t E = s.size(0), K = s.size(2);
+  TORCH_CHECK(w.dim() == 3 && w.size(0) == E && w.size(2) == C, "equivariant_message: w (E, P, C) with E = ", E,
+              ", C = ", C, " expected, got ", w.sizes());
+  TORCH_CHECK(n_out >= 0, "equivariant_message: n_out must be >= 0");
+  for (CT t : {s, w})
+    TORCH_CHECK(t.scalar_type() == x.scalar_type(), "equivariant_message: x, s and w must have one dtype");
+  TORCH_CHECK(x.scalar_type() == torch::kFloat64 || x.scalar_type() == torch::kFloat32,
+              "equivariant_message: float32 or float64 expected");
+  for (CT t : {s, w, path, center, neighbor})
+    TORCH_CHECK(t.device() == x.device(), "equivariant_message: all tensors must be on one device");
+  check_index("path", path, K, w.size(1));
+  check_index("center", center, E, n_out);
+  check_index("neighbor", neighbor, E, N);
+}
+
+template <typename T> Operands<T> operands_of(CT x, CT s, CT w, CT path, CT center, CT neighbor) {
+  return {x.size(1),         x.size(2),         s.size(2),           w.size(1),
+          x.data_ptr<T>(),   s.data_ptr<T>(),   w.data_ptr<T>(),     path.data_ptr<int64_t>(),
+          center.data_ptr<int64_t>(), neighbor.data_ptr<int64_t>()};
+}
+
+Tensor message_cpu(CT x_in, CT s_in, CT w_in, CT path_in, CT center_in, CT neighbor_in, int64_t n_out) {
+  check(x_in, s_in, w_in, path_in, center_in, neighbor_in, n_out);
+  const Tensor x = x_in.contiguous(), s = s_in.contiguous(), w = w_in.contiguous(), path = path_in.contiguous(),
+               center = center_in.contiguous(), neighbor = neighbor_in.contiguous();
+  Tensor msg = torch::zeros({n_out, s.size(2), x.size(2)}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "equivariant_message", [&] {
+    message_kernel(operands_of<scalar_t>(x, s, w, path, center, neighbor), s.size(0), msg.data_ptr<scalar_t>());
+  });
+  return msg;
+}
+
+// The gradients of x, s and w with aten operations (differentiable).
+std::vector<Tensor> gradients_reference(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
+  const Tensor xs = x.index_select(0, neighbor);                 // (E, A, C)
+  const Tensor gm = g.index_select(0, center);                   // (E, K, C)
+  const Tensor t = gm * w.index_select(1, path);                 // (E, K, C)
+  const Tensor m = torch::bmm(s.transpose(1, 2), xs);            // (E, K, C)
+  return {torch::zeros_like(x).index_add(0, neighbor, torch::bmm(s, t)), torch::bmm(xs, t.transpose(1, 2)),
+          torch::zeros_like(w).index_add(1, path, gm * m)};
+}
+
+std::vector<Tensor> gradients_cpu(CT g_in, CT x_in, CT s_in, CT w_in, CT path_in, CT center_in, CT neighbor_in) {
+  const Tensor g = g_in.contiguous(), x = x_in.contiguous(), s = s_in.contiguous(), w = w_in.contiguous(),
+               path = path_in.contiguous(), center = center_in.contiguous(), neighbor = neighbor_in.contiguous();
+  Tensor gx = torch::zeros_like(x), gs = torch::empty_like(s), gw = torch::zeros_like(w);
+  Tensor scratch = torch::empty({2 * x.size(2)}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "equivariant_message_backward", [&] {
+    gradient_kernel(operands_of<scalar_t>(x, s, w, path, center, neighbor), s.size(0), g.data_ptr<scalar_t>(),
+                    gx.data_ptr<scalar_t>(), gs.data_ptr<scalar_t>(), gw.data_ptr<scalar_t>(),
+                    scratch.data_ptr<scalar_t>());
+  });
+  return {gx, gs, gw};
+}
+
+const auto& message_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("mlip::equivariant_message", "")
+                             .typed<Tensor(CT, CT, CT, CT, CT, CT, int64_t)>();
+  return op;
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Backward: the CPU kernel, or the aten formulation when the backward itself is differentiated
+// (create_graph) or runs on another device.
+class EquivariantMessage : public torch::autograd::Function<EquivariantMessage> {
+ public:
+  static variable_list forward(AutogradContext* ctx, CT x, CT s, CT w, CT path, CT center, CT neighbor,
+                               int64_t n_out) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    ctx->save_for_backward({x, s, w, path, center, neighbor});
+    return {message_op().call(x, s, w, path, center, neighbor, n_out)};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto v = ctx->get_saved_variables();
+    if (!grad[0].defined()) return {{}, {}, {}, {}, {}, {}, {}};
+    const bool kernel = !at::GradMode::is_enabled() && v[0].device().is_cpu();
+    auto g = kernel ? gradients_cpu(grad[0], v[0], v[1], v[2], v[3], v[4], v[5])
+                    : gradients_reference(grad[0], v[0], v[1], v[2], v[3], v[4], v[5]);
+    return {g[0], g[1], g[2], {}, {}, {}, {}};
+  }
+};
+
+Tensor message_autograd(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t n_out) {
+  return EquivariantMessage::apply(x, s, w, path, center, neighbor, n_out)[0];
+}
+
+Tensor message_checked_reference(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t n_out) {
+  check(x, s, w, path, center, neighbor, n_out);
+  return equivariant_message_reference(x, s, w, path, center, neighbor, n_out);
+}
+
+}  // namespace
+
+Tensor equivariant_message_reference(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t n_out) {
+  const Tensor m = torch::bmm(s.transpose(1, 2), x.index_select(0, neighbor));   // (E, K, C)
+  return torch::zeros({n_out, s.size(2), x.size(2)}, x.options()).index_add(0, center, m * w.index_select(1, path));
+}
+
+Tensor equivariant_message(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t n_out) {
+  return message_op().call(x, s, w, path, center, neighbor, n_out);
+}
+
+void link_equivariant_message_operator() {}
+
+}  // namespace mlip
+
+TORCH_LIBRARY_FRAGMENT(mlip, m) {
+  m.def("equivariant_message(Tensor x, Tensor s, Tensor w, Tensor path, Tensor center, Tensor neighbor, int n_out) "
+        "-> Tensor");
+}
+TORCH_LIBRARY_IMPL(mlip, CPU, m) { m.impl("equivariant_message", &mlip::message_cpu); }
+// No kernel of its own on GPUs yet: the aten formulation after the same checks.
+TORCH_LIBRARY_IMPL(mlip, CUDA, m) { m.impl("equivariant_message", &mlip::message_checked_reference); }
+TORCH_LIBRARY_IMPL(mlip, Autograd, m) { m.impl("equivariant_message", &mlip::message_autograd); }

@@ -1,0 +1,256 @@
+// torch.ops.mlip.symmetric_contraction: see mlip/ops/symmetric_contraction.h.
+#include "mlip/ops/symmetric_contraction.h"
+#include "mlip/ops/operators.h"
+
+#include <vector>
+
+#include <c10/util/Exception.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include "cpu_kernels.h"
+
+namespace mlip {
+namespace {
+
+using torch::Tensor;
+using CT = const torch::Tensor&;
+
+template <typename T> struct Operands {
+  int64_t d, c, q, m;  // components, channels, monomials, outputs
+  const T *x, *z;
+  const int64_t *mono, *species;
+};
+
+// x_row(i) for a node: row i of its (D, C) block, or `ones` for i == D.
+template <typename T> MLIP_KERNEL const T* row(const T* xn, int64_t i, int64_t D, int64_t C, const T* ones) {
+  return i == D ? ones : xn + i * C;
+}
+
+template <typename T> MLIP_KERNEL void contract_nodes(const Operands<T>& o, int64_t n, T* b, T* scratch) {
+  const int64_t D = o.d, C = o.c, Q = o.q, M = o.m;
+  T* ones = scratch;
+  T* t = scratch + C;
+  for (int64_t u = 0; u < C; ++u) ones[u] = T(1);
+  for (int64_t i = 0; i < n; ++i) {
+    const T* xn = o.x + i * D * C;
+    const T* zs = o.z + o.species[i] * Q * M * C;
+    T* bn = b + i * M * C;
+    for (int64_t q = 0; q < Q; ++q) {
+      const int64_t* mq = o.mono + 3 * q;
+      const T *a = row(xn, mq[0], D, C, ones), *b2 = row(xn, mq[1], D, C, ones), *c = row(xn, mq[2], D, C, ones);
+#pragma omp simd
+      for (int64_t u = 0; u < C; ++u) t[u] = a[u] * b2[u] * c[u];
+      const T* zq = zs + q * M * C;
+      for (int64_t m = 0; m < M; ++m) {
+        const T* zm = zq + m * C;
+        T* out = bn + m * C;
+#pragma omp simd
+        for (int64_t u = 0; u < C; ++u) out[u] += zm[u] * t[u];
+      }
+    }
+  }
+}
+
+// Gradients of x and z given g (n, M, C).
+template <typename T>
+MLIP_KERNEL void gradient_nodes(const Operands<T>& o, int64_t n, const T* g, T* gx, T* gz, T* scratch) {
+  const int64_t D = o.d, C = o.c, Q = o.q, M = o.m;
+  T* ones = scratch;
+  T* t = scratch + C;
+  T* gt = scratch + 2 * C;
+  T* sink = scratch + 3 * C;  // gradient of the constant 1: discarded
+  for (int64_t u = 0; u < C; ++u) ones[u] = T(1);
+  for (int64_t i = 0; i < n; ++i) {
+    const T* xn = o.x + i * D * C;
+    T* gxn = gx + i * D * C;
+    const T* zs = o.z + o.species[i] * Q * M * C;
+    T* gzs = gz + o.species[i] * Q * M * C;
+    const T* gn = g + i * M * C;
+    for (int64_t q = 0; q < Q; ++q) {
+      const int64_t* mq = o.mono + 3 * q;
+      const T *a = row(xn, mq[0], D, C, ones), *b = row(xn, mq[1], D, C, ones), *c = row(xn, mq[2], D, C, ones);
+      T* ga = mq[0] == D ? sink : gxn + mq[0] * C;
+      T* gb = mq[1] == D ? sink : gxn + mq[1] * C;
+      T* gc = mq[2] == D ? sink : gxn + mq[2] * C;
+      const T* zq = zs + q * M * C;
+      T* gzq = gzs + q * M * C;
+#pragma omp simd
+      for (int64_t u = 0; u < C; ++u) t[u] = a[u] * b[u] * c[u], gt[u] = T(0);
+      for (int64_t m = 0; m < M; ++m) {
+        const T* zm = zq + m * C;
+        const T* gm = gn + m * C;
+        T* gzm = gzq + m * C;
+#pragma omp simd
+        for (int64_t u = 0; u < C; ++u) {
+          gt[u] += gm[u] * zm[u];
+          gzm[u] += gm[u] * t[u];
+        }
+      }
+      // Each factor separately: a monomial may repeat a component (x_i^2), so ga and gb may alias.
+#pragma omp simd
+      for (int64_t u = 0; u < C; ++u) ga[u] += gt[u] * b[u] * c[u];
+#pragma omp simd
+      for (int64_t u = 0; u < C; ++u) gb[u] += gt[u] * a[u] * c[u];
+#pragma omp simd
+      for (int64_t u = 0; u < C; ++u) gc[u] += gt[u] * a[u] * b[u];
+    }
+  }
+}
+
+#define MLIP_DEFINE_KERNELS(T)                                                                                  \
+  MLIP_CLONES void contract_kernel(const Operands<T>& o, int64_t n, T* b, T* scratch) {                         \
+    contract_nodes<T>(o, n, b, scratch);                                                                        \
+  }                                                                                                             \
+  MLIP_CLONES void gradient_kernel(const Operands<T>& o, int64_t n, const T* g, T* gx, T* gz, T* scratch) {     \
+    gradient_nodes<T>(o, n, g, gx, gz, scratch);                                                                \
+  }
+MLIP_DEFINE_KERNELS(double)
+MLIP_DEFINE_KERNELS(float)
+#undef MLIP_DEFINE_KERNELS
+
+void check(CT x, CT z, CT mono, CT species) {
+  TORCH_CHECK(x.dim() == 3, "symmetric_contraction: x (n, D, C) expected, got ", x.sizes());
+  const int64_t n = x.size(0), D = x.size(1), C = x.size(2);
+  TORCH_CHECK(z.dim() == 4 && z.size(3) == C, "symmetric_contraction: z (S, Q, M, C) with C = ", C, " expected, got ",
+              z.sizes());
+  TORCH_CHECK(mono.dim() == 2 && mono.size(0) == z.size(1) && mono.size(1) == 3 && mono.scalar_type() == torch::kInt64,
+              "symmetric_contraction: mono (Q, 3) int64 with Q = ", z.size(1), " expected, got ", mono.sizes());
+  TORCH_CHECK(species.dim() == 1 && species.numel() == n && species.scalar_type() == torch::kInt64,
+              "symmetric_contraction: species (n,) int64 expected, got ", species.sizes());
+  TORCH_CHECK(z.scalar_type() == x.scalar_type() &&
+                  (x.scalar_type() == torch::kFloat64 || x.scalar_type() == torch::kFloat32),
+              "symmetric_contraction: x and z must both be float32 or both float64");
+  for (CT t : {z, mono, species})
+    TORCH_CHECK(t.device() == x.device(), "symmetric_contraction: all tensors must be on one device");
+  if (!device_value_checks_on()) return;
+  if (mono.numel() > 0) {
+    const auto [lo, hi] = torch::aminmax(mono);
+    TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() <= D, "symmetric_contraction: a monomial index outside [0, ",
+                D, "]");
+  }
+  if (n > 0) {
+    const auto [lo, hi] = torch::aminmax(species);
+    TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < z.size(0),
+                "symmetric_contraction: a species outside [0, ", z.size(0), ")");
+  }
+}
+
+template <typename T> Operands<T> operands_of(CT x, CT z, CT mono, CT species) {
+  return {x.size(1),       x.size(2),       z.size(1), z.size(2), x.data_ptr<T>(), z.data_ptr<T>(),
+          mono.data_ptr<int64_t>(), species.data_ptr<int64_t>()};
+}
+
+Tensor contract_cpu(CT x_in, CT z_in, CT mono_in, CT species_in) {
+  check(x_in, z_in, mono_in, species_in);
+  const Tensor x = x_in.contiguous(), z = z_in.contiguous(), mono = mono_in.contiguous(),
+               species = species_in.contiguous();
+  Tensor b = torch::zeros({x.size(0), z.size(2), x.size(2)}, x.options());
+  Tensor scratch = torch::empty({2 * x.size(2)}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction", [&] {
+    contract_kernel(operands_of<scalar_t>(x, z, mono, species), x.size(0), b.data_ptr<scalar_t>(),
+                    scratch.data_ptr<scalar_t>());
+  });
+  return b;
+}
+
+// The monomials (n, Q, C) with aten operations: x with a row of ones appended, gathered thrice.
+Tensor monomials(CT x, CT mono) {
+  const Tensor xo = torch::cat({x, torch::ones({x.size(0), 1, x.size(2)}, x.options())}, 1);
+  return xo.index_select(1, mono.select(1, 0)) * xo.index_select(1, mono.select(1, 1)) *
+         xo.index_select(1, mono.select(1, 2));
+}
+
+// The gradients of x and z with aten operations (differentiable), per channel for all species
+// at once as the reference forward.
+std::vector<Tensor> gradients_reference(CT g, CT x, CT z, CT mono, CT species) {
+  const int64_t n = x.size(0), D = x.size(1), C = x.size(2), S = z.size(0), Q = z.size(1), M = z.size(2);
+  const Tensor xo = torch::cat({x, torch::ones({n, 1, C}, x.options())}, 1);
+  const Tensor i0 = mono.select(1, 0), i1 = mono.select(1, 1), i2 = mono.select(1, 2);
+  const Tensor f0 = xo.index_select(1, i0), f1 = xo.index_select(1, i1), f2 = xo.index_select(1, i2);  // (n, Q, C)
+  const Tensor pick = torch::one_hot(species, S).to(x.scalar_type());                                     // (n, S)
+  const Tensor ge = (g.permute({2, 0, 1}).unsqueeze(2) * pick.view({1, n, S, 1})).reshape({C, n, S * M});
+  const Tensor zc = z.permute({3, 1, 0, 2}).reshape({C, Q, S * M});
+  const Tensor gt = torch::bmm(ge, zc.transpose(1, 2)).permute({1, 2, 0});                                // (n, Q, C)
+  const Tensor t = (f0 * f1 * f2).permute({2, 1, 0});                                                    // (C, Q, n)
+  const Tensor gz = torch::bmm(t, ge).view({C, Q, S, M}).permute({2, 1, 3, 0});                          // (S, Q, M, C)
+  const Tensor gxo = torch::zeros({n, D + 1, C}, x.options())
+                         .index_add(1, i0, gt * f1 * f2)
+                         .index_add(1, i1, gt * f0 * f2)
+                         .index_add(1, i2, gt * f0 * f1);
+  return {gxo.narrow(1, 0, D), gz};
+}
+
+std::vector<Tensor> gradients_cpu(CT g_in, CT x_in, CT z_in, CT mono_in, CT species_in) {
+  const Tensor g = g_in.contiguous(), x = x_in.contiguous(), z = z_in.contiguous(), mono = mono_in.contiguous(),
+               species = species_in.contiguous();
+  Tensor gx = torch::zeros_like(x), gz = torch::zeros_like(z);
+  Tensor scratch = torch::empty({4 * x.size(2)}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction_backward", [&] {
+    gradient_kernel(operands_of<scalar_t>(x, z, mono, species), x.size(0), g.data_ptr<scalar_t>(),
+                    gx.data_ptr<scalar_t>(), gz.data_ptr<scalar_t>(), scratch.data_ptr<scalar_t>());
+  });
+  return {gx, gz};
+}
+
+const auto& contract_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("mlip::symmetric_contraction", "")
+                             .typed<Tensor(CT, CT, CT, CT)>();
+  return op;
+}
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+class SymmetricContraction : public torch::autograd::Function<SymmetricContraction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, CT x, CT z, CT mono, CT species) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    ctx->save_for_backward({x, z, mono, species});
+    return {contract_op().call(x, z, mono, species)};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const auto v = ctx->get_saved_variables();
+    if (!grad[0].defined()) return {{}, {}, {}, {}};
+    const bool kernel = !at::GradMode::is_enabled() && v[0].device().is_cpu();
+    auto g = kernel ? gradients_cpu(grad[0], v[0], v[1], v[2], v[3])
+                    : gradients_reference(grad[0], v[0], v[1], v[2], v[3]);
+    return {g[0], g[1], {}, {}};
+  }
+};
+
+Tensor contract_autograd(CT x, CT z, CT mono, CT species) {
+  return SymmetricContraction::apply(x, z, mono, species)[0];
+}
+
+Tensor contract_checked_reference(CT x, CT z, CT mono, CT species) {
+  check(x, z, mono, species);
+  return symmetric_contraction_reference(x, z, mono, species);
+}
+
+}  // namespace
+
+Tensor symmetric_contraction_reference(CT x, CT z, CT mono, CT species) {
+  // Per channel, all species at once: (C, n, Q) x (C, Q, S M), then each node's species.
+  const int64_t n = x.size(0), C = x.size(2), S = z.size(0), Q = z.size(1), M = z.size(2);
+  const Tensor t = monomials(x, mono).permute({2, 0, 1});                 // (C, n, Q)
+  const Tensor zc = z.permute({3, 1, 0, 2}).reshape({C, Q, S * M});       // (C, Q, S M)
+  const Tensor all = torch::bmm(t, zc).view({C, n, S, M});
+  const Tensor pick = torch::one_hot(species, S).to(x.scalar_type()).view({1, n, S, 1});
+  return (all * pick).sum(2).permute({1, 2, 0});                          // (n, M, C)
+}
+
+Tensor symmetric_contraction(CT x, CT z, CT mono, CT species) { return contract_op().call(x, z, mono, species); }
+
+void link_symmetric_contraction_operator() {}
+
+}  // namespace mlip
+
+TORCH_LIBRARY_FRAGMENT(mlip, m) {
+  m.def("symmetric_contraction(Tensor x, Tensor z, Tensor mono, Tensor species) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(mlip, CPU, m) { m.impl("symmetric_contraction", &mlip::contract_cpu); }
+// No kernel of its own on GPUs yet: the aten formulation after the same checks.
+TORCH_LIBRARY_IMPL(mlip, CUDA, m) { m.impl("symmetric_contraction", &mlip::contract_checked_reference); }
+TORCH_LIBRARY_IMPL(mlip, Autograd, m) { m.impl("symmetric_contraction", &mlip::contract_autograd); }
