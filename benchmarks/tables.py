@@ -174,7 +174,28 @@ def gpu_training(run):
     return "\n".join(out) + "\n"
 
 
+def mace_train(run):
+    rows = read_tsv(run / "train.tsv")
+    for r in rows:
+        r["label"] = f"{r['code']}, {r['ranks']} rank{'s' if r['ranks'] != '1' else ''} x {r['threads']} thread"
+        r["what"] = "frames/s"
+    return grid(rows, "label", ("what",), "frames_per_s", ref_row="mace-torch, 1 rank x 1 thread")
+
+
+def mace_md(run):
+    rows = read_tsv(run / "md.tsv")
+    for r in rows:
+        r["label"] = (f"mlip (LAMMPS), {r['ranks']} rank{'s' if r['ranks'] != '1' else ''}" if r["code"] == "mlip"
+                      else f"mace-torch (ASE), {r['threads']} thread{'s' if r['threads'] != '1' else ''}")
+    speed = grid(rows, "label", ("atoms",), "us_per_atom_step", ref_row="mace-torch (ASE), 1 thread",
+                 col_name=lambda c: f"{c[0]} atoms, us/atom-step")
+    memory = grid(rows, "label", ("atoms",), "peak_rss_mib", col_name=lambda c: f"{c[0]} atoms, peak MiB")
+    return speed + "\n" + memory
+
+
 KINDS = {
+    ("bench_mace", "train"): mace_train,
+    ("bench_mace", "md"): mace_md,
     ("bench_deepmd", "md"): deepmd_md,
     ("bench_deepmd", "train"): deepmd_train,
     ("bench_pair", "md"): pair_md,

@@ -147,7 +147,7 @@ TEST_P(DeviceModels, GpuEqualsCpuInFloat64) {
   EXPECT_LE(dg, 1e-8);
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, DeviceModels, ::testing::Values("morse64", "se_e2_a", "painn"));
+INSTANTIATE_TEST_SUITE_P(Architectures, DeviceModels, ::testing::Values("morse64", "se_e2_a", "painn", "mace"));
 
 Structure random_water_box(unsigned seed, int copies, double jitter) {
   Structure s;
