@@ -1137,12 +1137,21 @@ TEST(Potentials, BadHyperparametersAreNamed) {
   spec.hyperparameters = {{"axis_neurons", "four"}};
   EXPECT_THROW(build_model(spec), Error);
   spec.hyperparameters = nlohmann::json::object();
-  spec.architecture = "mace";
+  spec.architecture = "allegro";
   try {
     build_model(spec);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown architecture 'mace'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown architecture 'allegro'"), std::string::npos) << e.what();
+  }
+  spec.architecture = "mace";
+  spec.hyperparameters = {{"max_L", 3}, {"max_ell", 2}};
+  try {
+    build_model(spec);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mace: hyperparameter 'max_L' must not exceed max_ell"), std::string::npos)
+        << e.what();
   }
 }
 

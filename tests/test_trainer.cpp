@@ -669,6 +669,72 @@ TEST(Evaluation, TestCommandAgreesWithTheReferenceEvaluation) {
 // `mlip-trainer deviation`: the file's columns against DeePMD-kit's definitions written out on
 // the committee's reference evaluations (models of different architectures and cutoffs), and
 // the candidates between the trust levels.
+// `mlip-trainer import`: settings and weights (a torch.save'd dict, here written by LibTorch's
+// pickle_save, the same format) become a model file that evaluates with exactly those weights;
+// weights that do not fit the settings are errors naming the file and the tensor.
+TEST(Import, WeightsBecomeAModelAndMisfitsAreNamed) {
+  TempDir dir("mlip_test_import");
+  ModelSpec spec;
+  spec.architecture = "mace";
+  spec.species = {"H", "O"};
+  spec.cutoff = 3.0;
+  spec.hyperparameters = {{"num_channels", 4}, {"max_L", 1}, {"max_ell", 2}, {"correlation", 2},
+                          {"radial_MLP", {8}}, {"MLP_irreps", "4x0e"}, {"avg_num_neighbors", 5.0}};
+  spec.seed = 11;
+  const BuiltModel source = build_model(spec);
+  const std::string spec_path = (dir.path / "spec.json").string();
+  std::ofstream(spec_path) << nlohmann::json{{"architecture", "mace"},      {"species", spec.species},
+                                             {"cutoff", spec.cutoff},        {"dtype", "float64"},
+                                             {"hyperparameters", spec.hyperparameters}}.dump();
+  auto write_weights = [&](const std::map<std::string, torch::Tensor>& w, const std::string& name) {
+    c10::Dict<std::string, torch::Tensor> dict;
+    for (const auto& [k, t] : w) dict.insert(k, t.detach());
+    const std::vector<char> bytes = torch::jit::pickle_save(dict);
+    const std::string path = (dir.path / name).string();
+    std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return path;
+  };
+  std::map<std::string, torch::Tensor> weights;
+  for (const auto& p : source.module.named_parameters(/*recurse=*/true)) weights[p.name] = p.value;
+  const std::string model_path = (dir.path / "model.pt").string();
+  import_model(spec_path, write_weights(weights, "w.pt"), model_path, {});
+  // The same function as the source (seed 11) and not as a model of another seed.
+  const Structure s = read_deepmd(mlip::testing::source_dir() + "/data/water-deepmd/data_0")[0];
+  const double imported = mlip::testing::evaluate_reference(Model::load(model_path), s).energy;
+  const double direct =
+      mlip::testing::evaluate_reference(Model(source.module, source.metadata, torch::kCPU), s).energy;
+  EXPECT_NEAR(imported, direct, 1e-10 * std::abs(direct));
+  auto error_of = [&](const std::map<std::string, torch::Tensor>& w, const std::string& name) -> std::string {
+    try {
+      import_model(spec_path, write_weights(w, name), (dir.path / "bad.pt").string(), {});
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  auto missing = weights;
+  missing.erase("l0_up_w");
+  EXPECT_NE(error_of(missing, "missing.pt").find("missing.pt: lacks the parameter 'l0_up_w'"), std::string::npos);
+  auto misshapen = weights;
+  misshapen["l0_up_w"] = torch::zeros({3}, torch::kFloat64);
+  EXPECT_NE(error_of(misshapen, "shape.pt").find("shape.pt: 'l0_up_w' has shape [3], the model's is [16]"),
+            std::string::npos)
+      << error_of(misshapen, "shape.pt");
+  auto unknown = weights;
+  unknown["l9_up_w"] = torch::zeros({3}, torch::kFloat64);
+  EXPECT_NE(error_of(unknown, "unknown.pt").find("'l9_up_w' is not a tensor of a mace model"), std::string::npos);
+  const std::string garbage = (dir.path / "garbage.pt").string();
+  std::ofstream(garbage) << "not a pickle";
+  try {
+    import_model(spec_path, garbage, (dir.path / "bad.pt").string(), {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("garbage.pt: not a file written by torch.save"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path / "bad.pt"));  // nothing written on an error
+}
+
 TEST(Deviation, OfflineDeviationMatchesDefinitionsAndPicksCandidates) {
   TempDir dir("mlip_test_deviation");
   std::vector<std::string> models;

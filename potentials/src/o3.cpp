@@ -100,6 +100,8 @@ torch::Tensor wigner_3j_sorted(int l1, int l2, int l3) {
 
 }  // namespace
 
+torch::Tensor coupling_basis_uncached(const std::vector<Irrep>& in, const Irrep& out, int nu);
+
 std::vector<Irrep> product(const Irrep& a, const Irrep& b) {
   std::vector<Irrep> out;
   for (int l = std::abs(a.l - b.l); l <= a.l + b.l; ++l) out.push_back({l, a.p * b.p});
@@ -163,6 +165,21 @@ std::string spherical_harmonics_source(int lmax, const std::string& x, const std
 
 torch::Tensor coupling_basis(const std::vector<Irrep>& in, const Irrep& out, int nu) {
   if (nu < 1) throw Error("coupling_basis: correlation must be >= 1");
+  static std::mutex mutex;
+  static std::map<std::string, torch::Tensor> cache;
+  std::string key = std::to_string(nu) + ":" + out.str() + ":";
+  for (const auto& ir : in) key += ir.str() + ",";
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  torch::Tensor basis = coupling_basis_uncached(in, out, nu);
+  std::lock_guard<std::mutex> lock(mutex);
+  cache[key] = basis;
+  return basis;
+}
+
+torch::Tensor coupling_basis_uncached(const std::vector<Irrep>& in, const Irrep& out, int nu) {
   int64_t D = 0;
   for (const auto& ir : in) D += ir.dim();
   // The successive products, as MACE enumerates them: (irrep, tensor (ir.dim, D, ..., D)).
@@ -178,6 +195,7 @@ torch::Tensor coupling_basis(const std::vector<Irrep>& in, const Irrep& out, int
       int64_t i = 0;
       for (const auto& ir : in) {
         for (const auto& o : product(left, ir)) {
+          if (k == nu - 1 && o != out) continue;  // the last product keeps only `out` (same order)
           torch::Tensor C = wigner_3j(o.l, left.l, ir.l) * std::sqrt(double(o.dim()));
           C = torch::einsum("jk,ijl->ikl", {c_left.flatten(1), C});  // (o, D^k, ir)
           std::vector<int64_t> shape{o.dim()};
