@@ -34,8 +34,9 @@ TOLERANCE = 1e-10
 SHAPES = [(0, 1, 1), (0, 3, 2), (1, 2, 3), (1, 3, 2), (2, 3, 2), (2, 1, 3), (2, 2, 1)]
 
 
-def make_model(max_L, correlation, layers, channels=8, seed=0):
-    """A ScaleShiftMACE as `mace_run_train --model MACE` builds it, with random weights."""
+def make_model(max_L, correlation, layers, channels=8, seed=0, **extra):
+    """A ScaleShiftMACE as `mace_run_train --model MACE` builds it, with random weights; `extra`:
+    other constructor arguments (the refusal cases)."""
     torch.manual_seed(seed)
     hidden = o3.Irreps((channels * o3.Irreps.spherical_harmonics(max_L)).sort().irreps.simplify())
     return modules.ScaleShiftMACE(
@@ -45,7 +46,7 @@ def make_model(max_L, correlation, layers, channels=8, seed=0):
         num_interactions=layers, num_elements=2, hidden_irreps=hidden, MLP_irreps=o3.Irreps("16x0e"),
         atomic_energies=np.array([-13.6, -2040.0]), avg_num_neighbors=9.7, atomic_numbers=[1, 8],
         correlation=correlation, gate=torch.nn.functional.silu, radial_MLP=[16, 16, 16],
-        atomic_inter_scale=1.7, atomic_inter_shift=0.1, use_reduced_cg=False)
+        atomic_inter_scale=1.7, atomic_inter_shift=0.1, use_reduced_cg=False, **extra)
 
 
 def structures():
@@ -112,6 +113,29 @@ def main():
         good, worst = compare("from the LAMMPS file, water", ref, ours, True)
         ok &= good
         print(f"imported from the create_lammps_model file, water: largest relative difference {worst:.2e}")
+    # Models mlip's mace does not compute are refused, with the reason.
+    for extra, reason in (({"pair_repulsion": True}, "ZBL pair repulsion"),
+                          ({"distance_transform": "Agnesi"}, "a distance transform"),
+                          ({"heads": ["a", "b"]}, "several heads")):
+        path = os.path.join(work, "refused.model")
+        try:
+            model = make_model(1, 2, 2, **extra)
+            if "heads" in extra:  # two heads: two E0s per element
+                model.atomic_energies_fn.atomic_energies = torch.tensor([[-13.6, -13.5], [-2040.0, -2039.0]])
+            torch.save(model, path)
+        except Exception as error:  # noqa: BLE001 - a mace-torch that cannot build it has nothing to refuse
+            print(f"refusal case {extra} not built by this mace-torch: {error}")
+            continue
+        import contextlib
+        import io
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = mace_to_mlip.main([path, "-o", os.path.join(work, "refused.pt"), "--mlip-trainer", trainer, "--no-check"])
+        if rc == 0 or reason not in err.getvalue():
+            print(f"FAIL: a model with {extra} was not refused naming '{reason}': rc {rc}, {err.getvalue().strip()}")
+            ok = False
+        else:
+            print(f"refused: {err.getvalue().strip()}")
     # A species the model lacks (carbon) is an error that names it.
     lacking = Atoms("CH4", positions=[[0, 0, 0], [0.63, 0.63, 0.63], [-0.63, -0.63, 0.63], [-0.63, 0.63, -0.63],
                                       [0.63, -0.63, -0.63]])
