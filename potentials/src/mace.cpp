@@ -232,9 +232,8 @@ std::string contraction_source(detail::ModuleBuilder& b, const Shape& s, int t, 
   return src.str();
 }
 
-}  // namespace
-
-BuiltModel build_mace(const ModelSpec& spec) {
+// The hyperparameters, checked, and those the model is built with (`resolved`, `avg`).
+Shape read_shape(const ModelSpec& spec, nlohmann::json& resolved_out, double& avg_out) {
   detail::HyperParameters hp(spec.hyperparameters, "mace");
   Shape s;
   s.C = hp.get<int64_t>("num_channels", 128);
@@ -248,6 +247,7 @@ BuiltModel build_mace(const ModelSpec& spec) {
   const auto mlp_irreps = hp.get<std::string>("MLP_irreps", "16x0e");
   const double avg = hp.get<double>("avg_num_neighbors", 0.0);
   const nlohmann::json resolved = hp.finish();
+  resolved_out = resolved;
   if (s.C < 1) hp.fail("num_channels", "must be >= 1");
   if (s.Lh < 0 || s.Lh > 3) hp.fail("max_L", "must be 0, 1, 2 or 3");
   if (s.Ls < 1 || s.Ls > 6) hp.fail("max_ell", "must be between 1 and 6");
@@ -268,14 +268,13 @@ BuiltModel build_mace(const ModelSpec& spec) {
   }
   if (avg < 0) hp.fail("avg_num_neighbors", "must be positive (or 0: from data)");
   s.N = int64_t(spec.species.size());
+  avg_out = avg;
+  return s;
+}
 
-  detail::ModuleBuilder b("MACE", torch_dtype(spec), spec.seed);
+// mp_edges and mp_embed.
+std::string edges_source(const Shape& s, double cutoff) {
   const double pi = 3.141592653589793;
-  b.normal("embedding_w", {s.N * s.C}, 1.0);
-  b.buffer("avg_num_neighbors", torch::full({1}, avg > 0 ? avg : 1.0));
-  detail::add_energy_buffers(b, s.N);
-  b.float_attribute("cutoff", spec.cutoff);
-
   std::ostringstream src;
   const std::string opts = "dtype=edge_vectors.dtype, device=edge_vectors.device";
   // mp_edges: radial basis with envelope (E, nb) and harmonics (E, (max_ell+1)^2) of the vector
@@ -283,13 +282,13 @@ BuiltModel build_mace(const ModelSpec& spec) {
   const double pp = s.p;
   src << "def mp_edges(self, edge_vectors: Tensor) -> Tuple[Tensor, Tensor]:\n"
       << "    r = torch.sqrt((edge_vectors * edge_vectors).sum(1)).unsqueeze(1)\n"
-      << "    k = torch.arange(1, " << s.nb + 1 << ", " << opts << ") * " << num(pi / spec.cutoff) << "\n"
-      << "    bessel = " << num(std::sqrt(2.0 / spec.cutoff)) << " * (torch.sin(k * r) / r)\n"
-      << "    x = r / " << num(spec.cutoff) << "\n"
+      << "    k = torch.arange(1, " << s.nb + 1 << ", " << opts << ") * " << num(pi / cutoff) << "\n"
+      << "    bessel = " << num(std::sqrt(2.0 / cutoff)) << " * (torch.sin(k * r) / r)\n"
+      << "    x = r / " << num(cutoff) << "\n"
       << "    env = 1.0 - " << num((pp + 1) * (pp + 2) / 2) << " * torch.pow(x, " << s.p << ") + "
       << num(pp * (pp + 2)) << " * torch.pow(x, " << s.p + 1 << ") - " << num(pp * (pp + 1) / 2)
       << " * torch.pow(x, " << s.p + 2 << ")\n"
-      << "    env = env * (r < " << num(spec.cutoff) << ").to(r.dtype)\n"
+      << "    env = env * (r < " << num(cutoff) << ").to(r.dtype)\n"
       << "    u = edge_vectors / r\n"
       << o3::spherical_harmonics_source(s.Ls, "-u[:, 0]", "-u[:, 1]", "-u[:, 2]", "sh")
       << "    return bessel * env, sh\n";
@@ -302,106 +301,107 @@ BuiltModel build_mace(const ModelSpec& spec) {
       << "    h = torch.cat([h, torch.zeros([species.size(0), " << s.hidden_width() - s.C
       << "], dtype=h.dtype, device=h.device)], 1)\n"
       << "    return torch.zeros([species.size(0), 1], dtype=h.dtype, device=h.device), h, attrs\n";
+  return src.str();
+}
 
-  for (int t = 0; t < s.layers; ++t) {
-    const std::string p = "l" + std::to_string(t) + "_";
-    const auto in = s.in_ls(t), outs = s.out_ls(t);
-    const auto paths = tensor_product_paths(s, t);
-    // Parameters, in e3nn's layouts.
-    b.normal(p + "up_w", {int64_t(in.size()) * s.C * s.C}, 1.0);
-    std::vector<int64_t> widths{s.nb};
-    widths.insert(widths.end(), s.radial.begin(), s.radial.end());
-    widths.push_back(int64_t(paths.size()) * s.C);
-    for (std::size_t j = 0; j + 1 < widths.size(); ++j)
-      b.normal(p + "mlp" + std::to_string(j) + "_w", {widths[j], widths[j + 1]}, 1.0);
-    b.normal(p + "linear_w", {int64_t(paths.size()) * s.C * s.C}, 1.0);
-    std::vector<int> skip_in;  // blocks (indices into the list) the skip connection maps
-    if (t == 0) {
-      b.normal(p + "skip_w", {int64_t(s.Ls + 1) * s.C * s.N * s.C}, 1.0);
-    } else {
-      for (std::size_t k = 0; k < in.size(); ++k)
-        if (std::find(outs.begin(), outs.end(), in[k]) != outs.end()) skip_in.push_back(int(k));
-      b.normal(p + "skip_w", {int64_t(skip_in.size()) * s.C * s.N * s.C}, 1.0);
-    }
-    b.normal(p + "prod_w", {int64_t(outs.size()) * s.C * s.C}, 1.0);
-    const bool nonlinear = t == s.layers - 1 && s.layers > 1;
-    if (nonlinear) {
-      b.normal(p + "ro1_w", {s.C * s.mlp}, 1.0);
-      b.normal(p + "ro2_w", {int64_t(s.mlp)}, 1.0);
-    } else {
-      b.normal(p + "ro_w", {s.C}, 1.0);
-    }
-
-    // mp_node_t: the channel-mixed features of every node, (n, C, sum of 2l+1 over the input).
-    src << "def mp_node_" << t << "(self, e: Tensor, h: Tensor, attrs: Tensor) -> Tensor:\n"
-        << "    blocks = []\n";
-    for (const int l : in)
-      src << "    blocks.append(h.narrow(1, " << s.C * offset_of(l) << ", " << s.C * (2 * l + 1) << ").reshape(-1, "
-          << s.C << ", " << 2 * l + 1 << "))\n";
-    src << "    up = []\n";
-    for (std::size_t k = 0; k < in.size(); ++k)  // (n, 2l+1, C): the layout of the message operator
-      src << "    up.append(torch.matmul(blocks[" << k << "].transpose(1, 2), self." << p << "up_w.narrow(0, "
-          << int64_t(k) * s.C * s.C << ", " << s.C * s.C << ").view(" << s.C << ", " << s.C << ")) * "
-          << num(1.0 / std::sqrt(double(s.C))) << ")\n";
-    src << "    return torch.cat(up, 1)\n";
-
-    src << "def mp_layer_" << t << "(self, e: Tensor, h: Tensor, attrs: Tensor, up: Tensor, center: Tensor, "
-        << "neighbor: Tensor, radial: Tensor, sh: Tensor, n_out: int) -> Tuple[Tensor, Tensor, Tensor]:\n";
-    // The per-edge path weights: e3nn's FullyConnectedNet with normalised SiLU.
-    src << "    w = radial\n";
-    for (std::size_t j = 0; j + 1 < widths.size(); ++j) {
-      src << "    w = torch.matmul(w, self." << p << "mlp" << j << "_w * " << num(1.0 / std::sqrt(double(widths[j])))
-          << ")\n";
-      if (j + 2 < widths.size()) src << "    w = torch.silu(w) * " << num(o3::kSiluNorm) << "\n";
-    }
-    src << "    attrs_out = attrs.narrow(0, 0, n_out)\n"
-        << message_source(b, s, t, p);
-    src << "    mb = []\n";
-    for (int l = 0; l <= s.Ls; ++l)
-      src << "    mb.append(msg.narrow(1, " << offset_of(l) << ", " << 2 * l + 1 << "))\n";
-    if (t == 0) {
-      std::vector<int> all;
-      for (int l = 0; l <= s.Ls; ++l) all.push_back(l);
-      src << skip_blocks("mb", "mb2", "self." + p + "skip_w", all, "attrs_out", s, true)
-          << "    x = torch.cat(mb2, 1)\n";
-    } else {
-      src << "    x = msg\n";
-    }
-    src << contraction_source(b, s, t, p)
-        << linear_blocks("prod", "hb", "self." + p + "prod_w", int(outs.size()), s.C);
-    if (t > 0) {
-      src << "    hin = []\n";
-      for (const int l : in)
-        src << "    hin.append(h.narrow(0, 0, n_out).narrow(1, " << s.C * offset_of(l) << ", " << s.C * (2 * l + 1)
-            << ").reshape(n_out, " << s.C << ", " << 2 * l + 1 << "))\n";
-      src << skip_blocks("hin", "sc", "self." + p + "skip_w", skip_in, "attrs_out", s);
-      for (std::size_t k = 0; k < skip_in.size(); ++k) src << "    hb[" << k << "] = hb[" << k << "] + sc[" << k << "]\n";
-    }
-    src << "    flat = []\n";
-    for (std::size_t k = 0; k < outs.size(); ++k)
-      src << "    flat.append(hb[" << k << "].reshape(n_out, " << s.C * (2 * outs[k] + 1) << "))\n";
-    const int64_t width = s.C * (outs.back() + 1) * (outs.back() + 1);
-    if (width < s.hidden_width())
-      src << "    flat.append(torch.zeros([n_out, " << s.hidden_width() - width << "], dtype=msg.dtype, device=msg.device))\n";
-    src << "    h2 = torch.cat(flat, 1)\n"
-        << "    h0 = hb[0].reshape(n_out, " << s.C << ")\n";
-    if (nonlinear)
-      src << "    ro = torch.matmul(torch.silu(torch.matmul(h0, self." << p << "ro1_w.view(" << s.C << ", " << s.mlp
-          << ")) * " << num(1.0 / std::sqrt(double(s.C))) << ") * " << num(o3::kSiluNorm) << ", self." << p
-          << "ro2_w.view(" << s.mlp << ", 1)) * " << num(1.0 / std::sqrt(double(s.mlp))) << "\n";
-    else
-      src << "    ro = torch.matmul(h0, self." << p << "ro_w.view(" << s.C << ", 1)) * "
-          << num(1.0 / std::sqrt(double(s.C))) << "\n";
-    src << "    return e.narrow(0, 0, n_out) + ro, h2, attrs_out\n";
+// Layer t: its parameters (e3nn's layouts) and tables, and mp_node_t and mp_layer_t.
+std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t) {
+  std::ostringstream src;
+  const std::string p = "l" + std::to_string(t) + "_";
+  const auto in = s.in_ls(t), outs = s.out_ls(t);
+  const auto paths = tensor_product_paths(s, t);
+  // Parameters, in e3nn's layouts.
+  b.normal(p + "up_w", {int64_t(in.size()) * s.C * s.C}, 1.0);
+  std::vector<int64_t> widths{s.nb};
+  widths.insert(widths.end(), s.radial.begin(), s.radial.end());
+  widths.push_back(int64_t(paths.size()) * s.C);
+  for (std::size_t j = 0; j + 1 < widths.size(); ++j)
+    b.normal(p + "mlp" + std::to_string(j) + "_w", {widths[j], widths[j + 1]}, 1.0);
+  b.normal(p + "linear_w", {int64_t(paths.size()) * s.C * s.C}, 1.0);
+  std::vector<int> skip_in;  // blocks (indices into the list) the skip connection maps
+  if (t == 0) {
+    b.normal(p + "skip_w", {int64_t(s.Ls + 1) * s.C * s.N * s.C}, 1.0);
+  } else {
+    for (std::size_t k = 0; k < in.size(); ++k)
+      if (std::find(outs.begin(), outs.end(), in[k]) != outs.end()) skip_in.push_back(int(k));
+    b.normal(p + "skip_w", {int64_t(skip_in.size()) * s.C * s.N * s.C}, 1.0);
+  }
+  b.normal(p + "prod_w", {int64_t(outs.size()) * s.C * s.C}, 1.0);
+  const bool nonlinear = t == s.layers - 1 && s.layers > 1;
+  if (nonlinear) {
+    b.normal(p + "ro1_w", {s.C * s.mlp}, 1.0);
+    b.normal(p + "ro2_w", {int64_t(s.mlp)}, 1.0);
+  } else {
+    b.normal(p + "ro_w", {s.C}, 1.0);
   }
 
-  src << "def mp_readout(self, species: Tensor, e: Tensor, edge_index: Tensor, edge_vectors: Tensor, "
-      << "n_centers: int) -> Tensor:\n"
-      << "    cs = species[:n_centers]\n"
-      << detail::add_repulsion(b, spec)
-      << "    return e.narrow(0, 0, n_centers).squeeze(1) * self.energy_scale[cs] + self.energy_shift[cs]"
-      << (spec.repulsion == "none" ? "" : " + e_rep") << "\n";
+  // mp_node_t: the channel-mixed features of every node, (n, C, sum of 2l+1 over the input).
+  src << "def mp_node_" << t << "(self, e: Tensor, h: Tensor, attrs: Tensor) -> Tensor:\n"
+      << "    blocks = []\n";
+  for (const int l : in)
+    src << "    blocks.append(h.narrow(1, " << s.C * offset_of(l) << ", " << s.C * (2 * l + 1) << ").reshape(-1, "
+        << s.C << ", " << 2 * l + 1 << "))\n";
+  src << "    up = []\n";
+  for (std::size_t k = 0; k < in.size(); ++k)  // (n, 2l+1, C): the layout of the message operator
+    src << "    up.append(torch.matmul(blocks[" << k << "].transpose(1, 2), self." << p << "up_w.narrow(0, "
+        << int64_t(k) * s.C * s.C << ", " << s.C * s.C << ").view(" << s.C << ", " << s.C << ")) * "
+        << num(1.0 / std::sqrt(double(s.C))) << ")\n";
+  src << "    return torch.cat(up, 1)\n";
 
+  src << "def mp_layer_" << t << "(self, e: Tensor, h: Tensor, attrs: Tensor, up: Tensor, center: Tensor, "
+      << "neighbor: Tensor, radial: Tensor, sh: Tensor, n_out: int) -> Tuple[Tensor, Tensor, Tensor]:\n";
+  // The per-edge path weights: e3nn's FullyConnectedNet with normalised SiLU.
+  src << "    w = radial\n";
+  for (std::size_t j = 0; j + 1 < widths.size(); ++j) {
+    src << "    w = torch.matmul(w, self." << p << "mlp" << j << "_w * " << num(1.0 / std::sqrt(double(widths[j])))
+        << ")\n";
+    if (j + 2 < widths.size()) src << "    w = torch.silu(w) * " << num(o3::kSiluNorm) << "\n";
+  }
+  src << "    attrs_out = attrs.narrow(0, 0, n_out)\n"
+      << message_source(b, s, t, p);
+  src << "    mb = []\n";
+  for (int l = 0; l <= s.Ls; ++l)
+    src << "    mb.append(msg.narrow(1, " << offset_of(l) << ", " << 2 * l + 1 << "))\n";
+  if (t == 0) {
+    std::vector<int> all;
+    for (int l = 0; l <= s.Ls; ++l) all.push_back(l);
+    src << skip_blocks("mb", "mb2", "self." + p + "skip_w", all, "attrs_out", s, true)
+        << "    x = torch.cat(mb2, 1)\n";
+  } else {
+    src << "    x = msg\n";
+  }
+  src << contraction_source(b, s, t, p)
+      << linear_blocks("prod", "hb", "self." + p + "prod_w", int(outs.size()), s.C);
+  if (t > 0) {
+    src << "    hin = []\n";
+    for (const int l : in)
+      src << "    hin.append(h.narrow(0, 0, n_out).narrow(1, " << s.C * offset_of(l) << ", " << s.C * (2 * l + 1)
+          << ").reshape(n_out, " << s.C << ", " << 2 * l + 1 << "))\n";
+    src << skip_blocks("hin", "sc", "self." + p + "skip_w", skip_in, "attrs_out", s);
+    for (std::size_t k = 0; k < skip_in.size(); ++k) src << "    hb[" << k << "] = hb[" << k << "] + sc[" << k << "]\n";
+  }
+  src << "    flat = []\n";
+  for (std::size_t k = 0; k < outs.size(); ++k)
+    src << "    flat.append(hb[" << k << "].reshape(n_out, " << s.C * (2 * outs[k] + 1) << "))\n";
+  const int64_t width = s.C * (outs.back() + 1) * (outs.back() + 1);
+  if (width < s.hidden_width())
+    src << "    flat.append(torch.zeros([n_out, " << s.hidden_width() - width << "], dtype=msg.dtype, device=msg.device))\n";
+  src << "    h2 = torch.cat(flat, 1)\n"
+      << "    h0 = hb[0].reshape(n_out, " << s.C << ")\n";
+  if (nonlinear)
+    src << "    ro = torch.matmul(torch.silu(torch.matmul(h0, self." << p << "ro1_w.view(" << s.C << ", " << s.mlp
+        << ")) * " << num(1.0 / std::sqrt(double(s.C))) << ") * " << num(o3::kSiluNorm) << ", self." << p
+        << "ro2_w.view(" << s.mlp << ", 1)) * " << num(1.0 / std::sqrt(double(s.mlp))) << "\n";
+  else
+    src << "    ro = torch.matmul(h0, self." << p << "ro_w.view(" << s.C << ", 1)) * "
+        << num(1.0 / std::sqrt(double(s.C))) << "\n";
+  src << "    return e.narrow(0, 0, n_out) + ro, h2, attrs_out\n";
+  return src.str();
+}
+
+// forward: the parts composed; the last layer on the centres' edges only.
+std::string forward_source(const Shape& s) {
+  std::ostringstream src;
   src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
       << "    center = edge_index[0]\n"
       << "    neighbor = edge_index[1]\n"
@@ -421,7 +421,33 @@ BuiltModel build_mace(const ModelSpec& spec) {
         << "(e, h, attrs), center, neighbor, radial, sh, n_out)\n";
   }
   src << "    return self.mp_readout(species, e, edge_index, edge_vectors, n_centers)\n";
+  return src.str();
+}
 
+}  // namespace
+
+BuiltModel build_mace(const ModelSpec& spec) {
+  nlohmann::json resolved;
+  double avg = 0;
+  const Shape s = read_shape(spec, resolved, avg);
+
+  detail::ModuleBuilder b("MACE", torch_dtype(spec), spec.seed);
+  b.normal("embedding_w", {s.N * s.C}, 1.0);
+  b.buffer("avg_num_neighbors", torch::full({1}, avg > 0 ? avg : 1.0));
+  detail::add_energy_buffers(b, s.N);
+  b.float_attribute("cutoff", spec.cutoff);
+
+  std::ostringstream src;
+  src << edges_source(s, spec.cutoff);
+  for (int t = 0; t < s.layers; ++t) src << layer_source(b, s, t);
+  src << "def mp_readout(self, species: Tensor, e: Tensor, edge_index: Tensor, edge_vectors: Tensor, "
+      << "n_centers: int) -> Tensor:\n"
+      << "    cs = species[:n_centers]\n"
+      << detail::add_repulsion(b, spec)
+      << "    return e.narrow(0, 0, n_centers).squeeze(1) * self.energy_scale[cs] + self.energy_shift[cs]"
+      << (spec.repulsion == "none" ? "" : " + e_rep") << "\n";
+
+  src << forward_source(s);
   return b.finish(src.str(), spec, "mace", s.layers, resolved);
 }
 
