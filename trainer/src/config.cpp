@@ -337,6 +337,7 @@ static void read_optimization(Section& training, Config& c) {
   c.optimizer = opt.get<std::string>("type", c.optimizer);
   c.lr = opt.get<double>("lr", c.lr);
   c.weight_decay = opt.get<double>("weight_decay", c.weight_decay);
+  c.amsgrad = opt.get<bool>("amsgrad", c.amsgrad);
   opt.finish();
   if (c.optimizer != "adam" && c.optimizer != "adamw") {
     opt.fail(opt.node()["type"], "training.optimizer.type must be adam or adamw, not '" + c.optimizer + "'");
@@ -383,6 +384,7 @@ static void read_training(Section& top, Config& c) {
   c.accumulate_dtype = training.get<std::string>("accumulate_dtype", c.accumulate_dtype);
   c.init_from = training.get<std::string>("init_from", c.init_from);
   c.freeze = training.get<std::string>("freeze", c.freeze);
+  c.refit_energy_shift = training.get<bool>("refit_energy_shift", c.refit_energy_shift);
   if (!c.init_from.empty() && !std::filesystem::exists(c.init_from)) {
     training.fail(training.node()["init_from"], "training.init_from: '" + c.init_from + "' does not exist");
   }

@@ -57,6 +57,7 @@ struct Config {
   std::string optimizer = "adam";       // adam | adamw
   double lr = 1e-3;
   double weight_decay = 0.0;
+  bool amsgrad = false;                 // Adam's AMSGrad variant (mace-torch's default)
   ScheduleConfig schedule;
   std::string loss = "mse";             // mse | huber
   double huber_delta = 0.01;
@@ -66,6 +67,7 @@ struct Config {
   int64_t early_stopping_patience = 0;  // epochs without improvement (0: off)
   std::string init_from;                // fine-tuning: a model file or checkpoint folder to start from
   std::string freeze = "none";          // none | descriptor (with init_from: train the rest only)
+  bool refit_energy_shift = true;       // with init_from: re-fit the energy shift to the new data
 
   // where training runs (docs/config.md "Devices and communication")
   std::string device = "auto";          // auto | cpu | cuda | cuda:N (mlip/model/device.h)

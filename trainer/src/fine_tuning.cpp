@@ -82,7 +82,7 @@ void Trainer::init_from_source() {
   log(fmt::format("init_from {}: weights of species {} from it{}", path, joined(source.metadata.species),
                   added.empty() ? "" : "; new species " + joined(added) + " start from a fresh initialisation"));
   model_.metadata.provenance["init_from"] = fs::absolute(path).string();
-  refit_energy_shift();
+  if (config_.refit_energy_shift) refit_energy_shift();
   if (config_.freeze == "descriptor") freeze_descriptor();
 }
 

@@ -165,10 +165,10 @@ void Trainer::setup_model_and_statistics() {
     for (const auto& p : params_) ema_.push_back(p.detach().clone());
   if (config_.optimizer == "adamw") {
     optimizer_ = std::make_unique<torch::optim::AdamW>(
-        params_, torch::optim::AdamWOptions(config_.lr).weight_decay(config_.weight_decay));
+        params_, torch::optim::AdamWOptions(config_.lr).weight_decay(config_.weight_decay).amsgrad(config_.amsgrad));
   } else {
     optimizer_ = std::make_unique<torch::optim::Adam>(
-        params_, torch::optim::AdamOptions(config_.lr).weight_decay(config_.weight_decay));
+        params_, torch::optim::AdamOptions(config_.lr).weight_decay(config_.weight_decay).amsgrad(config_.amsgrad));
   }
   sampler_ = std::make_unique<Sampler>(data_.train, config_.batch_frames, config_.batch_atoms, config_.seed);
   const int64_t steps_per_epoch = (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate;
