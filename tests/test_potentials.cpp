@@ -563,8 +563,8 @@ TEST(VectorMessage, KernelsAndDerivativesMatchTheReference) {
 }
 
 // An operator (one output) against its aten reference: values, the CPU kernel's gradients (a
-// backward without a graph, as in MD) and first and second derivatives through a graph (as a
-// force loss needs) with respect to every floating input.
+// backward without a graph, as in MD) and first, second (as a force loss needs) and third
+// derivatives through a graph with respect to every floating input.
 void expect_operator_matches_reference(const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& op,
                                        const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& ref,
                                        const std::vector<torch::Tensor>& in, double tol) {
@@ -582,9 +582,21 @@ void expect_operator_matches_reference(const std::function<torch::Tensor(const s
     qa = qa + (ga[k] * ga[k]).sum();
     qb = qb + (gb[k] * gb[k]).sum();
   }
-  const auto ha = torch::autograd::grad({qa}, in), hb = torch::autograd::grad({qb}, in);
-  for (std::size_t k = 0; k < in.size(); ++k)
+  // Second derivatives without a graph (the kernels, as training runs them), then with one.
+  const auto hk = torch::autograd::grad({qa}, in, {}, true, false);
+  const auto ha = torch::autograd::grad({qa}, in, {}, true, true), hb = torch::autograd::grad({qb}, in, {}, true, true);
+  torch::Tensor ra = torch::zeros({}, a.options()), rb = torch::zeros({}, a.options());
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    EXPECT_TRUE(torch::allclose(hk[k], hb[k], 10 * tol, 10 * tol)) << "2nd d/d input " << k << " (kernels)";
     EXPECT_TRUE(torch::allclose(ha[k], hb[k], 10 * tol, 10 * tol)) << "2nd d/d input " << k;
+    ra = ra + (ha[k] * ha[k]).sum();
+    rb = rb + (hb[k] * hb[k]).sum();
+  }
+  const auto ta = torch::autograd::grad({ra}, in), tb = torch::autograd::grad({rb}, in);
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    const double scale = tb[k].abs().max().item<double>();
+    EXPECT_TRUE(torch::allclose(ta[k], tb[k], 10 * tol, 10 * tol * scale)) << "3rd d/d input " << k;
+  }
 }
 
 // MACE's edge tensor product with the neighbour sum (mlip/ops/equivariant_message.h).

@@ -142,7 +142,7 @@ Tensor message_cpu(CT x_in, CT s_in, CT w_in, CT path_in, CT center_in, CT neigh
   return msg;
 }
 
-// The gradients of x, s and w with aten operations (differentiable).
+// The gradients of x, s and w with aten operations (the CUDA formulation).
 std::vector<Tensor> gradients_reference(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
   const Tensor xs = x.index_select(0, neighbor);                 // (E, A, C)
   const Tensor gm = g.index_select(0, center);                   // (E, K, C)
@@ -172,11 +172,22 @@ const auto& message_op() {
   return op;
 }
 
+const auto& gradients_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("mlip::equivariant_message_backward", "")
+                             .typed<std::vector<Tensor>(CT, CT, CT, CT, CT, CT, CT)>();
+  return op;
+}
+
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Backward: the CPU kernel, or the aten formulation when the backward itself is differentiated
-// (create_graph) or runs on another device.
+// The message is trilinear in (x, s, w), so its backward G(g, x, s, w) -> (gx, gs, gw) is too, and
+// the backward of G is G and the forward again with one operand substituted: along (hx, hs, hw),
+//   d/dg = msg(hx, s, w) + msg(x, hs, w) + msg(x, s, hw),
+//   d/dx = G_x(g, x, hs, w) + G_x(g, x, s, hw),  d/ds = G_s(g, hx, s, w) + G_s(g, x, s, hw),
+//   d/dw = G_w(g, hx, s, w) + G_w(g, x, hs, w).
+// Both through the dispatcher: kernels on the CPU, derivatives of any order.
 class EquivariantMessage : public torch::autograd::Function<EquivariantMessage> {
  public:
   static variable_list forward(AutogradContext* ctx, CT x, CT s, CT w, CT path, CT center, CT neighbor,
@@ -188,12 +199,47 @@ class EquivariantMessage : public torch::autograd::Function<EquivariantMessage> 
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const auto v = ctx->get_saved_variables();
     if (!grad[0].defined()) return {{}, {}, {}, {}, {}, {}, {}};
-    const bool kernel = !at::GradMode::is_enabled() && v[0].device().is_cpu();
-    auto g = kernel ? gradients_cpu(grad[0], v[0], v[1], v[2], v[3], v[4], v[5])
-                    : gradients_reference(grad[0], v[0], v[1], v[2], v[3], v[4], v[5]);
+    auto g = gradients_op().call(grad[0], v[0], v[1], v[2], v[3], v[4], v[5]);
     return {g[0], g[1], g[2], {}, {}, {}, {}};
   }
 };
+
+class EquivariantMessageBackward : public torch::autograd::Function<EquivariantMessageBackward> {
+ public:
+  static variable_list forward(AutogradContext* ctx, CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    ctx->save_for_backward({g, x, s, w, path, center, neighbor});
+    return gradients_op().call(g, x, s, w, path, center, neighbor);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list h) {
+    const auto v = ctx->get_saved_variables();
+    const Tensor &g = v[0], &x = v[1], &s = v[2], &w = v[3], &path = v[4], &center = v[5], &neighbor = v[6];
+    Tensor dg, dx, ds, dw;
+    auto add = [](Tensor& sum, const Tensor& t) { sum = sum.defined() ? sum + t : t; };
+    auto message = [&](CT xa, CT sa, CT wa) { return message_op().call(xa, sa, wa, path, center, neighbor, g.size(0)); };
+    auto gradients = [&](CT xa, CT sa, CT wa) { return gradients_op().call(g, xa, sa, wa, path, center, neighbor); };
+    if (h[0].defined()) {
+      add(dg, message(h[0], s, w));
+      const auto r = gradients(h[0], s, w);
+      add(ds, r[1]), add(dw, r[2]);
+    }
+    if (h[1].defined()) {
+      add(dg, message(x, h[1], w));
+      const auto r = gradients(x, h[1], w);
+      add(dx, r[0]), add(dw, r[2]);
+    }
+    if (h[2].defined()) {
+      add(dg, message(x, s, h[2]));
+      const auto r = gradients(x, s, h[2]);
+      add(dx, r[0]), add(ds, r[1]);
+    }
+    return {dg, dx, ds, dw, {}, {}, {}};
+  }
+};
+
+std::vector<Tensor> gradients_autograd(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
+  return EquivariantMessageBackward::apply(g, x, s, w, path, center, neighbor);
+}
 
 Tensor message_autograd(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t n_out) {
   return EquivariantMessage::apply(x, s, w, path, center, neighbor, n_out)[0];
@@ -222,8 +268,19 @@ void link_equivariant_message_operator() {}
 TORCH_LIBRARY_FRAGMENT(mlip, m) {
   m.def("equivariant_message(Tensor x, Tensor s, Tensor w, Tensor path, Tensor center, Tensor neighbor, int n_out) "
         "-> Tensor");
+  m.def("equivariant_message_backward(Tensor g, Tensor x, Tensor s, Tensor w, Tensor path, Tensor center, "
+        "Tensor neighbor) -> Tensor[]");
 }
-TORCH_LIBRARY_IMPL(mlip, CPU, m) { m.impl("equivariant_message", &mlip::message_cpu); }
-// No kernel of its own on GPUs yet: the aten formulation after the same checks.
-TORCH_LIBRARY_IMPL(mlip, CUDA, m) { m.impl("equivariant_message", &mlip::message_checked_reference); }
-TORCH_LIBRARY_IMPL(mlip, Autograd, m) { m.impl("equivariant_message", &mlip::message_autograd); }
+TORCH_LIBRARY_IMPL(mlip, CPU, m) {
+  m.impl("equivariant_message", &mlip::message_cpu);
+  m.impl("equivariant_message_backward", &mlip::gradients_cpu);
+}
+// No kernels of their own on GPUs yet: the aten formulations (the forward after the same checks).
+TORCH_LIBRARY_IMPL(mlip, CUDA, m) {
+  m.impl("equivariant_message", &mlip::message_checked_reference);
+  m.impl("equivariant_message_backward", &mlip::gradients_reference);
+}
+TORCH_LIBRARY_IMPL(mlip, Autograd, m) {
+  m.impl("equivariant_message", &mlip::message_autograd);
+  m.impl("equivariant_message_backward", &mlip::gradients_autograd);
+}

@@ -98,12 +98,72 @@ MLIP_KERNEL void gradient_nodes(const Operands<T>& o, int64_t n, const T* g, T* 
   }
 }
 
+// The backward of the backward along (hx, hz): with t the monomial, dt its change along hx,
+// gt = sum_m g z and ht = sum_m g hz, the gradients of <hx, gx> + <hz, gz> are
+//   d/dg = z dt + hz t,  d/dz = g dt,  d/dx = gt (second derivatives of t along hx) + ht (dt/dx).
+template <typename T>
+MLIP_KERNEL void second_nodes(const Operands<T>& o, int64_t n, const T* g, const T* hx, const T* hz, T* dg, T* dx,
+                              T* dz, T* scratch) {
+  const int64_t D = o.d, C = o.c, Q = o.q, M = o.m;
+  T* ones = scratch;
+  T* zeros = scratch + C;
+  T* sink = scratch + 2 * C;
+  T *t = scratch + 3 * C, *dt = scratch + 4 * C, *gt = scratch + 5 * C, *ht = scratch + 6 * C;
+  for (int64_t u = 0; u < C; ++u) ones[u] = T(1), zeros[u] = T(0);
+  for (int64_t i = 0; i < n; ++i) {
+    const T *xn = o.x + i * D * C, *hxn = hx + i * D * C;
+    T* dxn = dx + i * D * C;
+    const int64_t zo = o.species[i] * Q * M * C;
+    const T *gn = g + i * M * C;
+    T* dgn = dg + i * M * C;
+    for (int64_t q = 0; q < Q; ++q) {
+      const int64_t* mq = o.mono + 3 * q;
+      const T *a = row(xn, mq[0], D, C, ones), *b = row(xn, mq[1], D, C, ones), *c = row(xn, mq[2], D, C, ones);
+      const T *ha = row(hxn, mq[0], D, C, zeros), *hb = row(hxn, mq[1], D, C, zeros),
+              *hc = row(hxn, mq[2], D, C, zeros);
+      T* da = mq[0] == D ? sink : dxn + mq[0] * C;
+      T* db = mq[1] == D ? sink : dxn + mq[1] * C;
+      T* dc = mq[2] == D ? sink : dxn + mq[2] * C;
+      const T *zq = o.z + zo + q * M * C, *hzq = hz + zo + q * M * C;
+      T* dzq = dz + zo + q * M * C;
+#pragma omp simd
+      for (int64_t u = 0; u < C; ++u) {
+        t[u] = a[u] * b[u] * c[u];
+        dt[u] = ha[u] * b[u] * c[u] + a[u] * hb[u] * c[u] + a[u] * b[u] * hc[u];
+        gt[u] = T(0), ht[u] = T(0);
+      }
+      for (int64_t m = 0; m < M; ++m) {
+        const T *zm = zq + m * C, *hzm = hzq + m * C, *gm = gn + m * C;
+        T *dgm = dgn + m * C, *dzm = dzq + m * C;
+#pragma omp simd
+        for (int64_t u = 0; u < C; ++u) {
+          gt[u] += gm[u] * zm[u];
+          ht[u] += gm[u] * hzm[u];
+          dgm[u] += zm[u] * dt[u] + hzm[u] * t[u];
+          dzm[u] += gm[u] * dt[u];
+        }
+      }
+      // One factor at a time: slots may alias (x_i^2).
+#pragma omp simd
+      for (int64_t u = 0; u < C; ++u) da[u] += gt[u] * (hb[u] * c[u] + b[u] * hc[u]) + ht[u] * b[u] * c[u];
+#pragma omp simd
+      for (int64_t u = 0; u < C; ++u) db[u] += gt[u] * (ha[u] * c[u] + a[u] * hc[u]) + ht[u] * a[u] * c[u];
+#pragma omp simd
+      for (int64_t u = 0; u < C; ++u) dc[u] += gt[u] * (ha[u] * b[u] + a[u] * hb[u]) + ht[u] * a[u] * b[u];
+    }
+  }
+}
+
 #define MLIP_DEFINE_KERNELS(T)                                                                                  \
   MLIP_CLONES void contract_kernel(const Operands<T>& o, int64_t n, T* b, T* scratch) {                         \
     contract_nodes<T>(o, n, b, scratch);                                                                        \
   }                                                                                                             \
   MLIP_CLONES void gradient_kernel(const Operands<T>& o, int64_t n, const T* g, T* gx, T* gz, T* scratch) {     \
     gradient_nodes<T>(o, n, g, gx, gz, scratch);                                                                \
+  }                                                                                                             \
+  MLIP_CLONES void second_kernel(const Operands<T>& o, int64_t n, const T* g, const T* hx, const T* hz, T* dg, T* dx, \
+                                 T* dz, T* scratch) {                                                           \
+    second_nodes<T>(o, n, g, hx, hz, dg, dx, dz, scratch);                                                      \
   }
 MLIP_DEFINE_KERNELS(double)
 MLIP_DEFINE_KERNELS(float)
@@ -161,7 +221,7 @@ Tensor monomials(CT x, CT mono) {
          xo.index_select(1, mono.select(1, 2));
 }
 
-// The gradients of x and z with aten operations (differentiable), per channel for all species
+// The gradients of x and z with aten operations (the CUDA formulation), per channel for all species
 // at once as the reference forward.
 std::vector<Tensor> gradients_reference(CT g, CT x, CT z, CT mono, CT species) {
   const int64_t n = x.size(0), D = x.size(1), C = x.size(2), S = z.size(0), Q = z.size(1), M = z.size(2);
@@ -193,10 +253,49 @@ std::vector<Tensor> gradients_cpu(CT g_in, CT x_in, CT z_in, CT mono_in, CT spec
   return {gx, gz};
 }
 
+// The second derivatives on the CPU: (d/dg, d/dx, d/dz) of <hx, gx> + <hz, gz>.
+std::vector<Tensor> second_cpu(CT g_in, CT x_in, CT z_in, CT mono_in, CT species_in, CT hx_in, CT hz_in) {
+  const Tensor g = g_in.contiguous(), x = x_in.contiguous(), z = z_in.contiguous(), mono = mono_in.contiguous(),
+               species = species_in.contiguous();
+  const Tensor hx = hx_in.defined() ? hx_in.contiguous() : torch::zeros_like(x);
+  const Tensor hz = hz_in.defined() ? hz_in.contiguous() : torch::zeros_like(z);
+  Tensor dg = torch::zeros_like(g), dx = torch::zeros_like(x), dz = torch::zeros_like(z);
+  Tensor scratch = torch::empty({7 * x.size(2)}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction_second", [&] {
+    second_kernel(operands_of<scalar_t>(x, z, mono, species), x.size(0), g.data_ptr<scalar_t>(),
+                  hx.data_ptr<scalar_t>(), hz.data_ptr<scalar_t>(), dg.data_ptr<scalar_t>(), dx.data_ptr<scalar_t>(),
+                  dz.data_ptr<scalar_t>(), scratch.data_ptr<scalar_t>());
+  });
+  return {dg, dx, dz};
+}
+
+// The same by differentiating the aten formulation (on other devices, and for third and higher
+// derivatives).
+std::vector<Tensor> second_reference(CT g, CT x, CT z, CT mono, CT species, CT hx, CT hz) {
+  const bool graph = at::GradMode::is_enabled();  // a third derivative to follow
+  at::AutoGradMode grad_mode(true);
+  std::vector<Tensor> in;
+  for (CT t : {g, x, z}) in.push_back(graph && t.requires_grad() ? t : t.detach().requires_grad_(true));
+  const auto out = gradients_reference(in[0], in[1], in[2], mono, species);
+  std::vector<Tensor> outputs, weights;
+  if (hx.defined()) outputs.push_back(out[0]), weights.push_back(hx);
+  if (hz.defined()) outputs.push_back(out[1]), weights.push_back(hz);
+  if (outputs.empty()) return {Tensor(), Tensor(), Tensor()};
+  return torch::autograd::grad(outputs, in, weights, /*retain_graph=*/true, /*create_graph=*/graph,
+                               /*allow_unused=*/true);
+}
+
 const auto& contract_op() {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("mlip::symmetric_contraction", "")
                              .typed<Tensor(CT, CT, CT, CT)>();
+  return op;
+}
+
+const auto& gradients_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("mlip::symmetric_contraction_backward", "")
+                             .typed<std::vector<Tensor>(CT, CT, CT, CT, CT)>();
   return op;
 }
 
@@ -213,15 +312,36 @@ class SymmetricContraction : public torch::autograd::Function<SymmetricContracti
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const auto v = ctx->get_saved_variables();
     if (!grad[0].defined()) return {{}, {}, {}, {}};
-    const bool kernel = !at::GradMode::is_enabled() && v[0].device().is_cpu();
-    auto g = kernel ? gradients_cpu(grad[0], v[0], v[1], v[2], v[3])
-                    : gradients_reference(grad[0], v[0], v[1], v[2], v[3]);
+    auto g = gradients_op().call(grad[0], v[0], v[1], v[2], v[3]);
     return {g[0], g[1], {}, {}};
+  }
+};
+
+// The backward as a function of (g, x, z): its own backward is the second-order CPU kernel, or the
+// aten formulation differentiated where that kernel does not serve (other devices, a graph asked
+// for: third derivatives).
+class SymmetricContractionBackward : public torch::autograd::Function<SymmetricContractionBackward> {
+ public:
+  static variable_list forward(AutogradContext* ctx, CT g, CT x, CT z, CT mono, CT species) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    ctx->save_for_backward({g, x, z, mono, species});
+    return gradients_op().call(g, x, z, mono, species);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list h) {
+    const auto v = ctx->get_saved_variables();
+    const bool kernel = !at::GradMode::is_enabled() && v[1].device().is_cpu();
+    auto d = kernel ? second_cpu(v[0], v[1], v[2], v[3], v[4], h[0], h[1])
+                    : second_reference(v[0], v[1], v[2], v[3], v[4], h[0], h[1]);
+    return {d[0], d[1], d[2], {}, {}};
   }
 };
 
 Tensor contract_autograd(CT x, CT z, CT mono, CT species) {
   return SymmetricContraction::apply(x, z, mono, species)[0];
+}
+
+std::vector<Tensor> gradients_autograd(CT g, CT x, CT z, CT mono, CT species) {
+  return SymmetricContractionBackward::apply(g, x, z, mono, species);
 }
 
 Tensor contract_checked_reference(CT x, CT z, CT mono, CT species) {
@@ -249,8 +369,18 @@ void link_symmetric_contraction_operator() {}
 
 TORCH_LIBRARY_FRAGMENT(mlip, m) {
   m.def("symmetric_contraction(Tensor x, Tensor z, Tensor mono, Tensor species) -> Tensor");
+  m.def("symmetric_contraction_backward(Tensor g, Tensor x, Tensor z, Tensor mono, Tensor species) -> Tensor[]");
 }
-TORCH_LIBRARY_IMPL(mlip, CPU, m) { m.impl("symmetric_contraction", &mlip::contract_cpu); }
-// No kernel of its own on GPUs yet: the aten formulation after the same checks.
-TORCH_LIBRARY_IMPL(mlip, CUDA, m) { m.impl("symmetric_contraction", &mlip::contract_checked_reference); }
-TORCH_LIBRARY_IMPL(mlip, Autograd, m) { m.impl("symmetric_contraction", &mlip::contract_autograd); }
+TORCH_LIBRARY_IMPL(mlip, CPU, m) {
+  m.impl("symmetric_contraction", &mlip::contract_cpu);
+  m.impl("symmetric_contraction_backward", &mlip::gradients_cpu);
+}
+// No kernels of their own on GPUs yet: the aten formulations (the forward after the same checks).
+TORCH_LIBRARY_IMPL(mlip, CUDA, m) {
+  m.impl("symmetric_contraction", &mlip::contract_checked_reference);
+  m.impl("symmetric_contraction_backward", &mlip::gradients_reference);
+}
+TORCH_LIBRARY_IMPL(mlip, Autograd, m) {
+  m.impl("symmetric_contraction", &mlip::contract_autograd);
+  m.impl("symmetric_contraction_backward", &mlip::gradients_autograd);
+}

@@ -12,10 +12,12 @@
 // Composed of aten operations, a layer gathers x per edge, multiplies by s and by the expanded
 // weights and scatters: four (E, K, C) arrays held for autograd and about a dozen passes over
 // them. Here the CPU kernel makes one pass over the edges each way and keeps only its inputs.
-// Its backward is the CPU kernel when no graph is asked for (MD, a force evaluation) and the aten
-// formulation otherwise (a force loss differentiates it again), so derivatives of any order are
-// available; other devices (CUDA) run the aten formulation both ways. The gradient kernel makes
-// one serial pass (scatters into neighbours): LAMMPS and the trainer run one thread per rank.
+// Its backward is a second operator, torch.ops.mlip.equivariant_message_backward(g, x, s, w, path,
+// center, neighbor) -> [gx, gs, gw], a CPU kernel too; the message being trilinear, the backward of
+// that backward (a force loss) is these two operators again with one operand substituted, so
+// every order of derivatives runs on the kernels. Other devices (CUDA) run the aten formulations.
+// The gradient kernel makes one serial pass (scatters into neighbours): LAMMPS and the trainer run
+// one thread per rank.
 //
 // Registered when this library is loaded (part of mlip::model); Python needs
 // torch.ops.load_library("<build>/lib/libmlip_ops.so") before torch.jit.load of a model using it.

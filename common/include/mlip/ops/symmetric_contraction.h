@@ -11,9 +11,11 @@
 //
 // Composed of aten operations, the monomials of every node (n x Q x C, Q ~ 400 for correlation 3
 // and l <= 3) are gathered, multiplied and kept for autograd. Here the CPU kernel forms each
-// monomial in registers, one node at a time, and keeps only its inputs. Its backward is the CPU
-// kernel when no graph is asked for (MD, a force evaluation) and the aten formulation otherwise
-// (a force loss differentiates it again); other devices (CUDA) run the aten formulation both ways.
+// monomial in registers, one node at a time, and keeps only its inputs. Its backward is a second
+// operator, torch.ops.mlip.symmetric_contraction_backward(g, x, z, mono, species) -> [gx, gz], a
+// CPU kernel too, whose own backward (a force loss) is a third CPU kernel (the monomials' second
+// derivatives along the incoming direction); third and higher derivatives, and other devices
+// (CUDA), differentiate the aten formulation.
 //
 // Registered when this library is loaded (part of mlip::model); Python needs
 // torch.ops.load_library("<build>/lib/libmlip_ops.so") before torch.jit.load of a model using it.
