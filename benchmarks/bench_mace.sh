@@ -24,11 +24,28 @@
 #    1 and 2 torch threads (no MPI), peak RSS of the process. The two sides differ in how the
 #    step is made (LAMMPS's neighbour lists and integration against ASE's neighbour list and no
 #    integration), as stated beside the table.
-# REPEATS (3) of each MD measurement (1 for mace-torch at 10368 atoms: one call takes minutes).
+# REPEATS (3) of each measurement of (1) and (2) (1 for mace-torch at 10368 atoms in (2): one
+#    call takes minutes).
+# 3. Memory of a large model: mlip, a 128-channel, max_L 2, float32 MACE (the other
+#    hyperparameters as above; weights after one epoch on 4 frames: memory does not depend on
+#    them), water of 10368 atoms, 1 and 2 ranks, default chunks, 5 MD steps: peak RSS of the
+#    largest rank and us/atom-step. mlip only (no mace-torch figure at this size).
+# 4. Test errors after the same wall time: both train the model of (1) on the 80 frames of data_0
+#    (10% held out by each for validation) for WALL_MINUTES (15), at the same time, one core each
+#    (1 thread; the two runs share the machine's memory bandwidth), each with its own schedule:
+#    mace-torch its defaults (Adam with AMSGrad, lr 0.01, reduce-on-plateau, no EMA) for as many
+#    epochs as fit (estimated from the throughput of (1), or MACE_RATE frames/s without it);
+#    mlip the same optimiser with a cosine schedule to 1e-4 over training.max_minutes, EMA 0.99.
+#    Both with batch 4, loss weights 1 (energy per atom) and 100 (forces). Then energy RMSE per
+#    atom and force RMSE on the 80 frames of data_2, which neither saw, through each code's ASE
+#    calculator (benchmarks/test_errors.py).
+# PARTS ("train md memory accuracy") picks which parts run; (2) trains mace-torch once for its
+# model when (1) does not run.
 #
 # mace-torch comes from MACE_PYTHON (default: the torch venv's python, where
 # scripts/install-deps.sh installs mace-torch 0.3.16 as the import test's oracle); it is never a
-# dependency of mlip. Results: benchmarks/results/bench_mace/<date>-<commit>/ (train.tsv, md.tsv).
+# dependency of mlip. Results: benchmarks/results/bench_mace/<date>-<commit>/ (train.tsv, md.tsv,
+# memory.tsv, accuracy.tsv).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init bench_mace "${1:-}" lmp mlip-trainer mlip_test_inputs
@@ -39,6 +56,9 @@ CHANNELS=${CHANNELS:-32}
 EPOCHS=${EPOCHS:-2}
 TRAIN_FRAMES=${TRAIN_FRAMES:-40}
 REPEATS=${REPEATS:-3}
+PARTS=${PARTS:-train md memory accuracy}
+WALL_MINUTES=${WALL_MINUTES:-15}
+has_part() { [[ " $PARTS " == *" $1 "* ]]; }
 export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 PYTHONWARNINGS=ignore
 cd "$work"
 
@@ -51,25 +71,27 @@ write("train.xyz", read("all.xyz", index=f":{sys.argv[1]}"), format="extxyz")
 EOF
 sed -e 's/REF_energy/energy/' -e 's/REF_forces/forces/g' train.xyz > train-mlip.xyz
 
-# ---- 1. training throughput
-echo "== mace-torch: $EPOCHS epochs on $TRAIN_FRAMES frames, 1 thread" >&2
-OMP_NUM_THREADS=1 "$mace_bin/mace_run_train" --name mace --train_file train.xyz --valid_fraction 0.1 \
-  --energy_key REF_energy --forces_key REF_forces --E0s average --model MACE --num_channels "$CHANNELS" \
-  --max_L 1 --max_ell 3 --correlation 3 --num_interactions 2 --r_max 5.0 --num_radial_basis 8 \
-  --batch_size 4 --valid_batch_size 4 --max_num_epochs "$EPOCHS" --device cpu --default_dtype float64 --seed 1 \
-  --eval_interval 1 --num_workers 0 --lr 0.01 --energy_weight 1 --forces_weight 100 > mace-train.log 2>&1 ||
-  { tail -20 mace-train.log >&2; exit 1; }
-keep_log mace-train.log
-mace_model=$(ls "$work"/mace.model 2>/dev/null || ls "$work"/*.model | head -1)
-table=train
-row code ranks threads frames_per_s frames steps seconds
-"$py" - "$TRAIN_FRAMES" "$EPOCHS" > mace-rate.txt <<'EOF'
+# mace_train NAME FRAMES EPOCHS: mace_run_train, 1 thread, the model of the header (NAME.model)
+mace_train() {
+  OMP_NUM_THREADS=1 "$mace_bin/mace_run_train" --name "$1" --train_file "$2" --valid_fraction 0.1 \
+    --energy_key REF_energy --forces_key REF_forces --E0s average --model MACE --num_channels "$CHANNELS" \
+    --max_L 1 --max_ell 3 --correlation 3 --num_interactions 2 --r_max 5.0 --num_radial_basis 8 \
+    --batch_size 4 --valid_batch_size 4 --max_num_epochs "$3" --device cpu --default_dtype float64 --seed 1 \
+    --eval_interval 1 --num_workers 0 --lr 0.01 --energy_weight 1 --forces_weight 100 > "$1.log" 2>&1 ||
+    { tail -20 "$1.log" >&2; exit 1; }
+  keep_log "$1.log"
+}
+
+# mace_rate LOG FRAMES: "frames/s frames seconds" of a mace_run_train log: the time between its
+# epoch lines less its validation pass (timed before the first epoch)
+mace_rate() {
+  "$py" - "$1" "$2" <<'EOF'
 import re, sys
 from datetime import datetime
-frames, epochs = int(sys.argv[1]), int(sys.argv[2])
+frames = int(sys.argv[2])
 train = frames - round(0.1 * frames)
 stamps = {}
-for line in open("mace-train.log"):
+for line in open(sys.argv[1]):
     m = re.match(r"(\S+ \S+) INFO: (.*)", line)
     if not m:
         continue
@@ -86,11 +108,14 @@ evaluation = (stamps["initial"] - stamps["start"]).total_seconds()
 seconds = (stamps[last] - stamps["initial"]).total_seconds() - (last + 1) * evaluation
 print(f"{train * (last + 1) / seconds:.4g} {train * (last + 1)} {seconds:.1f}")
 EOF
-read -r rate frames seconds < mace-rate.txt
-row mace-torch 1 1 "$rate" "$frames" - "$seconds"
-echo "mace-torch training: $rate frames/s ($frames frames in $seconds s)" >&2
+}
 
-cat > mlip-train.yaml <<EOF
+# mlip_config FILE DATA [LINE...]: mlip-trainer's config of the same model and loss; each LINE
+# (KEY: VALUE) goes into its training section
+mlip_config() {
+  local file=$1 data=$2
+  shift 2
+  cat > "$file" <<EOF
 model:
   architecture: mace
   species: [O, H]
@@ -99,28 +124,51 @@ model:
   hyperparameters: {num_channels: $CHANNELS, max_L: 1, max_ell: 3, correlation: 3, num_interactions: 2,
                     num_radial_basis: 8, radial_MLP: [64, 64, 64]}
 data:
-  train: [{path: $work/train-mlip.xyz}]
+  train: [{path: $data}]
   validation_fraction: 0.1
   batch: {frames: 4}
   cache_dir: $work/cache
 training:
-  epochs: $EPOCHS
   seed: 1
-  optimizer: {type: adam, lr: 1.0e-2}
   loss: {energy: {start: 1.0, limit: 1.0}, forces: {start: 100.0, limit: 100.0}}
-output: {dir: $work/mlip-run, log_every: 1000}
 EOF
-for ranks in 1 2; do
-  echo "== mlip-trainer: $EPOCHS epochs on $TRAIN_FRAMES frames, $ranks rank(s) x 1 thread" >&2
-  OMP_NUM_THREADS=1 mpirun --oversubscribe -np "$ranks" "$build/bin/mlip-trainer" train mlip-train.yaml --threads 1 \
-    --set output.dir="$work/mlip-run-$ranks" > "mlip-train-$ranks.log" 2>&1 || { tail -20 "mlip-train-$ranks.log" >&2; exit 1; }
-  keep_log "mlip-train-$ranks.log"
-  rate=$(grep -o 'throughput [0-9.]* frames/s' "mlip-train-$ranks.log" | tail -1 | awk '{print $2}')
-  row mlip "$ranks" 1 "$rate" - - -
-  echo "mlip training, $ranks rank(s): $rate frames/s" >&2
-done
+  printf '  %s\n' "$@" >> "$file"
+  echo "output: {dir: $work/mlip-run, log_every: 1000}" >> "$file"
+}
+
+# ---- 1. training throughput
+mace_rates=()
+if has_part train; then
+  table=train
+  row code ranks threads repeat frames_per_s frames seconds
+  mlip_config mlip-train.yaml "$work/train-mlip.xyz" "epochs: $EPOCHS" "optimizer: {type: adam, lr: 1.0e-2, amsgrad: true}"
+  for repeat in $(seq 1 "$REPEATS"); do
+    echo "== mace-torch: $EPOCHS epochs on $TRAIN_FRAMES frames, 1 thread (repeat $repeat)" >&2
+    mace_train "mace-$repeat" train.xyz "$EPOCHS"
+    read -r rate frames seconds < <(mace_rate "mace-$repeat.log" "$TRAIN_FRAMES")
+    mace_rates+=("$rate")
+    row mace-torch 1 1 "$repeat" "$rate" "$frames" "$seconds"
+    echo "mace-torch training: $rate frames/s ($frames frames in $seconds s)" >&2
+    for ranks in 1 2; do
+      echo "== mlip-trainer: $EPOCHS epochs on $TRAIN_FRAMES frames, $ranks rank(s) x 1 thread (repeat $repeat)" >&2
+      log=mlip-train-$ranks-$repeat.log
+      OMP_NUM_THREADS=1 mpirun --oversubscribe -np "$ranks" "$build/bin/mlip-trainer" train mlip-train.yaml --threads 1 \
+        --set output.dir="$work/mlip-run-$ranks-$repeat" > "$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
+      keep_log "$log"
+      rate=$(grep -o 'throughput [0-9.]* frames/s' "$log" | tail -1 | awk '{print $2}')
+      row mlip "$ranks" 1 "$repeat" "$rate" - -
+      echo "mlip training, $ranks rank(s): $rate frames/s" >&2
+    done
+  done
+  mace_model=$work/mace-1.model
+fi
 
 # ---- 2. MD on the model mace-torch trained, imported
+if has_part md; then
+if [[ -z ${mace_model:-} ]]; then
+  mace_train mace-md train.xyz "$EPOCHS"
+  mace_model=$work/mace-md.model
+fi
 "$py" "$src/python/mace_to_mlip.py" "$mace_model" -o model.pt --mlip-trainer "$build/bin/mlip-trainer" \
   --ops "$build/lib/libmlip_ops.so" > import.log 2>&1 || { cat import.log >&2; exit 1; }
 keep_log import.log
@@ -169,6 +217,75 @@ EOF
     done
   done
 done
+fi
+
+# ---- 3. memory of a 128-channel, max_L 2, float32 model at 10368 atoms
+if has_part memory; then
+  table=memory
+  row atoms ranks repeat us_per_atom_step peak_rss_mib
+  "$py" - <<'EOF'
+from ase.io import read, write
+write("four.xyz", read("all.xyz", index=":4"), format="extxyz")
+EOF
+  sed -e 's/REF_energy/energy/' -e 's/REF_forces/forces/g' four.xyz > four-mlip.xyz
+  CHANNELS=128 mlip_config big.yaml "$work/four-mlip.xyz" "epochs: 1"
+  sed -i -e 's/max_L: 1/max_L: 2/' -e 's/dtype: float64/dtype: float32/' -e 's/frames: 4/frames: 1/' \
+    -e 's/validation_fraction: 0.1/validation_fraction: 0.25/' -e "s|mlip-run|big-run|" big.yaml
+  "$build/bin/mlip-trainer" train big.yaml --threads 1 > big-train.log 2>&1 || { tail -20 big-train.log >&2; exit 1; }
+  keep_log big-train.log
+  water_md_input md.in
+  "$build/bin/mlip_test_inputs" water water.data 6 3 3 > /dev/null
+  atoms=$(awk '/ atoms/ {print $1; exit}' water.data)
+  for repeat in $(seq 1 "$REPEATS"); do
+    for ranks in 1 2; do
+      water_md_vars water.data "mlip $work/big-run/model.pt" 5
+      log=big-md-$ranks-$repeat.log
+      "$py" "$src/benchmarks/peak_rss.py" rss.txt mpirun --oversubscribe -np "$ranks" "$build/bin/lmp" -nocite \
+        -screen none -log "$log" -in md.in "${md_vars[@]}" || { tail -5 "$log" >&2; exit 1; }
+      keep_log "$log"
+      row "$atoms" "$ranks" "$repeat" "$(us_per_atom_step "$log")" "$(awk '{printf "%.0f", $2 / 1024}' rss.txt)"
+    done
+  done
+fi
+
+# ---- 4. test errors after the same wall time
+if has_part accuracy; then
+  table=accuracy
+  row code minutes epochs energy_rmse_mev_per_atom force_rmse_mev_per_a
+  "$py" "$src/benchmarks/deepmd_to_extxyz.py" acc-train.xyz "$src/data/water-deepmd/data_0" > /dev/null
+  "$py" "$src/benchmarks/deepmd_to_extxyz.py" acc-test.xyz "$src/data/water-deepmd/data_2" > /dev/null
+  if [[ -n ${ACC_FRAMES:-} ]]; then  # a smaller run (a check of this script)
+    "$py" -c "from ase.io import read, write; write('acc-train.xyz', read('acc-train.xyz', index=':$ACC_FRAMES'))"
+    "$py" -c "from ase.io import read, write; write('acc-test.xyz', read('acc-test.xyz', index=':$ACC_FRAMES'))"
+  fi
+  "$py" "$src/benchmarks/deepmd_to_extxyz.py" acc-test.xyz "$src/data/water-deepmd/data_2" > /dev/null
+  sed -e 's/REF_energy/energy/' -e 's/REF_forces/forces/g' acc-train.xyz > acc-train-mlip.xyz
+  n_train=$(grep -c Lattice acc-train.xyz)
+  rate=${MACE_RATE:-0.25}
+  (( ${#mace_rates[@]} )) && rate=$(median_of "${mace_rates[@]}")
+  epochs=$("$py" -c "print(max(1, int($WALL_MINUTES * 60 * $rate / ($n_train - round(0.1 * $n_train)))))")
+  mlip_config acc.yaml "$work/acc-train-mlip.xyz" "epochs: 100000" "max_minutes: $WALL_MINUTES" \
+    "optimizer: {type: adam, lr: 1.0e-2, amsgrad: true}" "lr_schedule: {type: cosine, final_lr: 1.0e-4}" \
+    "ema_decay: 0.99"
+  sed -i "s|mlip-run|acc-run|" acc.yaml
+  echo "== same wall time, $WALL_MINUTES min each, side by side: mace-torch $epochs epochs, mlip max_minutes" >&2
+  start=$(date +%s)
+  ( mace_train mace-acc acc-train.xyz "$epochs"; echo $(( $(date +%s) - start )) > mace-acc.seconds ) &
+  mace_pid=$!
+  OMP_NUM_THREADS=1 "$build/bin/mlip-trainer" train acc.yaml --threads 1 > mlip-acc.log 2>&1 ||
+    { tail -20 mlip-acc.log >&2; exit 1; }
+  echo $(( $(date +%s) - start )) > mlip-acc.seconds
+  wait "$mace_pid"  # not a bare wait: that also waits for the output tees of bench_init
+  keep_log mlip-acc.log
+  mlip_epochs=$(( $(wc -l < acc-run/metrics.csv) - 1 ))
+  "$py" "$src/benchmarks/test_errors.py" acc-test.xyz "$work/mace-acc.model" "$work/acc-run/model.pt" \
+    "$build/lib/libmlip_ops.so" > acc-errors.txt
+  keep_log acc-errors.txt
+  read -r mace_e mace_f mlip_e mlip_f < <(tail -1 acc-errors.txt)
+  row mace-torch "$(awk '{printf "%.1f", $1 / 60}' mace-acc.seconds)" "$epochs" "$mace_e" "$mace_f"
+  row mlip "$(awk '{printf "%.1f", $1 / 60}' mlip-acc.seconds)" "$mlip_epochs" "$mlip_e" "$mlip_f"
+fi
+
 echo "== results: $results" >&2
-column -t "$results/train.tsv" >&2
-column -t "$results/md.tsv" >&2
+for t in train md memory accuracy; do [[ -f $results/$t.tsv ]] && column -t "$results/$t.tsv" >&2; done
+true

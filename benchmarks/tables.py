@@ -193,9 +193,29 @@ def mace_md(run):
     return speed + "\n" + memory
 
 
+def mace_memory(run):
+    rows = read_tsv(run / "memory.tsv")
+    for r in rows:
+        r["label"] = f"mlip (LAMMPS), {r['ranks']} rank{'s' if r['ranks'] != '1' else ''}"
+    speed = grid(rows, "label", ("atoms",), "us_per_atom_step", col_name=lambda c: f"{c[0]} atoms, us/atom-step")
+    memory = grid(rows, "label", ("atoms",), "peak_rss_mib", col_name=lambda c: f"{c[0]} atoms, peak MiB per rank")
+    return speed + "\n" + memory
+
+
+def mace_accuracy(run):
+    rows = read_tsv(run / "accuracy.tsv")
+    lines = ["| code | minutes | epochs | energy RMSE, meV/atom | force RMSE, meV/Å |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['code']} | {r['minutes']} | {r['epochs']} | {float(r['energy_rmse_mev_per_atom']):.3g} | "
+                     f"{float(r['force_rmse_mev_per_a']):.3g} |")
+    return "\n".join(lines) + "\n"
+
+
 KINDS = {
     ("bench_mace", "train"): mace_train,
     ("bench_mace", "md"): mace_md,
+    ("bench_mace", "memory"): mace_memory,
+    ("bench_mace", "accuracy"): mace_accuracy,
     ("bench_deepmd", "md"): deepmd_md,
     ("bench_deepmd", "train"): deepmd_train,
     ("bench_pair", "md"): pair_md,
