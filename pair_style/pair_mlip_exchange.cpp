@@ -23,6 +23,8 @@
 
 #include "mlip/model/message_passing.h"
 
+#include <ATen/Dispatch.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -150,44 +152,56 @@ void PairMLIP::unpack_forward_comm(int n, int first, double *buf)
    GhostExchange: the per-atom feature rows that the communication moves
 ------------------------------------------------------------------------- */
 
+namespace {
+torch::Tensor atom_index(const int *node_atom, int64_t first, int64_t count)
+{
+  return torch::from_blob(const_cast<int *>(node_atom + first), {count}, torch::kInt32).to(torch::kInt64);
+}
+}    // namespace
+
 void GhostExchange::to_atoms(const torch::Tensor &rows, const int *node_atom, int64_t first, int nall)
 {
-  features_.assign(static_cast<std::size_t>(nall) * width, 0.0);
-  const double *r = rows.data_ptr<double>();
-  for (int64_t k = 0; k < rows.size(0); k++)
-    std::copy(r + k * width, r + (k + 1) * width, features_.begin() + static_cast<std::size_t>(node_atom[first + k]) * width);
+  features_ = torch::zeros({nall, width}, rows.options());
+  features_.index_copy_(0, atom_index(node_atom, first, rows.size(0)), rows);
 }
 
-torch::Tensor GhostExchange::from_atoms(const int *node_atom, int64_t first, int64_t count) const
+torch::Tensor GhostExchange::from_atoms(const int *node_atom, int64_t first, int64_t count)
 {
-  torch::Tensor rows = torch::empty({count, width}, torch::kFloat64);
-  double *r = rows.data_ptr<double>();
-  for (int64_t k = 0; k < count; k++)
-    std::copy_n(features_.begin() + static_cast<std::size_t>(node_atom[first + k]) * width, width, r + k * width);
+  torch::Tensor rows = features_.index_select(0, atom_index(node_atom, first, count));
+  features_ = torch::Tensor();
   return rows;
 }
 
+// The buffer's rows list[0..n) as doubles into buf (exact for float32), and back.
 int GhostExchange::pack_forward(int n, const int *list, double *buf) const
 {
-  const double *f = features_.data();
-  for (int i = 0; i < n; i++) std::copy_n(f + static_cast<std::size_t>(list[i]) * width, width, buf + i * width);
+  AT_DISPATCH_FLOATING_TYPES(features_.scalar_type(), "pack_forward", [&] {
+    const scalar_t *f = features_.data_ptr<scalar_t>();
+    for (int i = 0; i < n; i++) std::copy_n(f + static_cast<std::size_t>(list[i]) * width, width, buf + i * width);
+  });
   return n * width;
 }
 
 void GhostExchange::unpack_forward(int n, int first, const double *buf)
 {
-  std::copy_n(buf, static_cast<std::size_t>(n) * width, features_.begin() + static_cast<std::size_t>(first) * width);
+  AT_DISPATCH_FLOATING_TYPES(features_.scalar_type(), "unpack_forward", [&] {
+    std::copy_n(buf, static_cast<std::size_t>(n) * width, features_.data_ptr<scalar_t>() + static_cast<std::size_t>(first) * width);
+  });
 }
 
 int GhostExchange::pack_reverse(int n, int first, double *buf) const
 {
-  std::copy_n(features_.begin() + static_cast<std::size_t>(first) * width, static_cast<std::size_t>(n) * width, buf);
+  AT_DISPATCH_FLOATING_TYPES(features_.scalar_type(), "pack_reverse", [&] {
+    std::copy_n(features_.data_ptr<scalar_t>() + static_cast<std::size_t>(first) * width, static_cast<std::size_t>(n) * width, buf);
+  });
   return n * width;
 }
 
 void GhostExchange::add_reverse(int n, const int *list, const double *buf)
 {
-  double *f = features_.data();
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < width; k++) f[static_cast<std::size_t>(list[i]) * width + k] += buf[i * width + k];
+  AT_DISPATCH_FLOATING_TYPES(features_.scalar_type(), "add_reverse", [&] {
+    scalar_t *f = features_.data_ptr<scalar_t>();
+    for (int i = 0; i < n; i++)
+      for (int k = 0; k < width; k++) f[static_cast<std::size_t>(list[i]) * width + k] += buf[i * width + k];
+  });
 }

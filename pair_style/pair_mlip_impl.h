@@ -94,20 +94,22 @@ class GhostExchange {
   using Asked = mlip_pair::Options::Exchange;
   Asked asked = Asked::automatic;
   bool on = false;                   // decided by PairMLIP::init_exchange()
-  int width = 0;                     // D: doubles per atom and exchange
+  int width = 0;                     // D: values per atom and exchange (doubles in LAMMPS's buffers)
   bool reversing = false;            // a reverse communication of features is under way
 
-  // Rows of the graph's nodes [first, first + rows) into the buffer of nall atoms (zero elsewhere).
+  // Rows of the graph's nodes [first, first + rows) into the buffer of nall atoms (zero elsewhere),
+  // which takes the rows' dtype (the model's: float32 features are kept as float32).
   void to_atoms(const torch::Tensor &rows, const int *node_atom, int64_t first, int nall);
-  // The buffer's rows of the graph's nodes [first, first + count).
-  torch::Tensor from_atoms(const int *node_atom, int64_t first, int64_t count) const;
+  // The buffer's rows of the graph's nodes [first, first + count), in its dtype; frees the buffer
+  // (it holds every atom's features: no need to keep it through the layers' evaluation).
+  torch::Tensor from_atoms(const int *node_atom, int64_t first, int64_t count);
   int pack_forward(int n, const int *list, double *buf) const;
   void unpack_forward(int n, int first, const double *buf);
   int pack_reverse(int n, int first, double *buf) const;
   void add_reverse(int n, const int *list, const double *buf);
 
  private:
-  std::vector<double> features_;     // (nall, D)
+  torch::Tensor features_;           // (nall, D), CPU
 };
 
 // Seconds per part of compute() over the steps of the current run (always summed; reported with

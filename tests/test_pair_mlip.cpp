@@ -327,6 +327,29 @@ TEST(PairMLIP, GhostExchangeInChunksMatchesReference) {
   }
 }
 
+// A float32 model's features are exchanged as float32 (their gradients summed in float32): the
+// same energies and forces as the model evaluated on the whole system, to float32 round-off.
+TEST(PairMLIP, GhostExchangeOfFloat32Features) {
+  const Structure s = random_system(Box{}, 80, 1.0, 85);
+  const std::string model = model_path("mace32");
+  const testing::Evaluation ref = testing::evaluate_reference(Model::load(model), s);
+  double fmax = 0.0;
+  for (const auto& v : ref.forces) fmax = std::max({fmax, std::abs(v[0]), std::abs(v[1]), std::abs(v[2])});
+  ASSERT_GT(fmax, 0.1);
+  for (const char* chunk : {"", " chunk 7"}) {
+    SCOPED_TRACE(chunk);
+    Lammps lmp;
+    setup_system(lmp, s, Box{}, "pair_style mlip " + model + " exchange yes" + chunk, "* * O H H", kSmallSkin);
+    lmp.ok("run 0");
+    EXPECT_NEAR(lammps_get_thermo(lmp.handle(), "pe"), ref.energy, 1e-5 * std::abs(ref.energy));
+    const int n = static_cast<int>(s.size());
+    std::vector<double> f(3 * n);
+    lammps_gather_atoms(lmp.handle(), const_cast<char*>("f"), 1, 3, f.data());
+    for (int i = 0; i < n; ++i)
+      for (int d = 0; d < 3; ++d) EXPECT_NEAR(f[3 * i + d], ref.forces[i][d], 1e-5 * fmax) << "atom " << i;
+  }
+}
+
 TEST(PairMLIP, GhostExchangeWithEmptySubdomains) {
   const Structure s = random_system(Box{}, 30, 0.3, 82);
   for (const char* name : {"painn", "painn3", "mace"}) {

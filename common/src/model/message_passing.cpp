@@ -8,11 +8,13 @@
 // and the readout (e.g. a pair repulsion).
 //
 // Chunks: the owned nodes are taken `chunk` at a time, each with its edges and the nodes they
-// reach (renumbered, centres first). A layer's node terms (mp_node_<k>, e.g. the senders'
-// networks) are evaluated once for all nodes and gathered by each chunk. With one chunk the
-// forward keeps each layer's autograd graph for the backward; with several, it keeps only the
-// layers' node features (not the first layer's: the embedding is evaluated again), and the
-// backward evaluates each chunk's layer again, so that memory is bounded by the chunk's edges.
+// reach (renumbered, centres first). With one chunk the forward keeps each layer's autograd
+// graph for the backward. With several, the forward evaluates a layer's node terms
+// (mp_node_<k>, e.g. the senders' networks) once for all nodes, gathers them into each chunk
+// and keeps only the layers' node features (not the first layer's: the embedding is evaluated
+// again); the backward evaluates each chunk's layer again, its node terms included (for the
+// chunk's nodes, in the chunk's autograd graph), so that besides a layer's inputs and their
+// gradients, memory is bounded by the chunk.
 #include "mlip/model/message_passing.h"
 
 #include <string>
@@ -53,11 +55,11 @@ int64_t row_width(const torch::Tensor& t) {
   return w;
 }
 
-// Features of a node set as one (n, D) float64 CPU matrix, and back into the model's shapes.
+// Features of a node set as one (n, D) CPU matrix in their dtype, and back into the model's shapes.
 torch::Tensor flatten(const Tensors& features) {
   Tensors cols;
   for (const auto& t : features) cols.push_back(t.reshape({t.size(0), row_width(t)}));
-  return torch::cat(cols, 1).to(torch::kCPU, torch::kFloat64).contiguous();
+  return torch::cat(cols, 1).to(torch::kCPU).contiguous();
 }
 
 Tensors unflatten(const torch::Tensor& flat, const Tensors& like) {
@@ -205,75 +207,57 @@ struct Parts {
   }
 };
 
-// What a chunk's layer needs for its backward: its inputs and node terms (leaves, unless the
-// terms were computed from the inputs in the same graph), edge vectors (a leaf) and outputs.
+// What a chunk's layer needs for its backward: its inputs (leaves), node terms, edge vectors
+// (a leaf) and outputs.
 struct LayerRun {
   Tensors x, terms;
   torch::Tensor vectors;
   Tensors out;
 };
 
-// One chunk covering the graph: the node terms from the inputs, all in one autograd graph.
-LayerRun run_whole(const Parts& parts, int k, const Tensors& x_all, const Chunk& c, const torch::Tensor& vectors_all) {
-  LayerRun r;
-  r.x = leaves(x_all);
-  r.vectors = vectors_all.detach().requires_grad_(true);
-  r.out = parts.layer(k, r.x, parts.node(k, r.x), c, r.vectors);
-  return r;
-}
-
-// A chunk of a larger graph: its rows of the inputs and of the node terms (computed for all
-// nodes once per layer), as leaves.
-LayerRun run_chunk(const Parts& parts, int k, const Tensors& x_all, const Tensors& terms_all, const Chunk& c,
-                   const torch::Tensor& vectors_all) {
+// Layer k on a chunk, its node terms computed from the chunk's inputs in the same autograd graph
+// (no gradient reaches the first layer's inputs: the embedding has none).
+LayerRun run_layer(const Parts& parts, int k, const Tensors& x_all, const Chunk& c, const torch::Tensor& vectors_all) {
   LayerRun r;
   r.x = leaves(c.gather(x_all));
-  r.terms = leaves(c.gather(terms_all));
+  if (k > 0) {
+    r.terms = parts.node(k, r.x);
+  } else {
+    torch::NoGradGuard no_grad;
+    r.terms = parts.node(k, r.x);
+  }
   r.vectors = c.edge_rows(vectors_all).detach().requires_grad_(true);
   r.out = parts.layer(k, r.x, r.terms, c, r.vectors);
   return r;
 }
 
-// Layer k's backward from its kept autograd graph (one chunk): adds the edge vectors' gradient
-// to edge_grad and returns the inputs' (none for the first layer); frees the graph.
-Tensors backward_kept(LayerRun& run, int k, const Tensors& seed, torch::Tensor& edge_grad) {
+// Layer k's backward from a chunk's run: adds its edges' gradient to edge_grad and its nodes'
+// input gradient to input_grad (not for the first layer); frees the run's graph.
+void backward_run(LayerRun& run, int k, const Chunk& c, const Tensors& seed, torch::Tensor& edge_grad,
+                  Tensors& input_grad) {
   Tensors wrt{run.vectors};
   if (k > 0) wrt.insert(wrt.end(), run.x.begin(), run.x.end());
-  const Tensors g = grad(run.out, seed, wrt);
+  const Tensors g = grad(run.out, rows(seed, c.first, c.count), wrt);
   run = LayerRun();
-  edge_grad += g[0];
-  return Tensors(g.begin() + 1, g.end());
+  if (c.whole) {
+    edge_grad += g[0];
+    input_grad.assign(g.begin() + 1, g.end());
+    return;
+  }
+  edge_grad.index_add_(0, c.edges, g[0]);
+  for (std::size_t i = 1; i < g.size(); ++i) input_grad[i - 1].index_add_(0, c.nodes, g[i]);
 }
 
-// The same with each chunk's layer evaluated again: its gradients gathered into the graph's
-// nodes and edges, then the node terms' own backward (once, for all nodes).
+// Layer k's backward, each chunk's layer evaluated again.
 Tensors backward_chunks(const Parts& parts, int k, const Tensors& inputs, const std::vector<Chunk>& chunks,
                         const torch::Tensor& vectors, const Tensors& seed, torch::Tensor& edge_grad) {
-  const Tensors x = leaves(inputs);
-  Tensors terms, terms_data, terms_grad, input_grad;
-  if (k > 0) {
-    terms = parts.node(k, x);
-  } else {
-    torch::NoGradGuard no_grad;    // nothing below the first layer needs a gradient
-    terms = parts.node(k, inputs);
-  }
-  for (const auto& term : terms) terms_data.push_back(term.detach()), terms_grad.push_back(torch::zeros_like(term));
-  for (const auto& feature : x) input_grad.push_back(torch::zeros_like(feature));
+  Tensors input_grad;
+  for (const auto& feature : inputs)
+    if (k > 0) input_grad.push_back(torch::zeros_like(feature));
   for (const Chunk& c : chunks) {
-    const LayerRun r = run_chunk(parts, k, inputs, terms_data, c, vectors);
-    Tensors wrt{r.vectors};
-    if (k > 0) {
-      wrt.insert(wrt.end(), r.x.begin(), r.x.end());
-      wrt.insert(wrt.end(), r.terms.begin(), r.terms.end());
-    }
-    const Tensors g = grad(r.out, rows(seed, c.first, c.count), wrt);
-    edge_grad.index_add_(0, c.edges, g[0]);
-    for (std::size_t i = 0; k > 0 && i < x.size(); ++i) input_grad[i].index_add_(0, c.nodes, g[1 + i]);
-    for (std::size_t i = 0; k > 0 && i < terms.size(); ++i) terms_grad[i].index_add_(0, c.nodes, g[1 + x.size() + i]);
+    LayerRun r = run_layer(parts, k, inputs, c, vectors);
+    backward_run(r, k, c, seed, edge_grad, input_grad);
   }
-  if (k == 0) return {};
-  const Tensors g = grad(terms, terms_grad, x);
-  for (std::size_t i = 0; i < x.size(); ++i) input_grad[i] += g[i];
   return input_grad;
 }
 
@@ -332,7 +316,7 @@ ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, cons
     }
     std::vector<Tensors> outs;
     if (keep) {
-      kept[k] = run_whole(parts, k, inputs[k], chunks[0], vectors);
+      kept[k] = run_layer(parts, k, inputs[k], chunks[0], vectors);
       outs.push_back(kept[k].out);
     } else {
       torch::NoGradGuard no_grad;
@@ -357,8 +341,11 @@ ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, cons
   torch::Tensor edge_grad = readout_grads[1].clone();
   for (int k = layers - 1; k >= 0; --k) {
     if (inputs[k].empty()) inputs[k] = tensors_of(parts.call("mp_embed", {species}));
-    const Tensors input_grad = keep ? backward_kept(kept[k], k, seed, edge_grad)
-                                    : backward_chunks(parts, k, inputs[k], chunks, vectors, seed, edge_grad);
+    Tensors input_grad;
+    if (keep)
+      backward_run(kept[k], k, chunks[0], seed, edge_grad, input_grad);
+    else
+      input_grad = backward_chunks(parts, k, inputs[k], chunks, vectors, seed, edge_grad);
     inputs[k].clear();
     if (k == 0) break;
     const Tensors back = unflatten(exchange.reverse(flatten(rows(input_grad, n_owned, n_ghost))), owned);

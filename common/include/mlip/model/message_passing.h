@@ -24,7 +24,8 @@ namespace mlip {
 
 /// How the caller moves node features between the owned nodes [0, n_owned) of a graph and its
 /// ghost nodes [n_owned, n_nodes) (copies of atoms owned elsewhere: other ranks, or periodic
-/// images). Rows are nodes; columns are all features of a node, flattened (float64, CPU).
+/// images). Rows are nodes; columns are all features of a node, flattened (CPU, in the model's
+/// dtype: float32 features move as float32 rows).
 /// Both are called the same number of times on every rank, whatever its number of atoms.
 struct FeatureExchange {
   /// The ghosts' features from their owners': (n_owned, D) -> (n_nodes - n_owned, D).
@@ -46,8 +47,9 @@ int64_t exchange_feature_width(const Model& model);
 /// other ranks' energies owe to this rank's edges. Forces and virials then follow from
 /// edge_forces() as for any model, exactly. Results as evaluate_graph(): float64, graph's device.
 /// `chunk` > 0: the layers take the owned nodes `chunk` at a time, and the backward evaluates
-/// each chunk's layer again instead of keeping its autograd graph, so that memory is bounded by
-/// a chunk's edges (plus the nodes' features of every layer) at the cost of a second forward.
+/// each chunk's layer (node terms included) again instead of keeping its autograd graph, so that
+/// memory is bounded by a chunk's edges (plus the nodes' features of every layer and one layer's
+/// input gradients) at the cost of a second forward.
 /// The results do not depend on it beyond round-off.
 ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, const FeatureExchange& exchange,
                                 int64_t chunk = 0);
