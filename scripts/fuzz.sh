@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/fuzz.sh [SECONDS] [TARGET...]: builds the libFuzzer targets (tests/fuzz: fuzz_extxyz,
-# fuzz_npy, fuzz_n2p2, fuzz_fitsnap, fuzz_config, fuzz_metadata) with clang, ASan and UBSan into
+# fuzz_npy, fuzz_n2p2, fuzz_fitsnap, fuzz_pack, fuzz_config, fuzz_metadata) with clang, ASan and UBSan into
 # build-fuzz/, seeds each corpus from data/ and examples/, and runs each target for SECONDS
 # (default 60). Bad input may only end in mlip::Error: a crash, another exception, a hang (10 s)
 # or a sanitizer report stops that target, leaves the input in build-fuzz/crashes/, and makes
@@ -12,7 +12,7 @@ build="$here/build-fuzz"
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fuzz_extxyz fuzz_npy fuzz_n2p2 fuzz_fitsnap fuzz_config fuzz_metadata)
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_extxyz fuzz_npy fuzz_n2p2 fuzz_fitsnap fuzz_pack fuzz_config fuzz_metadata)
 say() { echo "[fuzz] $*" >&2; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -52,6 +52,20 @@ seed fuzz_npy "$here"/data/water-deepmd/data_0/set.000/{box,energy}.npy
 awk '/^begin/ {n++} n == 1 {print} /^end/ && n == 1 {exit}' "$here/data/cu2s-n2p2/input.data" >"$build/seeds/one.data"
 seed fuzz_n2p2 "$build/seeds/one.data"
 seed fuzz_fitsnap $(ls "$here"/data/ta-fitsnap/JSON/*/*.json | head -3)
+# A pack of two frames (byte 0: 2 frames; the second's offset; the shard: docs/data-format.md).
+python3 - "$build/seeds/two-frames.pack" <<'PY'
+import struct, sys
+def record(frame, numbers, flags=1 | 2 | 8 | 16 | 32):
+    n = len(numbers)
+    head = b"MLFR" + struct.pack("<IIIQQdd9d9d", n, flags, 0, frame, frame, -10.0 - frame, 1.0,
+                                 *(8, 0, 0, 0, 8, 0, 0, 0, 8), *([0.0] * 9))
+    zs = struct.pack("<%di" % n, *numbers) + b"\0" * (-4 * n % 8)
+    pos = struct.pack("<%dd" % (3 * n), *[0.7 * i for i in range(3 * n)])
+    return head + zs + pos + pos
+a, b = record(0, [8, 1, 1]), record(1, [1, 1])
+open(sys.argv[1], "wb").write(bytes([1]) + struct.pack("<Q", len(a)) + a + b)
+PY
+seed fuzz_pack "$build/seeds/two-frames.pack"
 seed fuzz_config "$here"/examples/configs/*.yaml "$here/tests/trainer/two-ranks.yaml"
 python3 - "$here/tests/data/libtorch-1.13" "$build/seeds" <<'PY'
 import pathlib, sys, zipfile

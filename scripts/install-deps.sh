@@ -37,6 +37,8 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config dpkg-dev
   libopenmpi-dev openmpi-bin libyaml-cpp-dev libyaml-dev libgtest-dev libgmock-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev zlib1g-dev
+  # packed data sets (checksums); ASE's databases (SQLite, ASE-LMDB)
+  libxxhash-dev libsqlite3-dev liblmdb-dev
   # Kokkos 3.4 (Serial): LAMMPS 29Sep2021's KOKKOS package, for scripts/check-lammps.sh
   libtrilinos-kokkos-dev
   # venv for PyPI's torch; cross-checks in tests (ASE) and the demo's plots
@@ -83,6 +85,13 @@ if [ "$torch_version" != debian ]; then
     say "installing PyPI ase into $venv (for python/mlip_ase)"
     "$venv/bin/pip" install -q --disable-pip-version-check "ase>=3.22" ||
       say "warning: pip could not install ase; the ASE calculator's test will be skipped"
+  fi
+  # ASE-LMDB (fairchem's data-set format) beside ASE: its writer, the oracle of the reader's test
+  if ! "$venv/bin/python3" -c 'import lmdb, ase_db_backends' 2>/dev/null; then
+    say "installing PyPI lmdb and ase-db-backends into $venv (test oracle for the .aselmdb reader)"
+    "$venv/bin/pip" install -q --disable-pip-version-check lmdb &&
+      "$venv/bin/pip" install -q --disable-pip-version-check --no-deps "ase-db-backends==0.11.0" ||
+      say "warning: pip could not install ase-db-backends; the .aselmdb test will be skipped"
   fi
   # mace-torch beside torch: the oracle of the mace import test (tests/python/mace_import.py) and
   # what python/mace_to_mlip.py unpickles with; never a dependency of mlip itself. Pinned, and

@@ -33,3 +33,31 @@ open(out, 'wb').write(data)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "could not write altered.pt")
 endif()
+# Packed data sets (mlip-trainer pack): a good one (pack/) and damaged copies: a shard cut short,
+# a byte flipped, a shard's index missing, an index pointing inside a record, no manifest (an
+# interrupted pack).
+execute_process(COMMAND ${TRAINER} pack ok.xyz -o pack WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc
+                OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "packing ok.xyz failed (${rc}): ${out} ${err}")
+endif()
+foreach(copy pack_truncated pack_flipped pack_missing pack_index pack_nomanifest)
+  file(COPY ${WORK}/pack/ DESTINATION ${WORK}/${copy})
+endforeach()
+execute_process(COMMAND python3 -c "
+import os, sys
+w = sys.argv[1]
+shard = lambda p, ext='.bin': os.path.join(w, p, 'shard-00000' + ext)
+os.truncate(shard('pack_truncated'), os.path.getsize(shard('pack_truncated')) - 9)
+data = bytearray(open(shard('pack_flipped'), 'rb').read())
+data[200] ^= 0x20                      # the first frame's atomic numbers
+open(shard('pack_flipped'), 'wb').write(data)
+os.remove(shard('pack_missing', '.idx'))
+index = bytearray(open(shard('pack_index', '.idx'), 'rb').read())
+index[8] ^= 0x08                       # the second frame's offset, 8 bytes off: frame 0 seems short
+open(shard('pack_index', '.idx'), 'wb').write(index)
+os.remove(os.path.join(w, 'pack_nomanifest', 'manifest.json'))
+" ${WORK} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "could not damage the packs")
+endif()

@@ -1,7 +1,49 @@
 // libFuzzer targets for the data readers, one binary per format (MLIP_FUZZ_READER picks it at
-// compile time): extxyz, npy, n2p2, fitsnap. scripts/fuzz.sh builds and runs them.
+// compile time): extxyz, npy, n2p2, fitsnap, pack. scripts/fuzz.sh builds and runs them.
+#include <cstring>
+#include <filesystem>
+
 #include "fuzz_input.h"
 #include "mlip/data/io.h"
+#include "mlip/data/pack.h"
+
+namespace {
+
+// A pack of one shard from the input: byte 0 gives the frames n (1-4), the next 8 (n - 1) bytes
+// the inner record offsets of the index (the first is 0 and the last the shard's size, as the
+// reader checks before reading), the rest is the shard. The manifest lists it with zero
+// statistics; every frame is read.
+void read_fuzzed_pack(const uint8_t* data, std::size_t size) {
+  namespace fs = std::filesystem;
+  if (size < 1) return;
+  const uint64_t n = data[0] % 4 + 1;
+  const std::size_t head = 1 + 8 * (n - 1);
+  if (size < head) return;
+  const fs::path dir = fs::path(mlip::fuzz::as_file(data, 0, "-pack.d"));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<uint64_t> offsets(n + 1, 0);
+  std::memcpy(offsets.data() + 1, data + 1, 8 * (n - 1));
+  offsets[n] = size - head;
+  std::ofstream(dir / "shard-00000.bin", std::ios::binary).write(reinterpret_cast<const char*>(data + head),
+                                                                  static_cast<std::streamsize>(size - head));
+  std::ofstream(dir / "shard-00000.idx", std::ios::binary)
+      .write(reinterpret_cast<const char*>(offsets.data()), static_cast<std::streamsize>(8 * (n + 1)));
+  std::ofstream(dir / "manifest.json")
+      << R"({"format": "mlip-pack", "version": 1, "frames": )" << n << R"(, "sources": ["fuzz"], "shards": [)"
+      << R"({"data": "shard-00000.bin", "index": "shard-00000.idx", "first_frame": 0, "frames": )" << n
+      << R"(, "bytes": )" << size - head << R"(, "data_xxh3": "0", "index_xxh3": "0"}], "stats": {"atoms": 0, )"
+      << R"("atoms_by_element": {}, "energy_frames": 0, "force_frames": 0, "virial_frames": 0, "e0_least_squares": )"
+      << R"({"elements": [], "counts_counts": [], "counts_energy": [], "energy_squares": 0}, "force_squares": 0, )"
+      << R"("force_components": 0}})";
+  const mlip::PackReader reader(dir.string());
+  for (uint64_t i = 0; i < n; ++i) {
+    reader.atoms(i);
+    reader.frame(i);
+  }
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   using namespace mlip;
@@ -17,7 +59,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
 #elif MLIP_FUZZ_READER == 4
   const std::string path = fuzz::as_file(data, size, ".json");
   return fuzz::expect_clear_errors([&] { read_fitsnap_json(path); });
+#elif MLIP_FUZZ_READER == 5
+  return fuzz::expect_clear_errors([&] { read_fuzzed_pack(data, size); });
 #else
-#error "MLIP_FUZZ_READER must be 1 (extxyz), 2 (npy), 3 (n2p2) or 4 (fitsnap)"
+#error "MLIP_FUZZ_READER must be 1 (extxyz), 2 (npy), 3 (n2p2), 4 (fitsnap) or 5 (pack)"
 #endif
 }

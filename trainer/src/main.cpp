@@ -6,8 +6,10 @@
 //   mlip-trainer compress MODEL.pt|CHECKPOINT -o model-compressed.pt [--min-distance R]
 //   mlip-trainer test MODEL.pt DATA [--format F] [--per-frame out.csv]
 //   mlip-trainer convert DATA out.data --types O H [--frame K] [--replicate NA NB NC]
+//   mlip-trainer pack DATA... -o PACK_DIR [--append] | pack --verify PACK_DIR
 #include <ATen/Parallel.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +22,7 @@
 #include "config.h"
 #include "mlip/error.h"
 #include "mlip/data/io.h"
+#include "mlip/data/pack.h"
 #include "mlip/potentials.h"
 #include "mlip/model/runtime.h"
 #include "training.h"
@@ -126,6 +129,38 @@ int run_test(const std::string& model, const std::string& data, const std::strin
   return 0;
 }
 
+// Packs the sources' frames (read one source at a time) into `dir`; prints the throughput.
+int run_pack(const std::vector<std::string>& sources, const std::string& dir, const std::string& format,
+             const Units& units, const PackWriteOptions& options) {
+  if (sources.empty()) throw Error("pack: no data to pack (give files or folders, then -o PACK_DIR)");
+  if (dir.empty()) throw Error("pack: no output folder (-o PACK_DIR)");
+  const auto start = std::chrono::steady_clock::now();
+  PackWriter writer(dir, options);
+  ReadOptions read;
+  read.units = units;
+  uint64_t frames = 0;
+  for (const std::string& source : sources) {
+    const std::vector<Structure> structures = read_structures(source, format, read);
+    const uint32_t id = writer.add_source(source);
+    for (std::size_t k = 0; k < structures.size(); ++k) writer.add(structures[k], id, k);
+    frames += structures.size();
+    std::printf("%s: %zu frames\n", source.c_str(), structures.size());
+  }
+  const PackManifest& m = writer.finish();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  uint64_t bytes = 0, added = 0;   // shards written by this run start at its first frame
+  for (const PackShard& s : m.shards) (s.first_frame >= m.frames - frames ? added : bytes) += s.bytes;
+  bytes += added;
+  std::string species;
+  for (const auto& e : m.species()) species += " " + e;
+  std::printf("wrote %s: %llu frames added in %.1f s (%.0f frames/s, %.1f MB/s read and packed); the pack: %llu "
+              "frames, %zu shards, %.1f MB, elements%s\n",
+              dir.c_str(), static_cast<unsigned long long>(frames), seconds, frames / seconds,
+              added / 1e6 / seconds, static_cast<unsigned long long>(m.frames),
+              m.shards.size(), bytes / 1e6, species.c_str());
+  return 0;
+}
+
 // One line naming the rank (in a multi-rank run), then the whole job ends: the other ranks may
 // be waiting for this one in a collective (MPI or NCCL).
 int fail(Communicator* comm, const char* kind, const std::string& what) {
@@ -191,7 +226,7 @@ int main(int argc, char** argv) {
   auto* test = app.add_subcommand("test", "Evaluate a model on labelled data: energy, force and virial RMSE");
   test->add_option("model", model, "Model file (model.pt)")->required()->check(CLI::ExistingFile);
   test->add_option("data", data, "Data file or folder")->required()->check(CLI::ExistingPath);
-  test->add_option("--format", format, "auto, extxyz, deepmd, n2p2 or fitsnap");
+  test->add_option("--format", format, "auto, extxyz, deepmd, n2p2, fitsnap, ase-db, aselmdb or pack");
   test->add_option("--per-frame", test_outputs.per_frame_csv, "Write per-frame results to this CSV file");
   test->add_option("--forces", test_outputs.forces_csv,
                    "Write reference and predicted forces of every atom to this CSV file (parity plots)");
@@ -222,7 +257,7 @@ int main(int argc, char** argv) {
                                               "(as pair_style mlip's out_file), and the frames to label");
   dev->add_option("inputs", devi_inputs, "Two or more model files, then the data file or folder")->required()->expected(3, 1000);
   dev->add_option("-o,--output", devi.output, "Deviation file to write (one line per frame)");
-  dev->add_option("--format", devi.format, "auto, extxyz, deepmd, n2p2, fitsnap or lammps-dump");
+  dev->add_option("--format", devi.format, "auto, extxyz, deepmd, n2p2, fitsnap, lammps-dump, ase-db, aselmdb or pack");
   dev->add_option("--types", devi.type_elements, "LAMMPS dump with types, not elements: the element of each type")
       ->expected(1, 118);
   dev->add_option("--relative", devi.relative, "Force deviation relative to |F| + this (eV/A)");
@@ -243,6 +278,25 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   imp->add_option("-o,--output", import_output, "Model file to write");
 
+  std::vector<std::string> pack_sources;
+  std::string pack_dir, pack_verify, pack_format = "auto";
+  Units pack_units;
+  PackWriteOptions pack_options;
+  double shard_mb = 256;
+  auto* pk = app.add_subcommand("pack", "Write data into a packed data set (binary shards, their indexes and a "
+                                        "manifest; docs/data-format.md) that training reads frame by frame, or "
+                                        "check one (--verify)");
+  pk->add_option("sources", pack_sources, "Data files or folders (the formats 'train' reads)");
+  pk->add_option("-o,--output", pack_dir, "Pack folder to write");
+  pk->add_flag("--append", pack_options.append, "Add the sources to the pack in the output folder");
+  pk->add_option("--verify", pack_verify, "Check the pack in this folder: files, checksums, indexes, every frame");
+  pk->add_option("--format", pack_format, "auto, extxyz, deepmd, n2p2, fitsnap, lammps-dump, ase-db or aselmdb");
+  pk->add_option("--shard-mb", shard_mb, "Start a new shard file after this many MB (default 256)")
+      ->check(CLI::PositiveNumber);
+  pk->add_option("--length-unit", pack_units.length, "Length unit of the sources");
+  pk->add_option("--energy-unit", pack_units.energy, "Energy unit of the sources");
+  pk->add_option("--stress-unit", pack_units.stress, "Stress unit of the sources");
+
   CLI11_PARSE(app, argc, argv);
 
   std::unique_ptr<Communicator> comm;
@@ -260,6 +314,16 @@ int main(int argc, char** argv) {
       import_model(import_spec, import_weights, import_output, print_line);
       std::printf("wrote %s\n", import_output.c_str());
       return 0;
+    }
+    if (*pk && !pack_verify.empty()) {
+      verify_pack(pack_verify, print_line);
+      std::printf("%s: a good pack of %llu frames\n", pack_verify.c_str(),
+                  static_cast<unsigned long long>(read_pack_manifest(pack_verify).frames));
+      return 0;
+    }
+    if (*pk) {
+      pack_options.shard_bytes = static_cast<uint64_t>(shard_mb * 1e6);
+      return run_pack(pack_sources, pack_dir, pack_format, pack_units, pack_options);
     }
     if (*conv) return run_convert(conv_in, conv_out, conv_format, conv_units, conv_frame, conv_reps, conv_types);
   } catch (const mlip::Error& e) {

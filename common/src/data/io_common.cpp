@@ -8,6 +8,7 @@
 
 #include "io_detail.h"
 #include "mlip/data/elements.h"
+#include "mlip/data/pack.h"
 #include "mlip/error.h"
 #include "mlip/data/io.h"
 
@@ -214,6 +215,7 @@ std::string detect_format(const std::string& path) {
   const fs::file_status status = fs::status(path, ec);
   if (ec || !fs::exists(status)) throw Error(path + ": no such file or directory");
   if (fs::is_directory(status)) {
+    if (is_pack(path)) return "pack";
     const bool deepmd = !deepmd_systems(path).empty();
     const bool json = has_json_below(path);
     if (deepmd && json) {
@@ -228,13 +230,15 @@ std::string detect_format(const std::string& path) {
   if (has_suffix(lower, ".xyz") || has_suffix(lower, ".extxyz")) return "extxyz";
   if (has_suffix(lower, ".json")) return "fitsnap";
   if (name.rfind("input.data", 0) == 0) return "n2p2";
+  if (has_suffix(lower, ".db")) return "ase-db";
+  if (has_suffix(lower, ".aselmdb") || has_suffix(lower, ".lmdb")) return "aselmdb";
   if (has_suffix(lower, ".dump") || has_suffix(lower, ".lammpstrj")) return "lammps-dump";
   std::string first;
   std::getline(std::ifstream(path), first);
   if (first.rfind("ITEM: TIMESTEP", 0) == 0) return "lammps-dump";
   throw Error(path +
               ": cannot tell the format from the name (expected *.xyz, *.extxyz, *.json, input.data*, *.dump, "
-              "*.lammpstrj or a directory); pass the format explicitly");
+              "*.lammpstrj, *.db, *.aselmdb, *.lmdb or a directory); pass the format explicitly");
 }
 
 std::vector<Structure> read_structures(const std::string& path, const std::string& format,
@@ -244,6 +248,14 @@ std::vector<Structure> read_structures(const std::string& path, const std::strin
   if (f == "n2p2") return read_n2p2(path, options);
   if (f == "fitsnap") return read_fitsnap_json(path, options);
   if (f == "lammps-dump") return read_lammps_dump(path, options);
+  if (f == "ase-db") return read_ase_db(path, options);
+  if (f == "aselmdb") return read_aselmdb(path, options);
+  if (f == "pack") {
+    const Units& u = options.units;
+    if (u.length != "angstrom" || u.energy != "eV" || !u.stress.empty())
+      throw Error(path + ": a pack holds frames in eV and angstrom already: give it no units");
+    return read_pack(path);
+  }
   if (f == "deepmd") {
     if (!fs::is_directory(path)) throw Error(path + ": a DeePMD system must be a directory");
     const std::vector<fs::path> systems = deepmd_systems(path);
@@ -256,7 +268,7 @@ std::vector<Structure> read_structures(const std::string& path, const std::strin
     return all;
   }
   throw Error("unknown data format '" + format + "' for " + path +
-              " (expected auto, extxyz, deepmd, n2p2, fitsnap or lammps-dump)");
+              " (expected auto, extxyz, deepmd, n2p2, fitsnap, lammps-dump, ase-db, aselmdb or pack)");
 }
 
 }  // namespace mlip

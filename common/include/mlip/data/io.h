@@ -89,13 +89,26 @@ std::vector<Structure> read_fitsnap_json(const std::string& path_or_dir, const R
 /// model's forces, not reference ones). Lengths in options.units (units metal and real: Å).
 std::vector<Structure> read_lammps_dump(const std::string& path, const ReadOptions& options = {});
 
-/// The format `read_structures` would pick for `path`: "deepmd" for a directory with type.raw or
+/// ASE's SQLite database (*.db, as ase.db.connect writes it; schema versions 5-9): every row in id
+/// order, with the stored calculator results: energy, forces and stress (6 Voigt values xx yy zz
+/// yz xz xy, or 9, positive under tension, so virial = -stress * volume), and the key-value pair
+/// `weight` when present. `origin` is "<path>:frame K (id N)".
+std::vector<Structure> read_ase_db(const std::string& path, const ReadOptions& options = {});
+
+/// fairchem's ASE-LMDB (*.aselmdb: one LMDB file, ase_db_backends.aselmdb): rows keyed by their
+/// id, each zlib-compressed JSON as ase.io.jsonio writes it; read as read_ase_db reads its rows.
+std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& options = {});
+
+/// The format `read_structures` would pick for `path`: "pack" for a directory with a pack's
+/// manifest.json (mlip/data/pack.h), "ase-db" for *.db, "aselmdb" for *.aselmdb and *.lmdb,
+/// "deepmd" for a directory with type.raw or
 /// with DeePMD systems below it, "fitsnap" for *.json or a directory with *.json files below it,
 /// "extxyz" for *.xyz and *.extxyz, "n2p2" for input.data*, "lammps-dump" for *.dump, *.lammpstrj
 /// and files that start with "ITEM: TIMESTEP". Throws mlip::Error if none fits.
 std::string detect_format(const std::string& path);
 
-/// Reads `path` in `format` ("auto", "extxyz", "deepmd", "n2p2", "fitsnap" or "lammps-dump"). A directory read as
+/// Reads `path` in `format` ("auto", "extxyz", "deepmd", "n2p2", "fitsnap", "lammps-dump",
+/// "ase-db", "aselmdb" or "pack"). A directory read as
 /// "deepmd" may hold several systems; they are read in sorted path order.
 std::vector<Structure> read_structures(const std::string& path, const std::string& format = "auto",
                                        const ReadOptions& options = {});

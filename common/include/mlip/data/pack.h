@@ -1,0 +1,128 @@
+// Packed data sets: frames in binary shard files with an index and a manifest, so that a data set
+// larger than memory is read frame by frame (by index, with positioned reads) instead of parsed
+// whole. The byte layout is in docs/data-format.md.
+//
+//   DIR/manifest.json        written last (temporary name, then rename): a pack is the shards its
+//                            manifest lists, so an interrupted pack or append never looks complete
+//                            and the previous manifest, if any, still reads
+//   DIR/shard-NNNNN.bin      frame records, back to back
+//   DIR/shard-NNNNN.idx      the records' byte offsets (n + 1 little-endian u64: the last is the
+//                            shard's size)
+//
+// Frames are in mlip's units (eV, Å, eV/Å, virial in eV), float64, with their source file and
+// their index in it. Every file has an XXH3-64 checksum in the manifest (checked by verify_pack);
+// every problem found while reading is an mlip::Error naming the file and the frame.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mlip/data/structure.h"
+
+namespace mlip {
+
+inline constexpr int kPackVersion = 1;
+
+struct PackShard {
+  std::string data, index;     // file names in the pack's folder
+  uint64_t first_frame = 0;    // the pack's index of its first frame
+  uint64_t frames = 0;
+  uint64_t bytes = 0;          // size of `data`
+  std::string data_xxh3, index_xxh3;  // checksums, 16 hex digits
+};
+
+/// Sums from which data-set statistics follow, accumulated frame by frame.
+struct PackStats {
+  uint64_t atoms = 0;
+  std::vector<uint64_t> atoms_by_z = std::vector<uint64_t>(119, 0);  // by atomic number
+  uint64_t energy_frames = 0, force_frames = 0, virial_frames = 0;
+  // Least squares of energies on species counts (E0s): sum over labelled frames of n n^T and n E,
+  // over the atomic numbers present, and sum of E^2.
+  std::vector<int> e0_numbers;                     // atomic numbers of the rows below
+  std::vector<std::vector<double>> counts_counts;  // sum n_a n_b
+  std::vector<double> counts_energy;               // sum n_a E
+  double energy_squares = 0;
+  double force_squares = 0;                        // sum of squared force components
+  uint64_t force_components = 0;
+
+  void add(const Structure& s);
+  void merge(const PackStats& other);
+};
+
+struct PackManifest {
+  int version = kPackVersion;
+  std::vector<std::string> sources;  // source files, as given to pack
+  std::vector<PackShard> shards;
+  uint64_t frames = 0;
+  PackStats stats;
+
+  /// Elements present, by atomic number.
+  std::vector<std::string> species() const;
+};
+
+/// The manifest of the pack in `dir` (throws mlip::Error naming the file when absent or invalid).
+PackManifest read_pack_manifest(const std::string& dir);
+
+/// Whether `dir` holds a pack (a manifest.json whose format is mlip-pack).
+bool is_pack(const std::string& dir);
+
+struct PackWriteOptions {
+  bool append = false;                 // add to the pack in `dir` (else `dir` must hold no pack)
+  uint64_t shard_bytes = 256ull << 20; // a new shard once one reaches this size
+};
+
+/// Writes frames into a pack: shards as they fill, the manifest at finish(). Frames added after
+/// the last finish() are not part of the pack if the process ends before the next one.
+class PackWriter {
+ public:
+  PackWriter(const std::string& dir, const PackWriteOptions& options = {});
+  ~PackWriter();
+  PackWriter(const PackWriter&) = delete;
+  PackWriter& operator=(const PackWriter&) = delete;
+
+  /// Adds a source file's name; returns its index for add().
+  uint32_t add_source(const std::string& name);
+  /// Validates `s` (Structure::validate) and appends it.
+  void add(const Structure& s, uint32_t source, uint64_t source_frame);
+  /// Closes the current shard and writes the manifest; returns it.
+  const PackManifest& finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Reads frames of a pack by index: the manifest and the shards' indexes at construction (8
+/// bytes per frame; no frame is read), then one positioned read per frame. frame() may be called
+/// from several threads at once.
+class PackReader {
+ public:
+  explicit PackReader(const std::string& dir);
+  ~PackReader();
+  PackReader(PackReader&&) noexcept;
+
+  const PackManifest& manifest() const;
+  uint64_t size() const;
+  /// Frame i, `origin` "<source>:frame K (pack DIR, frame i)". Throws mlip::Error naming the
+  /// shard and the frame if its record is truncated or inconsistent.
+  Structure frame(uint64_t i) const;
+  /// Its number of atoms, from the record's header.
+  uint32_t atoms(uint64_t i) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Every frame of a pack, in order.
+std::vector<Structure> read_pack(const std::string& dir);
+
+/// Checks a pack: every listed file present, its size and checksum; the indexes against their
+/// shards; every record decoded and valid; the statistics against the frames. Throws
+/// mlip::Error naming the first problem; `log` receives one line per shard.
+void verify_pack(const std::string& dir, const std::function<void(const std::string&)>& log);
+
+}  // namespace mlip

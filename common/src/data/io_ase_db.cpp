@@ -1,0 +1,231 @@
+// ASE's databases: its SQLite file (*.db, ase.db) and the ASE-LMDB file fairchem's data sets
+// ship in (*.aselmdb, ase_db_backends.aselmdb). Both hold ASE rows: numbers, positions, cell,
+// pbc and the stored calculator results (energy, forces, stress), with key-value pairs.
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+#include <lmdb.h>
+#include <nlohmann/json.hpp>
+#include <sqlite3.h>
+#include <zlib.h>
+
+#include "io_detail.h"
+#include "mlip/data/io.h"
+#include "mlip/error.h"
+
+namespace mlip {
+namespace {
+
+using json = nlohmann::json;
+
+// One ASE row, in the file's units.
+struct AseRow {
+  std::vector<int> numbers;
+  std::vector<double> positions, cell, forces, stress;
+  std::array<bool, 3> pbc{false, false, false};
+  std::optional<double> energy;
+  double weight = 1.0;
+};
+
+// The row as a frame: units, and the virial from ASE's stress (Voigt xx yy zz yz xz xy or 3x3,
+// positive under tension): virial = -stress * volume.
+Structure to_structure(const AseRow& r, const ReadOptions& o, const std::string& where) {
+  const std::size_t n = r.numbers.size();
+  if (r.positions.size() != 3 * n || r.cell.size() != 9 || (!r.forces.empty() && r.forces.size() != 3 * n))
+    throw Error(where + ": its arrays' sizes do not match its " + std::to_string(n) + " atoms");
+  const double length = o.units.length_factor(), energy = o.units.energy_factor(), force = o.units.force_factor();
+  Structure s;
+  s.origin = where;
+  s.numbers = r.numbers;
+  for (std::size_t i = 0; i < n; ++i)
+    s.positions.push_back({r.positions[3 * i] * length, r.positions[3 * i + 1] * length, r.positions[3 * i + 2] * length});
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) s.cell.lattice[a][b] = r.cell[3 * a + b] * length;
+  s.cell.pbc = r.pbc;
+  if (r.energy) s.energy = *r.energy * energy;
+  for (std::size_t i = 0; i < r.forces.size() / 3; ++i)
+    s.forces.push_back({r.forces[3 * i] * force, r.forces[3 * i + 1] * force, r.forces[3 * i + 2] * force});
+  if (!r.stress.empty()) {
+    const auto& v = r.stress;
+    if (v.size() != 6 && v.size() != 9) throw Error(where + ": stress has " + std::to_string(v.size()) + " values, expected 6 or 9");
+    const Mat3 sigma = v.size() == 9 ? Mat3{{{v[0], v[1], v[2]}, {v[3], v[4], v[5]}, {v[6], v[7], v[8]}}}
+                                     : Mat3{{{v[0], v[5], v[4]}, {v[5], v[1], v[3]}, {v[4], v[3], v[2]}}};
+    const double volume = s.cell.volume();
+    if (!(volume > 0.0)) throw Error(where + ": stress is given but the cell has no volume");
+    s.virial = io_detail::scaled(sigma, -o.units.stress_factor() * volume);
+  }
+  s.weight = r.weight;
+  io_detail::validate_frame(s, "");
+  return s;
+}
+
+// ---- SQLite (*.db) ------------------------------------------------------------------------------
+
+// A blob of `count` little-endian values of T (what ase.db's blob() writes), or none if NULL.
+template <typename T>
+std::vector<T> blob(sqlite3_stmt* st, int column) {
+  const void* p = sqlite3_column_blob(st, column);   // before the size, as SQLite asks
+  const int bytes = sqlite3_column_bytes(st, column);
+  std::vector<T> out(static_cast<std::size_t>(bytes) / sizeof(T));
+  if (p && !out.empty()) std::memcpy(out.data(), p, out.size() * sizeof(T));
+  return out;
+}
+
+struct Sqlite {
+  sqlite3* db = nullptr;
+  sqlite3_stmt* st = nullptr;
+  ~Sqlite() {
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+  }
+};
+
+double kv_weight(const std::string& text, const std::string& where) {
+  if (text.empty()) return 1.0;
+  const json kv = json::parse(text, nullptr, false);
+  if (kv.is_discarded() || !kv.is_object()) throw Error(where + ": key_value_pairs is not a JSON object");
+  if (!kv.contains("weight")) return 1.0;
+  if (!kv["weight"].is_number()) throw Error(where + ": key-value 'weight' is not a number");
+  return kv["weight"].get<double>();
+}
+
+}  // namespace
+
+std::vector<Structure> read_ase_db(const std::string& path, const ReadOptions& options) {
+  Sqlite q;
+  if (sqlite3_open_v2(path.c_str(), &q.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK)
+    throw Error(path + ": cannot open as an SQLite database: " + sqlite3_errmsg(q.db));
+  auto fail = [&](const std::string& what) { return Error(path + ": " + what + " (" + sqlite3_errmsg(q.db) + ")"); };
+  int version = 0;
+  if (sqlite3_prepare_v2(q.db, "SELECT value FROM information WHERE name = 'version'", -1, &q.st, nullptr) != SQLITE_OK)
+    throw fail("not an ASE database: no 'information' table");
+  if (sqlite3_step(q.st) == SQLITE_ROW) version = std::atoi(reinterpret_cast<const char*>(sqlite3_column_text(q.st, 0)));
+  sqlite3_finalize(q.st);
+  q.st = nullptr;
+  if (version < 5 || version > 9)
+    throw Error(path + ": ASE database schema version " + std::to_string(version) +
+                "; this mlip reads versions 5 to 9 (ASE 3.12 and later): convert it with ASE");
+  const char* sql = "SELECT id, numbers, positions, cell, pbc, energy, forces, stress, key_value_pairs "
+                    "FROM systems ORDER BY id";
+  if (sqlite3_prepare_v2(q.db, sql, -1, &q.st, nullptr) != SQLITE_OK) throw fail("not an ASE database");
+  std::vector<Structure> frames;
+  for (int rc; (rc = sqlite3_step(q.st)) != SQLITE_DONE;) {
+    if (rc != SQLITE_ROW) throw fail("cannot read row " + std::to_string(frames.size() + 1));
+    const std::string where = path + ":frame " + std::to_string(frames.size()) + " (id " +
+                              std::to_string(sqlite3_column_int64(q.st, 0)) + ")";
+    AseRow r;
+    for (const int32_t z : blob<int32_t>(q.st, 1)) r.numbers.push_back(z);
+    r.positions = blob<double>(q.st, 2);
+    r.cell = blob<double>(q.st, 3);
+    const int pbc = sqlite3_column_int(q.st, 4);
+    r.pbc = {(pbc & 1) != 0, (pbc & 2) != 0, (pbc & 4) != 0};
+    if (sqlite3_column_type(q.st, 5) != SQLITE_NULL) r.energy = sqlite3_column_double(q.st, 5);
+    r.forces = blob<double>(q.st, 6);
+    r.stress = blob<double>(q.st, 7);
+    const unsigned char* kv = sqlite3_column_text(q.st, 8);
+    r.weight = kv_weight(kv ? reinterpret_cast<const char*>(kv) : "", where);
+    frames.push_back(to_structure(r, options, where));
+  }
+  return frames;
+}
+
+// ---- ASE-LMDB (*.aselmdb) -----------------------------------------------------------------------
+
+namespace {
+
+// zlib-inflated bytes (a row is zlib-compressed JSON).
+std::string inflate(const MDB_val& v, const std::string& where) {
+  std::string out(std::max<std::size_t>(4 * v.mv_size, 1024), '\0');
+  for (;;) {
+    uLongf size = out.size();
+    const int rc = uncompress(reinterpret_cast<Bytef*>(out.data()), &size, static_cast<const Bytef*>(v.mv_data), v.mv_size);
+    if (rc == Z_OK) {
+      out.resize(size);
+      return out;
+    }
+    if (rc != Z_BUF_ERROR || out.size() > (std::size_t(1) << 34))
+      throw Error(where + ": the row is not zlib-compressed data (corrupt)");
+    out.resize(out.size() * 4);
+  }
+}
+
+// An array as ase.io.jsonio encodes it: {"__ndarray__": [shape, dtype, flat values]}.
+template <typename T>
+std::vector<T> ndarray(const json& row, const char* key, const std::string& where) {
+  if (!row.contains(key) || row[key].is_null()) return {};
+  const json& v = row[key];
+  if (v.is_array()) return v.get<std::vector<T>>();   // a plain list (as fairchem's writers may store it)
+  if (!v.is_object() || !v.contains("__ndarray__") || !v["__ndarray__"].is_array() || v["__ndarray__"].size() != 3)
+    throw Error(where + ": '" + key + "' is not an array");
+  return v["__ndarray__"][2].get<std::vector<T>>();
+}
+
+struct Lmdb {
+  MDB_env* env = nullptr;
+  MDB_txn* txn = nullptr;
+  MDB_cursor* cursor = nullptr;
+  ~Lmdb() {
+    if (cursor) mdb_cursor_close(cursor);
+    if (txn) mdb_txn_abort(txn);
+    if (env) mdb_env_close(env);
+  }
+};
+
+}  // namespace
+
+std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& options) {
+  Lmdb l;
+  auto check = [&](int rc, const std::string& what) {
+    if (rc != MDB_SUCCESS) throw Error(path + ": " + what + ": " + mdb_strerror(rc));
+  };
+  check(mdb_env_create(&l.env), "cannot open as an LMDB file");
+  check(mdb_env_set_mapsize(l.env, std::size_t(1) << 40), "cannot open as an LMDB file");
+  check(mdb_env_open(l.env, path.c_str(), MDB_NOSUBDIR | MDB_RDONLY | MDB_NOLOCK, 0444), "cannot open as an LMDB file");
+  check(mdb_txn_begin(l.env, nullptr, MDB_RDONLY, &l.txn), "cannot read");
+  MDB_dbi dbi;
+  check(mdb_dbi_open(l.txn, nullptr, 0, &dbi), "cannot read");
+  check(mdb_cursor_open(l.txn, dbi, &l.cursor), "cannot read");
+  // Rows are keyed by their id in decimal ("1", "2", ...) beside the keys nextid, deleted_ids
+  // and metadata; ASE lists them by id.
+  std::vector<std::pair<long long, std::string>> rows;
+  MDB_val key, value;
+  for (int rc = mdb_cursor_get(l.cursor, &key, &value, MDB_FIRST); rc != MDB_NOTFOUND;
+       rc = mdb_cursor_get(l.cursor, &key, &value, MDB_NEXT)) {
+    check(rc, "cannot read its keys");
+    const std::string k(static_cast<const char*>(key.mv_data), key.mv_size);
+    long long id;
+    if (!io_detail::try_parse_integer(k, id)) continue;
+    rows.emplace_back(id, inflate(value, path + ": row " + k));
+  }
+  std::sort(rows.begin(), rows.end());
+  std::vector<Structure> frames;
+  for (const auto& [id, text] : rows) {
+    const std::string where = path + ":frame " + std::to_string(frames.size()) + " (id " + std::to_string(id) + ")";
+    const json row = json::parse(text, nullptr, false);
+    if (row.is_discarded() || !row.is_object()) throw Error(where + ": the row is not a JSON object (corrupt)");
+    AseRow r;
+    try {
+      r.numbers = ndarray<int>(row, "numbers", where);
+      r.positions = ndarray<double>(row, "positions", where);
+      r.cell = ndarray<double>(row, "cell", where);
+      if (r.cell.empty()) r.cell.assign(9, 0.0);
+      const std::vector<bool> pbc = ndarray<bool>(row, "pbc", where);
+      if (!pbc.empty() && pbc.size() != 3) throw Error(where + ": pbc has " + std::to_string(pbc.size()) + " values");
+      for (std::size_t d = 0; d < pbc.size(); ++d) r.pbc[d] = pbc[d];
+      if (row.contains("energy") && !row["energy"].is_null()) r.energy = row["energy"].get<double>();
+      r.forces = ndarray<double>(row, "forces", where);
+      r.stress = ndarray<double>(row, "stress", where);
+      if (row.contains("key_value_pairs") && row["key_value_pairs"].contains("weight"))
+        r.weight = row["key_value_pairs"]["weight"].get<double>();
+    } catch (const json::exception& e) {
+      throw Error(where + ": a value of the wrong type (" + std::string(e.what()) + ")");
+    }
+    frames.push_back(to_structure(r, options, where));
+  }
+  return frames;
+}
+
+}  // namespace mlip

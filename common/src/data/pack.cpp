@@ -1,0 +1,617 @@
+// Packed data sets (mlip/data/pack.h; byte layout in docs/data-format.md).
+#include "mlip/data/pack.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <cstdio>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <nlohmann/json.hpp>
+
+#include "mlip/data/elements.h"
+#include "mlip/data/file_io.h"
+#include "mlip/error.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the pack format is little-endian, as this code");
+
+namespace mlip {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr char kFormat[] = "mlip-pack";
+constexpr char kRecordMagic[4] = {'M', 'L', 'F', 'R'};
+constexpr uint32_t kEnergy = 1, kForces = 2, kVirial = 4, kPbcX = 8, kPbcY = 16, kPbcZ = 32;  // record flags
+
+// A record's fixed part (192 bytes); then int32 numbers (padded to 8 bytes), float64 positions
+// and, with kForces, float64 forces.
+struct RecordHeader {
+  char magic[4];
+  uint32_t atoms;
+  uint32_t flags;
+  uint32_t source;
+  uint64_t source_frame;
+  uint64_t frame;
+  double energy;
+  double weight;
+  double cell[9];
+  double virial[9];
+};
+static_assert(sizeof(RecordHeader) == 192, "the record header is 192 bytes");
+
+uint64_t padded(uint64_t n) { return (n + 7) / 8 * 8; }
+
+uint64_t record_bytes(uint32_t atoms, uint32_t flags) {
+  return sizeof(RecordHeader) + padded(4ull * atoms) + 24ull * atoms * ((flags & kForces) ? 2 : 1);
+}
+
+std::string hex(uint64_t h) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// Its arguments streamed into one string.
+template <typename... A>
+std::string cat(const A&... a) {
+  std::ostringstream out;
+  (out << ... << a);
+  return out.str();
+}
+
+std::string shard_name(std::size_t k) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "shard-%05zu", k);
+  return buf;
+}
+
+std::string encode(const Structure& s, uint32_t source, uint64_t source_frame, uint64_t frame) {
+  RecordHeader h{};
+  std::memcpy(h.magic, kRecordMagic, 4);
+  h.atoms = static_cast<uint32_t>(s.size());
+  h.flags = (s.energy ? kEnergy : 0) | (s.has_forces() ? kForces : 0) | (s.virial ? kVirial : 0) |
+            (s.cell.pbc[0] ? kPbcX : 0) | (s.cell.pbc[1] ? kPbcY : 0) | (s.cell.pbc[2] ? kPbcZ : 0);
+  h.source = source;
+  h.source_frame = source_frame;
+  h.frame = frame;
+  h.energy = s.energy.value_or(0.0);
+  h.weight = s.weight;
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) {
+      h.cell[3 * a + b] = s.cell.lattice[a][b];
+      h.virial[3 * a + b] = s.virial ? (*s.virial)[a][b] : 0.0;
+    }
+  std::string out(record_bytes(h.atoms, h.flags), '\0');
+  char* p = out.data();
+  std::memcpy(p, &h, sizeof h);
+  p += sizeof h;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const int32_t z = s.numbers[i];
+    std::memcpy(p + 4 * i, &z, 4);
+  }
+  p += padded(4ull * h.atoms);
+  std::memcpy(p, s.positions.data(), 24ull * h.atoms);
+  if (s.has_forces()) std::memcpy(p + 24ull * h.atoms, s.forces.data(), 24ull * h.atoms);
+  return out;
+}
+
+// ---- statistics --------------------------------------------------------------------------------
+
+std::size_t e0_row(PackStats& st, int z) {
+  const auto it = std::find(st.e0_numbers.begin(), st.e0_numbers.end(), z);
+  if (it != st.e0_numbers.end()) return static_cast<std::size_t>(it - st.e0_numbers.begin());
+  st.e0_numbers.push_back(z);
+  for (auto& row : st.counts_counts) row.push_back(0.0);
+  st.counts_counts.emplace_back(st.e0_numbers.size(), 0.0);
+  st.counts_energy.push_back(0.0);
+  return st.e0_numbers.size() - 1;
+}
+
+json stats_json(const PackStats& st) {
+  json by_element = json::object();
+  for (int z = 1; z <= kMaxAtomicNumber; ++z)
+    if (st.atoms_by_z[z] > 0) by_element[element_symbol(z)] = st.atoms_by_z[z];
+  json elements = json::array();
+  for (const int z : st.e0_numbers) elements.push_back(element_symbol(z));
+  return {{"atoms", st.atoms},
+          {"atoms_by_element", by_element},
+          {"energy_frames", st.energy_frames},
+          {"force_frames", st.force_frames},
+          {"virial_frames", st.virial_frames},
+          {"e0_least_squares",
+           {{"elements", elements},
+            {"counts_counts", st.counts_counts},
+            {"counts_energy", st.counts_energy},
+            {"energy_squares", st.energy_squares}}},
+          {"force_squares", st.force_squares},
+          {"force_components", st.force_components},
+          {"force_rms", st.force_components ? std::sqrt(st.force_squares / double(st.force_components)) : 0.0}};
+}
+
+PackStats stats_of(const json& j) {
+  PackStats st;
+  st.atoms = j.at("atoms").get<uint64_t>();
+  for (const auto& [el, n] : j.at("atoms_by_element").items()) st.atoms_by_z[atomic_number(el)] = n.get<uint64_t>();
+  st.energy_frames = j.at("energy_frames").get<uint64_t>();
+  st.force_frames = j.at("force_frames").get<uint64_t>();
+  st.virial_frames = j.at("virial_frames").get<uint64_t>();
+  const json& e0 = j.at("e0_least_squares");
+  for (const auto& el : e0.at("elements")) st.e0_numbers.push_back(atomic_number(el.get<std::string>()));
+  st.counts_counts = e0.at("counts_counts").get<std::vector<std::vector<double>>>();
+  st.counts_energy = e0.at("counts_energy").get<std::vector<double>>();
+  st.energy_squares = e0.at("energy_squares").get<double>();
+  st.force_squares = j.at("force_squares").get<double>();
+  st.force_components = j.at("force_components").get<uint64_t>();
+  const std::size_t n = st.e0_numbers.size();
+  if (st.counts_energy.size() != n || st.counts_counts.size() != n)
+    throw Error("e0_least_squares: sizes differ from its elements");
+  for (const auto& row : st.counts_counts)
+    if (row.size() != n) throw Error("e0_least_squares: counts_counts is not square");
+  return st;
+}
+
+// ---- manifest ----------------------------------------------------------------------------------
+
+json manifest_json(const PackManifest& m) {
+  json shards = json::array();
+  for (const PackShard& s : m.shards)
+    shards.push_back({{"data", s.data},
+                      {"index", s.index},
+                      {"first_frame", s.first_frame},
+                      {"frames", s.frames},
+                      {"bytes", s.bytes},
+                      {"data_xxh3", s.data_xxh3},
+                      {"index_xxh3", s.index_xxh3}});
+  return {{"format", kFormat},
+          {"version", m.version},
+          {"units", {{"length", "angstrom"}, {"energy", "eV"}, {"forces", "eV/angstrom"}, {"virial", "eV"}}},
+          {"frames", m.frames},
+          {"species", m.species()},
+          {"sources", m.sources},
+          {"shards", shards},
+          {"stats", stats_json(m.stats)}};
+}
+
+fs::path manifest_path(const std::string& dir) { return fs::path(dir) / "manifest.json"; }
+
+// Writes the manifest under a temporary name, then renames it over the old one (atomic), and
+// syncs the folder so that the rename itself survives a crash.
+void write_manifest(const std::string& dir, const PackManifest& m) {
+  const fs::path path = manifest_path(dir), tmp = path.string() + ".tmp";
+  write_file(tmp, manifest_json(m).dump(1) + "\n");
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error(path.string() + ": cannot write: " + ec.message());
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// A checked file descriptor: every failure names the file and the cause.
+class File {
+ public:
+  File(const fs::path& path, int flags) : path_(path.string()) {
+    fd_ = ::open(path_.c_str(), flags | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw Error(path_ + ": cannot open: " + std::strerror(errno));
+  }
+  ~File() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  const std::string& path() const { return path_; }
+
+  void write(const std::string& bytes) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw Error(path_ + ": cannot write: " + std::strerror(n < 0 ? errno : ENOSPC));
+      done += static_cast<std::size_t>(n);
+    }
+  }
+  void sync_and_close() {
+    if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
+      fd_ = -1;
+      throw Error(path_ + ": cannot write: " + std::strerror(errno));
+    }
+    fd_ = -1;
+  }
+  // Reads up to `n` bytes at `offset`; fewer only where the file ends.
+  std::size_t read_at(void* out, std::size_t n, uint64_t offset) const {
+    std::size_t done = 0;
+    while (done < n) {
+      const ssize_t r = ::pread(fd_, static_cast<char*>(out) + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) throw Error(path_ + ": cannot read: " + std::strerror(errno));
+      if (r == 0) break;
+      done += static_cast<std::size_t>(r);
+    }
+    return done;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+uint64_t file_xxh3(const fs::path& path) {
+  const File f(path, O_RDONLY);
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), XXH3_freeState);
+  XXH3_64bits_reset(state.get());
+  std::vector<char> buf(1 << 22);
+  for (uint64_t offset = 0;;) {
+    const std::size_t n = f.read_at(buf.data(), buf.size(), offset);
+    XXH3_64bits_update(state.get(), buf.data(), n);
+    offset += n;
+    if (n < buf.size()) break;
+  }
+  return XXH3_64bits_digest(state.get());
+}
+
+// "DIR/shard-00003.bin, frame 17" for messages.
+std::string where(const std::string& dir, const PackShard& shard, uint64_t frame) {
+  return cat("pack ", dir, ": ", shard.data, ", frame ", frame);
+}
+
+// A record's frame from its bytes; `size` is the record's size by the index.
+Structure decode(const std::vector<char>& bytes, uint64_t frame, const std::string& context,
+                 const std::vector<std::string>& sources, const std::string& dir) {
+  RecordHeader h;
+  if (bytes.size() < sizeof h) throw Error(context + ": the record is shorter than its header (truncated shard?)");
+  std::memcpy(&h, bytes.data(), sizeof h);
+  if (std::memcmp(h.magic, kRecordMagic, 4) != 0)
+    throw Error(context + ": no record starts here (the index disagrees with its shard, or the shard is corrupt)");
+  if (h.frame != frame)
+    throw Error(cat(context, ": the record is frame ", h.frame, " (the index disagrees with its shard)"));
+  if (h.flags >= 64) throw Error(cat(context, ": unknown flags ", h.flags, " (a newer pack format, or corrupt)"));
+  if (record_bytes(h.atoms, h.flags) != bytes.size())
+    throw Error(cat(context, ": the record of ", h.atoms, " atoms takes ", record_bytes(h.atoms, h.flags), " bytes, the index gives it ", bytes.size()));
+  if (h.source >= sources.size())
+    throw Error(cat(context, ": source ", h.source, " does not exist (", sources.size(), " sources)"));
+  Structure s;
+  s.numbers.resize(h.atoms);
+  s.positions.resize(h.atoms);
+  const char* p = bytes.data() + sizeof h;
+  for (uint32_t i = 0; i < h.atoms; ++i) {
+    int32_t z;
+    std::memcpy(&z, p + 4ull * i, 4);
+    s.numbers[i] = z;
+  }
+  p += padded(4ull * h.atoms);
+  std::memcpy(s.positions.data(), p, 24ull * h.atoms);
+  if (h.flags & kForces) {
+    s.forces.resize(h.atoms);
+    std::memcpy(s.forces.data(), p + 24ull * h.atoms, 24ull * h.atoms);
+  }
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) s.cell.lattice[a][b] = h.cell[3 * a + b];
+  s.cell.pbc = {(h.flags & kPbcX) != 0, (h.flags & kPbcY) != 0, (h.flags & kPbcZ) != 0};
+  if (h.flags & kEnergy) s.energy = h.energy;
+  if (h.flags & kVirial) {
+    Mat3 w;
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b) w[a][b] = h.virial[3 * a + b];
+    s.virial = w;
+  }
+  s.weight = h.weight;
+  s.origin = cat(sources[h.source], ":frame ", h.source_frame, " (pack ", dir, ", frame ", frame, ")");
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    throw Error(context + ": " + e.what());
+  }
+  return s;
+}
+
+bool close_enough(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max({1.0, std::abs(a), std::abs(b)}); }
+
+// The first difference between two statistics, or "".
+std::string stats_difference(const PackStats& a, const PackStats& b) {
+  if (a.atoms != b.atoms || a.atoms_by_z != b.atoms_by_z) return "atom counts";
+  if (a.energy_frames != b.energy_frames || a.force_frames != b.force_frames || a.virial_frames != b.virial_frames)
+    return "labelled frame counts";
+  if (a.force_components != b.force_components || !close_enough(a.force_squares, b.force_squares)) return "force sums";
+  if (!close_enough(a.energy_squares, b.energy_squares)) return "energy sums";
+  PackStats c = b;   // b's rows in a's order
+  for (std::size_t i = 0; i < a.e0_numbers.size(); ++i)
+    for (std::size_t j = 0; j < a.e0_numbers.size(); ++j) {
+      const std::size_t ci = e0_row(c, a.e0_numbers[i]), cj = e0_row(c, a.e0_numbers[j]);
+      if (!close_enough(a.counts_counts[i][j], c.counts_counts[ci][cj])) return "species-count sums";
+      if (j == 0 && !close_enough(a.counts_energy[i], c.counts_energy[ci])) return "species-energy sums";
+    }
+  return c.e0_numbers.size() == a.e0_numbers.size() ? "" : "elements with energies";
+}
+
+}  // namespace
+
+// ---- statistics ---------------------------------------------------------------------------------
+
+void PackStats::add(const Structure& s) {
+  atoms += s.size();
+  std::map<int, double> count;
+  for (const int z : s.numbers) {
+    ++atoms_by_z.at(static_cast<std::size_t>(z));
+    count[z] += 1.0;
+  }
+  if (s.energy) {
+    ++energy_frames;
+    const double e = *s.energy;
+    std::vector<std::pair<std::size_t, double>> rows;   // every row first: e0_row may add one
+    for (const auto& [z, n] : count) rows.emplace_back(e0_row(*this, z), n);
+    for (const auto& [a, na] : rows) {
+      counts_energy[a] += na * e;
+      for (const auto& [b, nb] : rows) counts_counts[a][b] += na * nb;
+    }
+    energy_squares += e * e;
+  }
+  if (s.has_forces()) {
+    ++force_frames;
+    for (const auto& f : s.forces) force_squares += f[0] * f[0] + f[1] * f[1] + f[2] * f[2];
+    force_components += 3 * s.size();
+  }
+  if (s.virial) ++virial_frames;
+}
+
+void PackStats::merge(const PackStats& o) {
+  atoms += o.atoms;
+  for (std::size_t z = 0; z < atoms_by_z.size(); ++z) atoms_by_z[z] += o.atoms_by_z[z];
+  energy_frames += o.energy_frames;
+  force_frames += o.force_frames;
+  virial_frames += o.virial_frames;
+  std::vector<std::size_t> row;   // other's rows in this one (added first: e0_row may add one)
+  for (const int z : o.e0_numbers) row.push_back(e0_row(*this, z));
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    counts_energy[row[i]] += o.counts_energy[i];
+    for (std::size_t j = 0; j < row.size(); ++j) counts_counts[row[i]][row[j]] += o.counts_counts[i][j];
+  }
+  energy_squares += o.energy_squares;
+  force_squares += o.force_squares;
+  force_components += o.force_components;
+}
+
+std::vector<std::string> PackManifest::species() const {
+  std::vector<std::string> out;
+  for (int z = 1; z <= kMaxAtomicNumber; ++z)
+    if (stats.atoms_by_z[z] > 0) out.push_back(element_symbol(z));
+  return out;
+}
+
+// ---- manifest -----------------------------------------------------------------------------------
+
+bool is_pack(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(manifest_path(dir), ec)) return false;
+  try {
+    return json::parse(read_file(manifest_path(dir))).value("format", "") == kFormat;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+PackManifest read_pack_manifest(const std::string& dir) {
+  const fs::path path = manifest_path(dir);
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    throw Error("pack " + dir + ": no manifest.json (not a pack, or a pack whose writing never finished)");
+  try {
+    const json j = json::parse(read_file(path));
+    if (j.value("format", "") != kFormat) throw Error("its format is not " + std::string(kFormat));
+    PackManifest m;
+    m.version = j.at("version").get<int>();
+    if (m.version != kPackVersion)
+      throw Error(cat("pack format version ", m.version, "; this mlip reads version ", kPackVersion));
+    m.sources = j.at("sources").get<std::vector<std::string>>();
+    m.frames = j.at("frames").get<uint64_t>();
+    uint64_t next = 0;
+    for (const json& s : j.at("shards")) {
+      PackShard sh;
+      sh.data = s.at("data").get<std::string>();
+      sh.index = s.at("index").get<std::string>();
+      sh.first_frame = s.at("first_frame").get<uint64_t>();
+      sh.frames = s.at("frames").get<uint64_t>();
+      sh.bytes = s.at("bytes").get<uint64_t>();
+      sh.data_xxh3 = s.at("data_xxh3").get<std::string>();
+      sh.index_xxh3 = s.at("index_xxh3").get<std::string>();
+      if (sh.first_frame != next || sh.data.find('/') != std::string::npos || sh.index.find('/') != std::string::npos)
+        throw Error("shard " + sh.data + ": its first frame or file names are inconsistent");
+      next += sh.frames;
+      m.shards.push_back(sh);
+    }
+    if (next != m.frames) throw Error(cat("its shards hold ", next, " frames, it says ", m.frames));
+    m.stats = stats_of(j.at("stats"));
+    return m;
+  } catch (const Error& e) {
+    throw Error(path.string() + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw Error(path.string() + ": not a valid pack manifest (" + std::string(e.what()) + ")");
+  }
+}
+
+// ---- writer -------------------------------------------------------------------------------------
+
+struct PackWriter::Impl {
+  std::string dir;
+  PackWriteOptions options;
+  PackManifest manifest;
+  std::unique_ptr<File> data;             // the open shard, if any
+  std::vector<uint64_t> offsets;
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash{XXH3_createState(), XXH3_freeState};
+
+  void open_shard() {
+    const std::string name = shard_name(manifest.shards.size());
+    data = std::make_unique<File>(fs::path(dir) / (name + ".bin"), O_WRONLY | O_CREAT | O_TRUNC);
+    offsets.assign(1, 0);
+    XXH3_64bits_reset(hash.get());
+  }
+
+  void close_shard() {
+    if (!data) return;
+    data->sync_and_close();
+    const std::string name = shard_name(manifest.shards.size());
+    std::string index(offsets.size() * 8, '\0');
+    std::memcpy(index.data(), offsets.data(), index.size());
+    write_file(fs::path(dir) / (name + ".idx"), index);
+    PackShard s;
+    s.data = name + ".bin";
+    s.index = name + ".idx";
+    s.frames = offsets.size() - 1;
+    s.first_frame = manifest.frames - s.frames;
+    s.bytes = offsets.back();
+    s.data_xxh3 = hex(XXH3_64bits_digest(hash.get()));
+    s.index_xxh3 = hex(XXH3_64bits(index.data(), index.size()));
+    manifest.shards.push_back(s);
+    data.reset();
+  }
+};
+
+PackWriter::PackWriter(const std::string& dir, const PackWriteOptions& options) : impl_(std::make_unique<Impl>()) {
+  impl_->dir = dir;
+  impl_->options = options;
+  std::error_code ec;
+  const bool exists = fs::exists(manifest_path(dir), ec);
+  if (options.append) {
+    impl_->manifest = read_pack_manifest(dir);
+  } else if (exists) {
+    throw Error("pack " + dir + ": this folder already holds a pack: add to it with --append, or pack into another folder");
+  }
+  fs::create_directories(dir, ec);
+  if (ec) throw Error("pack " + dir + ": cannot create the folder: " + ec.message());
+}
+
+PackWriter::~PackWriter() = default;
+
+uint32_t PackWriter::add_source(const std::string& name) {
+  impl_->manifest.sources.push_back(name);
+  return static_cast<uint32_t>(impl_->manifest.sources.size() - 1);
+}
+
+void PackWriter::add(const Structure& s, uint32_t source, uint64_t source_frame) {
+  Impl& w = *impl_;
+  s.validate();
+  if (source >= w.manifest.sources.size()) throw Error("pack: add() of an unknown source");
+  if (!w.data) w.open_shard();
+  const std::string record = encode(s, source, source_frame, w.manifest.frames);
+  w.data->write(record);
+  XXH3_64bits_update(w.hash.get(), record.data(), record.size());
+  w.offsets.push_back(w.offsets.back() + record.size());
+  w.manifest.stats.add(s);
+  ++w.manifest.frames;
+  if (w.offsets.back() >= w.options.shard_bytes) w.close_shard();
+}
+
+const PackManifest& PackWriter::finish() {
+  impl_->close_shard();
+  write_manifest(impl_->dir, impl_->manifest);
+  return impl_->manifest;
+}
+
+// ---- reader -------------------------------------------------------------------------------------
+
+struct PackReader::Impl {
+  std::string dir;
+  PackManifest manifest;
+  std::vector<std::unique_ptr<File>> files;
+  std::vector<std::vector<uint64_t>> offsets;   // per shard
+
+  // The shard of frame i and the frame's index in it.
+  std::pair<std::size_t, uint64_t> locate(uint64_t i) const {
+    if (i >= manifest.frames) throw Error(cat("pack ", dir, ": frame ", i, " does not exist (", manifest.frames, " frames)"));
+    const auto it = std::upper_bound(manifest.shards.begin(), manifest.shards.end(), i,
+                                     [](uint64_t f, const PackShard& s) { return f < s.first_frame; });
+    const std::size_t k = static_cast<std::size_t>(it - manifest.shards.begin()) - 1;
+    return {k, i - manifest.shards[k].first_frame};
+  }
+};
+
+PackReader::PackReader(const std::string& dir) : impl_(std::make_unique<Impl>()) {
+  Impl& r = *impl_;
+  r.dir = dir;
+  r.manifest = read_pack_manifest(dir);
+  for (const PackShard& s : r.manifest.shards) {
+    const fs::path data = fs::path(dir) / s.data, index = fs::path(dir) / s.index;
+    std::error_code ec;
+    if (!fs::is_regular_file(data, ec) || !fs::is_regular_file(index, ec))
+      throw Error("pack " + dir + ": " + (fs::is_regular_file(data, ec) ? s.index : s.data) +
+                  ", listed in manifest.json, is missing");
+    const uint64_t size = fs::file_size(data);
+    if (size != s.bytes)
+      throw Error(cat("pack ", dir, ": ", s.data, " has ", size, " bytes, the manifest says ", s.bytes, " (", size < s.bytes ? "truncated" : "changed after packing", ")"));
+    const std::string bytes = read_file(index);
+    if (bytes.size() != 8 * (s.frames + 1))
+      throw Error(cat("pack ", dir, ": ", s.index, " has ", bytes.size(), " bytes, ", s.frames, " frames need ", 8 * (s.frames + 1)));
+    std::vector<uint64_t> off(s.frames + 1);
+    std::memcpy(off.data(), bytes.data(), bytes.size());
+    for (uint64_t k = 0; k < s.frames; ++k)
+      if (off[k] > s.bytes || off[k + 1] < off[k] || off[k + 1] - off[k] < sizeof(RecordHeader))
+        throw Error(cat("pack ", dir, ": ", s.index, " disagrees with its shard at frame ", s.first_frame + k));
+    if (off.front() != 0 || off.back() != s.bytes)
+      throw Error(cat("pack ", dir, ": ", s.index, " disagrees with its shard: it covers bytes ", off.front(), " to ", off.back(), " of ", s.bytes));
+    r.files.push_back(std::make_unique<File>(data, O_RDONLY));
+    r.offsets.push_back(std::move(off));
+  }
+}
+
+PackReader::~PackReader() = default;
+PackReader::PackReader(PackReader&&) noexcept = default;
+
+const PackManifest& PackReader::manifest() const { return impl_->manifest; }
+uint64_t PackReader::size() const { return impl_->manifest.frames; }
+
+Structure PackReader::frame(uint64_t i) const {
+  const Impl& r = *impl_;
+  const auto [k, local] = r.locate(i);
+  const uint64_t begin = r.offsets[k][local], size = r.offsets[k][local + 1] - begin;
+  std::vector<char> bytes(size);
+  const std::string context = where(r.dir, r.manifest.shards[k], i);
+  if (r.files[k]->read_at(bytes.data(), size, begin) != size) throw Error(context + ": the shard ends inside the record");
+  return decode(bytes, i, context, r.manifest.sources, r.dir);
+}
+
+uint32_t PackReader::atoms(uint64_t i) const {
+  const Impl& r = *impl_;
+  const auto [k, local] = r.locate(i);
+  RecordHeader h;
+  if (r.files[k]->read_at(&h, sizeof h, r.offsets[k][local]) != sizeof h)
+    throw Error(where(r.dir, r.manifest.shards[k], i) + ": the shard ends inside the record");
+  return h.atoms;
+}
+
+std::vector<Structure> read_pack(const std::string& dir) {
+  const PackReader r(dir);
+  std::vector<Structure> out;
+  out.reserve(r.size());
+  for (uint64_t i = 0; i < r.size(); ++i) out.push_back(r.frame(i));
+  return out;
+}
+
+void verify_pack(const std::string& dir, const std::function<void(const std::string&)>& log) {
+  const PackReader r(dir);
+  const PackManifest& m = r.manifest();
+  PackStats stats;
+  for (const PackShard& s : m.shards) {
+    for (const auto& [file, expected] : {std::pair{s.data, s.data_xxh3}, {s.index, s.index_xxh3}}) {
+      const std::string got = hex(file_xxh3(fs::path(dir) / file));
+      if (got != expected)
+        throw Error(cat("pack ", dir, ": ", file, ": checksum ", got, " differs from the manifest's ", expected, ": the file changed after packing (corrupt)"));
+    }
+    for (uint64_t i = s.first_frame; i < s.first_frame + s.frames; ++i) stats.add(r.frame(i));
+    log(cat(s.data, ": ", s.frames, " frames, ", std::round(s.bytes / 1e5) / 10, " MB, checksums and records good"));
+  }
+  const std::string diff = stats_difference(m.stats, stats);
+  if (!diff.empty()) throw Error("pack " + dir + ": manifest.json's statistics (" + diff + ") differ from the frames'");
+}
+
+}  // namespace mlip

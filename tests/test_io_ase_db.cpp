@@ -1,0 +1,97 @@
+// ASE's databases: the SQLite file (*.db) and the ASE-LMDB file (*.aselmdb) written by ASE itself
+// (tests/python/ase_db_write.py, in the torch venv, where ase and ase_db_backends live) read to
+// the same frames as the extended XYZ they came from; bad files end in errors naming them.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "mlip/data/io.h"
+#include "mlip/error.h"
+#include "support/temp_dir.h"
+
+namespace mlip {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+class AseDatabases : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string python = MLIP_TORCH_PYTHON;
+    if (python.empty() || !fs::exists(python)) GTEST_SKIP() << "no torch venv python (MLIP_TORCH_PYTHON)";
+    const std::string command = python + " " + std::string(MLIP_SOURCE_DIR) + "/tests/python/ase_db_write.py " +
+                                tmp.path.string() + " " + MLIP_SOURCE_DIR + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz > " +
+                                (tmp.path / "write.log").string() + " 2>&1";
+    const int rc = std::system(command.c_str());
+    if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) GTEST_SKIP() << "ase, lmdb or ase_db_backends missing in " << python;
+    ASSERT_EQ(rc, 0) << command;
+  }
+  std::string path(const std::string& name) const { return (tmp.path / name).string(); }
+  testing::TempDir tmp{"mlip_test_io_ase_db"};
+};
+
+void expect_same_frames(const std::vector<Structure>& want, const std::vector<Structure>& got) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    SCOPED_TRACE(got[k].origin);
+    EXPECT_EQ(got[k].numbers, want[k].numbers);
+    EXPECT_EQ(got[k].positions, want[k].positions);
+    EXPECT_EQ(got[k].cell.lattice, want[k].cell.lattice);
+    EXPECT_EQ(got[k].cell.pbc, want[k].cell.pbc);
+    EXPECT_EQ(got[k].energy, want[k].energy);
+    EXPECT_EQ(got[k].forces, want[k].forces);
+    ASSERT_EQ(got[k].virial.has_value(), want[k].virial.has_value());
+    if (want[k].virial) {
+      for (int a = 0; a < 3; ++a)
+        for (int b = 0; b < 3; ++b) EXPECT_NEAR((*got[k].virial)[a][b], (*want[k].virial)[a][b], 1e-13);
+    }
+    EXPECT_EQ(got[k].weight, want[k].weight);
+  }
+}
+
+TEST_F(AseDatabases, ReadTheFramesOfTheExtendedXyzTheyCameFrom) {
+  const std::vector<Structure> xyz = read_extxyz(path("frames.xyz"));
+  ASSERT_EQ(xyz.size(), 7u);
+  EXPECT_TRUE(xyz[3].virial.has_value() && !xyz[4].virial.has_value() && xyz[5].forces.empty());
+  EXPECT_EQ(xyz[6].weight, 2.5);
+  expect_same_frames(xyz, read_ase_db(path("frames.db")));
+  expect_same_frames(xyz, read_aselmdb(path("frames.aselmdb")));
+  EXPECT_EQ(detect_format(path("frames.db")), "ase-db");
+  EXPECT_EQ(detect_format(path("frames.aselmdb")), "aselmdb");
+  const std::vector<Structure> auto_read = read_structures(path("frames.aselmdb"));
+  EXPECT_EQ(auto_read.at(4).origin, path("frames.aselmdb") + ":frame 4 (id 5)");
+  // Units apply as for any source.
+  ReadOptions kcal;
+  kcal.units.energy = "kcal/mol";
+  expect_same_frames(read_extxyz(path("frames.xyz"), kcal), read_ase_db(path("frames.db"), kcal));
+  EXPECT_NE(*read_ase_db(path("frames.db"), kcal).at(0).energy, *xyz[0].energy);
+}
+
+TEST_F(AseDatabases, BadFilesGiveErrorsThatNameThem) {
+  const std::string row = error_of([&] { read_aselmdb(path("corrupt.aselmdb")); });
+  EXPECT_TRUE(has(row, "corrupt.aselmdb: row 2") && has(row, "not zlib")) << row;
+  std::ofstream(path("garbage.db")) << "this is not a database, only some text that is long enough to be read";
+  const std::string db = error_of([&] { read_ase_db(path("garbage.db")); });
+  EXPECT_TRUE(has(db, "garbage.db") && (has(db, "not an ASE database") || has(db, "cannot open"))) << db;
+  std::ofstream(path("garbage.aselmdb")) << "not an LMDB file either";
+  const std::string lm = error_of([&] { read_aselmdb(path("garbage.aselmdb")); });
+  EXPECT_TRUE(has(lm, "garbage.aselmdb") && has(lm, "cannot open as an LMDB file")) << lm;
+}
+
+}  // namespace
+}  // namespace mlip
