@@ -15,7 +15,9 @@
 # these are copies to its own periodic images). Environment: SIZES (atoms: "1536"; 1536 = data_1
 # frame 0 replicated 2x2x2, 12288 = 4x4x4, 98304 = 8x8x8), RANKS ("1 2"), STEPS (5), LAYERS
 # ("2 3"), FEATURES (64), OPTIONS (more pair_style keywords for both paths, e.g. "chunk 256"),
-# PATHS ("no yes": exchange no = halo, yes = exchange).
+# PATHS ("no yes": exchange no = halo, yes = exchange), REPEATS (3: the whole grid, repeated).
+# Results: benchmarks/results/bench_exchange/<date>-<commit>/exchange.tsv and the logs
+# (benchmarks/tables.py makes the docs' table of it, and the cost model's from its 1-rank rows).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init bench_exchange "${1:-}" lmp mlip_test_inputs mlip-trainer
@@ -45,24 +47,29 @@ thermo ${steps}
 run 1
 run ${steps}
 EOF
-echo "| atoms | L | ranks | path | us/atom-step | peak memory per rank (MiB) | ghosts per rank | MB sent per rank per step |"
-echo "|---|---|---|---|---|---|---|---|"
+table=exchange
+row atoms layers ranks path repeat us_per_atom_step peak_rss_mib ghosts_per_rank mb_sent_per_rank_step
+for repeat in $(seq 1 "${REPEATS:-3}"); do
 for n in ${SIZES:-1536}; do
   for layers in ${LAYERS:-2 3}; do
     for ranks in ${RANKS:-1 2}; do
       for exchange in ${PATHS:-no yes}; do
-        mpirun --oversubscribe -np "$ranks" "$build/bin/lmp" -in in.bench -log log -screen none -nocite \
+        path=$([[ $exchange == yes ]] && echo exchange || echo halo)
+        log=md-$n-L$layers-$ranks-$path-$repeat.log
+        mpirun --oversubscribe -np "$ranks" "$build/bin/lmp" -in in.bench -log "$log" -screen none -nocite \
           -var data "water$n.data" -var model "l$layers.pt" -var exchange "$exchange" -var steps "${STEPS:-5}" -var options "${OPTIONS:-}" ||
-          { tail -5 log >&2; exit 1; }
-        loop=$(grep '^Loop time' log | tail -1 | awk '{ print $4 }')
-        peak=$(grep 'peak RSS' log | tail -1 | sed -nE 's/.*peak RSS ([0-9.]+) MiB max.*/\1/p')
-        ghosts=$(grep -A3 '^Nlocal:' log | tail -4 | awk '/^Nghost:/ { print $2 }' | tail -1)
-        us=$(awk -v t="$loop" -v n="$n" -v s="${STEPS:-5}" 'BEGIN { printf "%.0f", 1e6 * t / (n * s) }')
+          { tail -5 "$log" >&2; exit 1; }
+        keep_log "$log"
+        peak=$(grep 'peak RSS' "$log" | tail -1 | sed -nE 's/.*peak RSS ([0-9.]+) MiB max.*/\1/p')
+        ghosts=$(grep -A3 '^Nlocal:' "$log" | tail -4 | awk '/^Nghost:/ { print $2 }' | tail -1)
         values=6
         [[ $exchange == yes ]] && values=$(( 6 + 2 * (layers - 1) * 4 * features ))
         mb=$(awk -v g="$ghosts" -v v="$values" 'BEGIN { printf "%.1f", g * v * 8 / 1e6 }')
-        echo "| $n | $layers | $ranks | $([[ $exchange == yes ]] && echo exchange || echo halo) | $us | $peak | $ghosts | $mb |"
+        row "$n" "$layers" "$ranks" "$path" "$repeat" "$(us_per_atom_step "$log")" "$peak" "$ghosts" "$mb"
+        echo "$n atoms, L $layers, $ranks ranks, $path, repeat $repeat: $(us_per_atom_step "$log") us/atom-step" >&2
       done
     done
   done
 done
+done
+column -t "$results/exchange.tsv"

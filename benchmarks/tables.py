@@ -211,7 +211,50 @@ def mace_accuracy(run):
     return "\n".join(lines) + "\n"
 
 
+def exchange_md(run):
+    """halo against exchange: per (atoms, L, ranks) the medians of both paths side by side"""
+    rows = read_tsv(run / "exchange.tsv")
+    keys, cells = [], {}
+    for r in rows:
+        k = (r["atoms"], r["layers"], r["ranks"])
+        if k not in keys:
+            keys.append(k)
+        cells.setdefault(k + (r["path"],), []).append(r)
+    out = ["| atoms | L | ranks | halo µs/atom-step | exchange µs/atom-step | halo / exchange | peak MiB per rank, "
+           "halo / exchange | ghosts per rank, halo / exchange | MB sent per rank per step, halo / exchange |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for k in keys:
+        halo, exch = cells.get(k + ("halo",), []), cells.get(k + ("exchange",), [])
+        h_text, h = summary([r["us_per_atom_step"] for r in halo])
+        e_text, e = summary([r["us_per_atom_step"] for r in exch])
+        ratio = f"**{h / e:.1f}x**" if h and e else "-"
+        pair = lambda f: " / ".join(summary([r[f] for r in side])[0] for side in (halo, exch))
+        out.append(f"| {k[0]} | {k[1]} | {k[2]} | {h_text} | {e_text} | {ratio} | {pair('peak_rss_mib')} | "
+                   f"{pair('ghosts_per_rank')} | {pair('mb_sent_per_rank_step')} |")
+    return "\n".join(out) + "\n"
+
+
+def exchange_cost(run):
+    """benchmarks/cost_model.py on the run's medians: the 1-rank rows of L = 3 at the largest size"""
+    import subprocess
+    import tempfile
+    rows = [r for r in read_tsv(run / "exchange.tsv") if r["layers"] == "3" and r["ranks"] == "1"]
+    atoms = max(int(r["atoms"]) for r in rows)
+    lines = []
+    for path in ("halo", "exchange"):
+        med = summary([r["us_per_atom_step"] for r in rows if r["path"] == path and int(r["atoms"]) == atoms])[1]
+        lines.append(f"{path} 3 {atoms} 1 {med}")
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as f:
+        f.write("\n".join(lines) + "\n")
+        f.flush()
+        text = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cost_model.py"), "--layers", "3",
+                               "--measured", f.name], check=True, capture_output=True, text=True).stdout
+    return f"Measured input (medians): {'; '.join(lines)} (path L atoms ranks µs/atom-step).\n\n" + text
+
+
 KINDS = {
+    ("bench_exchange", "md"): exchange_md,
+    ("bench_exchange", "cost"): exchange_cost,
     ("bench_mace", "train"): mace_train,
     ("bench_mace", "md"): mace_md,
     ("bench_mace", "memory"): mace_memory,
