@@ -71,6 +71,7 @@ TEST_F(AseDatabases, ReadTheFramesOfTheExtendedXyzTheyCameFrom) {
   EXPECT_EQ(xyz[6].weight, 2.5);
   expect_same_frames(xyz, read_ase_db(path("frames.db")));
   expect_same_frames(xyz, read_aselmdb(path("frames.aselmdb")));
+  expect_same_frames(xyz, read_aselmdb(path("nested.aselmdb")));
   EXPECT_EQ(detect_format(path("frames.db")), "ase-db");
   EXPECT_EQ(detect_format(path("frames.aselmdb")), "aselmdb");
   const std::vector<Structure> auto_read = read_structures(path("frames.aselmdb"));

@@ -1,7 +1,8 @@
 """Writes the same frames three ways with ASE itself, for mlip's readers of ASE's databases
 (tests/test_io_ase_db.cpp): DIR/frames.xyz (ase.io.write, extended XYZ), DIR/frames.db (ase.db,
 SQLite) and DIR/frames.aselmdb (ase_db_backends.aselmdb, the ASE-LMDB of fairchem's data sets),
-plus DIR/corrupt.aselmdb (its second row is not zlib data).
+plus DIR/nested.aselmdb (the same rows as plain nested lists, as fairchem-core's own writer
+stores them) and DIR/corrupt.aselmdb (its second row is not zlib data).
 
     ase_db_write.py DIR ETHANOL_XYZ
 
@@ -56,6 +57,23 @@ for path in ("frames.db", "frames.aselmdb"):
         db.write(atoms, **kv)
     if not path.endswith(".db"):
         db.close()
+
+# The same frames as plain nested lists, as fairchem-core's own LMDB writer (orjson) stores rows.
+import json, zlib
+env = lmdb.open(os.path.join(out, "nested.aselmdb"), subdir=False, lock=False, map_size=1 << 30)
+with env.begin(write=True) as txn:
+    for k, atoms in enumerate(frames):
+        row = {"numbers": atoms.numbers.tolist(), "positions": atoms.positions.tolist(),
+               "cell": atoms.cell.array.tolist(), "pbc": atoms.pbc.tolist(), "key_value_pairs": {}}
+        results = atoms.calc.results if atoms.calc is not None else {}
+        for key in ("energy", "forces", "stress"):
+            if key in results:
+                row[key] = np.asarray(results[key]).tolist()
+        if "weight" in atoms.info:
+            row["key_value_pairs"]["weight"] = atoms.info["weight"]
+        txn.put(str(k + 1).encode(), zlib.compress(json.dumps(row).encode()))
+    txn.put(b"nextid", zlib.compress(json.dumps(len(frames) + 1).encode()))
+env.close()
 
 corrupt = os.path.join(out, "corrupt.aselmdb")
 db = LMDBDatabase(corrupt)

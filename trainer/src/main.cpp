@@ -292,7 +292,7 @@ int main(int argc, char** argv) {
   pk->add_option("--verify", pack_verify, "Check the pack in this folder: files, checksums, indexes, every frame");
   pk->add_option("--format", pack_format, "auto, extxyz, deepmd, n2p2, fitsnap, lammps-dump, ase-db or aselmdb");
   pk->add_option("--shard-mb", shard_mb, "Start a new shard file after this many MB (default 256)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(0.001, 1e6));
   pk->add_option("--length-unit", pack_units.length, "Length unit of the sources");
   pk->add_option("--energy-unit", pack_units.energy, "Energy unit of the sources");
   pk->add_option("--stress-unit", pack_units.stress, "Stress unit of the sources");

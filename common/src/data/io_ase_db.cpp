@@ -102,7 +102,8 @@ std::vector<Structure> read_ase_db(const std::string& path, const ReadOptions& o
   int version = 0;
   if (sqlite3_prepare_v2(q.db, "SELECT value FROM information WHERE name = 'version'", -1, &q.st, nullptr) != SQLITE_OK)
     throw fail("not an ASE database: no 'information' table");
-  if (sqlite3_step(q.st) == SQLITE_ROW) version = std::atoi(reinterpret_cast<const char*>(sqlite3_column_text(q.st, 0)));
+  if (sqlite3_step(q.st) == SQLITE_ROW && sqlite3_column_type(q.st, 0) != SQLITE_NULL)
+    version = sqlite3_column_int(q.st, 0);
   sqlite3_finalize(q.st);
   q.st = nullptr;
   if (version < 5 || version > 9)
@@ -136,19 +137,42 @@ std::vector<Structure> read_ase_db(const std::string& path, const ReadOptions& o
 
 namespace {
 
-// zlib-inflated bytes (a row is zlib-compressed JSON).
-std::string inflate(const MDB_val& v, const std::string& where) {
-  std::string out(std::max<std::size_t>(4 * v.mv_size, 1024), '\0');
-  for (;;) {
-    uLongf size = out.size();
-    const int rc = uncompress(reinterpret_cast<Bytef*>(out.data()), &size, static_cast<const Bytef*>(v.mv_data), v.mv_size);
-    if (rc == Z_OK) {
-      out.resize(size);
-      return out;
+// zlib-inflated bytes (a row is zlib-compressed JSON), at most kMaxRow of them.
+constexpr std::size_t kMaxRow = std::size_t(1) << 30;
+
+std::string inflate_row(const MDB_val& v, const std::string& where) {
+  z_stream z{};
+  if (inflateInit(&z) != Z_OK) throw Error(where + ": zlib cannot start");
+  z.next_in = static_cast<Bytef*>(v.mv_data);
+  z.avail_in = static_cast<uInt>(v.mv_size);
+  std::string out;
+  char chunk[1 << 16];
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    z.next_out = reinterpret_cast<Bytef*>(chunk);
+    z.avail_out = sizeof chunk;
+    rc = ::inflate(&z, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END) {
+      inflateEnd(&z);
+      throw Error(where + ": the row is not zlib-compressed data (corrupt or truncated)");
     }
-    if (rc != Z_BUF_ERROR || out.size() > (std::size_t(1) << 34))
-      throw Error(where + ": the row is not zlib-compressed data (corrupt)");
-    out.resize(out.size() * 4);
+    out.append(chunk, sizeof chunk - z.avail_out);
+    if (out.size() > kMaxRow) {
+      inflateEnd(&z);
+      throw Error(where + ": the row inflates beyond 1 GiB (corrupt)");
+    }
+  }
+  inflateEnd(&z);
+  return out;
+}
+
+// Numbers of a JSON array, nested or flat (fairchem's writers store [[x, y, z], ...]), in order.
+template <typename T>
+void flatten_into(const json& v, std::vector<T>& out) {
+  if (v.is_array()) {
+    for (const json& e : v) flatten_into(e, out);
+  } else {
+    out.push_back(v.get<T>());
   }
 }
 
@@ -157,10 +181,15 @@ template <typename T>
 std::vector<T> ndarray(const json& row, const char* key, const std::string& where) {
   if (!row.contains(key) || row[key].is_null()) return {};
   const json& v = row[key];
-  if (v.is_array()) return v.get<std::vector<T>>();   // a plain list (as fairchem's writers may store it)
+  std::vector<T> out;
+  if (v.is_array()) {   // plain (nested) lists, as fairchem-core's LMDB writer stores them (orjson)
+    flatten_into(v, out);
+    return out;
+  }
   if (!v.is_object() || !v.contains("__ndarray__") || !v["__ndarray__"].is_array() || v["__ndarray__"].size() != 3)
     throw Error(where + ": '" + key + "' is not an array");
-  return v["__ndarray__"][2].get<std::vector<T>>();
+  flatten_into(v["__ndarray__"][2], out);
+  return out;
 }
 
 struct Lmdb {
@@ -198,7 +227,7 @@ std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& 
     const std::string k(static_cast<const char*>(key.mv_data), key.mv_size);
     long long id;
     if (!io_detail::try_parse_integer(k, id)) continue;
-    rows.emplace_back(id, inflate(value, path + ": row " + k));
+    rows.emplace_back(id, inflate_row(value, path + ": row " + k));
   }
   std::sort(rows.begin(), rows.end());
   std::vector<Structure> frames;

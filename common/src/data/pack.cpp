@@ -223,11 +223,10 @@ class File {
     }
   }
   void sync_and_close() {
-    if (::fsync(fd_) != 0 || ::close(fd_) != 0) {
-      fd_ = -1;
-      throw Error(path_ + ": cannot write: " + std::strerror(errno));
-    }
+    int error = ::fsync(fd_) != 0 ? errno : 0;
+    if (::close(fd_) != 0 && error == 0) error = errno;
     fd_ = -1;
+    if (error != 0) throw Error(path_ + ": cannot write: " + std::strerror(error));
   }
   // Reads up to `n` bytes at `offset`; fewer only where the file ends.
   std::size_t read_at(void* out, std::size_t n, uint64_t offset) const {
@@ -266,21 +265,26 @@ std::string where(const std::string& dir, const PackShard& shard, uint64_t frame
   return cat("pack ", dir, ": ", shard.data, ", frame ", frame);
 }
 
-// A record's frame from its bytes; `size` is the record's size by the index.
+// A record's header against what the index says of it: frame `frame`, `size` bytes.
+void check_header(const RecordHeader& h, uint64_t frame, uint64_t size, const std::string& context,
+                  std::size_t n_sources) {
+  if (std::memcmp(h.magic, kRecordMagic, 4) != 0)
+    throw Error(context + ": no record starts here (the index disagrees with its shard, or the shard is corrupt)");
+  if (h.frame != frame) throw Error(cat(context, ": the record is frame ", h.frame, " (the index disagrees with its shard)"));
+  if (h.flags >= 64) throw Error(cat(context, ": unknown flags ", h.flags, " (a newer pack format, or corrupt)"));
+  if (record_bytes(h.atoms, h.flags) != size)
+    throw Error(cat(context, ": the record of ", h.atoms, " atoms takes ", record_bytes(h.atoms, h.flags),
+                    " bytes, the index gives it ", size));
+  if (h.source >= n_sources) throw Error(cat(context, ": source ", h.source, " does not exist (", n_sources, " sources)"));
+}
+
+// A record's frame from its bytes (their size is the record's by the index).
 Structure decode(const std::vector<char>& bytes, uint64_t frame, const std::string& context,
                  const std::vector<std::string>& sources, const std::string& dir) {
   RecordHeader h;
   if (bytes.size() < sizeof h) throw Error(context + ": the record is shorter than its header (truncated shard?)");
   std::memcpy(&h, bytes.data(), sizeof h);
-  if (std::memcmp(h.magic, kRecordMagic, 4) != 0)
-    throw Error(context + ": no record starts here (the index disagrees with its shard, or the shard is corrupt)");
-  if (h.frame != frame)
-    throw Error(cat(context, ": the record is frame ", h.frame, " (the index disagrees with its shard)"));
-  if (h.flags >= 64) throw Error(cat(context, ": unknown flags ", h.flags, " (a newer pack format, or corrupt)"));
-  if (record_bytes(h.atoms, h.flags) != bytes.size())
-    throw Error(cat(context, ": the record of ", h.atoms, " atoms takes ", record_bytes(h.atoms, h.flags), " bytes, the index gives it ", bytes.size()));
-  if (h.source >= sources.size())
-    throw Error(cat(context, ": source ", h.source, " does not exist (", sources.size(), " sources)"));
+  check_header(h, frame, bytes.size(), context, sources.size());
   Structure s;
   s.numbers.resize(h.atoms);
   s.positions.resize(h.atoms);
@@ -427,6 +431,8 @@ PackManifest read_pack_manifest(const std::string& dir) {
       sh.index_xxh3 = s.at("index_xxh3").get<std::string>();
       if (sh.first_frame != next || sh.data.find('/') != std::string::npos || sh.index.find('/') != std::string::npos)
         throw Error("shard " + sh.data + ": its first frame or file names are inconsistent");
+      if (sh.frames > sh.bytes / sizeof(RecordHeader))
+        throw Error(cat("shard ", sh.data, ": ", sh.frames, " frames cannot fit in its ", sh.bytes, " bytes"));
       next += sh.frames;
       m.shards.push_back(sh);
     }
@@ -523,8 +529,14 @@ const PackManifest& PackWriter::finish() {
 struct PackReader::Impl {
   std::string dir;
   PackManifest manifest;
-  std::vector<std::unique_ptr<File>> files;
   std::vector<std::vector<uint64_t>> offsets;   // per shard
+
+  // Bytes [begin, begin + n) of shard k (opened for each read: a pack may have more shards
+  // than a process may hold open files); fewer where the file ends.
+  std::size_t read(std::size_t k, void* out, std::size_t n, uint64_t begin) const {
+    const File f(fs::path(dir) / manifest.shards[k].data, O_RDONLY);
+    return f.read_at(out, n, begin);
+  }
 
   // The shard of frame i and the frame's index in it.
   std::pair<std::size_t, uint64_t> locate(uint64_t i) const {
@@ -549,6 +561,9 @@ PackReader::PackReader(const std::string& dir) : impl_(std::make_unique<Impl>())
     const uint64_t size = fs::file_size(data);
     if (size != s.bytes)
       throw Error(cat("pack ", dir, ": ", s.data, " has ", size, " bytes, the manifest says ", s.bytes, " (", size < s.bytes ? "truncated" : "changed after packing", ")"));
+    if (fs::file_size(index) != 8 * (s.frames + 1))
+      throw Error(cat("pack ", dir, ": ", s.index, " has ", fs::file_size(index), " bytes, ", s.frames, " frames need ",
+                      8 * (s.frames + 1)));
     const std::string bytes = read_file(index);
     if (bytes.size() != 8 * (s.frames + 1))
       throw Error(cat("pack ", dir, ": ", s.index, " has ", bytes.size(), " bytes, ", s.frames, " frames need ", 8 * (s.frames + 1)));
@@ -559,7 +574,6 @@ PackReader::PackReader(const std::string& dir) : impl_(std::make_unique<Impl>())
         throw Error(cat("pack ", dir, ": ", s.index, " disagrees with its shard at frame ", s.first_frame + k));
     if (off.front() != 0 || off.back() != s.bytes)
       throw Error(cat("pack ", dir, ": ", s.index, " disagrees with its shard: it covers bytes ", off.front(), " to ", off.back(), " of ", s.bytes));
-    r.files.push_back(std::make_unique<File>(data, O_RDONLY));
     r.offsets.push_back(std::move(off));
   }
 }
@@ -576,16 +590,17 @@ Structure PackReader::frame(uint64_t i) const {
   const uint64_t begin = r.offsets[k][local], size = r.offsets[k][local + 1] - begin;
   std::vector<char> bytes(size);
   const std::string context = where(r.dir, r.manifest.shards[k], i);
-  if (r.files[k]->read_at(bytes.data(), size, begin) != size) throw Error(context + ": the shard ends inside the record");
+  if (r.read(k, bytes.data(), size, begin) != size) throw Error(context + ": the shard ends inside the record");
   return decode(bytes, i, context, r.manifest.sources, r.dir);
 }
 
 uint32_t PackReader::atoms(uint64_t i) const {
   const Impl& r = *impl_;
   const auto [k, local] = r.locate(i);
+  const std::string context = where(r.dir, r.manifest.shards[k], i);
   RecordHeader h;
-  if (r.files[k]->read_at(&h, sizeof h, r.offsets[k][local]) != sizeof h)
-    throw Error(where(r.dir, r.manifest.shards[k], i) + ": the shard ends inside the record");
+  if (r.read(k, &h, sizeof h, r.offsets[k][local]) != sizeof h) throw Error(context + ": the shard ends inside the record");
+  check_header(h, i, r.offsets[k][local + 1] - r.offsets[k][local], context, r.manifest.sources.size());
   return h.atoms;
 }
 

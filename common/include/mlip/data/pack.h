@@ -71,7 +71,7 @@ bool is_pack(const std::string& dir);
 
 struct PackWriteOptions {
   bool append = false;                 // add to the pack in `dir` (else `dir` must hold no pack)
-  uint64_t shard_bytes = 256ull << 20; // a new shard once one reaches this size
+  uint64_t shard_bytes = 256000000;    // a new shard once one reaches this size (256 MB)
 };
 
 /// Writes frames into a pack: shards as they fill, the manifest at finish(). Frames added after
