@@ -225,12 +225,14 @@ def exchange_md(run):
            "|---|---|---|---|---|---|---|---|---|"]
     for k in keys:
         halo, exch = cells.get(k + ("halo",), []), cells.get(k + ("exchange",), [])
-        h_text, h = summary([r["us_per_atom_step"] for r in halo])
-        e_text, e = summary([r["us_per_atom_step"] for r in exch])
+        h_text, h = summary([r["us_per_atom_step"] for r in halo], 4)
+        e_text, e = summary([r["us_per_atom_step"] for r in exch], 4)
         ratio = f"**{h / e:.1f}x**" if h and e else "-"
-        pair = lambda f: " / ".join(summary([r[f] for r in side])[0] for side in (halo, exch))
-        out.append(f"| {k[0]} | {k[1]} | {k[2]} | {h_text} | {e_text} | {ratio} | {pair('peak_rss_mib')} | "
-                   f"{pair('ghosts_per_rank')} | {pair('mb_sent_per_rank_step')} |")
+        peak = " / ".join(summary([r["peak_rss_mib"] for r in side], 4)[0] for side in (halo, exch))
+        # ghosts and bytes follow from the geometry: the same in every repeat (their median)
+        same = lambda f, fmt: " / ".join(format(summary([r[f] for r in side])[1], fmt) for side in (halo, exch))
+        out.append(f"| {k[0]} | {k[1]} | {k[2]} | {h_text} | {e_text} | {ratio} | {peak} | "
+                   f"{same('ghosts_per_rank', '.0f')} | {same('mb_sent_per_rank_step', '.3g')} |")
     return "\n".join(out) + "\n"
 
 
