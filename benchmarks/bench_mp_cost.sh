@@ -11,7 +11,9 @@
 # size and ranks, and the pair style's peak resident memory per rank ('timing yes').
 # Environment: SIZES ("12288"; multiples of 192, data_1 frame 0 replicated in the most compact
 # box: 1536 = 2x2x2, 10368 = 3x3x6, 12288 = 4x4x4), RANKS
-# ("1 2"), STEPS (3), DTYPES ("f64 f32"), FEATURES (32), CHUNKS (PaiNN chunk sizes: "default").
+# ("1 2"), STEPS (3), DTYPES ("f64 f32"), FEATURES (32), CHUNKS (PaiNN chunk sizes: "default"),
+# REPEATS (3: the whole grid, repeated). Results: benchmarks/results/bench_mp_cost/<run>/cost.tsv
+# (one row per measurement and repeat) and the logs; benchmarks/tables.py makes the docs' table.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init bench_mp_cost "${1:-}" lmp mlip_test_inputs mlip-trainer
@@ -50,27 +52,30 @@ run 1
 run ${steps}
 IN
 steps=${STEPS:-3}
-measure() {  # measure MODEL ATOMS RANKS OPTIONS -> "us peak"
-  mpirun --oversubscribe -np "$3" "$build/bin/lmp" -in in.bench -log log -screen none -nocite \
-    -var data "water$2.data" -var model "$1" -var steps "$steps" -var options "$4" || { tail -5 log >&2; exit 1; }
-  local loop peak
-  loop=$(grep '^Loop time' log | tail -1 | awk '{ print $4 }')
-  peak=$(grep 'peak RSS' log | tail -1 | sed -nE 's/.*peak RSS ([0-9.]+) MiB max.*/\1/p')
-  awk -v t="$loop" -v n="$2" -v s="$steps" -v p="$peak" 'BEGIN { printf "%.0f %s\n", 1e6 * t / (n * s), p }'
+measure() {  # measure MODEL ATOMS RANKS OPTIONS LOG -> "us peak"
+  mpirun --oversubscribe -np "$3" "$build/bin/lmp" -in in.bench -log "$5" -screen none -nocite \
+    -var data "water$2.data" -var model "$1" -var steps "$steps" -var options "$4" || { tail -5 "$5" >&2; exit 1; }
+  keep_log "$5"
+  local peak
+  peak=$(grep 'peak RSS' "$5" | tail -1 | sed -nE 's/.*peak RSS ([0-9.]+) MiB max.*/\1/p')
+  echo "$(us_per_atom_step "$5") $peak"
 }
-echo "| atoms | ranks | dtype | model | us/atom-step | / se_e2_a | peak memory per rank (MiB) |"
-echo "|---|---|---|---|---|---|---|"
+table=cost
+row atoms ranks dtype model repeat us_per_atom_step peak_rss_mib
+for repeat in $(seq 1 "${REPEATS:-3}"); do
 for n in ${SIZES:-12288}; do
   for ranks in ${RANKS:-1 2}; do
     for d in ${DTYPES:-f64 f32}; do
-      read -r base peak < <(measure "se_e2_a-$d.pt" "$n" "$ranks" "")
-      echo "| $n | $ranks | $d | se_e2_a | $base | 1 | $peak |"
+      read -r base peak < <(measure "se_e2_a-$d.pt" "$n" "$ranks" "" "se_e2_a-$n-$ranks-$d-$repeat.log")
+      row "$n" "$ranks" "$d" se_e2_a "$repeat" "$base" "$peak"
       for c in ${CHUNKS:-default}; do
         options=$([[ $c == default ]] && true || echo "chunk $c")
-        read -r us peak < <(measure "painn-$d.pt" "$n" "$ranks" "$options")
-        ratio=$(awk -v a="$us" -v b="$base" 'BEGIN { printf "%.2f", a / b }')
-        echo "| $n | $ranks | $d | PaiNN F=$features L=3, chunk $c | $us | $ratio | $peak |"
+        read -r us peak < <(measure "painn-$d.pt" "$n" "$ranks" "$options" "painn-$n-$ranks-$d-$c-$repeat.log")
+        row "$n" "$ranks" "$d" "PaiNN F=$features L=3, chunk $c" "$repeat" "$us" "$peak"
+        echo "$n atoms, $ranks ranks, $d, chunk $c, repeat $repeat: se_e2_a $base, PaiNN $us us/atom-step" >&2
       done
     done
   done
 done
+done
+column -t -s $'\t' "$results/cost.tsv"

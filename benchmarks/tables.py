@@ -254,7 +254,29 @@ def exchange_cost(run):
     return f"Measured input (medians): {'; '.join(lines)} (path L atoms ranks µs/atom-step).\n\n" + text
 
 
+def mp_cost(run):
+    """PaiNN against se_e2_a: per (atoms, ranks, dtype) and model, medians and the ratio to se_e2_a"""
+    rows = read_tsv(run / "cost.tsv")
+    for r in rows:
+        r["case"] = f"{r['atoms']} atoms, {r['ranks']} rank{'s' if r['ranks'] != '1' else ''}, {r['dtype']}"
+    out = ["| case | model | us/atom-step | / se_e2_a | peak MiB per rank |", "|---|---|---|---|---|"]
+    keys, cells = [], {}
+    for r in rows:
+        k = (r["case"], r["model"])
+        if k not in keys:
+            keys.append(k)
+        cells.setdefault(k, []).append(r)
+    for case, model in keys:
+        us_text, us = summary([r["us_per_atom_step"] for r in cells[(case, model)]], 4)
+        base = summary([r["us_per_atom_step"] for r in cells.get((case, "se_e2_a"), [])])[1]
+        ratio = f"**{us / base:.2f}x**" if us and base else "-"
+        peak = summary([r["peak_rss_mib"] for r in cells[(case, model)]], 4)[0]
+        out.append(f"| {case} | {model} | {us_text} | {ratio} | {peak} |")
+    return "\n".join(out) + "\n"
+
+
 KINDS = {
+    ("bench_mp_cost", "md"): mp_cost,
     ("bench_exchange", "md"): exchange_md,
     ("bench_exchange", "cost"): exchange_cost,
     ("bench_mace", "train"): mace_train,
