@@ -42,7 +42,9 @@ class AseDatabases : public ::testing::Test {
     ASSERT_EQ(rc, 0) << command;
   }
   std::string path(const std::string& name) const { return (tmp.path / name).string(); }
-  testing::TempDir tmp{"mlip_test_io_ase_db"};
+  // A folder per test: ctest runs the tests of this file in parallel.
+  testing::TempDir tmp{std::string("mlip_test_io_ase_db_") +
+                       ::testing::UnitTest::GetInstance()->current_test_info()->name()};
 };
 
 void expect_same_frames(const std::vector<Structure>& want, const std::vector<Structure>& got) {
