@@ -17,6 +17,7 @@
 
 #include "mlip/error.h"
 #include "mlip/data/io.h"
+#include "support/error_of.h"
 #include "support/source_dir.h"
 
 namespace mlip {
@@ -34,19 +35,7 @@ using testing::source_dir;
 
 std::string data(const std::string& relative) { return source_dir() + "/data/" + relative; }
 
-// The message of the mlip::Error that `f` throws ("" and a test failure if it throws none).
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw a non-mlip exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected an mlip::Error";
-  return "";
-}
+using testing::error_of;
 
 void expect_contains(const std::string& message, std::initializer_list<std::string> parts) {
   for (const std::string& part : parts) {

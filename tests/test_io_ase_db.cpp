@@ -11,6 +11,7 @@
 
 #include "mlip/data/io.h"
 #include "mlip/error.h"
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 
 namespace mlip {
@@ -18,16 +19,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using testing::error_of;
+using testing::has;
 
 class AseDatabases : public ::testing::Test {
  protected:

@@ -13,6 +13,7 @@
 #include "mlip/data/io.h"
 #include "mlip/data/pack.h"
 #include "mlip/error.h"
+#include "support/error_of.h"
 #include "support/temp_dir.h"
 
 namespace mlip {
@@ -69,16 +70,8 @@ void expect_same(const Structure& a, const Structure& b) {
   EXPECT_EQ(a.weight, b.weight);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using testing::error_of;
+using testing::has;
 
 TEST(Pack, FramesComeBackBitForBitAcrossShardsAndAppends) {
   TempDir tmp("mlip_test_pack_roundtrip");
