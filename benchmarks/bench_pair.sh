@@ -28,6 +28,8 @@
 # PAINN (1: also the message-passing model, PaiNN with default hyperparameters - 64 features,
 # 2 layers, rc 5 A, "painn_water64" - at every size but 1m, default chunk; and PAINN_CHUNKS
 # ("16 64 128 256 all") scanned on the 1k box, 1 rank; "all": one model call per step).
+# MACE (0; 1: also two MACE models at every size but 1m, random weights, rc 5 A: mace-torch's defaults but 32
+# channels and max_L 1 in float64 - bench_mace.sh's model - and 128 channels, max_L 2 in float32).
 # COMPRESSED_SCAN (1: the chunk scan runs the compressed model; needs COMPRESSED=1).
 # COMPRESSED (1: also the compressed se_e2_a, `mlip-trainer compress`, tables down to 0.3 A, next
 # to each float64 run, and in float32 where FLOAT32 runs).
@@ -63,6 +65,7 @@ FLOAT32=${FLOAT32:-1}
 KOKKOS=${KOKKOS:-1}
 SNAP=${SNAP:-1}
 PAINN=${PAINN:-1}
+MACE=${MACE:-0}
 COMPRESSED=${COMPRESSED:-1}
 PAINN_CHUNKS=${PAINN_CHUNKS-"16 64 128 256 all"}
 REPEATS=${REPEATS:-1}
@@ -97,6 +100,10 @@ cd "$work"
 "$inputs" model se_e2_a_water64 water64.pt
 "$inputs" model se_e2_a_water32 water32.pt
 [[ $PAINN == 1 ]] && "$inputs" model painn_water64 painn64.pt
+if [[ $MACE == 1 ]]; then
+  "$inputs" model 'mace@5:{"num_channels":32,"max_L":1,"max_ell":3,"correlation":3}' mace32ch.pt
+  "$inputs" model 'mace@5:{"num_channels":128,"max_L":2,"max_ell":3,"correlation":3}/f32' mace128ch.pt
+fi
 if [[ $COMPRESSED == 1 ]]; then
   for p in 64 32; do
     "$build/bin/mlip-trainer" compress water$p.pt -o water${p}c.pt --min-distance 0.3 >&2
@@ -274,6 +281,12 @@ for size in $SIZES; do
     fi
     if [[ $PAINN == 1 && -n ${painn_steps[$size]:-} ]]; then
       run "mlip painn f64$on" "$np" in.mlip "data=water-$size.data" model=painn64.pt "options=$options" \
+        "steps=${painn_steps[$size]}"
+    fi
+    if [[ $MACE == 1 && -n ${painn_steps[$size]:-} ]]; then
+      run "mlip mace 32ch L1 f64$on" "$np" in.mlip "data=water-$size.data" model=mace32ch.pt "options=$options" \
+        "steps=${painn_steps[$size]}"
+      run "mlip mace 128ch L2 f32$on" "$np" in.mlip "data=water-$size.data" model=mace128ch.pt "options=$options" \
         "steps=${painn_steps[$size]}"
     fi
     if [[ $SNAP == 1 ]]; then

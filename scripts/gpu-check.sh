@@ -363,7 +363,25 @@ stage_train() {
       rc=1
     fi
   done
+  train_mace || rc=$?
   return $rc
+}
+
+# MACE (examples/configs/ethanol-mace.yaml: 32 channels, float32) on half of rMD17 ethanol, 2 epochs
+train_mace() {
+  local rate holdout=0.5
+  [[ $dry == 1 ]] && holdout=0.97
+  (($(left) < 15)) && { record "training MACE: not run (the budget is spent)"; return 1; }
+  rm -rf "$build/train-mace"
+  if run_logged train-mace 120 "$build/bin/mlip-trainer" train "$repo/examples/configs/ethanol-mace.yaml" --threads 4 \
+    --set training.device=$device --set training.epochs=2 --set data.validation_fraction=$holdout \
+    --set output.dir="$build/train-mace" --set data.cache_dir="$build/cache" --set output.log_every=0; then
+    rate=$(awk '/throughput/ {r = $2} END {print r}' "$logs/train-mace.log")
+    record "training MACE 32ch ethanol, batch 8, $device: ${rate:-?} frames/s (second epoch); $(grep -o 'val E .*| loss [^ ]*' "$logs/train-mace.log" | tail -1)"
+  else
+    record "training MACE: failed: $(grep -m1 -iE 'error' "$logs/train-mace.log" || tail -1 "$logs/train-mace.log")"
+    return 1
+  fi
 }
 
 # bench ROWS_NAME SECONDS VAR=VALUE...: benchmarks/bench_pair.sh on 1 rank, its rows into md.txt
@@ -391,9 +409,9 @@ stage_md() {
 }
 stage_md_more() {
   if [[ $dry == 1 ]]; then
-    bench md_more 240 SIZES=1k MD_STEPS="1k=2" SE_E2A=0 COMPRESSED=1 PAINN=1 PAINN_CHUNKS=
+    bench md_more 240 SIZES=1k MD_STEPS="1k=2" SE_E2A=0 COMPRESSED=1 PAINN=1 PAINN_CHUNKS= MACE=1
   else
-    bench md_more 240 SIZES=10k MD_STEPS="10k=20" SE_E2A=0 COMPRESSED=1 FLOAT32=1 PAINN=1 PAINN_CHUNKS= CUDA_GRAPH=1
+    bench md_more 240 SIZES=10k MD_STEPS="10k=20" SE_E2A=0 COMPRESSED=1 FLOAT32=1 PAINN=1 PAINN_CHUNKS= CUDA_GRAPH=1 MACE=1
   fi
 }
 stage_md_1m() {

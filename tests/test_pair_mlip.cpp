@@ -1134,6 +1134,16 @@ TEST_F(PairMLIPGpu, MessagePassingMatchesCpu) {
   expect_gpu_matches(water_setup(80, 53), model_path("painn"), "* * O H H");
 }
 
+// MACE's operators on the GPU (mlip::equivariant_message, mlip::symmetric_contraction and their
+// backwards: ATen formulations), in one call, in chunks, with 3 interactions, and in float32 (relative
+// to the largest entry: float32 sums in another order); on 2 ranks through the ghost exchange.
+TEST_F(PairMLIPGpu, MaceMatchesCpu) {
+  expect_gpu_matches(water_setup(80, 56), model_path("mace"), "* * O H H");
+  expect_gpu_matches(water_setup(80, 56), model_path("mace") + " chunk 7", "* * O H H");
+  expect_gpu_matches(water_setup(80, 57), model_path("mace3"), "* * O H H");
+  expect_gpu_matches(water_setup(80, 56), model_path("mace32"), "* * O H H", 0, 1e-4);
+}
+
 TEST_F(PairMLIPGpu, EmptySubdomainsMatchCpu) {
   expect_gpu_matches(water_setup(40, 54, 0.3), model_path("se_e2_a"), "* * O H H");
   expect_gpu_matches(water_setup(40, 55, 0.3), model_path("painn"), "* * O H H");
