@@ -16,7 +16,8 @@
 #   zlib-src.tar.gz        zlib sources (Debian source package), likewise
 #   googletest-src.tar.gz  googletest sources (Debian's /usr/src/googletest), likewise
 #   headers/               header-only libraries with their CMake package files, unpacked from
-#                          Debian packages (CLI11, nlohmann-json, fmt), and NCCL's nccl.h
+#                          Debian packages (CLI11, nlohmann-json, fmt), the data readers' C
+#                          libraries (xxhash, LMDB, SQLite: headers and .so), and NCCL's nccl.h
 #   lammps-src.tar.xz      the LAMMPS source mlip builds against (third_party/lammps-source),
 #                          trimmed to what the build uses: cmake/, src/ (core with its bundled
 #                          fmt and JSON headers, MOLECULE, ML-SNAP, PLUGIN, KOKKOS, STUBS)
@@ -60,6 +61,8 @@ tar -C /usr/src -czf "$out/googletest-src.tar.gz" googletest
 
 say "header-only libraries (Debian packages): CLI11, nlohmann-json, fmt"
 (cd "$work" && apt-get download -q libcli11-dev nlohmann-json3-dev libfmt-dev "$(dpkg-query -W -f='${Depends}' libfmt-dev | grep -o 'libfmt[0-9]*')" >/dev/null)
+say "C libraries of the data readers (Debian packages, headers and shared libraries): xxhash, LMDB, SQLite"
+(cd "$work" && apt-get download -q libxxhash-dev libxxhash0 liblmdb-dev liblmdb0 libsqlite3-dev libsqlite3-0 >/dev/null)
 for deb in "$work"/*.deb; do dpkg -x "$deb" "$out/headers"; done
 rm -rf "$out/headers/usr/share/doc" "$out/headers/usr/lib/x86_64-linux-gnu/pkgconfig"
 nccl_h=""
@@ -97,6 +100,8 @@ if [[ ${MLIP_GPU_BUNDLE_PREBUILT:-1} == 1 ]]; then
     cp -L "$build/bin/$b" "$stage/bin/"
   done
   cp -L "$build"/lib/*.so "$stage/lib/"
+  # the C libraries the data readers link (xxhash, LMDB, SQLite): Debian's, needing only glibc
+  for l in libxxhash.so.0 liblmdb.so.0 libsqlite3.so.0; do cp -L "$(ldconfig -p | awk -v l=$l '$1 == l {print $NF; exit}')" "$stage/lib/"; done
   cp -a "$build"/lammps/liblammps.so* "$stage/lammps/"
   cp -a "$build"/deps/yaml-cpp/lib*/libyaml-cpp.so* "$stage/deps/yaml-cpp/lib/"
   cp -a "$build"/deps/zlib/lib/libz.so* "$stage/deps/zlib/lib/"

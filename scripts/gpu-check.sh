@@ -79,7 +79,7 @@ pack_logs() { tar -C "$logs" -czf "$out/logs.tar.gz.tmp" . 2>/dev/null && mv "$o
 ompi=$deps/openmpi
 torch_lib=$(timeout 120 "$py" -c 'import glob, os, torch; d = os.path.dirname(torch.__file__)
 print(":".join([os.path.join(d, "lib")] + sorted(glob.glob(os.path.join(os.path.dirname(d), "nvidia", "*", "lib")))))' 2>/dev/null || true)
-export LD_LIBRARY_PATH=$build/lib:$build/lammps:$deps/yaml-cpp/lib:$deps/zlib/lib:$torch_lib:${LD_LIBRARY_PATH:-}
+export LD_LIBRARY_PATH=$build/lib:$build/lammps:$deps/yaml-cpp/lib:$deps/zlib/lib:$deps/headers/usr/lib/x86_64-linux-gnu:$torch_lib:${LD_LIBRARY_PATH:-}
 # The bundle's OpenMPI, once unpacked (an OPAL_PREFIX naming no OpenMPI breaks the machine's own).
 use_bundle_mpi() {
   if [[ -x $ompi/bin/mpirun && ${OPAL_PREFIX:-} != "$ompi" ]]; then
