@@ -126,11 +126,15 @@ def threads(run):
 
 def gpu_md(run):
     """the MD rows of the GPU check (bench_pair.sh's markdown rows; one run each)"""
-    rows = []
+    rows, chunk = [], ""
     for line in (run / "md.txt").read_text().splitlines():
+        if line.startswith("# "):  # a stage's header: its settings, CHUNK=N among them
+            m = re.search(r"\bCHUNK=(\d+)", line)
+            chunk = f", chunk {m[1]}" if m else ""
+            continue
         f = [x.strip() for x in line.strip("|").split("|")]
         if line.startswith("|") and len(f) >= 11:
-            rows.append({"run": f[0], "atoms": f[1], "us": f[4], "gpu": f[10]})
+            rows.append({"run": f[0] + chunk, "atoms": f[1], "us": f[4], "gpu": f[10]})
     out = ["| run | atoms | us/atom-step | peak GPU MiB |", "|---|---|---|---|"]
     out += [f"| {r['run']} | {r['atoms']} | {r['us']} | {r['gpu']} |" for r in rows]
     return "\n".join(out) + "\n"
