@@ -167,9 +167,28 @@ TEST(Statistics, EnergyShiftFitRecoversPerSpeciesEnergies) {
     f.structure.energy = nh * eh + no * eo;
     frames.push_back(f);
   }
-  const auto shift = fit_energy_shift(frames, SpeciesMap({"H", "O"}), 2);
+  PackStats stats;
+  for (const Frame& f : frames) stats.add(f.structure);
+  const auto shift = fit_energy_shift(stats, SpeciesMap({"H", "O"}), 2);
   EXPECT_NEAR(shift[0], eh, 1e-9);
   EXPECT_NEAR(shift[1], eo, 1e-9);
+}
+
+// Water-like data: every frame has twice as many H as O, so only 2 E_H + E_O is determined; the
+// normal equations' minimum-norm solution is (2, 1) e / 5, not an arbitrary split or a blow-up.
+TEST(Statistics, EnergyShiftOfCollinearCountsIsTheMinimumNorm) {
+  PackStats stats;
+  const double per_molecule = -466.9;
+  for (int k = 1; k <= 5; ++k) {
+    Structure s;
+    for (int i = 0; i < k; ++i) s.numbers.insert(s.numbers.end(), {8, 1, 1});
+    for (int i = 0; i < 3 * k; ++i) s.positions.push_back(Vec3{1.5 * i, 0.0, 0.0});
+    s.energy = k * per_molecule + 1e-3 * (k % 2);   // a little noise
+    stats.add(s);
+  }
+  const auto shift = fit_energy_shift(stats, SpeciesMap({"H", "O"}), 2);
+  EXPECT_NEAR(2 * shift[0] + shift[1], per_molecule, 1e-3);
+  EXPECT_NEAR(shift[0] / shift[1], 2.0, 1e-9);
 }
 
 TEST(Schedule, ExponentialCosineWarmupAndPrefactors) {

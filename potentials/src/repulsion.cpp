@@ -23,6 +23,7 @@
 
 #include "builder.h"
 #include "mlip/data/elements.h"
+#include "mlip/error.h"
 
 namespace mlip {
 
@@ -94,6 +95,13 @@ void fit_repulsion(BuiltModel& model, const std::vector<const Frame*>& frames) {
       rmin[b * ns + a] = std::min(rmin[b * ns + a], len);
     }
   }
+  fit_repulsion(model, rmin);
+}
+
+void fit_repulsion(BuiltModel& model, const std::vector<double>& rmin) {
+  if (!model.module.hasattr("rep_inner")) return;
+  const std::size_t ns = model.metadata.species.size();
+  if (rmin.size() != ns * ns) throw Error("fit_repulsion: " + std::to_string(rmin.size()) + " shortest distances for " + std::to_string(ns) + " species");
   torch::NoGradGuard no_grad;  // setting a buffer
   torch::Tensor inner = model.module.attr("rep_inner").toTensor();
   nlohmann::json fitted = nlohmann::json::object();

@@ -16,6 +16,7 @@ Exit 77 (ctest's skip code) when mace-torch is not installed in this Python.
 """
 import glob
 import os
+import shutil
 import subprocess
 import sys
 
@@ -154,7 +155,8 @@ def main():
     for max_L, corr, layers in SHAPES:
         tag = f"L{max_L}-c{corr}-t{layers}"
         here = os.path.join(work, tag)
-        os.makedirs(here, exist_ok=True)
+        shutil.rmtree(here, ignore_errors=True)   # a run folder of an earlier ctest run is not resumed
+        os.makedirs(here)
         src, start = os.path.join(here, "mace.model"), os.path.join(here, "start.pt")
         model = make_model(max_L, corr, layers)
         torch.save(model, src)

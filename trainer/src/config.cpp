@@ -317,6 +317,8 @@ static void read_data(Section& top, const YAML::Node& root, const std::string& p
   c.validation_fraction = data.get<double>("validation_fraction", c.validation_fraction);
   c.split_seed = data.get<uint64_t>("split_seed", c.split_seed);
   c.cache_dir = data.get<std::string>("cache_dir", c.cache_dir);
+  c.prefetch = data.get<int64_t>("prefetch", c.prefetch);
+  if (c.prefetch < 0) data.fail(data.node()["prefetch"], "data.prefetch must be >= 0 (batches built ahead; 0: none)");
   Section batch = data.section("batch");
   c.batch_frames = batch.get<int64_t>("frames", c.batch_frames);
   c.batch_atoms = batch.get<int64_t>("atoms", c.batch_atoms);
@@ -425,6 +427,9 @@ static void read_communication_and_output(Section& top, Config& c) {
   c.output_dir = output.get<std::string>("dir", c.output_dir);
   c.keep_checkpoints = output.get<int64_t>("keep_checkpoints", c.keep_checkpoints);
   c.log_every = output.get<int64_t>("log_every", c.log_every);
+  c.checkpoint_every_steps = output.get<int64_t>("checkpoint_every_steps", c.checkpoint_every_steps);
+  if (c.checkpoint_every_steps < 0)
+    output.fail(output.node()["checkpoint_every_steps"], "output.checkpoint_every_steps must be >= 0 (0: at epoch ends only)");
   if (c.keep_checkpoints < 1) output.fail(output.node()["keep_checkpoints"], "output.keep_checkpoints must be >= 1");
   if (c.log_every < 0) output.fail(output.node()["log_every"], "output.log_every must be >= 0");
   output.finish();

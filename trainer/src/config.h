@@ -49,6 +49,7 @@ struct Config {
   int64_t batch_frames = 1;             // global batch in frames...
   int64_t batch_atoms = 0;              // ...or, if > 0, an atom budget per global batch
   int64_t accumulate = 1;               // micro-batches per optimiser step
+  int64_t prefetch = 4;                 // batches built ahead in a background thread (0: none)
 
   // training
   int64_t epochs = 100;
@@ -83,6 +84,7 @@ struct Config {
   // output
   std::string output_dir = "run";
   int64_t keep_checkpoints = 3;
+  int64_t checkpoint_every_steps = 0;   // also a checkpoint every N steps inside epochs (0: epoch ends only)
   int64_t log_every = 10;               // steps between progress lines
 };
 

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <tuple>
 
@@ -13,77 +15,91 @@ namespace {
 
 // A label the loss weights (its prefactor's start or limit > 0) but some frames of a source lack:
 // one warning line per source and label, with the count.
-void warn_missing_labels(const std::string& source, const std::vector<Frame>& frames, const Config& c,
+void warn_missing_labels(const std::string& source, const FrameSource& frames, const Config& c,
                          const std::function<void(const std::string&)>& log) {
-  std::size_t no_energy = 0, no_forces = 0, no_virial = 0;
-  for (const Frame& f : frames) {
-    no_energy += f.structure.energy ? 0 : 1;
-    no_forces += f.structure.has_forces() ? 0 : 1;
-    no_virial += f.structure.virial ? 0 : 1;
-  }
+  const PackStats& st = frames.stats();
+  const std::size_t n = frames.size();
   auto weighted = [](const PrefactorConfig& p) { return p.start > 0 || p.limit > 0; };
-  for (auto [label, missing, used] : {std::tuple{"energies", no_energy, weighted(c.energy)},
-                                      {"forces", no_forces, weighted(c.forces)},
-                                      {"virials", no_virial, weighted(c.virial)}}) {
-    if (used && missing > 0) {
+  for (auto [label, labelled, used] : {std::tuple{"energies", st.energy_frames, weighted(c.energy)},
+                                       {"forces", st.force_frames, weighted(c.forces)},
+                                       {"virials", st.virial_frames, weighted(c.virial)}}) {
+    if (used && labelled < n) {
       log(fmt::format("WARNING: {}: {} of {} frames have no {}, which the loss weights (training.loss): those "
                       "frames add nothing to that term",
-                      source, missing, frames.size(), label));
+                      source, n - labelled, n, label));
     }
   }
 }
 
-std::vector<Frame> load_sources(const std::vector<DataSource>& sources, const Config& c,
-                                const std::function<void(const std::string&)>& log) {
-  std::vector<Frame> all;
-  for (const auto& src : sources) {
-    DatasetOptions opts;
-    opts.format = src.format;
-    opts.read.units = src.units;
-    opts.cutoff = c.model.cutoff;
-    opts.cache_dir = c.cache_dir;
-    std::string note;
-    std::vector<Frame> frames = load_frames(src.path, opts, &note);
-    log(note);
-    warn_missing_labels(src.path, frames, c, log);
-    for (Frame& f : frames) {
-      f.structure.weight *= src.weight;
-      all.push_back(std::move(f));
-    }
+std::shared_ptr<FrameSource> load_source(const DataSource& src, const Config& c,
+                                         const std::function<void(const std::string&)>& log) {
+  if (src.format == "pack" || (src.format == "auto" && is_pack(src.path))) {
+    const Units& u = src.units;
+    if (u.length != "angstrom" || u.energy != "eV" || !u.stress.empty())
+      throw Error(src.path + ": a pack holds frames in eV and angstrom already: give it no units");
+    auto pack = pack_source(src.path, src.weight, c.model.cutoff);
+    const SpeciesMap species(c.model.species);   // the manifest's elements against the model's, named
+    for (std::size_t z = 1; z < pack->stats().atoms_by_z.size(); ++z)
+      if (pack->stats().atoms_by_z[z] > 0) species.index(static_cast<int>(z), "pack " + src.path);
+    log(fmt::format("data: {}: a pack of {} frames, streamed (each batch read when it is needed)", src.path, pack->size()));
+    return pack;
   }
-  return all;
+  DatasetOptions opts;
+  opts.format = src.format;
+  opts.read.units = src.units;
+  opts.cutoff = c.model.cutoff;
+  opts.cache_dir = c.cache_dir;
+  std::string note;
+  std::vector<Frame> frames = load_frames(src.path, opts, &note);
+  log(note);
+  for (Frame& f : frames) f.structure.weight *= src.weight;
+  return memory_source(std::move(frames));
+}
+
+std::shared_ptr<FrameSource> load_sources(const std::vector<DataSource>& sources, const Config& c,
+                                          const std::function<void(const std::string&)>& log) {
+  std::vector<std::shared_ptr<FrameSource>> parts;
+  for (const auto& src : sources) {
+    parts.push_back(load_source(src, c, log));
+    warn_missing_labels(src.path, *parts.back(), c, log);
+  }
+  return concat_sources(std::move(parts));
 }
 
 }  // namespace
 
 DataSplit load_data(const Config& c, const std::function<void(const std::string&)>& log) {
   DataSplit split;
-  split.train = load_sources(c.train, c, log);
+  std::shared_ptr<FrameSource> all = load_sources(c.train, c, log);
   if (!c.validation.empty()) {
+    split.train = all;
     split.validation = load_sources(c.validation, c, log);
   } else {
-    std::vector<std::size_t> order(split.train.size());
+    std::vector<std::size_t> order(all->size());
     std::iota(order.begin(), order.end(), 0);
     std::mt19937_64 rng(c.split_seed);
     std::shuffle(order.begin(), order.end(), rng);
-    const auto n_val = static_cast<std::size_t>(std::llround(c.validation_fraction * split.train.size()));
-    if (n_val == 0 || n_val >= split.train.size()) {
+    const auto n_val = static_cast<std::size_t>(std::llround(c.validation_fraction * all->size()));
+    if (n_val == 0 || n_val >= all->size()) {
       throw Error(c.file + ": data.validation_fraction " + std::to_string(c.validation_fraction) + " of " +
-                  std::to_string(split.train.size()) + " frames leaves no training or no validation frame");
+                  std::to_string(all->size()) + " frames leaves no training or no validation frame");
     }
-    std::vector<bool> is_val(split.train.size(), false);
+    std::vector<bool> is_val(all->size(), false);
     for (std::size_t k = 0; k < n_val; ++k) is_val[order[k]] = true;
-    std::vector<Frame> train;
-    for (std::size_t i = 0; i < split.train.size(); ++i) {
-      (is_val[i] ? split.validation : train).push_back(std::move(split.train[i]));
+    std::vector<int64_t> train, validation;
+    for (std::size_t i = 0; i < all->size(); ++i) (is_val[i] ? validation : train).push_back(static_cast<int64_t>(i));
+    if (all->streamed()) {
+      log("data: statistics (energy shift, force scale, shortest distances) from every frame of the packs, the "
+          "validation frames split off them included");
     }
-    split.train = std::move(train);
+    split.train = subset_source(all, std::move(train));
+    split.validation = subset_source(all, std::move(validation));
   }
-  if (split.train.empty()) throw Error(c.file + ": no training frames");
+  if (split.train->size() == 0) throw Error(c.file + ": no training frames");
   return split;
 }
 
-Sampler::Sampler(const std::vector<Frame>& frames, int64_t batch_frames, int64_t batch_atoms, uint64_t seed)
+Sampler::Sampler(const FrameSource& frames, int64_t batch_frames, int64_t batch_atoms, uint64_t seed)
     : frames_(frames), batch_frames_(batch_frames), batch_atoms_(batch_atoms), seed_(seed) {}
 
 std::vector<std::vector<int64_t>> Sampler::epoch_batches(int64_t epoch) const {
@@ -95,7 +111,7 @@ std::vector<std::vector<int64_t>> Sampler::epoch_batches(int64_t epoch) const {
   std::vector<int64_t> current;
   int64_t atoms = 0;
   for (int64_t k : order) {
-    const auto n = static_cast<int64_t>(frames_[k].structure.size());
+    const int64_t n = batch_atoms_ > 0 ? frames_.atoms(static_cast<std::size_t>(k)) : 0;
     const bool full = batch_atoms_ > 0 ? (!current.empty() && atoms + n > batch_atoms_)
                                        : static_cast<int64_t>(current.size()) == batch_frames_;
     if (full) {
@@ -118,36 +134,40 @@ std::vector<int64_t> rank_share(const std::vector<int64_t>& global_batch, int ra
   return mine;
 }
 
-std::vector<double> fit_energy_shift(const std::vector<Frame>& frames, const SpeciesMap& species, std::size_t ns,
-                                     const std::vector<double>* predicted) {
-  std::vector<double> counts, energies;
-  for (std::size_t k = 0; k < frames.size(); ++k) {
-    const Frame& f = frames[k];
-    if (!f.structure.energy) continue;
-    std::vector<double> row(ns, 0.0);
-    for (int z : f.structure.numbers) row[species.index(z, f.structure.origin)] += 1.0;
-    counts.insert(counts.end(), row.begin(), row.end());
-    energies.push_back(*f.structure.energy - (predicted ? (*predicted)[k] : 0.0));
+std::vector<double> fit_energy_shift(const PackStats& st, const SpeciesMap& species, std::size_t ns) {
+  if (st.energy_frames == 0 || st.e0_numbers.empty()) return std::vector<double>(ns, 0.0);
+  auto a = torch::zeros({static_cast<int64_t>(ns), static_cast<int64_t>(ns)}, torch::kFloat64);
+  auto b = torch::zeros({static_cast<int64_t>(ns), 1}, torch::kFloat64);
+  auto A = a.accessor<double, 2>();
+  auto B = b.accessor<double, 2>();
+  const std::size_t n = st.e0_numbers.size();
+  std::vector<int64_t> row(n);
+  for (std::size_t i = 0; i < n; ++i) row[i] = species.index(st.e0_numbers[i], "the training data");
+  for (std::size_t i = 0; i < n; ++i) {
+    B[row[i]][0] += st.counts_energy[i];
+    for (std::size_t j = 0; j < n; ++j) A[row[i]][row[j]] += st.counts_counts[i][j];
   }
-  if (energies.empty()) return std::vector<double>(ns, 0.0);
-  const auto m = static_cast<int64_t>(energies.size());
-  const auto a = torch::from_blob(counts.data(), {m, static_cast<int64_t>(ns)}, torch::kFloat64).clone();
-  const auto b = torch::from_blob(energies.data(), {m, 1}, torch::kFloat64).clone();
-  // gelsd: SVD-based, gives the minimum-norm solution when the counts are collinear.
-  const auto x = std::get<0>(torch::linalg_lstsq(a, b, c10::nullopt, std::string("gelsd")));
+  // gelsd (SVD) on the normal equations: the minimum-norm solution where the counts are collinear.
+  // Their entries are sums of integer products, exact in float64, so the null space is exact too.
+  const auto x = std::get<0>(torch::linalg_lstsq(a, b, 1e-10, std::string("gelsd")));
   std::vector<double> shift(ns);
-  for (std::size_t s = 0; s < ns; ++s) shift[s] = x[s][0].item<double>();
+  for (std::size_t s = 0; s < ns; ++s) shift[s] = x[static_cast<int64_t>(s)][0].item<double>();
   return shift;
 }
 
-double force_rms(const std::vector<Frame>& frames) {
-  double sum = 0, n = 0;
-  for (const Frame& f : frames)
-    for (const auto& v : f.structure.forces) {
-      sum += v[0] * v[0] + v[1] * v[1] + v[2] * v[2];
-      n += 3;
-    }
-  return n > 0 ? std::sqrt(sum / n) : 0.0;
+double force_rms(const PackStats& st) {
+  return st.force_components > 0 ? std::sqrt(st.force_squares / static_cast<double>(st.force_components)) : 0.0;
+}
+
+std::vector<double> shortest_by_species(const PackStats& st, const SpeciesMap& species, std::size_t ns, double cutoff) {
+  std::vector<double> rmin(ns * ns, std::numeric_limits<double>::infinity());
+  for (const auto& [zz, r] : st.shortest) {
+    if (!(r < cutoff)) continue;
+    const auto a = static_cast<std::size_t>(species.index(zz.first, "the training data"));
+    const auto b = static_cast<std::size_t>(species.index(zz.second, "the training data"));
+    rmin[a * ns + b] = rmin[b * ns + a] = r;
+  }
+  return rmin;
 }
 
 }  // namespace mlip::trainer

@@ -90,16 +90,26 @@ void Trainer::init_from_source() {
 // the new training data (per species: shift += the residual's fit), so that a new DFT reference
 // or a new species does not first have to be learnt through the nets.
 void Trainer::refit_energy_shift() {
-  std::vector<double> predicted(data_.train.size(), 0.0);
+  // One pass over the training frames (streamed from a pack as they are read): the E0 sums of
+  // the residuals E - E_model, in frame order.
+  const FrameSource& train = *data_.train;
+  PackStats residuals;
   constexpr std::size_t batch = 16;
-  for (std::size_t first = 0; first < data_.train.size(); first += batch) {
+  std::vector<Frame> storage;
+  for (std::size_t first = 0; first < train.size(); first += batch) {
     std::vector<int64_t> idx;
-    for (std::size_t k = first; k < std::min(first + batch, data_.train.size()); ++k) idx.push_back(static_cast<int64_t>(k));
-    const BatchTensors t = to_tensors(make_batch(pointers(data_.train, idx), *species_), dtype_);
+    for (std::size_t k = first; k < std::min(first + batch, train.size()); ++k) idx.push_back(static_cast<int64_t>(k));
+    const std::vector<const Frame*> frames = train.frames(idx, storage);
+    const BatchTensors t = to_tensors(make_batch(frames, *species_), dtype_);
     const torch::Tensor e = predict(model_.module, t, false).energy.detach().to(torch::kFloat64).contiguous();
-    for (std::size_t k = 0; k < idx.size(); ++k) predicted[first + k] = e[static_cast<int64_t>(k)].item<double>();
+    for (std::size_t k = 0; k < frames.size(); ++k) {
+      const Structure& s = frames[k]->structure;
+      if (!s.energy) continue;
+      ++residuals.energy_frames;
+      residuals.add_energy(s, *s.energy - e[static_cast<int64_t>(k)].item<double>());
+    }
   }
-  const std::vector<double> delta = fit_energy_shift(data_.train, *species_, config_.model.species.size(), &predicted);
+  const std::vector<double> delta = fit_energy_shift(residuals, *species_, config_.model.species.size());
   torch::NoGradGuard no_grad;
   torch::Tensor shift = model_.module.attr("energy_shift").toTensor();
   std::string text;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include "mlip/model/device.h"
 #include "mlip/error.h"
 #include "mlip/data/io.h"
+#include "prefetch.h"
 #include "training.h"
 
 #include <ATen/Context.h>
@@ -37,11 +39,10 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-std::vector<const Frame*> pointers(const std::vector<Frame>& frames, const std::vector<int64_t>& idx) {
-  std::vector<const Frame*> out;
-  out.reserve(idx.size());
-  for (int64_t k : idx) out.push_back(&frames[k]);
-  return out;
+BatchTensors host_batch(const FrameSource& frames, const std::vector<int64_t>& idx, const SpeciesMap& species,
+                        torch::Dtype dtype) {
+  std::vector<Frame> storage;
+  return to_tensors(make_batch(frames.frames(idx, storage), species), dtype);
 }
 
 Trainer::Trainer(Config config, std::string config_text, Communicator& comm)
@@ -92,15 +93,22 @@ void Trainer::setup_device() {
                                     : ""));
 }
 
-BatchTensors Trainer::batch(const std::vector<Frame>& frames, const std::vector<BatchTensors>& resident,
-                            const std::vector<int64_t>& idx) const {
+std::unique_ptr<BatchPrefetcher> Trainer::batches_of(const FrameSource& frames, const std::vector<BatchTensors>& resident,
+                                                  std::vector<std::vector<int64_t>> idx) const {
   if (!resident.empty()) {
-    std::vector<const BatchTensors*> parts;
-    parts.reserve(idx.size());
-    for (int64_t k : idx) parts.push_back(&resident[k]);
-    return concat(parts);
+    // On the device already: put together there, on the training thread.
+    return std::make_unique<BatchPrefetcher>(std::move(idx), [&resident](const std::vector<int64_t>& part) {
+      std::vector<const BatchTensors*> parts;
+      parts.reserve(part.size());
+      for (int64_t k : part) parts.push_back(&resident[static_cast<std::size_t>(k)]);
+      return concat(parts);
+    }, 0);
   }
-  return to_device(to_tensors(make_batch(pointers(frames, idx), *species_), dtype_), device_);
+  const SpeciesMap* species = species_.get();
+  const torch::Dtype dtype = dtype_;
+  return std::make_unique<BatchPrefetcher>(std::move(idx), [&frames, species, dtype](const std::vector<int64_t>& part) {
+    return host_batch(frames, part, *species, dtype);
+  }, static_cast<std::size_t>(config_.prefetch));
 }
 
 void Trainer::log(const std::string& line) const {
@@ -114,27 +122,27 @@ std::string Trainer::checkpoint_dir() const { return (fs::path(config_.output_di
 
 void Trainer::setup_model_and_statistics() {
   data_ = load_data(config_, [this](const std::string& s) { log(s); });
-  log(fmt::format("data: {} training and {} validation frames", data_.train.size(), data_.validation.size()));
+  log(fmt::format("data: {} training and {} validation frames", data_.train->size(), data_.validation->size()));
   species_ = std::make_unique<SpeciesMap>(config_.model.species);
   warn_about_data();
 
   model_ = build_model(config_.model);
+  // Statistics of the training frames (identical on every rank: all ranks hold the split), from
+  // the sums of FrameSource::stats: the same for frames in memory and streamed from a pack.
+  const PackStats& stats = data_.train->stats();
+  const std::size_t ns = config_.model.species.size();
+  const std::vector<double> shortest = shortest_by_species(stats, *species_, ns, config_.model.cutoff);
   // How close atoms come in the training data: compressed models tabulate down to 0.75 x this.
-  double shortest = std::numeric_limits<double>::infinity();
-  for (const Frame& f : data_.train)
-    for (std::size_t e = 0; e < f.num_edges(); ++e) shortest = std::min(shortest, norm(f.edge_vector(e)));
-  if (std::isfinite(shortest)) model_.metadata.provenance["shortest_training_distance"] = shortest;
-
-  // Statistics from the training frames (identical on every rank: all ranks hold the split).
-  const std::vector<double> shift = fit_energy_shift(data_.train, *species_, config_.model.species.size());
-  const double scale = force_rms(data_.train);
-  std::vector<const Frame*> sample;
-  for (std::size_t k = 0; k < data_.train.size() && k < 200; ++k) sample.push_back(&data_.train[k]);
-  fit_descriptor_statistics(model_, sample);
+  const double closest = *std::min_element(shortest.begin(), shortest.end());
+  if (std::isfinite(closest)) model_.metadata.provenance["shortest_training_distance"] = closest;
+  const std::vector<double> shift = fit_energy_shift(stats, *species_, ns);
+  const double scale = force_rms(stats);
+  std::vector<int64_t> first(std::min<std::size_t>(data_.train->size(), 200));
+  std::iota(first.begin(), first.end(), 0);
+  std::vector<Frame> storage;
+  fit_descriptor_statistics(model_, data_.train->frames(first, storage));
   if (config_.model.repulsion != "none") {
-    std::vector<const Frame*> all;
-    for (const auto& f : data_.train) all.push_back(&f);
-    fit_repulsion(model_, all);
+    fit_repulsion(model_, shortest);
     std::string radii;
     for (const auto& [pair, r] : model_.metadata.hyperparameters["repulsion"]["inner"].items())
       radii += fmt::format(" {}={:.3f}", pair, r.get<double>());
@@ -153,10 +161,11 @@ void Trainer::setup_model_and_statistics() {
   model_.module.to(device_);
   if (data_on_device_) {
     // One frame per entry, on the device for good: batches are put together there (concat).
-    for (auto [frames, cache] : {std::pair{&data_.train, &resident_train_}, {&data_.validation, &resident_validation_}}) {
+    for (auto [frames, cache] : {std::pair{data_.train.get(), &resident_train_}, {data_.validation.get(), &resident_validation_}}) {
       cache->clear();
       cache->reserve(frames->size());
-      for (const Frame& f : *frames) cache->push_back(to_device(to_tensors(make_batch({&f}, *species_), dtype_), device_));
+      for (std::size_t k = 0; k < frames->size(); ++k)
+        cache->push_back(to_device(host_batch(*frames, {static_cast<int64_t>(k)}, *species_, dtype_), device_));
     }
   }
   params_ = trainable_parameters(model_.module);
@@ -170,7 +179,7 @@ void Trainer::setup_model_and_statistics() {
     optimizer_ = std::make_unique<torch::optim::Adam>(
         params_, torch::optim::AdamOptions(config_.lr).weight_decay(config_.weight_decay).amsgrad(config_.amsgrad));
   }
-  sampler_ = std::make_unique<Sampler>(data_.train, config_.batch_frames, config_.batch_atoms, config_.seed);
+  sampler_ = std::make_unique<Sampler>(*data_.train, config_.batch_frames, config_.batch_atoms, config_.seed);
   const int64_t steps_per_epoch = (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate;
   schedule_ = std::make_unique<Schedule>(config_, steps_per_epoch * config_.epochs);
 }
@@ -178,21 +187,35 @@ void Trainer::setup_model_and_statistics() {
 // Data that cannot teach the model what the config asks: frames without a single pair within the
 // cutoff (an error when no training frame has one), and model species no training frame has.
 void Trainer::warn_about_data() const {
-  std::size_t isolated = 0;
+  const FrameSource& train = *data_.train;
+  std::size_t isolated = 0;   // frames without a pair within the cutoff
   std::vector<bool> present(config_.model.species.size(), false);
-  for (const Frame& f : data_.train) {
-    isolated += f.num_edges() == 0 ? 1 : 0;
-    for (int z : f.structure.numbers) present[static_cast<std::size_t>(species_->index(z, f.structure.origin))] = true;
+  if (train.streamed()) {
+    // No pass over the frames: elements from the statistics, and "every frame isolated" from the
+    // shortest distances (a frame of a streamed set without a pair is not found at start).
+    const PackStats& st = train.stats();
+    for (int z = 1; z < static_cast<int>(st.atoms_by_z.size()); ++z)
+      if (st.atoms_by_z[static_cast<std::size_t>(z)] > 0) present[static_cast<std::size_t>(species_->index(z, "the training data"))] = true;
+    const std::vector<double> r = shortest_by_species(st, *species_, present.size(), config_.model.cutoff);
+    if (st.has_shortest && std::none_of(r.begin(), r.end(), [](double x) { return std::isfinite(x); })) isolated = train.size();
+  } else {
+    std::vector<int64_t> all(train.size());
+    std::iota(all.begin(), all.end(), 0);
+    std::vector<Frame> storage;
+    for (const Frame* f : train.frames(all, storage)) {
+      isolated += f->num_edges() == 0 ? 1 : 0;
+      for (int z : f->structure.numbers) present[static_cast<std::size_t>(species_->index(z, f->structure.origin))] = true;
+    }
   }
-  if (isolated == data_.train.size()) {
+  if (isolated == train.size()) {
     throw Error(fmt::format("{}: model.cutoff {} A: no atom of the {} training frames has a neighbour within it, so "
                             "the model could learn nothing but an energy per species: give a larger cutoff",
-                            config_.file, config_.model.cutoff, data_.train.size()));
+                            config_.file, config_.model.cutoff, train.size()));
   }
   if (isolated > 0) {
     log(fmt::format("WARNING: {} of {} training frames have no pair of atoms within model.cutoff = {} A: the model "
                     "learns nothing from their geometry",
-                    isolated, data_.train.size(), config_.model.cutoff));
+                    isolated, train.size(), config_.model.cutoff));
   }
   for (std::size_t k = 0; k < present.size(); ++k) {
     if (!present[k]) {
@@ -242,26 +265,37 @@ void Trainer::step_optimizer() {
 
 MetricSums Trainer::train_epoch() {
   const auto batches = sampler_->epoch_batches(state_.epoch);
+  const int64_t n_steps = (static_cast<int64_t>(batches.size()) + config_.accumulate - 1) / config_.accumulate;
+  // A run resumed from a checkpoint inside this epoch goes on from its step, with the sums so far.
+  const int64_t first_step = state_.epoch_step;
   MetricSums sums;
+  if (!state_.epoch_sums.empty() && comm_.is_root()) sums.unpack(state_.epoch_sums);
+  state_.epoch_sums.clear();
+  // This rank's share of every global batch from there on, built ahead by the prefetcher.
+  std::vector<std::vector<int64_t>> mine;
+  for (int64_t k = first_step * config_.accumulate; k < static_cast<int64_t>(batches.size()); ++k) {
+    auto share = rank_share(batches[k], comm_.rank(), comm_.size());
+    if (!share.empty()) mine.push_back(std::move(share));
+  }
+  const auto prefetch = batches_of(*data_.train, resident_train_, std::move(mine));
   times_ = StepTimes{};
   const auto t_epoch = std::chrono::steady_clock::now();
-  const int64_t n_steps = (static_cast<int64_t>(batches.size()) + config_.accumulate - 1) / config_.accumulate;
-  for (int64_t s = 0; s < n_steps; ++s) {
+  for (int64_t s = first_step; s < n_steps; ++s) {
     if (config_.max_minutes > 0) {
       // Every rank must use the same learning rate: the mean of the ranks' clocks.
       double f = (state_.elapsed_seconds + since(start_)) / (60.0 * config_.max_minutes);
       comm_.allreduce_sum(&f, 1);
       schedule_->set_time_fraction(f / comm_.size());
+      if (f / comm_.size() >= 1.0 && s > first_step) break;   // time is up, also inside an epoch (end_epoch says so)
     }
     const Prefactors pre = schedule_->prefactors(state_.step);
     const int64_t b0 = s * config_.accumulate, b1 = std::min<int64_t>(b0 + config_.accumulate, batches.size());
     double global_frames = 0;
     for (int64_t k = b0; k < b1; ++k) global_frames += static_cast<double>(batches[k].size());
     for (int64_t k = b0; k < b1; ++k) {
-      const auto mine = rank_share(batches[k], comm_.rank(), comm_.size());
-      if (mine.empty()) continue;
+      if (static_cast<int>(batches[k].size()) <= comm_.rank()) continue;   // no share of this batch
       auto t0 = std::chrono::steady_clock::now();
-      const BatchTensors t = batch(data_.train, resident_train_, mine);
+      const BatchTensors t = to_device(prefetch->next(), device_);
       times_.data += since(t0);
       t0 = std::chrono::steady_clock::now();
       const Prediction p = predict(model_.module, t, /*create_graph=*/true, accumulate_);
@@ -272,24 +306,45 @@ MetricSums Trainer::train_epoch() {
       times_.model += since(t0);
     }
     step_optimizer();
-    if (config_.log_every > 0 && state_.step % config_.log_every == 0 && comm_.is_root()) {
-      const double elapsed = state_.elapsed_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-      const double total = double(n_steps) * config_.epochs;
-      const double done = double(state_.step);
-      double eta = elapsed / std::max(done, 1.0) * (total - done);
-      if (config_.max_minutes > 0) eta = std::min(eta, std::max(0.0, 60.0 * config_.max_minutes - elapsed));
-      std::printf("  epoch %ld step %ld lr %.3g | train loss %.4g | %.2f steps/s | ETA %s\n",
-                  static_cast<long>(state_.epoch + 1), static_cast<long>(state_.step), schedule_->lr(state_.step),
-                  sums.frames > 0 ? sums.loss / sums.frames : 0.0, done / std::max(elapsed, 1e-9),
-                  format_duration(eta).c_str());
-      std::fflush(stdout);
+    log_progress(n_steps, sums);
+    if (config_.checkpoint_every_steps > 0 && state_.step % config_.checkpoint_every_steps == 0 && s + 1 < n_steps) {
+      save_inside_epoch(s + 1, sums);
     }
   }
+  state_.epoch_step = 0;
   times_.wall = since(t_epoch);
   std::vector<double> v = sums.pack();
   comm_.allreduce_sum(v.data(), v.size());
   sums.unpack(v);
   return sums;
+}
+
+void Trainer::log_progress(int64_t steps_per_epoch, const MetricSums& sums) const {
+  if (config_.log_every <= 0 || state_.step % config_.log_every != 0 || !comm_.is_root()) return;
+  const double elapsed = state_.elapsed_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double total = double(steps_per_epoch) * config_.epochs;
+  const double done = double(state_.step);
+  double eta = elapsed / std::max(done, 1.0) * (total - done);
+  if (config_.max_minutes > 0) eta = std::min(eta, std::max(0.0, 60.0 * config_.max_minutes - elapsed));
+  std::printf("  epoch %ld step %ld lr %.3g | train loss %.4g | %.2f steps/s | ETA %s\n",
+              static_cast<long>(state_.epoch + 1), static_cast<long>(state_.step), schedule_->lr(state_.step),
+              sums.frames > 0 ? sums.loss / sums.frames : 0.0, done / std::max(elapsed, 1e-9),
+              format_duration(eta).c_str());
+  std::fflush(stdout);
+}
+
+// A checkpoint after step `epoch_step` of the epoch (output.checkpoint_every_steps): the epoch's
+// training sums so far, reduced over the ranks, go with it (a resumed run starts from them).
+void Trainer::save_inside_epoch(int64_t epoch_step, const MetricSums& sums) {
+  std::vector<double> v = sums.pack();
+  comm_.allreduce_sum(v.data(), v.size());
+  state_.epoch_step = epoch_step;
+  state_.epoch_sums = v;
+  state_.elapsed_seconds += since(start_);
+  start_ = std::chrono::steady_clock::now();
+  save_checkpoint(false);
+  state_.epoch_sums.clear();
+  comm_.barrier();
 }
 
 MetricSums Trainer::validate() {
@@ -298,11 +353,15 @@ MetricSums Trainer::validate() {
   const Prefactors limits = schedule_->limits();
   // Validation frames split across ranks by index; sums reduced: exact, nothing counted twice.
   std::vector<int64_t> mine;
-  for (std::size_t k = comm_.rank(); k < data_.validation.size(); k += comm_.size()) mine.push_back(k);
+  for (std::size_t k = comm_.rank(); k < data_.validation->size(); k += comm_.size()) mine.push_back(static_cast<int64_t>(k));
   const std::size_t chunk = 8;
-  for (std::size_t a = 0; a < mine.size(); a += chunk) {
-    std::vector<int64_t> part(mine.begin() + a, mine.begin() + std::min(mine.size(), a + chunk));
-    const BatchTensors t = batch(data_.validation, resident_validation_, part);
+  std::vector<std::vector<int64_t>> parts;
+  for (std::size_t a = 0; a < mine.size(); a += chunk)
+    parts.emplace_back(mine.begin() + a, mine.begin() + std::min(mine.size(), a + chunk));
+  const std::size_t n_parts = parts.size();
+  const auto prefetch = batches_of(*data_.validation, resident_validation_, std::move(parts));
+  for (std::size_t a = 0; a < n_parts; ++a) {
+    const BatchTensors t = to_device(prefetch->next(), device_);
     const Prediction p = predict(model_.module, t, /*create_graph=*/false, accumulate_);
     loss_terms(p, t, limits, config_.loss, config_.huber_delta, 1.0, &sums);
   }
@@ -425,13 +484,21 @@ void Trainer::finish_outputs() {
   export_checkpoint(best.string(), path,
                     {{"best_epoch", state_.best_epoch},
                      {"steps", state_.step},
-                     {"train_frames", data_.train.size()},
-                     {"validation_frames", data_.validation.size()}});
+                     {"train_frames", data_.train->size()},
+                     {"validation_frames", data_.validation->size()}});
   log(fmt::format("exported {} (best epoch {})", path, state_.best_epoch));
-  if (data_.validation.empty()) return;
+  const FrameSource& validation = *data_.validation;
+  if (validation.size() == 0) return;
+  if (validation.streamed()) {
+    log("validation frames: read from the pack(s), not written out (data.split_seed chooses them again)");
+    return;
+  }
+  std::vector<int64_t> all(validation.size());
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<Frame> storage;
   std::vector<Structure> frames;
-  frames.reserve(data_.validation.size());
-  for (const Frame& f : data_.validation) frames.push_back(f.structure);
+  frames.reserve(validation.size());
+  for (const Frame* f : validation.frames(all, storage)) frames.push_back(f->structure);
   const std::string vpath = (out / "validation.xyz").string();
   write_extxyz(vpath + ".tmp", frames);
   fs::rename(vpath + ".tmp", vpath);

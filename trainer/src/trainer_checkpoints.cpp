@@ -24,7 +24,9 @@ void Trainer::save_checkpoint(bool best) {
   if (!comm_.is_root()) return;
   namespace ck = checkpoint;
   const fs::path root = checkpoint_dir();
-  const std::string name = fmt::format("epoch-{:06d}", state_.epoch);
+  // epoch-NNNNNN after N epochs; epoch-NNNNNN-step-SSSSSSSSS inside the next one (sorts after it)
+  const std::string name = state_.epoch_step > 0 ? fmt::format("epoch-{:06d}-step-{:09d}", state_.epoch, state_.step)
+                                                  : fmt::format("epoch-{:06d}", state_.epoch);
   const fs::path tmp = root / (name + ".tmp");
   ck::fault_point("begin", state_.epoch);
   fs::remove_all(tmp);
@@ -53,6 +55,8 @@ void Trainer::save_checkpoint(bool best) {
                              {"best_epoch", state_.best_epoch},
                              {"epochs_without_improvement", state_.epochs_without_improvement},
                              {"elapsed_seconds", state_.elapsed_seconds},
+                             {"epoch_step", state_.epoch_step},
+                             {"epoch_sums", state_.epoch_sums},
                              {"schedule", schedule_->state()},
                              {"metadata", model_.metadata.to_json()},
                              {"model_settings", model_settings(config_)},
@@ -155,6 +159,8 @@ void Trainer::load_checkpoint(const std::string& dir) {
   state_.best_epoch = st["best_epoch"];
   state_.epochs_without_improvement = st["epochs_without_improvement"];
   state_.elapsed_seconds = st["elapsed_seconds"];
+  state_.epoch_step = st.value("epoch_step", int64_t{0});
+  state_.epoch_sums = st.value("epoch_sums", std::vector<double>{});
   schedule_->restore(st.contains("schedule") ? st["schedule"] : nlohmann::json());
 }
 

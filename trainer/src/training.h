@@ -17,24 +17,27 @@
 
 #include "communicator.h"
 #include "config.h"
+#include "frame_source.h"
 #include "gradient_reducer.h"
 #include "mlip/data/dataset.h"
 #include "mlip/potentials.h"
 
 namespace mlip::trainer {
 
+class BatchPrefetcher;
+
 // ---------------------------------------------------------------------------------------------
 // Data
 // ---------------------------------------------------------------------------------------------
 
 struct DataSplit {
-  std::vector<Frame> train;
-  std::vector<Frame> validation;
+  std::shared_ptr<FrameSource> train;
+  std::shared_ptr<FrameSource> validation;
 };
 
-/// Loads every source (through the cache), applies source weights, and splits off validation
-/// frames by fraction with `split_seed` unless validation sources are given. `log` gets one line
-/// per source.
+/// Every source: packs streamed, other formats parsed into memory (through the cache); source
+/// weights applied; validation frames split off by fraction with `split_seed` (as indices) unless
+/// validation sources are given. `log` gets one line per source.
 DataSplit load_data(const Config& config, const std::function<void(const std::string&)>& log);
 
 /// Batches of one epoch. The global order is a permutation seeded by (seed, epoch), identical on
@@ -43,13 +46,13 @@ DataSplit load_data(const Config& config, const std::function<void(const std::st
 /// batches, and every frame is used once per epoch.
 class Sampler {
  public:
-  Sampler(const std::vector<Frame>& frames, int64_t batch_frames, int64_t batch_atoms, uint64_t seed);
+  Sampler(const FrameSource& frames, int64_t batch_frames, int64_t batch_atoms, uint64_t seed);
   /// Global batches of `epoch` (frame indices).
   std::vector<std::vector<int64_t>> epoch_batches(int64_t epoch) const;
   int64_t batches_per_epoch() const;
 
  private:
-  const std::vector<Frame>& frames_;
+  const FrameSource& frames_;
   int64_t batch_frames_, batch_atoms_;
   uint64_t seed_;
 };
@@ -61,13 +64,18 @@ std::vector<int64_t> rank_share(const std::vector<int64_t>& global_batch, int ra
 // Statistics
 // ---------------------------------------------------------------------------------------------
 
-/// Per-species energy shifts: least squares of frame energies on species counts (minimum-norm
-/// when counts are collinear, as in water where only the sum over O + 2H is determined).
-std::vector<double> fit_energy_shift(const std::vector<Frame>& frames, const SpeciesMap& species, std::size_t n_species,
-                                     const std::vector<double>* predicted = nullptr);
+/// Per-species energy shifts: least squares of frame energies on species counts, from the
+/// normal equations in `stats` (minimum-norm when counts are collinear, as in water where only the
+/// sum over O + 2H is determined). Throws naming the element if the data has one `species` lacks.
+std::vector<double> fit_energy_shift(const PackStats& stats, const SpeciesMap& species, std::size_t n_species);
 
 /// RMS of all force components (eV/Å); 0 if no frame has forces.
-double force_rms(const std::vector<Frame>& frames);
+double force_rms(const PackStats& stats);
+
+/// The shortest distance between atoms of species a and b (index a * n + b), below `cutoff`;
+/// +inf where none is.
+std::vector<double> shortest_by_species(const PackStats& stats, const SpeciesMap& species, std::size_t n_species,
+                                        double cutoff);
 
 // ---------------------------------------------------------------------------------------------
 // Predictions and loss
@@ -187,6 +195,8 @@ struct TrainState {
   int64_t best_epoch = -1;
   int64_t epochs_without_improvement = 0;
   double elapsed_seconds = 0;
+  int64_t epoch_step = 0;            // steps of the current epoch taken (a checkpoint inside an epoch)
+  std::vector<double> epoch_sums;    // its training sums so far (MetricSums::pack), reduced over ranks
 };
 
 class Trainer {
@@ -214,10 +224,12 @@ class Trainer {
   void refit_energy_shift();
   void freeze_descriptor();
   void warn_about_data() const;
-  /// The batch of frames `idx` of `frames` on the training device (from `resident` when the
-  /// data stays on the device).
-  BatchTensors batch(const std::vector<Frame>& frames, const std::vector<BatchTensors>& resident,
-                     const std::vector<int64_t>& idx) const;
+  /// The batches of frames `idx[0]`, `idx[1]`, ... of `frames`, in order: put together from
+  /// `resident` when the data stays on the device, else built ahead on the host (data.prefetch).
+  std::unique_ptr<BatchPrefetcher> batches_of(const FrameSource& frames, const std::vector<BatchTensors>& resident,
+                                              std::vector<std::vector<int64_t>> idx) const;
+  void log_progress(int64_t steps_per_epoch, const MetricSums& sums) const;
+  void save_inside_epoch(int64_t epoch_step, const MetricSums& sums);
   Communicator& gradient_comm() { return nccl_ ? *nccl_ : comm_; }
   MetricSums train_epoch();
   void start_outputs();
@@ -257,8 +269,9 @@ class Trainer {
   std::chrono::steady_clock::time_point start_;
 };
 
-/// The frames idx of `frames`.
-std::vector<const Frame*> pointers(const std::vector<Frame>& frames, const std::vector<int64_t>& idx);
+/// The frames idx of `frames` as one batch of host tensors.
+BatchTensors host_batch(const FrameSource& frames, const std::vector<int64_t>& idx, const SpeciesMap& species,
+                        torch::Dtype dtype);
 
 /// A checkpoint's module (with its EMA weights when it has them) and metadata, on the CPU.
 struct Trainable {

@@ -20,6 +20,7 @@
 #include "mlip/data/elements.h"
 #include "mlip/data/file_io.h"
 #include "mlip/error.h"
+#include "mlip/graph/neighbor_list.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the pack format is little-endian, as this code");
 
@@ -117,6 +118,13 @@ std::size_t e0_row(PackStats& st, int z) {
   return st.e0_numbers.size() - 1;
 }
 
+// {"radius": 6, "pairs": {"H-O": 0.95, ...}}: pairs by element symbols, lighter first
+json shortest_json(const PackStats& st) {
+  json pairs = json::object();
+  for (const auto& [zz, r] : st.shortest) pairs[element_symbol(zz.first) + "-" + element_symbol(zz.second)] = r;
+  return {{"radius", kPackShortestRadius}, {"pairs", pairs}};
+}
+
 json stats_json(const PackStats& st) {
   json by_element = json::object();
   for (int z = 1; z <= kMaxAtomicNumber; ++z)
@@ -135,7 +143,8 @@ json stats_json(const PackStats& st) {
             {"energy_squares", st.energy_squares}}},
           {"force_squares", st.force_squares},
           {"force_components", st.force_components},
-          {"force_rms", st.force_components ? std::sqrt(st.force_squares / double(st.force_components)) : 0.0}};
+          {"force_rms", st.force_components ? std::sqrt(st.force_squares / double(st.force_components)) : 0.0},
+          {"shortest_distances", shortest_json(st)}};
 }
 
 PackStats stats_of(const json& j) {
@@ -152,6 +161,18 @@ PackStats stats_of(const json& j) {
   st.energy_squares = e0.at("energy_squares").get<double>();
   st.force_squares = j.at("force_squares").get<double>();
   st.force_components = j.at("force_components").get<uint64_t>();
+  st.has_shortest = j.contains("shortest_distances");   // absent in packs of 2026-11-26 before 'shortest'
+  if (st.has_shortest) {
+    const json& sd = j.at("shortest_distances");
+    if (sd.at("radius").get<double>() != kPackShortestRadius)
+      throw Error("shortest_distances: radius " + sd.at("radius").dump() + " is not this mlip's " + std::to_string(kPackShortestRadius));
+    for (const auto& [pair, r] : sd.at("pairs").items()) {
+      const auto dash = pair.find('-');
+      if (dash == std::string::npos) throw Error("shortest_distances: '" + pair + "' is not ELEMENT-ELEMENT");
+      const int a = atomic_number(pair.substr(0, dash)), b = atomic_number(pair.substr(dash + 1));
+      st.shortest[{std::min(a, b), std::max(a, b)}] = r.get<double>();
+    }
+  }
   const std::size_t n = st.e0_numbers.size();
   if (st.counts_energy.size() != n || st.counts_counts.size() != n)
     throw Error("e0_least_squares: sizes differ from its elements");
@@ -336,7 +357,9 @@ std::string stats_difference(const PackStats& a, const PackStats& b) {
       if (!close_enough(a.counts_counts[i][j], c.counts_counts[ci][cj])) return "species-count sums";
       if (j == 0 && !close_enough(a.counts_energy[i], c.counts_energy[ci])) return "species-energy sums";
     }
-  return c.e0_numbers.size() == a.e0_numbers.size() ? "" : "elements with energies";
+  if (c.e0_numbers.size() != a.e0_numbers.size()) return "elements with energies";
+  if (a.has_shortest && a.shortest != b.shortest) return "shortest distances";
+  return "";
 }
 
 }  // namespace
@@ -345,21 +368,10 @@ std::string stats_difference(const PackStats& a, const PackStats& b) {
 
 void PackStats::add(const Structure& s) {
   atoms += s.size();
-  std::map<int, double> count;
-  for (const int z : s.numbers) {
-    ++atoms_by_z.at(static_cast<std::size_t>(z));
-    count[z] += 1.0;
-  }
+  for (const int z : s.numbers) ++atoms_by_z.at(static_cast<std::size_t>(z));
   if (s.energy) {
     ++energy_frames;
-    const double e = *s.energy;
-    std::vector<std::pair<std::size_t, double>> rows;   // every row first: e0_row may add one
-    for (const auto& [z, n] : count) rows.emplace_back(e0_row(*this, z), n);
-    for (const auto& [a, na] : rows) {
-      counts_energy[a] += na * e;
-      for (const auto& [b, nb] : rows) counts_counts[a][b] += na * nb;
-    }
-    energy_squares += e * e;
+    add_energy(s, *s.energy);
   }
   if (s.has_forces()) {
     ++force_frames;
@@ -367,6 +379,34 @@ void PackStats::add(const Structure& s) {
     force_components += 3 * s.size();
   }
   if (s.virial) ++virial_frames;
+  add_shortest(s);
+}
+
+void PackStats::add_energy(const Structure& s, double e) {
+  std::map<int, double> count;
+  for (const int z : s.numbers) count[z] += 1.0;
+  std::vector<std::pair<std::size_t, double>> rows;   // every row first: e0_row may add one
+  for (const auto& [z, n] : count) rows.emplace_back(e0_row(*this, z), n);
+  for (const auto& [a, na] : rows) {
+    counts_energy[a] += na * e;
+    for (const auto& [b, nb] : rows) counts_counts[a][b] += na * nb;
+  }
+  energy_squares += e * e;
+}
+
+void PackStats::add_shortest(const Structure& s) {
+  NeighborOptions options;
+  options.min_distance = 0;   // overlapping atoms: Structure::validate's and the trainer's concern
+  options.sort = false;
+  const NeighborList nl = build_neighbor_list(s, kPackShortestRadius, options);
+  for (std::size_t e = 0; e < nl.size(); ++e) {
+    const int a = s.numbers[static_cast<std::size_t>(nl.centers[e])], b = s.numbers[static_cast<std::size_t>(nl.neighbors[e])];
+    if (a > b) continue;   // each pair once (the list is full)
+    const Vec3& v = nl.vectors[e];
+    const double r = std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
+    const auto [it, added] = shortest.try_emplace({a, b}, r);
+    if (!added) it->second = std::min(it->second, r);
+  }
 }
 
 void PackStats::merge(const PackStats& o) {
@@ -384,6 +424,11 @@ void PackStats::merge(const PackStats& o) {
   energy_squares += o.energy_squares;
   force_squares += o.force_squares;
   force_components += o.force_components;
+  has_shortest = has_shortest && o.has_shortest;
+  for (const auto& [zz, r] : o.shortest) {
+    const auto [it, added] = shortest.try_emplace(zz, r);
+    if (!added) it->second = std::min(it->second, r);
+  }
 }
 
 std::vector<std::string> PackManifest::species() const {

@@ -82,6 +82,9 @@ void fit_descriptor_statistics(BuiltModel& model, const std::vector<const Frame*
 /// such atoms in `frames` (pairs never seen: no prior) and records them in the metadata. Does
 /// nothing for a model built without repulsion.
 void fit_repulsion(BuiltModel& model, const std::vector<const Frame*>& frames);
+/// The same from the shortest distance of each pair of species (index a * n_species + b; +inf
+/// where the data has no such pair within the cutoff).
+void fit_repulsion(BuiltModel& model, const std::vector<double>& shortest);
 
 /// How compress_model tabulates an se_e2_a model's embedding nets.
 struct CompressOptions {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@
 namespace mlip {
 
 inline constexpr int kPackVersion = 1;
+/// Pairs of atoms closer than this (Å) enter PackStats::shortest (cutoffs above it: see
+/// docs/data-format.md).
+inline constexpr double kPackShortestRadius = 6.0;
 
 struct PackShard {
   std::string data, index;     // file names in the pack's folder
@@ -47,9 +51,19 @@ struct PackStats {
   double energy_squares = 0;
   double force_squares = 0;                        // sum of squared force components
   uint64_t force_components = 0;
+  // The shortest distance between atoms of each pair of elements (Z_a <= Z_b), over the pairs
+  // closer than kPackShortestRadius; pairs of elements never that close are absent. Known only
+  // for packs that recorded it (has_shortest).
+  bool has_shortest = true;
+  std::map<std::pair<int, int>, double> shortest;
 
   void add(const Structure& s);
+  /// The E0 sums alone, of `s`'s species counts and `energy` (its label, or a residual).
+  void add_energy(const Structure& s, double energy);
   void merge(const PackStats& other);
+
+ private:
+  void add_shortest(const Structure& s);
 };
 
 struct PackManifest {

@@ -1,0 +1,170 @@
+#include "frame_source.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "mlip/error.h"
+
+namespace mlip::trainer {
+namespace {
+
+PackStats stats_of(const std::vector<const Frame*>& frames) {
+  PackStats st;
+  for (const Frame* f : frames) st.add(f->structure);
+  return st;
+}
+
+class MemorySource final : public FrameSource {
+ public:
+  explicit MemorySource(std::vector<Frame> frames) : frames_(std::move(frames)) {
+    std::vector<const Frame*> all;
+    for (const Frame& f : frames_) all.push_back(&f);
+    stats_ = stats_of(all);
+  }
+  std::size_t size() const override { return frames_.size(); }
+  int64_t atoms(std::size_t i) const override { return static_cast<int64_t>(frames_.at(i).structure.size()); }
+  std::vector<const Frame*> frames(const std::vector<int64_t>& idx, std::vector<Frame>&) const override {
+    std::vector<const Frame*> out;
+    out.reserve(idx.size());
+    for (const int64_t i : idx) out.push_back(&frames_.at(static_cast<std::size_t>(i)));
+    return out;
+  }
+  const PackStats& stats() const override { return stats_; }
+  bool streamed() const override { return false; }
+  const std::vector<Frame>* in_memory() const override { return &frames_; }
+
+ private:
+  std::vector<Frame> frames_;
+  PackStats stats_;
+};
+
+class PackSource final : public FrameSource {
+ public:
+  PackSource(const std::string& dir, double weight, double cutoff) : reader_(dir), weight_(weight), cutoff_(cutoff) {}
+  std::size_t size() const override { return reader_.size(); }
+  int64_t atoms(std::size_t i) const override {
+    // Read once, on first use (batches by atoms need every frame's count each epoch): 4 bytes a frame.
+    std::call_once(atoms_once_, [this] {
+      atoms_.resize(reader_.size());
+      for (uint64_t k = 0; k < reader_.size(); ++k) atoms_[k] = reader_.atoms(k);
+    });
+    return atoms_.at(i);
+  }
+  std::vector<const Frame*> frames(const std::vector<int64_t>& idx, std::vector<Frame>& storage) const override {
+    storage.clear();
+    storage.reserve(idx.size());
+    for (const int64_t i : idx) {
+      Structure s = reader_.frame(static_cast<uint64_t>(i));
+      s.weight *= weight_;
+      storage.push_back(make_frame(std::move(s), cutoff_));
+    }
+    std::vector<const Frame*> out;
+    for (const Frame& f : storage) out.push_back(&f);
+    return out;
+  }
+  const PackStats& stats() const override { return reader_.manifest().stats; }
+  bool streamed() const override { return true; }
+
+ private:
+  PackReader reader_;
+  double weight_, cutoff_;
+  mutable std::once_flag atoms_once_;
+  mutable std::vector<uint32_t> atoms_;
+};
+
+class ConcatSource final : public FrameSource {
+ public:
+  explicit ConcatSource(std::vector<std::shared_ptr<FrameSource>> parts) : parts_(std::move(parts)) {
+    for (const auto& p : parts_) {
+      first_.push_back(size_);
+      size_ += p->size();
+      stats_.merge(p->stats());
+      streamed_ = streamed_ || p->streamed();
+    }
+  }
+  std::size_t size() const override { return size_; }
+  int64_t atoms(std::size_t i) const override {
+    const auto [part, local] = locate(i);
+    return parts_[part]->atoms(local);
+  }
+  std::vector<const Frame*> frames(const std::vector<int64_t>& idx, std::vector<Frame>& storage) const override {
+    // Frames of streamed parts are moved into `storage` (reserved first: pointers stay valid).
+    storage.clear();
+    storage.reserve(idx.size());
+    std::vector<const Frame*> out;
+    std::vector<Frame> one;
+    for (const int64_t i : idx) {
+      const auto [part, local] = locate(static_cast<std::size_t>(i));
+      const Frame* f = parts_[part]->frames({static_cast<int64_t>(local)}, one).front();
+      if (!one.empty()) {
+        storage.push_back(std::move(one.front()));
+        f = &storage.back();
+      }
+      out.push_back(f);
+    }
+    return out;
+  }
+  const PackStats& stats() const override { return stats_; }
+  bool streamed() const override { return streamed_; }
+
+ private:
+  std::pair<std::size_t, std::size_t> locate(std::size_t i) const {
+    if (i >= size_) throw Error("frame index " + std::to_string(i) + " beyond the " + std::to_string(size_) + " frames");
+    const auto part = static_cast<std::size_t>(std::upper_bound(first_.begin(), first_.end(), i) - first_.begin() - 1);
+    return {part, i - first_[part]};
+  }
+  std::vector<std::shared_ptr<FrameSource>> parts_;
+  std::vector<std::size_t> first_;
+  std::size_t size_ = 0;
+  PackStats stats_;
+  bool streamed_ = false;
+};
+
+class SubsetSource final : public FrameSource {
+ public:
+  SubsetSource(std::shared_ptr<FrameSource> base, std::vector<int64_t> indices)
+      : base_(std::move(base)), indices_(std::move(indices)) {
+    if (base_->streamed()) {
+      stats_ = base_->stats();
+    } else {
+      std::vector<Frame> unused;
+      stats_ = stats_of(base_->frames(indices_, unused));
+    }
+  }
+  std::size_t size() const override { return indices_.size(); }
+  int64_t atoms(std::size_t i) const override { return base_->atoms(static_cast<std::size_t>(indices_.at(i))); }
+  std::vector<const Frame*> frames(const std::vector<int64_t>& idx, std::vector<Frame>& storage) const override {
+    std::vector<int64_t> mapped;
+    mapped.reserve(idx.size());
+    for (const int64_t i : idx) mapped.push_back(indices_.at(static_cast<std::size_t>(i)));
+    return base_->frames(mapped, storage);
+  }
+  const PackStats& stats() const override { return stats_; }
+  bool streamed() const override { return base_->streamed(); }
+
+ private:
+  std::shared_ptr<FrameSource> base_;
+  std::vector<int64_t> indices_;
+  PackStats stats_;
+};
+
+}  // namespace
+
+std::shared_ptr<FrameSource> memory_source(std::vector<Frame> frames) {
+  return std::make_shared<MemorySource>(std::move(frames));
+}
+
+std::shared_ptr<FrameSource> pack_source(const std::string& dir, double weight, double cutoff) {
+  return std::make_shared<PackSource>(dir, weight, cutoff);
+}
+
+std::shared_ptr<FrameSource> concat_sources(std::vector<std::shared_ptr<FrameSource>> parts) {
+  if (parts.size() == 1) return parts.front();
+  return std::make_shared<ConcatSource>(std::move(parts));
+}
+
+std::shared_ptr<FrameSource> subset_source(std::shared_ptr<FrameSource> base, std::vector<int64_t> indices) {
+  return std::make_shared<SubsetSource>(std::move(base), std::move(indices));
+}
+
+}  // namespace mlip::trainer

@@ -1,0 +1,50 @@
+// Training and validation frames by index, wherever they are: parsed into memory (extended XYZ,
+// DeePMD, n2p2, FitSNAP, ASE databases: through the cache of mlip/data/dataset.h), or read from a
+// pack (mlip/data/pack.h) frame by frame when a batch needs them, so that a data set larger than
+// memory trains in bounded memory. Every source also gives the statistics the trainer fits its
+// energy shift, scale and priors to (PackStats): accumulated here for frames in memory, taken
+// from the manifest for a pack - the same sums either way, so both paths train bitwise alike.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mlip/data/dataset.h"
+#include "mlip/data/pack.h"
+
+namespace mlip::trainer {
+
+class FrameSource {
+ public:
+  virtual ~FrameSource() = default;
+  virtual std::size_t size() const = 0;
+  /// Atoms of frame i (a pack reads the record's header).
+  virtual int64_t atoms(std::size_t i) const = 0;
+  /// Frames `idx`, in order: pointers into the source where it holds them, else into `storage`
+  /// (cleared and filled here; it must outlive the pointers). Safe from several threads.
+  virtual std::vector<const Frame*> frames(const std::vector<int64_t>& idx, std::vector<Frame>& storage) const = 0;
+  /// Statistics of every frame of the source.
+  virtual const PackStats& stats() const = 0;
+  /// Whether frames are read from disk as they are needed.
+  virtual bool streamed() const = 0;
+  /// Every frame, when the source holds them in memory (else nullptr).
+  virtual const std::vector<Frame>* in_memory() const { return nullptr; }
+};
+
+/// Frames parsed into memory.
+std::shared_ptr<FrameSource> memory_source(std::vector<Frame> frames);
+
+/// A pack's frames, read as needed, each frame's weight multiplied by `weight` and its neighbour
+/// list built for `cutoff`.
+std::shared_ptr<FrameSource> pack_source(const std::string& dir, double weight, double cutoff);
+
+/// Sources one after the other.
+std::shared_ptr<FrameSource> concat_sources(std::vector<std::shared_ptr<FrameSource>> parts);
+
+/// Frames `indices` of `base`, in that order. Statistics: of those frames where `base` holds them
+/// in memory; of all of `base`'s frames where it streams (no pass over the data at start).
+std::shared_ptr<FrameSource> subset_source(std::shared_ptr<FrameSource> base, std::vector<int64_t> indices);
+
+}  // namespace mlip::trainer

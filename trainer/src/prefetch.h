@@ -1,0 +1,51 @@
+// Batches built ahead of the training step, in a background thread: a pack's frames read from
+// disk, their neighbour lists and the batch's host tensors, while the step before runs. The
+// order is the one given, so a run with prefetching trains bitwise as one without.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "training.h"
+
+namespace mlip::trainer {
+
+class BatchPrefetcher {
+ public:
+  using Build = std::function<BatchTensors(const std::vector<int64_t>&)>;
+  /// Builds `batches` in order, at most `depth` ahead of the one next() returns (0: each built
+  /// by next() itself, no thread).
+  BatchPrefetcher(std::vector<std::vector<int64_t>> batches, Build build, std::size_t depth);
+  ~BatchPrefetcher();  // stops the thread (batches not taken are dropped)
+  BatchPrefetcher(const BatchPrefetcher&) = delete;
+  BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
+
+  /// The next batch (waits for it); rethrows the error building it raised (a damaged shard, say).
+  BatchTensors next();
+  /// Seconds next() has waited for the thread so far.
+  double waited_seconds() const { return waited_; }
+
+ private:
+  void run();
+
+  std::vector<std::vector<int64_t>> batches_;
+  Build build_;
+  std::size_t depth_;
+  std::size_t taken_ = 0;
+  double waited_ = 0;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<BatchTensors> ready_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace mlip::trainer
