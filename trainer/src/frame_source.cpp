@@ -9,8 +9,11 @@ namespace mlip::trainer {
 namespace {
 
 PackStats stats_of(const std::vector<const Frame*>& frames) {
+  std::vector<const Structure*> structures;
+  structures.reserve(frames.size());
+  for (const Frame* f : frames) structures.push_back(&f->structure);
   PackStats st;
-  for (const Frame* f : frames) st.add(f->structure);
+  st.add_all(structures);
   return st;
 }
 

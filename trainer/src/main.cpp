@@ -142,7 +142,7 @@ int run_pack(const std::vector<std::string>& sources, const std::string& dir, co
   for (const std::string& source : sources) {
     const std::vector<Structure> structures = read_structures(source, format, read);
     const uint32_t id = writer.add_source(source);
-    for (std::size_t k = 0; k < structures.size(); ++k) writer.add(structures[k], id, k);
+    writer.add_all(structures, id);
     frames += structures.size();
     std::printf("%s: %zu frames\n", source.c_str(), structures.size());
   }

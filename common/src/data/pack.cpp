@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <sstream>
+#include <thread>
 #include <cstdio>
 
 #include <fcntl.h>
@@ -366,7 +367,53 @@ std::string stats_difference(const PackStats& a, const PackStats& b) {
 
 // ---- statistics ---------------------------------------------------------------------------------
 
-void PackStats::add(const Structure& s) {
+namespace {
+// The shortest distance of each pair of elements in `s` closer than kPackShortestRadius, into `out`.
+void shortest_pairs(const Structure& s, std::map<std::pair<int, int>, double>& out) {
+  NeighborOptions options;
+  options.min_distance = 0;   // overlapping atoms: Structure::validate's and the trainer's concern
+  options.sort = false;
+  const NeighborList nl = build_neighbor_list(s, kPackShortestRadius, options);
+  for (std::size_t e = 0; e < nl.size(); ++e) {
+    const int a = s.numbers[static_cast<std::size_t>(nl.centers[e])], b = s.numbers[static_cast<std::size_t>(nl.neighbors[e])];
+    if (a > b) continue;   // each pair once (the list is full)
+    const Vec3& v = nl.vectors[e];
+    const double r = std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
+    const auto [it, added] = out.try_emplace({a, b}, r);
+    if (!added) it->second = std::min(it->second, r);
+  }
+}
+}  // namespace
+
+void PackStats::add(const Structure& s) { add_all({&s}); }
+
+void PackStats::add_all(const std::vector<const Structure*>& frames) {
+  for (const Structure* s : frames) add_counts(*s);
+  // Shortest distances: each thread its share of the frames, then the smallest of each pair.
+  const std::size_t n_threads = std::clamp<std::size_t>(frames.size() / 8, 1, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::map<std::pair<int, int>, double>> found(n_threads);
+  std::vector<std::exception_ptr> failed(n_threads);
+  auto work = [&](std::size_t t) {
+    try {
+      for (std::size_t k = t; k < frames.size(); k += n_threads) shortest_pairs(*frames[k], found[t]);
+    } catch (...) {
+      failed[t] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t t = 1; t < n_threads; ++t) threads.emplace_back(work, t);
+  work(0);
+  for (auto& th : threads) th.join();
+  for (const auto& e : failed)
+    if (e) std::rethrow_exception(e);
+  for (const auto& m : found)
+    for (const auto& [zz, r] : m) {
+      const auto [it, added] = shortest.try_emplace(zz, r);
+      if (!added) it->second = std::min(it->second, r);
+    }
+}
+
+void PackStats::add_counts(const Structure& s) {
   atoms += s.size();
   for (const int z : s.numbers) ++atoms_by_z.at(static_cast<std::size_t>(z));
   if (s.energy) {
@@ -379,7 +426,6 @@ void PackStats::add(const Structure& s) {
     force_components += 3 * s.size();
   }
   if (s.virial) ++virial_frames;
-  add_shortest(s);
 }
 
 void PackStats::add_energy(const Structure& s, double e) {
@@ -394,20 +440,6 @@ void PackStats::add_energy(const Structure& s, double e) {
   energy_squares += e * e;
 }
 
-void PackStats::add_shortest(const Structure& s) {
-  NeighborOptions options;
-  options.min_distance = 0;   // overlapping atoms: Structure::validate's and the trainer's concern
-  options.sort = false;
-  const NeighborList nl = build_neighbor_list(s, kPackShortestRadius, options);
-  for (std::size_t e = 0; e < nl.size(); ++e) {
-    const int a = s.numbers[static_cast<std::size_t>(nl.centers[e])], b = s.numbers[static_cast<std::size_t>(nl.neighbors[e])];
-    if (a > b) continue;   // each pair once (the list is full)
-    const Vec3& v = nl.vectors[e];
-    const double r = std::sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
-    const auto [it, added] = shortest.try_emplace({a, b}, r);
-    if (!added) it->second = std::min(it->second, r);
-  }
-}
 
 void PackStats::merge(const PackStats& o) {
   atoms += o.atoms;
@@ -544,12 +576,30 @@ PackWriter::PackWriter(const std::string& dir, const PackWriteOptions& options) 
 
 PackWriter::~PackWriter() = default;
 
+void PackWriter::add_all(const std::vector<Structure>& frames, uint32_t source, uint64_t first_frame) {
+  // In blocks, so that the statistics of a block are found by several threads.
+  constexpr std::size_t kBlock = 1024;
+  for (std::size_t b = 0; b < frames.size(); b += kBlock) {
+    std::vector<const Structure*> block;
+    for (std::size_t k = b; k < std::min(frames.size(), b + kBlock); ++k) {
+      write(frames[k], source, first_frame + k);
+      block.push_back(&frames[k]);
+    }
+    impl_->manifest.stats.add_all(block);
+  }
+}
+
 uint32_t PackWriter::add_source(const std::string& name) {
   impl_->manifest.sources.push_back(name);
   return static_cast<uint32_t>(impl_->manifest.sources.size() - 1);
 }
 
 void PackWriter::add(const Structure& s, uint32_t source, uint64_t source_frame) {
+  write(s, source, source_frame);
+  impl_->manifest.stats.add(s);
+}
+
+void PackWriter::write(const Structure& s, uint32_t source, uint64_t source_frame) {
   Impl& w = *impl_;
   s.validate();
   if (source >= w.manifest.sources.size()) throw Error("pack: add() of an unknown source");
@@ -558,7 +608,6 @@ void PackWriter::add(const Structure& s, uint32_t source, uint64_t source_frame)
   w.data->write(record);
   XXH3_64bits_update(w.hash.get(), record.data(), record.size());
   w.offsets.push_back(w.offsets.back() + record.size());
-  w.manifest.stats.add(s);
   ++w.manifest.frames;
   if (w.offsets.back() >= w.options.shard_bytes) w.close_shard();
 }
@@ -667,7 +716,13 @@ void verify_pack(const std::string& dir, const std::function<void(const std::str
       if (got != expected)
         throw Error(cat("pack ", dir, ": ", file, ": checksum ", got, " differs from the manifest's ", expected, ": the file changed after packing (corrupt)"));
     }
-    for (uint64_t i = s.first_frame; i < s.first_frame + s.frames; ++i) stats.add(r.frame(i));
+    for (uint64_t b = s.first_frame; b < s.first_frame + s.frames; b += 1024) {
+      std::vector<Structure> block;
+      for (uint64_t i = b; i < std::min(b + 1024, s.first_frame + s.frames); ++i) block.push_back(r.frame(i));
+      std::vector<const Structure*> ptrs;
+      for (const Structure& f : block) ptrs.push_back(&f);
+      stats.add_all(ptrs);
+    }
     log(cat(s.data, ": ", s.frames, " frames, ", std::round(s.bytes / 1e5) / 10, " MB, checksums and records good"));
   }
   const std::string diff = stats_difference(m.stats, stats);

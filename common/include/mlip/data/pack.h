@@ -28,7 +28,7 @@ namespace mlip {
 inline constexpr int kPackVersion = 1;
 /// Pairs of atoms closer than this (Å) enter PackStats::shortest (cutoffs above it: see
 /// docs/data-format.md).
-inline constexpr double kPackShortestRadius = 6.0;
+inline constexpr double kPackShortestRadius = 4.0;
 
 struct PackShard {
   std::string data, index;     // file names in the pack's folder
@@ -58,12 +58,15 @@ struct PackStats {
   std::map<std::pair<int, int>, double> shortest;
 
   void add(const Structure& s);
+  /// add() of each, in order (the shortest distances found by several threads: a minimum does
+  /// not depend on the order, so the result is add()'s bit for bit).
+  void add_all(const std::vector<const Structure*>& frames);
   /// The E0 sums alone, of `s`'s species counts and `energy` (its label, or a residual).
   void add_energy(const Structure& s, double energy);
   void merge(const PackStats& other);
 
  private:
-  void add_shortest(const Structure& s);
+  void add_counts(const Structure& s);
 };
 
 struct PackManifest {
@@ -101,10 +104,13 @@ class PackWriter {
   uint32_t add_source(const std::string& name);
   /// Validates `s` (Structure::validate) and appends it.
   void add(const Structure& s, uint32_t source, uint64_t source_frame);
+  /// add() of every frame of `frames`, source frames first_frame, first_frame + 1, ...
+  void add_all(const std::vector<Structure>& frames, uint32_t source, uint64_t first_frame = 0);
   /// Closes the current shard and writes the manifest; returns it.
   const PackManifest& finish();
 
  private:
+  void write(const Structure& s, uint32_t source, uint64_t source_frame);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
