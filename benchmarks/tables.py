@@ -279,7 +279,38 @@ def mp_cost(run):
     return "\n".join(out) + "\n"
 
 
+def stream_train(run):
+    """training frames/s, time to the first step and peak RSS, per data set, path and ranks"""
+    rows = read_tsv(run / "train.tsv")
+    for r in rows:
+        r["label"] = (f"{'the big set' if r['set'] == 'big' else 'a set in memory'} ({int(r['frames']):,} frames), "
+                      f"{r['mode']}, {r['ranks']} rank{'s' if r['ranks'] != '1' else ''}")
+    out = ["| run | frames/s | first step (s) | peak RSS per rank (MiB) |", "|---|---|---|---|"]
+    labels = []
+    for r in rows:
+        if r["label"] not in labels:
+            labels.append(r["label"])
+    for label in labels:
+        sub = [r for r in rows if r["label"] == label]
+        cells = [summary([r[k] for r in sub], digits)[0]
+                 for k, digits in (("frames_per_s", 3), ("first_step_s", 2), ("peak_rss_mib", 3))]
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def stream_pack(run):
+    """pack and pack --verify of the big set (one run each)"""
+    rows = read_tsv(run / "pack.tsv")
+    out = ["| step | frames | seconds | frames/s | MB/s | peak RSS (MiB) |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['step']} | {int(r['frames']):,} | {float(r['seconds']):.0f} | {float(r['frames_per_s']):.0f} | "
+                   f"{float(r['mb_per_s']):.1f} | {r['peak_rss_mib']} |")
+    return "\n".join(out) + "\n"
+
+
 KINDS = {
+    ("bench_stream", "train"): stream_train,
+    ("bench_stream", "pack"): stream_pack,
     ("bench_mp_cost", "md"): mp_cost,
     ("bench_exchange", "md"): exchange_md,
     ("bench_exchange", "cost"): exchange_cost,
