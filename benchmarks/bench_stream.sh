@@ -64,7 +64,7 @@ awk -v rss="$(awk '/^maxrss_kib/ {print $2}' pack.log)" '/ wrote / {
 timed verify.log "$trainer" pack --verify "$SET/big.pack"
 keep_log verify.log
 bytes=$(du -sb "$SET/big.pack" | cut -f1)
-awk -v bytes="$bytes" -v frames="$FRAMES" '/^maxrss_kib/ {rss = $2} { t = $1 } END {
+awk -v bytes="$bytes" -v frames="$FRAMES" '/^maxrss_kib/ {rss = $2} $1 ~ /^[0-9.]+$/ { t = $1 } END {
   printf "verify\t%s\t%s\t%.0f\t%.1f\t%.0f\n", frames, t, frames / t, bytes / 1e6 / t, rss / 1024 }' verify.log >> "$results/pack.tsv"
 echo "big.pack: $bytes bytes" >&2
 du -sb "$SET/big" "$SET/big.pack" | tee "$results/sizes.txt" >&2
