@@ -36,6 +36,7 @@ using testing::source_dir;
 std::string data(const std::string& relative) { return source_dir() + "/data/" + relative; }
 
 using testing::error_of;
+using testing::has;
 
 void expect_contains(const std::string& message, std::initializer_list<std::string> parts) {
   for (const std::string& part : parts) {
@@ -287,6 +288,44 @@ TEST(IoData, EthanolExtxyzInKcalPerMol) {
 // Extended XYZ: features and errors
 
 using Extxyz = TempDir;
+
+// ExtxyzFile (an offset index; one frame parsed at a time) reads the frames read_extxyz reads,
+// in any order and across block boundaries (frames of very different sizes, blank lines, a
+// last line without a newline), and names the line of a bad atom count or a truncated frame.
+TEST_F(Extxyz, ReadByIndexAsWhole) {
+  std::string text;
+  for (int k = 0; k < 40; ++k) {
+    const int n = 1 + (k * 7) % 50;
+    text += std::to_string(n) + "\nLattice=\"9 0 0 0 9 0 0 0 9\" Properties=species:S:1:pos:R:3:forces:R:3 energy=" +
+            std::to_string(-1.25 * k) + "\n";
+    for (int i = 0; i < n; ++i)
+      text += (i % 3 ? "H " : "O ") + std::to_string(0.13 * i) + " " + std::to_string(0.07 * k) + " 0.5 0.1 0.2 " +
+              std::to_string(0.01 * i) + "\n";
+    if (k % 5 == 0) text += "\n";
+  }
+  text.pop_back();   // no newline at the end
+  const std::string f = file("many.xyz", text);
+  ReadOptions kcal;
+  kcal.units.energy = "kcal/mol";
+  const std::vector<Structure> whole = read_extxyz(f, kcal);
+  const ExtxyzFile indexed(f, kcal);
+  ASSERT_EQ(indexed.size(), whole.size());
+  for (std::size_t k : {39u, 0u, 17u, 5u, 38u}) {
+    const Structure s = indexed.frame(k);
+    EXPECT_EQ(s.numbers, whole[k].numbers);
+    EXPECT_EQ(s.positions, whole[k].positions);
+    EXPECT_EQ(s.forces, whole[k].forces);
+    EXPECT_EQ(s.energy, whole[k].energy);
+    EXPECT_EQ(s.origin, whole[k].origin);
+  }
+  EXPECT_EQ(open_frame_reader(f)->size(), whole.size());
+  const std::string bad = error_of([&] { ExtxyzFile(file("bad.xyz", "1\n\nH 0 0 0\nx\n\nH 0 0 0\n"), {}); });
+  EXPECT_TRUE(has(bad, "bad.xyz:line 4") && has(bad, "expected the number of atoms")) << bad;
+  const std::string cut = error_of([&] { ExtxyzFile(file("cut.xyz", "1\n\nH 0 0 0\n3\n\nH 0 0 0\n"), {}); });
+  EXPECT_TRUE(has(cut, "cut.xyz") && has(cut, "frame 1") && has(cut, "ends inside the frame")) << cut;
+  const std::string atom = error_of([&] { ExtxyzFile(file("atom.xyz", "2\n\nH 0 0 0\nH 0 zero 0\n"), {}).frame(0); });
+  EXPECT_TRUE(has(atom, "atom.xyz:line 4") && has(atom, "position")) << atom;
+}
 
 TEST_F(Extxyz, CommentLineForms) {
   // Quoted, braced and bare values, spaces around '=', a bare flag, extra columns skipped by width,

@@ -67,6 +67,14 @@ TEST_F(AseDatabases, ReadTheFramesOfTheExtendedXyzTheyCameFrom) {
   expect_same_frames(xyz, read_ase_db(path("frames.db")));
   expect_same_frames(xyz, read_aselmdb(path("frames.aselmdb")));
   expect_same_frames(xyz, read_aselmdb(path("nested.aselmdb")));
+  // By index (the trainer's streaming, test, deviation): the same frames, in any order.
+  for (const char* name : {"frames.db", "frames.aselmdb"}) {
+    const std::unique_ptr<FrameReader> by_index = open_frame_reader(path(name));
+    ASSERT_TRUE(by_index) << name;
+    std::vector<Structure> got(by_index->size());
+    for (std::size_t k = got.size(); k-- > 0;) got[k] = by_index->frame(k);
+    expect_same_frames(xyz, got);
+  }
   EXPECT_EQ(detect_format(path("frames.db")), "ase-db");
   EXPECT_EQ(detect_format(path("frames.aselmdb")), "aselmdb");
   const std::vector<Structure> auto_read = read_structures(path("frames.aselmdb"));

@@ -1,7 +1,8 @@
 # cmake -DTRAINER=... -DCOMPARE=... -DMPIEXEC=... -DCONFIG=... -DWORK=... -P streaming.cmake
 # Training streamed from a pack against the same frames parsed into memory (the ethanol frames of
 # two-ranks.yaml: 80 to train on, 20 to validate on, both runs with the same validation file):
-#   1. the pack (2 shards) streamed trains bitwise as the extended XYZ in memory;
+#   1. the pack (2 shards) streamed, and the extended XYZ streamed by its offset index
+#      (stream: true), train bitwise as the extended XYZ in memory;
 #   2. no prefetching (data.prefetch 0) trains bitwise as prefetching;
 #   3. a streamed run killed just after a checkpoint inside its first epoch
 #      (output.checkpoint_every_steps) and resumed ends bitwise as the uninterrupted one;
@@ -53,6 +54,11 @@ if(NOT log MATCHES "a pack of 80 frames, streamed")
   message(FATAL_ERROR "the pack was not streamed: ${log}")
 endif()
 expect_same(memory streamed 0 "streamed from the pack vs in memory")
+train(xyz_streamed --set "data.train=[{path: ${WORK}/train.xyz, units: {energy: kcal/mol}, stream: true}]")
+if(NOT log MATCHES "80 frames, streamed \\(read by index")
+  message(FATAL_ERROR "the extended XYZ was not streamed: ${log}")
+endif()
+expect_same(memory xyz_streamed 0 "extended XYZ streamed by its offset index vs in memory")
 train(no_prefetch --set "${memory}" --set data.prefetch=0)
 expect_same(memory no_prefetch 0 "data.prefetch 0 vs 4")
 
@@ -82,3 +88,40 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "the 2-rank streamed run failed (${rc}): ${err}")
 endif()
 expect_same(memory two 1e-9 "2 ranks streaming vs 1 rank in memory")
+
+# `test` and `deviation` read a pack frame by frame: the same figures as on the extended XYZ.
+foreach(data "${WORK}/train.xyz;--energy-unit;kcal/mol" "${WORK}/train.pack")
+  execute_process(COMMAND ${TRAINER} test ${WORK}/memory/model.pt ${data} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "test on ${data} failed (${rc}): ${err}")
+  endif()
+  string(REGEX MATCHALL "RMSE[^\n]*" rmse "${out}")
+  list(APPEND tested "${rmse}")
+endforeach()
+list(GET tested 0 from_xyz)
+list(LENGTH tested n)
+math(EXPR half "${n} / 2")
+list(SUBLIST tested 0 ${half} from_xyz)
+list(SUBLIST tested ${half} ${half} from_pack)
+if(NOT from_xyz STREQUAL from_pack OR half EQUAL 0)
+  message(FATAL_ERROR "mlip-trainer test: the pack gives '${from_pack}', the extended XYZ '${from_xyz}'")
+endif()
+message(STATUS "test on the pack = test on the extended XYZ: ${from_pack}")
+foreach(name xyz pack)
+  if(name STREQUAL xyz)
+    set(data ${WORK}/train.xyz --energy-unit kcal/mol)
+  else()
+    set(data ${WORK}/train.pack)
+  endif()
+  execute_process(COMMAND ${TRAINER} deviation ${WORK}/memory/model.pt ${WORK}/no_prefetch/model.pt ${WORK}/two/model.pt
+                          ${data} -o ${WORK}/devi-${name}.out RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "deviation on ${name} failed (${rc}): ${err}")
+  endif()
+endforeach()
+file(READ ${WORK}/devi-xyz.out a)
+file(READ ${WORK}/devi-pack.out b)
+if(NOT a STREQUAL b OR a STREQUAL "")
+  message(FATAL_ERROR "mlip-trainer deviation: the pack's output differs from the extended XYZ's")
+endif()
+message(STATUS "deviation on the pack = deviation on the extended XYZ")

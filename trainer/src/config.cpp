@@ -137,6 +137,7 @@ std::vector<DataSource> read_sources(Section& parent, const std::string& key, co
       src.path = item.required<std::string>("path");
       src.format = item.get<std::string>("format", "auto");
       src.weight = item.get<double>("weight", 1.0);
+      if (item.raw("stream")) src.stream = item.get<bool>("stream", false);
       Section units = item.section("units");
       src.units.length = units.get<std::string>("length", "angstrom");
       src.units.energy = units.get<std::string>("energy", "eV");

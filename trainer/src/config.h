@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@ struct DataSource {
   std::string format = "auto";
   Units units;
   double weight = 1.0;       // multiplies every frame's weight
+  std::optional<bool> stream;  // read frames by index as needed (packs always are); unset: the consumer's default
 };
 
 struct ScheduleConfig {

@@ -31,24 +31,41 @@ void warn_missing_labels(const std::string& source, const FrameSource& frames, c
   }
 }
 
-std::shared_ptr<FrameSource> load_source(const DataSource& src, const Config& c,
-                                         const std::function<void(const std::string&)>& log) {
+}  // namespace
+
+std::shared_ptr<FrameSource> open_source(const DataSource& src, double cutoff, const std::string& cache_dir,
+                                         const std::vector<std::string>& model_species,
+                                         const std::function<void(const std::string&)>& log, bool stream_by_default) {
   if (src.format == "pack" || (src.format == "auto" && is_pack(src.path))) {
     const Units& u = src.units;
     if (u.length != "angstrom" || u.energy != "eV" || !u.stress.empty())
       throw Error(src.path + ": a pack holds frames in eV and angstrom already: give it no units");
-    auto pack = pack_source(src.path, src.weight, c.model.cutoff);
-    const SpeciesMap species(c.model.species);   // the manifest's elements against the model's, named
+    auto pack = pack_source(src.path, src.weight, cutoff);
+    const SpeciesMap species(model_species);   // the manifest's elements against the model's, named
     for (std::size_t z = 1; z < pack->stats().atoms_by_z.size(); ++z)
       if (pack->stats().atoms_by_z[z] > 0) species.index(static_cast<int>(z), "pack " + src.path);
     log(fmt::format("data: {}: a pack of {} frames, streamed (each batch read when it is needed)", src.path, pack->size()));
     return pack;
   }
+  if (src.stream.value_or(stream_by_default)) {
+    ReadOptions read;
+    read.units = src.units;
+    std::unique_ptr<FrameReader> reader = open_frame_reader(src.path, src.format, read);
+    if (reader) {
+      auto source = reader_source(std::move(reader), src.weight, cutoff);
+      log(fmt::format("data: {}: {} frames, streamed (read by index; statistics from one pass)", src.path, source->size()));
+      return source;
+    }
+    if (src.stream.value_or(false)) {
+      throw Error(src.path + ": stream: true, but its format (" + (src.format == "auto" ? detect_format(src.path) : src.format) +
+                  ") is not read by index: pack it (mlip-trainer pack), or stream extended XYZ and ASE databases");
+    }
+  }
   DatasetOptions opts;
   opts.format = src.format;
   opts.read.units = src.units;
-  opts.cutoff = c.model.cutoff;
-  opts.cache_dir = c.cache_dir;
+  opts.cutoff = cutoff;
+  opts.cache_dir = cache_dir;
   std::string note;
   std::vector<Frame> frames = load_frames(src.path, opts, &note);
   log(note);
@@ -56,11 +73,13 @@ std::shared_ptr<FrameSource> load_source(const DataSource& src, const Config& c,
   return memory_source(std::move(frames));
 }
 
+namespace {
+
 std::shared_ptr<FrameSource> load_sources(const std::vector<DataSource>& sources, const Config& c,
                                           const std::function<void(const std::string&)>& log) {
   std::vector<std::shared_ptr<FrameSource>> parts;
   for (const auto& src : sources) {
-    parts.push_back(load_source(src, c, log));
+    parts.push_back(open_source(src, c.model.cutoff, c.cache_dir, c.model.species, log, false));
     warn_missing_labels(src.path, *parts.back(), c, log);
   }
   return concat_sources(std::move(parts));

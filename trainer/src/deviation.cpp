@@ -79,23 +79,38 @@ DeviationCounts model_deviation(const std::vector<std::string>& models, const st
   ReadOptions read;
   read.units = options.units;
   read.type_elements = options.type_elements;
-  const std::vector<Structure> structures = read_structures(data, options.format, read);
-  log(fmt::format("{} models, {} frames from {}", committee.size(), structures.size(), data));
+  // Packs, extended XYZ and ASE databases are read frame by frame; other formats are parsed whole.
+  std::function<Structure(std::size_t)> frame_at;
+  std::size_t n_frames = 0;
+  if (options.format == "pack" || (options.format == "auto" && is_pack(data))) {
+    auto reader = std::make_shared<PackReader>(data);
+    n_frames = reader->size();
+    frame_at = [reader](std::size_t k) { return reader->frame(k); };
+  } else if (std::shared_ptr<FrameReader> by_index = open_frame_reader(data, options.format, read)) {
+    n_frames = by_index->size();
+    frame_at = [by_index](std::size_t k) { return by_index->frame(k); };
+  } else {
+    auto all = std::make_shared<std::vector<Structure>>(read_structures(data, options.format, read));
+    n_frames = all->size();
+    frame_at = [all](std::size_t k) { return (*all)[k]; };
+  }
+  log(fmt::format("{} models, {} frames from {}", committee.size(), n_frames, data));
 
   std::ofstream out = open_tmp(options.output);
   out << fmt::format("#{:>11} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18}\n", "frame", "max_devi_v",
                      "min_devi_v", "avg_devi_v", "max_devi_f", "min_devi_f", "avg_devi_f", "devi_e");
   std::vector<Structure> picked;
   DeviationCounts counts;
-  for (std::size_t k = 0; k < structures.size(); ++k) {
+  for (std::size_t k = 0; k < n_frames; ++k) {
+    const Structure structure = frame_at(k);
     std::map<double, Frame> by_cutoff;    // one neighbour list per distinct cutoff
     std::vector<MemberResult> results;
     for (const Model& m : committee) {
       const double rc = m.info().cutoff;
-      if (!by_cutoff.count(rc)) by_cutoff.emplace(rc, make_frame(structures[k], rc));
+      if (!by_cutoff.count(rc)) by_cutoff.emplace(rc, make_frame(structure, rc));
       results.push_back(evaluate_member(m, by_cutoff.at(rc)));
     }
-    const auto c = frame_deviation(results, structures[k].size(), options.relative);
+    const auto c = frame_deviation(results, structure.size(), options.relative);
     out << fmt::format("{:>12}", k);
     for (double v : c) out << fmt::format(" {:>18.10e}", v);
     out << "\n";
@@ -107,7 +122,7 @@ DeviationCounts model_deviation(const std::vector<std::string>& models, const st
       ++counts.failed;
     } else {
       ++counts.candidates;
-      picked.push_back(structures[k]);
+      picked.push_back(structure);
     }
   }
   finish_tmp(out, options.output);

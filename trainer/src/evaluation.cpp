@@ -2,6 +2,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -119,24 +120,14 @@ MetricSums test_model(const std::string& model_path, const std::string& data_pat
                       const std::function<void(const std::string&)>& log) {
   Model model = Model::load(model_path);
   const auto& meta = model.metadata();
-  DatasetOptions opts;
-  opts.format = format;
-  opts.read.units = units;
-  opts.cutoff = meta.cutoff;
-  std::string note;
-  const std::vector<Frame> frames = load_frames(data_path, opts, &note);
-  log(note);
+  DataSource src;
+  src.path = data_path;
+  src.format = format;
+  src.units = units;
+  // Packs, extended XYZ and ASE databases are read frame by frame as they are evaluated; other
+  // formats are parsed whole.
+  const std::shared_ptr<FrameSource> frames = open_source(src, meta.cutoff, "", meta.species, log, true);
   const SpeciesMap species(meta.species);
-  std::size_t labelled = 0;
-  for (const Frame& f : frames) labelled += (f.structure.energy || f.structure.has_forces()) ? 1 : 0;
-  if (labelled == 0) {
-    throw Error(data_path + ": none of its " + std::to_string(frames.size()) +
-                " frames has an energy or forces: nothing to test the model against");
-  }
-  if (labelled < frames.size()) {
-    log(fmt::format("WARNING: {}: {} of {} frames have neither energy nor forces; they are left out of the RMSEs",
-                    data_path, frames.size() - labelled, frames.size()));
-  }
   // Written to PATH.tmp and renamed at the end: a failed run never empties earlier results.
   auto open_csv = [](const std::string& path, const char* header) {
     std::ofstream out;
@@ -156,9 +147,14 @@ MetricSums test_model(const std::string& model_path, const std::string& data_pat
   std::ofstream fcsv = open_csv(outputs.forces_csv, "frame,atom,element,fx_ref,fy_ref,fz_ref,fx_pred,fy_pred,fz_pred\n");
   std::vector<double> sq_by_species(meta.species.size(), 0.0), n_by_species(meta.species.size(), 0.0);
   MetricSums sums;
-  for (std::size_t k = 0; k < frames.size(); ++k) {
-    const Structure& st = frames[k].structure;
-    const BatchTensors t = to_tensors(make_batch({&frames[k]}, species), torch::kFloat64);
+  std::size_t unlabelled = 0;
+  constexpr std::size_t kBlock = 256;
+  std::vector<Frame> storage;
+  // One frame's figures and CSV lines; frames are read in blocks (streamed ones as they come).
+  auto evaluate = [&](const Frame& frame, std::size_t k) {
+    const Structure& st = frame.structure;
+    unlabelled += (st.energy || st.has_forces()) ? 0 : 1;
+    const BatchTensors t = to_tensors(make_batch({&frame}, species), torch::kFloat64);
     const Prediction p = evaluate_as_lammps(model, t);
     MetricSums one;
     loss_terms(p, t, {1, 1, 1}, "mse", 0.0, 1.0, &one);
@@ -167,7 +163,7 @@ MetricSums test_model(const std::string& model_path, const std::string& data_pat
       csv << fmt::format("{},{},{},{:.10g},{:.10g},{:.6g}\n", k, st.origin, st.size(),
                          st.energy ? *st.energy : MetricSums::kNoLabel, p.energy[0].item<double>(), one.forces_rmse());
     }
-    if (!st.has_forces()) continue;
+    if (!st.has_forces()) return;
     const torch::Tensor pf = p.forces.detach().to(torch::kFloat64).contiguous();
     const double* f = pf.data_ptr<double>();
     for (std::size_t i = 0; i < st.size(); ++i) {
@@ -182,6 +178,20 @@ MetricSums test_model(const std::string& model_path, const std::string& data_pat
                             st.forces[i][0], st.forces[i][1], st.forces[i][2], f[3 * i], f[3 * i + 1], f[3 * i + 2]);
       }
     }
+  };
+  for (std::size_t first = 0; first < frames->size(); first += kBlock) {
+    std::vector<int64_t> idx(std::min(kBlock, frames->size() - first));
+    std::iota(idx.begin(), idx.end(), static_cast<int64_t>(first));
+    const std::vector<const Frame*> block = frames->frames(idx, storage);
+    for (std::size_t b = 0; b < block.size(); ++b) evaluate(*block[b], first + b);
+  }
+  if (unlabelled == frames->size()) {
+    throw Error(data_path + ": none of its " + std::to_string(frames->size()) +
+                " frames has an energy or forces: nothing to test the model against");
+  }
+  if (unlabelled > 0) {
+    log(fmt::format("WARNING: {}: {} of {} frames have neither energy nor forces; they are left out of the RMSEs",
+                    data_path, unlabelled, frames->size()));
   }
   finish_csv(csv, outputs.per_frame_csv);
   finish_csv(fcsv, outputs.forces_csv);

@@ -75,6 +75,55 @@ class PackSource final : public FrameSource {
   mutable std::vector<uint32_t> atoms_;
 };
 
+class ReaderSource final : public FrameSource {
+ public:
+  ReaderSource(std::unique_ptr<FrameReader> reader, double weight, double cutoff)
+      : reader_(std::move(reader)), weight_(weight), cutoff_(cutoff) {}
+  std::size_t size() const override { return reader_->size(); }
+  int64_t atoms(std::size_t i) const override {
+    std::call_once(atoms_once_, [this] {
+      atoms_.resize(reader_->size());
+      for (std::size_t k = 0; k < reader_->size(); ++k) atoms_[k] = static_cast<uint32_t>(reader_->frame(k).size());
+    });
+    return atoms_.at(i);
+  }
+  std::vector<const Frame*> frames(const std::vector<int64_t>& idx, std::vector<Frame>& storage) const override {
+    storage.clear();
+    storage.reserve(idx.size());
+    for (const int64_t i : idx) {
+      Structure s = reader_->frame(static_cast<std::size_t>(i));
+      s.weight *= weight_;
+      storage.push_back(make_frame(std::move(s), cutoff_));
+    }
+    std::vector<const Frame*> out;
+    for (const Frame& f : storage) out.push_back(&f);
+    return out;
+  }
+  const PackStats& stats() const override {
+    // One pass over the frames, in blocks (bounded memory), when first asked for.
+    std::call_once(stats_once_, [this] {
+      constexpr std::size_t kBlock = 1024;
+      for (std::size_t b = 0; b < reader_->size(); b += kBlock) {
+        std::vector<Structure> block;
+        for (std::size_t i = b; i < std::min(reader_->size(), b + kBlock); ++i) block.push_back(reader_->frame(i));
+        std::vector<const Structure*> ptrs;
+        for (const Structure& s : block) ptrs.push_back(&s);
+        stats_.add_all(ptrs);
+      }
+    });
+    return stats_;
+  }
+  bool streamed() const override { return true; }
+
+ private:
+  std::unique_ptr<FrameReader> reader_;
+  double weight_, cutoff_;
+  mutable std::once_flag stats_once_;
+  mutable PackStats stats_;
+  mutable std::once_flag atoms_once_;
+  mutable std::vector<uint32_t> atoms_;
+};
+
 class ConcatSource final : public FrameSource {
  public:
   explicit ConcatSource(std::vector<std::shared_ptr<FrameSource>> parts) : parts_(std::move(parts)) {
@@ -159,6 +208,10 @@ std::shared_ptr<FrameSource> memory_source(std::vector<Frame> frames) {
 
 std::shared_ptr<FrameSource> pack_source(const std::string& dir, double weight, double cutoff) {
   return std::make_shared<PackSource>(dir, weight, cutoff);
+}
+
+std::shared_ptr<FrameSource> reader_source(std::unique_ptr<FrameReader> reader, double weight, double cutoff) {
+  return std::make_shared<ReaderSource>(std::move(reader), weight, cutoff);
 }
 
 std::shared_ptr<FrameSource> concat_sources(std::vector<std::shared_ptr<FrameSource>> parts) {

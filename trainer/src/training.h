@@ -35,6 +35,14 @@ struct DataSplit {
   std::shared_ptr<FrameSource> validation;
 };
 
+/// One source's frames, for `cutoff`: a pack streamed (its elements checked against
+/// `model_species`, naming the pack); extended XYZ and ASE databases streamed by index when the
+/// source says `stream: true` (or, unset, `stream_by_default`); else parsed into memory through
+/// the cache in `cache_dir` ("": none). The source's weight applied; `log` gets a line saying which.
+std::shared_ptr<FrameSource> open_source(const DataSource& source, double cutoff, const std::string& cache_dir,
+                                         const std::vector<std::string>& model_species,
+                                         const std::function<void(const std::string&)>& log, bool stream_by_default);
+
 /// Every source: packs streamed, other formats parsed into memory (through the cache); source
 /// weights applied; validation frames split off by fraction with `split_seed` (as indices) unless
 /// validation sources are given. `log` gets one line per source.

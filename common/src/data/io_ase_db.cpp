@@ -5,7 +5,9 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
+#include <tuple>
 
 #include <lmdb.h>
 #include <nlohmann/json.hpp>
@@ -94,14 +96,17 @@ double kv_weight(const std::string& text, const std::string& where) {
 
 }  // namespace
 
-std::vector<Structure> read_ase_db(const std::string& path, const ReadOptions& options) {
-  Sqlite q;
-  if (sqlite3_open_v2(path.c_str(), &q.db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK)
+namespace {
+
+constexpr const char* kRowColumns = "id, numbers, positions, cell, pbc, energy, forces, stress, key_value_pairs";
+
+// Opens `path` read-only and checks it is an ASE database of a schema version this reader knows.
+void open_ase_db(Sqlite& q, const std::string& path) {
+  if (sqlite3_open_v2(path.c_str(), &q.db, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK)
     throw Error(path + ": cannot open as an SQLite database: " + sqlite3_errmsg(q.db));
-  auto fail = [&](const std::string& what) { return Error(path + ": " + what + " (" + sqlite3_errmsg(q.db) + ")"); };
   int version = 0;
   if (sqlite3_prepare_v2(q.db, "SELECT value FROM information WHERE name = 'version'", -1, &q.st, nullptr) != SQLITE_OK)
-    throw fail("not an ASE database: no 'information' table");
+    throw Error(path + ": not an ASE database: no 'information' table (" + sqlite3_errmsg(q.db) + ")");
   if (sqlite3_step(q.st) == SQLITE_ROW && sqlite3_column_type(q.st, 0) != SQLITE_NULL)
     version = sqlite3_column_int(q.st, 0);
   sqlite3_finalize(q.st);
@@ -109,26 +114,76 @@ std::vector<Structure> read_ase_db(const std::string& path, const ReadOptions& o
   if (version < 5 || version > 9)
     throw Error(path + ": ASE database schema version " + std::to_string(version) +
                 "; this mlip reads versions 5 to 9 (ASE 3.12 and later): convert it with ASE");
-  const char* sql = "SELECT id, numbers, positions, cell, pbc, energy, forces, stress, key_value_pairs "
-                    "FROM systems ORDER BY id";
-  if (sqlite3_prepare_v2(q.db, sql, -1, &q.st, nullptr) != SQLITE_OK) throw fail("not an ASE database");
+}
+
+// The row `st` stands on (columns kRowColumns) as frame `frame` of `path`.
+Structure sqlite_row(sqlite3_stmt* st, const std::string& path, std::size_t frame, const ReadOptions& options) {
+  const std::string where =
+      path + ":frame " + std::to_string(frame) + " (id " + std::to_string(sqlite3_column_int64(st, 0)) + ")";
+  AseRow r;
+  for (const int32_t z : blob<int32_t>(st, 1)) r.numbers.push_back(z);
+  r.positions = blob<double>(st, 2);
+  r.cell = blob<double>(st, 3);
+  const int pbc = sqlite3_column_int(st, 4);
+  r.pbc = {(pbc & 1) != 0, (pbc & 2) != 0, (pbc & 4) != 0};
+  if (sqlite3_column_type(st, 5) != SQLITE_NULL) r.energy = sqlite3_column_double(st, 5);
+  r.forces = blob<double>(st, 6);
+  r.stress = blob<double>(st, 7);
+  const unsigned char* kv = sqlite3_column_text(st, 8);
+  r.weight = kv_weight(kv ? reinterpret_cast<const char*>(kv) : "", where);
+  return to_structure(r, options, where);
+}
+
+// Rows by index: their ids listed at construction, one row read per frame() (one connection,
+// one statement, taken in turn).
+class AseDbFile final : public FrameReader {
+ public:
+  AseDbFile(const std::string& path, const ReadOptions& options) : path_(path), options_(options) {
+    open_ase_db(q_, path);
+    if (sqlite3_prepare_v2(q_.db, "SELECT id FROM systems ORDER BY id", -1, &q_.st, nullptr) != SQLITE_OK)
+      throw Error(path + ": not an ASE database (" + sqlite3_errmsg(q_.db) + ")");
+    for (int rc; (rc = sqlite3_step(q_.st)) != SQLITE_DONE;) {
+      if (rc != SQLITE_ROW) throw Error(path + ": cannot list its rows (" + sqlite3_errmsg(q_.db) + ")");
+      ids_.push_back(sqlite3_column_int64(q_.st, 0));
+    }
+    sqlite3_finalize(q_.st);
+    q_.st = nullptr;
+    const std::string sql = std::string("SELECT ") + kRowColumns + " FROM systems WHERE id = ?";
+    if (sqlite3_prepare_v2(q_.db, sql.c_str(), -1, &q_.st, nullptr) != SQLITE_OK)
+      throw Error(path + ": not an ASE database (" + sqlite3_errmsg(q_.db) + ")");
+  }
+  std::size_t size() const override { return ids_.size(); }
+  Structure frame(std::size_t i) const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sqlite3_reset(q_.st);
+    sqlite3_bind_int64(q_.st, 1, ids_.at(i));
+    if (sqlite3_step(q_.st) != SQLITE_ROW)
+      throw Error(path_ + ":frame " + std::to_string(i) + " (id " + std::to_string(ids_[i]) + "): cannot read the row (" +
+                  sqlite3_errmsg(q_.db) + ")");
+    return sqlite_row(q_.st, path_, i, options_);
+  }
+
+ private:
+  std::string path_;
+  ReadOptions options_;
+  Sqlite q_;
+  std::vector<sqlite3_int64> ids_;
+  mutable std::mutex mutex_;
+};
+
+}  // namespace
+
+std::vector<Structure> read_ase_db(const std::string& path, const ReadOptions& options) {
+  Sqlite q;
+  open_ase_db(q, path);
+  const std::string sql = std::string("SELECT ") + kRowColumns + " FROM systems ORDER BY id";
+  if (sqlite3_prepare_v2(q.db, sql.c_str(), -1, &q.st, nullptr) != SQLITE_OK)
+    throw Error(path + ": not an ASE database (" + sqlite3_errmsg(q.db) + ")");
   std::vector<Structure> frames;
   for (int rc; (rc = sqlite3_step(q.st)) != SQLITE_DONE;) {
-    if (rc != SQLITE_ROW) throw fail("cannot read row " + std::to_string(frames.size() + 1));
-    const std::string where = path + ":frame " + std::to_string(frames.size()) + " (id " +
-                              std::to_string(sqlite3_column_int64(q.st, 0)) + ")";
-    AseRow r;
-    for (const int32_t z : blob<int32_t>(q.st, 1)) r.numbers.push_back(z);
-    r.positions = blob<double>(q.st, 2);
-    r.cell = blob<double>(q.st, 3);
-    const int pbc = sqlite3_column_int(q.st, 4);
-    r.pbc = {(pbc & 1) != 0, (pbc & 2) != 0, (pbc & 4) != 0};
-    if (sqlite3_column_type(q.st, 5) != SQLITE_NULL) r.energy = sqlite3_column_double(q.st, 5);
-    r.forces = blob<double>(q.st, 6);
-    r.stress = blob<double>(q.st, 7);
-    const unsigned char* kv = sqlite3_column_text(q.st, 8);
-    r.weight = kv_weight(kv ? reinterpret_cast<const char*>(kv) : "", where);
-    frames.push_back(to_structure(r, options, where));
+    if (rc != SQLITE_ROW)
+      throw Error(path + ": cannot read row " + std::to_string(frames.size() + 1) + " (" + sqlite3_errmsg(q.db) + ")");
+    frames.push_back(sqlite_row(q.st, path, frames.size(), options));
   }
   return frames;
 }
@@ -205,56 +260,117 @@ struct Lmdb {
 
 }  // namespace
 
-std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& options) {
-  Lmdb l;
-  auto check = [&](int rc, const std::string& what) {
-    if (rc != MDB_SUCCESS) throw Error(path + ": " + what + ": " + mdb_strerror(rc));
-  };
-  check(mdb_env_create(&l.env), "cannot open as an LMDB file");
-  check(mdb_env_set_mapsize(l.env, std::size_t(1) << 40), "cannot open as an LMDB file");
-  check(mdb_env_open(l.env, path.c_str(), MDB_NOSUBDIR | MDB_RDONLY | MDB_NOLOCK, 0444), "cannot open as an LMDB file");
-  check(mdb_txn_begin(l.env, nullptr, MDB_RDONLY, &l.txn), "cannot read");
+namespace {
+
+void check_lmdb(int rc, const std::string& path, const std::string& what) {
+  if (rc != MDB_SUCCESS) throw Error(path + ": " + what + ": " + mdb_strerror(rc));
+}
+
+void open_lmdb(Lmdb& l, const std::string& path) {
+  check_lmdb(mdb_env_create(&l.env), path, "cannot open as an LMDB file");
+  check_lmdb(mdb_env_set_mapsize(l.env, std::size_t(1) << 40), path, "cannot open as an LMDB file");
+  // MDB_NOTLS: read transactions of any thread (the trainer's prefetching one)
+  check_lmdb(mdb_env_open(l.env, path.c_str(), MDB_NOSUBDIR | MDB_RDONLY | MDB_NOLOCK | MDB_NOTLS, 0444), path,
+             "cannot open as an LMDB file");
+}
+
+// The rows' ids and keys, sorted by id: keys "1", "2", ... beside nextid, deleted_ids and
+// metadata; ASE lists the rows by id. With `texts`, also each row's inflated JSON.
+std::vector<std::pair<long long, std::string>> lmdb_rows(const Lmdb& env, const std::string& path,
+                                                         std::vector<std::string>* texts) {
+  Lmdb l;   // a transaction and cursor of its own, over env's environment
+  check_lmdb(mdb_txn_begin(env.env, nullptr, MDB_RDONLY, &l.txn), path, "cannot read");
   MDB_dbi dbi;
-  check(mdb_dbi_open(l.txn, nullptr, 0, &dbi), "cannot read");
-  check(mdb_cursor_open(l.txn, dbi, &l.cursor), "cannot read");
-  // Rows are keyed by their id in decimal ("1", "2", ...) beside the keys nextid, deleted_ids
-  // and metadata; ASE lists them by id.
-  std::vector<std::pair<long long, std::string>> rows;
+  check_lmdb(mdb_dbi_open(l.txn, nullptr, 0, &dbi), path, "cannot read");
+  check_lmdb(mdb_cursor_open(l.txn, dbi, &l.cursor), path, "cannot read");
+  std::vector<std::tuple<long long, std::string, std::string>> rows;
   MDB_val key, value;
   for (int rc = mdb_cursor_get(l.cursor, &key, &value, MDB_FIRST); rc != MDB_NOTFOUND;
        rc = mdb_cursor_get(l.cursor, &key, &value, MDB_NEXT)) {
-    check(rc, "cannot read its keys");
+    check_lmdb(rc, path, "cannot read its keys");
     const std::string k(static_cast<const char*>(key.mv_data), key.mv_size);
     long long id;
     if (!io_detail::try_parse_integer(k, id)) continue;
-    rows.emplace_back(id, inflate_row(value, path + ": row " + k));
+    rows.emplace_back(id, k, texts ? inflate_row(value, path + ": row " + k) : std::string());
   }
   std::sort(rows.begin(), rows.end());
-  std::vector<Structure> frames;
-  for (const auto& [id, text] : rows) {
-    const std::string where = path + ":frame " + std::to_string(frames.size()) + " (id " + std::to_string(id) + ")";
-    const json row = json::parse(text, nullptr, false);
-    if (row.is_discarded() || !row.is_object()) throw Error(where + ": the row is not a JSON object (corrupt)");
-    AseRow r;
-    try {
-      r.numbers = ndarray<int>(row, "numbers", where);
-      r.positions = ndarray<double>(row, "positions", where);
-      r.cell = ndarray<double>(row, "cell", where);
-      if (r.cell.empty()) r.cell.assign(9, 0.0);
-      const std::vector<bool> pbc = ndarray<bool>(row, "pbc", where);
-      if (!pbc.empty() && pbc.size() != 3) throw Error(where + ": pbc has " + std::to_string(pbc.size()) + " values");
-      for (std::size_t d = 0; d < pbc.size(); ++d) r.pbc[d] = pbc[d];
-      if (row.contains("energy") && !row["energy"].is_null()) r.energy = row["energy"].get<double>();
-      r.forces = ndarray<double>(row, "forces", where);
-      r.stress = ndarray<double>(row, "stress", where);
-      if (row.contains("key_value_pairs") && row["key_value_pairs"].contains("weight"))
-        r.weight = row["key_value_pairs"]["weight"].get<double>();
-    } catch (const json::exception& e) {
-      throw Error(where + ": a value of the wrong type (" + std::string(e.what()) + ")");
-    }
-    frames.push_back(to_structure(r, options, where));
+  std::vector<std::pair<long long, std::string>> out;
+  for (auto& [id, k, text] : rows) {
+    out.emplace_back(id, k);
+    if (texts) texts->push_back(std::move(text));
   }
+  return out;
+}
+
+// A row's JSON as frame `frame` (id `id`) of `path`.
+Structure lmdb_row(const std::string& text, const std::string& path, std::size_t frame, long long id,
+                   const ReadOptions& options) {
+  const std::string where = path + ":frame " + std::to_string(frame) + " (id " + std::to_string(id) + ")";
+  const json row = json::parse(text, nullptr, false);
+  if (row.is_discarded() || !row.is_object()) throw Error(where + ": the row is not a JSON object (corrupt)");
+  AseRow r;
+  try {
+    r.numbers = ndarray<int>(row, "numbers", where);
+    r.positions = ndarray<double>(row, "positions", where);
+    r.cell = ndarray<double>(row, "cell", where);
+    if (r.cell.empty()) r.cell.assign(9, 0.0);
+    const std::vector<bool> pbc = ndarray<bool>(row, "pbc", where);
+    if (!pbc.empty() && pbc.size() != 3) throw Error(where + ": pbc has " + std::to_string(pbc.size()) + " values");
+    for (std::size_t d = 0; d < pbc.size(); ++d) r.pbc[d] = pbc[d];
+    if (row.contains("energy") && !row["energy"].is_null()) r.energy = row["energy"].get<double>();
+    r.forces = ndarray<double>(row, "forces", where);
+    r.stress = ndarray<double>(row, "stress", where);
+    if (row.contains("key_value_pairs") && row["key_value_pairs"].contains("weight"))
+      r.weight = row["key_value_pairs"]["weight"].get<double>();
+  } catch (const json::exception& e) {
+    throw Error(where + ": a value of the wrong type (" + std::string(e.what()) + ")");
+  }
+  return to_structure(r, options, where);
+}
+
+// Rows by index: the keys listed at construction (values not read), a read transaction per frame().
+class AselmdbFile final : public FrameReader {
+ public:
+  AselmdbFile(const std::string& path, const ReadOptions& options) : path_(path), options_(options) {
+    open_lmdb(env_, path);
+    rows_ = lmdb_rows(env_, path, nullptr);
+  }
+  std::size_t size() const override { return rows_.size(); }
+  Structure frame(std::size_t i) const override {
+    const auto& [id, k] = rows_.at(i);
+    Lmdb l;
+    check_lmdb(mdb_txn_begin(env_.env, nullptr, MDB_RDONLY, &l.txn), path_, "cannot read");
+    MDB_dbi dbi;
+    check_lmdb(mdb_dbi_open(l.txn, nullptr, 0, &dbi), path_, "cannot read");
+    MDB_val key{k.size(), const_cast<char*>(k.data())}, value;
+    check_lmdb(mdb_get(l.txn, dbi, &key, &value), path_, "row " + k);
+    return lmdb_row(inflate_row(value, path_ + ": row " + k), path_, i, id, options_);
+  }
+
+ private:
+  std::string path_;
+  ReadOptions options_;
+  Lmdb env_;
+  std::vector<std::pair<long long, std::string>> rows_;
+};
+
+}  // namespace
+
+std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& options) {
+  Lmdb l;
+  open_lmdb(l, path);
+  std::vector<std::string> texts;
+  const auto rows = lmdb_rows(l, path, &texts);
+  std::vector<Structure> frames;
+  for (std::size_t k = 0; k < rows.size(); ++k) frames.push_back(lmdb_row(texts[k], path, k, rows[k].first, options));
   return frames;
+}
+
+std::unique_ptr<FrameReader> io_detail::open_ase_reader(const std::string& path, const std::string& format,
+                                                        const ReadOptions& options) {
+  if (format == "ase-db") return std::make_unique<AseDbFile>(path, options);
+  if (format == "aselmdb") return std::make_unique<AselmdbFile>(path, options);
+  return nullptr;
 }
 
 }  // namespace mlip

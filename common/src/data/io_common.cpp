@@ -241,6 +241,13 @@ std::string detect_format(const std::string& path) {
               "*.lammpstrj, *.db, *.aselmdb, *.lmdb or a directory); pass the format explicitly");
 }
 
+std::unique_ptr<FrameReader> open_frame_reader(const std::string& path, const std::string& format,
+                                               const ReadOptions& options) {
+  const std::string f = format == "auto" ? detect_format(path) : format;
+  if (f == "extxyz") return std::make_unique<ExtxyzFile>(path, options);
+  return io_detail::open_ase_reader(path, f, options);
+}
+
 std::vector<Structure> read_structures(const std::string& path, const std::string& format,
                                        const ReadOptions& options) {
   const std::string f = format == "auto" ? detect_format(path) : format;

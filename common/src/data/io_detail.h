@@ -3,10 +3,12 @@
 
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "mlip/data/io.h"
 #include "mlip/data/structure.h"
 
 namespace mlip::io_detail {
@@ -44,6 +46,11 @@ int element_number(std::string_view symbol, const std::string& where);
 
 /// s.validate(), rethrown with `context` appended to the message (e.g. " (frame starts at line 3)").
 void validate_frame(const Structure& s, const std::string& context);
+
+/// ASE's SQLite database ("ase-db") or ASE-LMDB ("aselmdb") by index (io_ase_db.cpp); nullptr
+/// for other formats.
+std::unique_ptr<FrameReader> open_ase_reader(const std::string& path, const std::string& format,
+                                             const ReadOptions& options);
 
 Mat3 scaled(const Mat3& m, double factor);
 

@@ -171,22 +171,17 @@ std::string exact(double x) {
   return std::string(buffer, end);
 }
 
-}  // namespace
 
-std::vector<Structure> read_extxyz(const std::string& path, const ReadOptions& options) {
+// Frame `frame` of `path`, from lines[ln] (its atom-count line; line numbers in messages are
+// first_line + the index into `lines`); ln ends after its last atom line.
+Structure parse_frame(const std::vector<std::string_view>& lines, std::size_t& ln, std::size_t frame,
+                      const std::string& path, std::size_t first_line, const ReadOptions& options) {
   const double length = options.units.length_factor();
   const double energy = options.units.energy_factor();
   const double force = options.units.force_factor();
   const double stress = options.units.stress_factor();
-
-  const std::string text = read_file(path);
-  const std::vector<std::string_view> lines = split_lines(text);
-  std::vector<Structure> frames;
-  std::size_t ln = 0;
-  while (true) {
-    while (ln < lines.size() && split_words(lines[ln]).empty()) ++ln;  // blank lines between frames
-    if (ln == lines.size()) break;
-    const std::size_t frame = frames.size();
+  const auto at_line = [&](const std::string& p, std::size_t i) { return io_detail::at_line(p, first_line + i); };
+  {
     const std::string tag = " (frame " + std::to_string(frame) + ")";
     const std::size_t header_line = ln;
 
@@ -268,14 +263,14 @@ std::vector<Structure> read_extxyz(const std::string& path, const ReadOptions& o
       if (ln == lines.size()) {
         throw Error(at_line(path, ln) + tag + ": file ends after " + std::to_string(i) + " of " +
                     std::to_string(n_atoms) + " atom lines (truncated file, or a wrong atom count on line " +
-                    std::to_string(header_line + 1) + "?)");
+                    std::to_string(first_line + header_line + 1) + "?)");
       }
       const std::string where = at_line(path, ln) + tag;
       const std::vector<std::string_view> w = split_words(lines[ln]);
       if (static_cast<int>(w.size()) != layout.width) {
         throw Error(where + ": atom line has " + std::to_string(w.size()) + " columns, Properties declares " +
                     std::to_string(layout.width) + " (does the atom count on line " +
-                    std::to_string(header_line + 1) + " match the atom lines?)");
+                    std::to_string(first_line + header_line + 1) + " match the atom lines?)");
       }
       if (layout.species >= 0) {
         s.numbers.push_back(element_number(w[layout.species], where));
@@ -294,11 +289,96 @@ std::vector<Structure> read_extxyz(const std::string& path, const ReadOptions& o
         s.forces.push_back(f);
       }
     }
-    validate_frame(s, " (frame starts at line " + std::to_string(header_line + 1) + ")");
-    frames.push_back(std::move(s));
+    validate_frame(s, " (frame starts at line " + std::to_string(first_line + header_line + 1) + ")");
+    return s;
+  }
+}
+
+}  // namespace
+
+std::vector<Structure> read_extxyz(const std::string& path, const ReadOptions& options) {
+  const std::string text = read_file(path);
+  const std::vector<std::string_view> lines = split_lines(text);
+  std::vector<Structure> frames;
+  std::size_t ln = 0;
+  while (true) {
+    while (ln < lines.size() && split_words(lines[ln]).empty()) ++ln;  // blank lines between frames
+    if (ln == lines.size()) break;
+    frames.push_back(parse_frame(lines, ln, frames.size(), path, 0, options));
   }
   if (frames.empty()) throw Error(path + ": no frames");
   return frames;
+}
+
+// ---- frame by frame: an offset index ---------------------------------------------------------
+
+ExtxyzFile::ExtxyzFile(const std::string& path, const ReadOptions& options) : path_(path), options_(options) {
+  // One pass over the file in blocks: only each frame's atom-count line is parsed.
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open");
+  constexpr std::size_t kBlock = 1 << 24;
+  std::string carry, block(kBlock, '\0');
+  uint64_t offset = 0;          // of carry's first byte in the file
+  std::size_t line = 0;         // line index of carry's first line
+  long long skip = 0;           // lines of the current frame still to pass
+  auto scan = [&](bool last) {
+    std::size_t at = 0;
+    while (true) {
+      const std::size_t end = carry.find('\n', at);
+      if (end == std::string::npos && !last) break;
+      const std::size_t stop = end == std::string::npos ? carry.size() : end;
+      if (stop == at && end == std::string::npos) break;
+      const std::string_view text(carry.data() + at, stop - at);
+      if (skip > 0) {
+        --skip;
+      } else if (!split_words(text).empty()) {
+        const std::vector<std::string_view> w = split_words(text);
+        long long n = 0;
+        if (w.size() != 1 || !try_parse_integer(w[0], n) || n < 1) {
+          throw Error(io_detail::at_line(path, line) + " (frame " + std::to_string(offsets_.size()) +
+                      "): expected the number of atoms, got '" + std::string(text) + "'" +
+                      (offsets_.empty() ? "" : " (does the atom count of the previous frame match its atom lines?)"));
+        }
+        offsets_.push_back(offset + at);
+        lines_.push_back(line);
+        skip = n + 1;
+      }
+      ++line;
+      if (end == std::string::npos) {
+        at = carry.size();
+        break;
+      }
+      at = end + 1;
+    }
+    offset += at;
+    carry.erase(0, at);
+  };
+  while (in) {
+    in.read(block.data(), static_cast<std::streamsize>(kBlock));
+    carry.append(block.data(), static_cast<std::size_t>(in.gcount()));
+    scan(false);
+  }
+  scan(true);
+  if (skip > 0) {
+    throw Error(io_detail::at_line(path, line) + " (frame " + std::to_string(offsets_.size() - 1) +
+                "): the file ends inside the frame (truncated file, or a wrong atom count on line " +
+                std::to_string(lines_.back() + 1) + "?)");
+  }
+  if (offsets_.empty()) throw Error(path + ": no frames");
+  offsets_.push_back(offset);
+}
+
+Structure ExtxyzFile::frame(std::size_t i) const {
+  if (i + 1 >= offsets_.size()) throw Error(path_ + ": no frame " + std::to_string(i));
+  std::ifstream in(path_, std::ios::binary);
+  std::string text(offsets_[i + 1] - offsets_[i], '\0');
+  in.seekg(static_cast<std::streamoff>(offsets_[i]));
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.gcount() != static_cast<std::streamsize>(text.size()))
+    throw Error(path_ + " (frame " + std::to_string(i) + "): the file changed since it was indexed");
+  const std::vector<std::string_view> lines = split_lines(text);
+  std::size_t ln = 0;
+  return parse_frame(lines, ln, i, path_, lines_[i], options_);
 }
 
 void write_extxyz(const std::string& path, const std::vector<Structure>& frames) {

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -112,6 +114,38 @@ std::string detect_format(const std::string& path);
 /// "deepmd" may hold several systems; they are read in sorted path order.
 std::vector<Structure> read_structures(const std::string& path, const std::string& format = "auto",
                                        const ReadOptions& options = {});
+
+/// Frames of a data file read one at a time, by index: training streams them (a data set larger
+/// than memory), `test` and `deviation` go through them in order.
+class FrameReader {
+ public:
+  virtual ~FrameReader() = default;
+  virtual std::size_t size() const = 0;
+  /// Frame i, checked as the whole-file reader checks it. Safe from several threads at once.
+  virtual Structure frame(std::size_t i) const = 0;
+};
+
+/// Extended XYZ by an offset index: one pass over the file at construction that parses only each
+/// frame's atom-count line (the byte offsets and first lines of the frames: 16 bytes a frame),
+/// then frame(i) reads and parses frame i alone, as read_extxyz would.
+class ExtxyzFile final : public FrameReader {
+ public:
+  ExtxyzFile(const std::string& path, const ReadOptions& options);
+  std::size_t size() const override { return offsets_.size() - 1; }
+  Structure frame(std::size_t i) const override;
+
+ private:
+  std::string path_;
+  ReadOptions options_;
+  std::vector<uint64_t> offsets_;   // of each frame's first line; the last: the end of the last frame
+  std::vector<std::size_t> lines_;  // each frame's first line (0-based)
+};
+
+/// A reader by index of `path` where its format allows one: extended XYZ (ExtxyzFile), ASE's
+/// SQLite database and ASE-LMDB (their row ids listed at construction, each row read when asked
+/// for); nullptr for the others (read them whole, or pack them).
+std::unique_ptr<FrameReader> open_frame_reader(const std::string& path, const std::string& format = "auto",
+                                               const ReadOptions& options = {});
 
 /// A NumPy .npy array (format versions 1-3) with dtype <f4, <f8, <i4 or <i8 in C order, converted
 /// to double. Fortran order and big-endian data are rejected.
