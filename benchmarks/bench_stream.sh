@@ -2,7 +2,8 @@
 # Training on a data set larger than memory: a synthetic water set of FRAMES frames (1000000,
 # about 10 GB packed) made by benchmarks/make_water_set.py (labels from a model trained here),
 # packed, verified, and trained on streamed, on 1 and 2 ranks; and the same model on a set that
-# fits in memory (SMALL frames), in memory and streamed from its pack, side by side.
+# fits in memory (SMALL frames), in memory and streamed from its pack (with and without
+# prefetching), side by side.
 #
 #   benchmarks/bench_stream.sh [BUILD_DIR]            (default: <repo>/build)
 #
@@ -17,7 +18,7 @@
 #   peak_rss_mib     the largest resident set of any rank
 # and for `pack` and `pack --verify`: seconds, frames/s, MB/s, peak RSS.
 #
-# Environment: FRAMES (1000000), SMALL (5000), MINUTES (1), LABEL_MINUTES (1.5: the labelling
+# Environment: FRAMES (1000000; 0: the small set's runs alone), SMALL (5000), MINUTES (1), LABEL_MINUTES (1.5: the labelling
 # model's training), SKIP (20), REPEATS (3: the training runs,
 # round-robin), RANKS ("1 2": the big set's runs), SET (where the generated data and packs go;
 # default: the work folder, removed at exit unless KEEP=1; needs about 2.1 x 10 GB free).
@@ -47,13 +48,14 @@ echo "== the labelling model: water-se_e2_a.yaml, $LABEL_MINUTES minutes on data
 keep_log label.log
 
 echo "== the data: $FRAMES + $SMALL + 200 frames" >&2
-"$py" "$src/benchmarks/make_water_set.py" --trainer "$trainer" --model label/model.pt --frames "$FRAMES" --out "$SET/big"
+((FRAMES == 0)) || "$py" "$src/benchmarks/make_water_set.py" --trainer "$trainer" --model label/model.pt --frames "$FRAMES" --out "$SET/big"
 "$py" "$src/benchmarks/make_water_set.py" --trainer "$trainer" --model label/model.pt --frames "$SMALL" \
   --per-system "$SMALL" --seed 2 --out "$SET/small"
 "$py" "$src/benchmarks/make_water_set.py" --trainer "$trainer" --model label/model.pt --frames 200 --seed 3 --out "$SET/valid"
 "$trainer" pack "$SET"/small/sys-* -o "$SET/small.pack" > /dev/null
 "$trainer" pack "$SET"/valid/sys-* -o "$SET/valid.pack" > /dev/null
 
+if ((FRAMES > 0)); then
 echo "== pack and verify the big set" >&2
 table=pack row step frames seconds frames_per_s mb_per_s peak_rss_mib
 timed pack.log "$trainer" pack "$SET"/big/sys-* -o "$SET/big.pack"
@@ -68,16 +70,18 @@ awk -v bytes="$bytes" -v frames="$FRAMES" '/^maxrss_kib/ {rss = $2} $1 ~ /^[0-9.
   printf "verify\t%s\t%s\t%.0f\t%.1f\t%.0f\n", frames, t, frames / t, bytes / 1e6 / t, rss / 1024 }' verify.log >> "$results/pack.tsv"
 echo "big.pack: $bytes bytes" >&2
 du -sb "$SET/big" "$SET/big.pack" | tee "$results/sizes.txt" >&2
+fi
 
-# train NAME RANKS DATA: one run; its row into train.tsv
+# train NAME RANKS DATA [ARG...]: one run; its row into train.tsv
 table=train row set mode ranks repeat frames first_step_s frames_per_s peak_rss_mib
 train() {
   local name=$1 ranks=$2 data=$3 log=train-$1-$2-r$rep.log
+  shift 3
   rm -rf "$work/run"
   timed "$log" mpirun --oversubscribe -np "$ranks" "$trainer" train "$src/examples/configs/water-se_e2_a.yaml" \
     --threads 1 --set training.max_minutes="$MINUTES" --set training.epochs=1000000 --set output.log_every=1 \
     --set output.dir="$work/run" --set data.cache_dir="$work/cache" --set "data.train=[$data]" \
-    --set "data.validation=[$SET/valid.pack]" || { tail -20 "$log" >&2; exit 1; }
+    --set "data.validation=[$SET/valid.pack]" "$@" || { tail -20 "$log" >&2; exit 1; }
   keep_log "$log"
   awk -v skip="$SKIP" -v set="${name%%-*}" -v mode="${name#*-}" -v ranks="$ranks" -v rep="$rep" '
     $2 == "epoch" && $4 == "step" { s = $5; t = $1; if (first == "") first = t; if (s >= skip && s0 == "") { s0 = s; t0 = t } last_s = s; last_t = t }
@@ -90,6 +94,7 @@ for rep in $(seq "$REPEATS"); do
   echo "== training, repeat $rep of $REPEATS" >&2
   train small-memory 1 "{path: $SET/small, format: deepmd}"
   train small-streamed 1 "$SET/small.pack"
-  for np in $RANKS; do train big-streamed "$np" "$SET/big.pack"; done
+  train small-streamed-noprefetch 1 "$SET/small.pack" --set data.prefetch=0
+  ((FRAMES == 0)) || for np in $RANKS; do train big-streamed "$np" "$SET/big.pack"; done
 done
 python3 "$src/benchmarks/tables.py" "$results" 2>/dev/null || true

@@ -284,7 +284,8 @@ def stream_train(run):
     rows = read_tsv(run / "train.tsv")
     for r in rows:
         r["label"] = (f"{'the big set' if r['set'] == 'big' else 'a set in memory'} ({int(r['frames']):,} frames), "
-                      f"{r['mode']}, {r['ranks']} rank{'s' if r['ranks'] != '1' else ''}")
+                      f"{r['mode'].replace('-noprefetch', ' (data.prefetch 0)')}, "
+                      f"{r['ranks']} rank{'s' if r['ranks'] != '1' else ''}")
     out = ["| run | frames/s | first step (s) | peak RSS per rank (MiB) |", "|---|---|---|---|"]
     labels = []
     for r in rows:

@@ -56,7 +56,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   using namespace mlip;
 #if MLIP_FUZZ_READER == 1
   const std::string path = fuzz::as_file(data, size, ".xyz");
-  return fuzz::expect_clear_errors([&] { read_extxyz(path); });
+  const int whole = fuzz::expect_clear_errors([&] { read_extxyz(path); });
+  // The offset index and frame-by-frame parsing (streamed training) of the same bytes.
+  const int indexed = fuzz::expect_clear_errors([&] {
+    const ExtxyzFile file(path, {});
+    for (std::size_t k = 0; k < file.size(); ++k) file.frame(k);
+  });
+  return whole | indexed;
 #elif MLIP_FUZZ_READER == 2
   const std::string path = fuzz::as_file(data, size, ".npy");
   return fuzz::expect_clear_errors([&] { read_npy(path); });
