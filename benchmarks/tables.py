@@ -294,13 +294,15 @@ def stream_train(run):
     for label in labels:
         sub = [r for r in rows if r["label"] == label]
         cells = [summary([r[k] for r in sub], digits)[0]
-                 for k, digits in (("frames_per_s", 3), ("first_step_s", 2), ("peak_rss_mib", 3))]
+                 for k, digits in (("frames_per_s", 3), ("first_step_s", 2), ("peak_rss_mib", 4))]
         out.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
 
 def stream_pack(run):
     """pack and pack --verify of the big set (one run each)"""
+    if not (run / "pack.tsv").exists():
+        return "(this run packed no big set: FRAMES=0)\n"
     rows = read_tsv(run / "pack.tsv")
     out = ["| step | frames | seconds | frames/s | MB/s | peak RSS (MiB) |", "|---|---|---|---|---|---|"]
     for r in rows:

@@ -59,6 +59,11 @@ if(NOT log MATCHES "80 frames, streamed \\(read by index")
   message(FATAL_ERROR "the extended XYZ was not streamed: ${log}")
 endif()
 expect_same(memory xyz_streamed 0 "extended XYZ streamed by its offset index vs in memory")
+# A pack and a file in memory in one data set, against the file twice in memory.
+set(xyz_source "{path: ${WORK}/train.xyz, units: {energy: kcal/mol}}")
+train(mixed_memory --set "data.train=[${xyz_source}, ${xyz_source}]")
+train(mixed_streamed --set "data.train=[${WORK}/train.pack, ${xyz_source}]")
+expect_same(mixed_memory mixed_streamed 0 "a pack and an extended XYZ in memory vs the XYZ twice in memory")
 train(no_prefetch --set "${memory}" --set data.prefetch=0)
 expect_same(memory no_prefetch 0 "data.prefetch 0 vs 4")
 

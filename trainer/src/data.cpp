@@ -121,35 +121,34 @@ DataSplit load_data(const Config& c, const std::function<void(const std::string&
 Sampler::Sampler(const FrameSource& frames, int64_t batch_frames, int64_t batch_atoms, uint64_t seed)
     : frames_(frames), batch_frames_(batch_frames), batch_atoms_(batch_atoms), seed_(seed) {}
 
-std::vector<std::vector<int64_t>> Sampler::epoch_batches(int64_t epoch) const {
-  std::vector<int64_t> order(frames_.size());
-  std::iota(order.begin(), order.end(), 0);
+EpochBatches Sampler::epoch_batches(int64_t epoch) const {
+  EpochBatches b;
+  b.order.resize(frames_.size());
+  std::iota(b.order.begin(), b.order.end(), 0);
   std::mt19937_64 rng(seed_ * 1000003ull + static_cast<uint64_t>(epoch));
-  std::shuffle(order.begin(), order.end(), rng);
-  std::vector<std::vector<int64_t>> batches;
-  std::vector<int64_t> current;
-  int64_t atoms = 0;
-  for (int64_t k : order) {
-    const int64_t n = batch_atoms_ > 0 ? frames_.atoms(static_cast<std::size_t>(k)) : 0;
-    const bool full = batch_atoms_ > 0 ? (!current.empty() && atoms + n > batch_atoms_)
-                                       : static_cast<int64_t>(current.size()) == batch_frames_;
+  std::shuffle(b.order.begin(), b.order.end(), rng);
+  b.starts.push_back(0);
+  int64_t in_batch = 0, atoms = 0;
+  for (std::size_t j = 0; j < b.order.size(); ++j) {
+    const int64_t n = batch_atoms_ > 0 ? frames_.atoms(static_cast<std::size_t>(b.order[j])) : 0;
+    const bool full = batch_atoms_ > 0 ? (in_batch > 0 && atoms + n > batch_atoms_) : in_batch == batch_frames_;
     if (full) {
-      batches.push_back(std::move(current));
-      current.clear();
+      b.starts.push_back(static_cast<int64_t>(j));
+      in_batch = 0;
       atoms = 0;
     }
-    current.push_back(k);
+    ++in_batch;
     atoms += n;
   }
-  if (!current.empty()) batches.push_back(std::move(current));
-  return batches;
+  if (in_batch > 0) b.starts.push_back(static_cast<int64_t>(b.order.size()));
+  return b;
 }
 
 int64_t Sampler::batches_per_epoch() const { return static_cast<int64_t>(epoch_batches(0).size()); }
 
-std::vector<int64_t> rank_share(const std::vector<int64_t>& global_batch, int rank, int size) {
+std::vector<int64_t> EpochBatches::share(std::size_t k, int rank, int n_ranks) const {
   std::vector<int64_t> mine;
-  for (std::size_t j = rank; j < global_batch.size(); j += size) mine.push_back(global_batch[j]);
+  for (int64_t j = starts[k] + rank; j < starts[k + 1]; j += n_ranks) mine.push_back(order[static_cast<std::size_t>(j)]);
   return mine;
 }
 

@@ -147,6 +147,7 @@ class ConcatSource final : public FrameSource {
     std::vector<Frame> one;
     for (const int64_t i : idx) {
       const auto [part, local] = locate(static_cast<std::size_t>(i));
+      one.clear();   // a part in memory leaves it empty
       const Frame* f = parts_[part]->frames({static_cast<int64_t>(local)}, one).front();
       if (!one.empty()) {
         storage.push_back(std::move(one.front()));

@@ -6,9 +6,9 @@
 
 namespace mlip::trainer {
 
-BatchPrefetcher::BatchPrefetcher(std::vector<std::vector<int64_t>> batches, Build build, std::size_t depth)
-    : batches_(std::move(batches)), build_(std::move(build)), depth_(depth) {
-  if (depth_ > 0 && !batches_.empty()) thread_ = std::thread([this] { run(); });
+BatchPrefetcher::BatchPrefetcher(std::size_t count, Indices indices, Build build, std::size_t depth)
+    : count_(count), indices_(std::move(indices)), build_(std::move(build)), depth_(depth) {
+  if (depth_ > 0 && count_ > 0) thread_ = std::thread([this] { run(); });
 }
 
 BatchPrefetcher::~BatchPrefetcher() {
@@ -22,7 +22,9 @@ BatchPrefetcher::~BatchPrefetcher() {
 
 void BatchPrefetcher::run() {
   try {
-    for (const auto& idx : batches_) {
+    for (std::size_t k = 0; k < count_; ++k) {
+      const std::vector<int64_t> idx = indices_(k);
+      if (idx.empty()) continue;
       {
         std::unique_lock<std::mutex> lock(mutex_);
         changed_.wait(lock, [this] { return stop_ || ready_.size() < depth_; });
@@ -35,6 +37,9 @@ void BatchPrefetcher::run() {
       }
       changed_.notify_all();
     }
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_ = true;
+    changed_.notify_all();
   } catch (...) {
     std::lock_guard<std::mutex> lock(mutex_);
     error_ = std::current_exception();
@@ -43,16 +48,23 @@ void BatchPrefetcher::run() {
 }
 
 BatchTensors BatchPrefetcher::next() {
-  if (taken_ >= batches_.size()) throw Error("BatchPrefetcher: no batch left");
-  if (depth_ == 0) return build_(batches_[taken_++]);
+  if (depth_ == 0) {
+    while (next_ < count_) {
+      const std::vector<int64_t> idx = indices_(next_++);
+      if (!idx.empty()) return build_(idx);
+    }
+    throw Error("BatchPrefetcher: no batch left");
+  }
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [this] { return !ready_.empty() || error_; });
+  changed_.wait(lock, [this] { return !ready_.empty() || error_ || finished_; });
   waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (ready_.empty()) std::rethrow_exception(error_);
+  if (ready_.empty()) {
+    if (error_) std::rethrow_exception(error_);
+    throw Error("BatchPrefetcher: no batch left");
+  }
   BatchTensors t = std::move(ready_.front());
   ready_.pop_front();
-  ++taken_;
   lock.unlock();
   changed_.notify_all();
   return t;

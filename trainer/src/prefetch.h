@@ -20,9 +20,10 @@ namespace mlip::trainer {
 class BatchPrefetcher {
  public:
   using Build = std::function<BatchTensors(const std::vector<int64_t>&)>;
-  /// Builds `batches` in order, at most `depth` ahead of the one next() returns (0: each built
-  /// by next() itself, no thread).
-  BatchPrefetcher(std::vector<std::vector<int64_t>> batches, Build build, std::size_t depth);
+  using Indices = std::function<std::vector<int64_t>(std::size_t)>;
+  /// Builds the batches of frames indices(0), ..., indices(count - 1) in order, skipping empty
+  /// ones, at most `depth` ahead of the one next() returns (0: each built by next() itself).
+  BatchPrefetcher(std::size_t count, Indices indices, Build build, std::size_t depth);
   ~BatchPrefetcher();  // stops the thread (batches not taken are dropped)
   BatchPrefetcher(const BatchPrefetcher&) = delete;
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
@@ -35,16 +36,18 @@ class BatchPrefetcher {
  private:
   void run();
 
-  std::vector<std::vector<int64_t>> batches_;
+  std::size_t count_;
+  Indices indices_;
   Build build_;
   std::size_t depth_;
-  std::size_t taken_ = 0;
+  std::size_t next_ = 0;   // the next index next() looks at when there is no thread
   double waited_ = 0;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<BatchTensors> ready_;
   std::exception_ptr error_;
   bool stop_ = false;
+  bool finished_ = false;   // the thread built every batch
   std::thread thread_;
 };
 

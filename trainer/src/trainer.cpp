@@ -94,10 +94,11 @@ void Trainer::setup_device() {
 }
 
 std::unique_ptr<BatchPrefetcher> Trainer::batches_of(const FrameSource& frames, const std::vector<BatchTensors>& resident,
-                                                  std::vector<std::vector<int64_t>> idx) const {
+                                                     std::size_t count,
+                                                     std::function<std::vector<int64_t>(std::size_t)> idx) const {
   if (!resident.empty()) {
     // On the device already: put together there, on the training thread.
-    return std::make_unique<BatchPrefetcher>(std::move(idx), [&resident](const std::vector<int64_t>& part) {
+    return std::make_unique<BatchPrefetcher>(count, std::move(idx), [&resident](const std::vector<int64_t>& part) {
       std::vector<const BatchTensors*> parts;
       parts.reserve(part.size());
       for (int64_t k : part) parts.push_back(&resident[static_cast<std::size_t>(k)]);
@@ -106,7 +107,7 @@ std::unique_ptr<BatchPrefetcher> Trainer::batches_of(const FrameSource& frames, 
   }
   const SpeciesMap* species = species_.get();
   const torch::Dtype dtype = dtype_;
-  return std::make_unique<BatchPrefetcher>(std::move(idx), [&frames, species, dtype](const std::vector<int64_t>& part) {
+  return std::make_unique<BatchPrefetcher>(count, std::move(idx), [&frames, species, dtype](const std::vector<int64_t>& part) {
     return host_batch(frames, part, *species, dtype);
   }, static_cast<std::size_t>(config_.prefetch));
 }
@@ -272,12 +273,11 @@ MetricSums Trainer::train_epoch() {
   if (!state_.epoch_sums.empty() && comm_.is_root()) sums.unpack(state_.epoch_sums);
   state_.epoch_sums.clear();
   // This rank's share of every global batch from there on, built ahead by the prefetcher.
-  std::vector<std::vector<int64_t>> mine;
-  for (int64_t k = first_step * config_.accumulate; k < static_cast<int64_t>(batches.size()); ++k) {
-    auto share = rank_share(batches[k], comm_.rank(), comm_.size());
-    if (!share.empty()) mine.push_back(std::move(share));
-  }
-  const auto prefetch = batches_of(*data_.train, resident_train_, std::move(mine));
+  const std::size_t first_batch = static_cast<std::size_t>(first_step * config_.accumulate);
+  const auto prefetch = batches_of(*data_.train, resident_train_, batches.size() - std::min(first_batch, batches.size()),
+                                   [&batches, first_batch, this](std::size_t k) {
+                                     return batches.share(first_batch + k, comm_.rank(), comm_.size());
+                                   });
   times_ = StepTimes{};
   const auto t_epoch = std::chrono::steady_clock::now();
   for (int64_t s = first_step; s < n_steps; ++s) {
@@ -291,9 +291,9 @@ MetricSums Trainer::train_epoch() {
     const Prefactors pre = schedule_->prefactors(state_.step);
     const int64_t b0 = s * config_.accumulate, b1 = std::min<int64_t>(b0 + config_.accumulate, batches.size());
     double global_frames = 0;
-    for (int64_t k = b0; k < b1; ++k) global_frames += static_cast<double>(batches[k].size());
+    for (int64_t k = b0; k < b1; ++k) global_frames += static_cast<double>(batches.frames(static_cast<std::size_t>(k)));
     for (int64_t k = b0; k < b1; ++k) {
-      if (static_cast<int>(batches[k].size()) <= comm_.rank()) continue;   // no share of this batch
+      if (batches.frames(static_cast<std::size_t>(k)) <= comm_.rank()) continue;   // no share of this batch
       auto t0 = std::chrono::steady_clock::now();
       const BatchTensors t = to_device(prefetch->next(), device_);
       times_.data += since(t0);
@@ -355,11 +355,10 @@ MetricSums Trainer::validate() {
   std::vector<int64_t> mine;
   for (std::size_t k = comm_.rank(); k < data_.validation->size(); k += comm_.size()) mine.push_back(static_cast<int64_t>(k));
   const std::size_t chunk = 8;
-  std::vector<std::vector<int64_t>> parts;
-  for (std::size_t a = 0; a < mine.size(); a += chunk)
-    parts.emplace_back(mine.begin() + a, mine.begin() + std::min(mine.size(), a + chunk));
-  const std::size_t n_parts = parts.size();
-  const auto prefetch = batches_of(*data_.validation, resident_validation_, std::move(parts));
+  const std::size_t n_parts = (mine.size() + chunk - 1) / chunk;
+  const auto prefetch = batches_of(*data_.validation, resident_validation_, n_parts, [&mine, chunk](std::size_t a) {
+    return std::vector<int64_t>(mine.begin() + a * chunk, mine.begin() + std::min(mine.size(), (a + 1) * chunk));
+  });
   for (std::size_t a = 0; a < n_parts; ++a) {
     const BatchTensors t = to_device(prefetch->next(), device_);
     const Prediction p = predict(model_.module, t, /*create_graph=*/false, accumulate_);

@@ -52,11 +52,22 @@ DataSplit load_data(const Config& config, const std::function<void(const std::st
 /// every rank; a global batch holds `batch_frames` frames (or frames up to `batch_atoms` atoms),
 /// and rank r evaluates its items j with j % size == r. So N ranks and 1 rank see the same global
 /// batches, and every frame is used once per epoch.
+/// The global batches of one epoch, compactly (8 bytes a frame and 8 a batch, no vector per
+/// batch): batch k is order[starts[k]], ..., order[starts[k + 1] - 1].
+struct EpochBatches {
+  std::vector<int64_t> order;
+  std::vector<int64_t> starts;   // size() + 1 entries
+  std::size_t size() const { return starts.empty() ? 0 : starts.size() - 1; }
+  int64_t frames(std::size_t k) const { return starts[k + 1] - starts[k]; }
+  /// The items of batch k that `rank` of `n_ranks` evaluates: its j-th with j % n_ranks == rank.
+  std::vector<int64_t> share(std::size_t k, int rank, int n_ranks) const;
+};
+
 class Sampler {
  public:
   Sampler(const FrameSource& frames, int64_t batch_frames, int64_t batch_atoms, uint64_t seed);
   /// Global batches of `epoch` (frame indices).
-  std::vector<std::vector<int64_t>> epoch_batches(int64_t epoch) const;
+  EpochBatches epoch_batches(int64_t epoch) const;
   int64_t batches_per_epoch() const;
 
  private:
@@ -65,8 +76,6 @@ class Sampler {
   uint64_t seed_;
 };
 
-/// Items of a global batch that `rank` of `size` evaluates.
-std::vector<int64_t> rank_share(const std::vector<int64_t>& global_batch, int rank, int size);
 
 // ---------------------------------------------------------------------------------------------
 // Statistics
@@ -232,10 +241,12 @@ class Trainer {
   void refit_energy_shift();
   void freeze_descriptor();
   void warn_about_data() const;
-  /// The batches of frames `idx[0]`, `idx[1]`, ... of `frames`, in order: put together from
-  /// `resident` when the data stays on the device, else built ahead on the host (data.prefetch).
+  /// The batches of frames idx(0), idx(1), ..., idx(count - 1) of `frames`, in order (an empty
+  /// idx(k) is no batch): put together from `resident` when the data stays on the device, else
+  /// built ahead on the host (data.prefetch).
   std::unique_ptr<BatchPrefetcher> batches_of(const FrameSource& frames, const std::vector<BatchTensors>& resident,
-                                              std::vector<std::vector<int64_t>> idx) const;
+                                              std::size_t count,
+                                              std::function<std::vector<int64_t>(std::size_t)> idx) const;
   void log_progress(int64_t steps_per_epoch, const MetricSums& sums) const;
   void save_inside_epoch(int64_t epoch_step, const MetricSums& sums);
   Communicator& gradient_comm() { return nccl_ ? *nccl_ : comm_; }
