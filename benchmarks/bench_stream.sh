@@ -19,7 +19,8 @@
 # and for `pack` and `pack --verify`: seconds, frames/s, MB/s, peak RSS.
 #
 # Environment: FRAMES (1000000; 0: the small set's runs alone), SMALL (5000), MINUTES (1), LABEL_MINUTES (1.5: the labelling
-# model's training), SKIP (20), REPEATS (3: the training runs,
+# model's training), SKIP (20), SMALL_RUNS ("memory streamed streamed-noprefetch": the small
+# set's runs, in this order each repeat), REPEATS (3: the training runs,
 # round-robin), RANKS ("1 2": the big set's runs), SET (where the generated data and packs go;
 # default: the work folder, removed at exit unless KEEP=1; needs about 2.1 x 10 GB free).
 # Results: benchmarks/results/bench_stream/<date>-<commit>/: pack.tsv, train.tsv, logs/.
@@ -33,6 +34,7 @@ MINUTES=${MINUTES:-1}
 REPEATS=${REPEATS:-3}
 RANKS=${RANKS:-"1 2"}
 SKIP=${SKIP:-20}
+SMALL_RUNS=${SMALL_RUNS:-"memory streamed streamed-noprefetch"}
 LABEL_MINUTES=${LABEL_MINUTES:-1.5}
 SET=${SET:-$work/set}
 trainer=$build/bin/mlip-trainer
@@ -92,9 +94,14 @@ train() {
 }
 for rep in $(seq "$REPEATS"); do
   echo "== training, repeat $rep of $REPEATS" >&2
-  train small-memory 1 "{path: $SET/small, format: deepmd}"
-  train small-streamed 1 "$SET/small.pack"
-  train small-streamed-noprefetch 1 "$SET/small.pack" --set data.prefetch=0
+  for mode in $SMALL_RUNS; do
+    case $mode in
+      memory) train small-memory 1 "{path: $SET/small, format: deepmd}" ;;
+      streamed) train small-streamed 1 "$SET/small.pack" ;;
+      streamed-noprefetch) train small-streamed-noprefetch 1 "$SET/small.pack" --set data.prefetch=0 ;;
+      *) echo "bench_stream.sh: SMALL_RUNS: unknown run '$mode'" >&2; exit 1 ;;
+    esac
+  done
   ((FRAMES == 0)) || for np in $RANKS; do train big-streamed "$np" "$SET/big.pack"; done
 done
 python3 "$src/benchmarks/tables.py" "$results" 2>/dev/null || true
