@@ -283,7 +283,7 @@ def stream_train(run):
     """training frames/s, time to the first step and peak RSS, per data set, path and ranks"""
     rows = read_tsv(run / "train.tsv")
     for r in rows:
-        r["label"] = (f"{'the big set' if r['set'] == 'big' else 'a set in memory'} ({int(r['frames']):,} frames), "
+        r["label"] = (f"{'the big set' if r['set'] == 'big' else 'the small set'} ({int(r['frames']):,} frames), "
                       f"{r['mode'].replace('-noprefetch', ' (data.prefetch 0)')}, "
                       f"{r['ranks']} rank{'s' if r['ranks'] != '1' else ''}")
     out = ["| run | frames/s | first step (s) | peak RSS per rank (MiB) |", "|---|---|---|---|"]
