@@ -140,20 +140,28 @@ def gpu_md(run):
     return "\n".join(out) + "\n"
 
 
+def summary_rows(rows, key, columns):
+    """one row per distinct key(r), in order of appearance: the key's cells, then for each
+    (field, digits) of columns the summary of that field over the key's rows"""
+    keys = []
+    for r in rows:
+        if key(r) not in keys:
+            keys.append(key(r))
+    out = []
+    for k in keys:
+        sub = [r for r in rows if key(r) == k]
+        cells = [summary([r[field] for r in sub], digits)[0] for field, digits in columns]
+        out.append("| " + " | ".join([*k, *cells]) + " |")
+    return out
+
+
 def time_to_accuracy(run):
     """per way and code: the test errors and steps over the repeats"""
     rows = read_tsv(run / "rows.tsv")
-    keys = []
-    for r in rows:
-        if (r["way"], r["code"]) not in keys:
-            keys.append((r["way"], r["code"]))
     out = ["| way | code | energy RMSE (meV/atom) | force RMSE (meV/Å) | steps | training wall (s) |",
            "|---|---|---|---|---|---|"]
-    for way, code in keys:
-        sub = [r for r in rows if (r["way"], r["code"]) == (way, code)]
-        cells = [summary([r[k] for r in sub], digits)[0]
-                 for k, digits in (("energy_rmse_mev_atom", 3), ("force_rmse_mev_a", 3), ("steps", 5), ("wall_s", 4))]
-        out.append(f"| {way} | {code} | " + " | ".join(cells) + " |")
+    out += summary_rows(rows, lambda r: (r["way"], r["code"]),
+                        (("energy_rmse_mev_atom", 3), ("force_rmse_mev_a", 3), ("steps", 5), ("wall_s", 4)))
     return "\n".join(out) + "\n"
 
 
@@ -287,15 +295,7 @@ def stream_train(run):
                       f"{r['mode'].replace('-noprefetch', ' (data.prefetch 0)')}, "
                       f"{r['ranks']} rank{'s' if r['ranks'] != '1' else ''}")
     out = ["| run | frames/s | first step (s) | peak RSS per rank (MiB) |", "|---|---|---|---|"]
-    labels = []
-    for r in rows:
-        if r["label"] not in labels:
-            labels.append(r["label"])
-    for label in labels:
-        sub = [r for r in rows if r["label"] == label]
-        cells = [summary([r[k] for r in sub], digits)[0]
-                 for k, digits in (("frames_per_s", 3), ("first_step_s", 2), ("peak_rss_mib", 4))]
-        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    out += summary_rows(rows, lambda r: (r["label"],), (("frames_per_s", 3), ("first_step_s", 2), ("peak_rss_mib", 4)))
     return "\n".join(out) + "\n"
 
 

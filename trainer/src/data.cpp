@@ -37,9 +37,7 @@ std::shared_ptr<FrameSource> open_source(const DataSource& src, double cutoff, c
                                          const std::vector<std::string>& model_species,
                                          const std::function<void(const std::string&)>& log, bool stream_by_default) {
   if (src.format == "pack" || (src.format == "auto" && is_pack(src.path))) {
-    const Units& u = src.units;
-    if (u.length != "angstrom" || u.energy != "eV" || !u.stress.empty())
-      throw Error(src.path + ": a pack holds frames in eV and angstrom already: give it no units");
+    check_pack_units(src.units, src.path);
     auto pack = pack_source(src.path, src.weight, cutoff);
     const SpeciesMap species(model_species);   // the manifest's elements against the model's, named
     for (std::size_t z = 1; z < pack->stats().atoms_by_z.size(); ++z)

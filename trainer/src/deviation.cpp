@@ -82,11 +82,7 @@ DeviationCounts model_deviation(const std::vector<std::string>& models, const st
   // Packs, extended XYZ and ASE databases are read frame by frame; other formats are parsed whole.
   std::function<Structure(std::size_t)> frame_at;
   std::size_t n_frames = 0;
-  if (options.format == "pack" || (options.format == "auto" && is_pack(data))) {
-    auto reader = std::make_shared<PackReader>(data);
-    n_frames = reader->size();
-    frame_at = [reader](std::size_t k) { return reader->frame(k); };
-  } else if (std::shared_ptr<FrameReader> by_index = open_frame_reader(data, options.format, read)) {
+  if (std::shared_ptr<FrameReader> by_index = open_frame_reader(data, options.format, read)) {
     n_frames = by_index->size();
     frame_at = [by_index](std::size_t k) { return by_index->frame(k); };
   } else {

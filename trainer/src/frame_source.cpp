@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 
 #include "mlip/error.h"
 
@@ -41,49 +42,18 @@ class MemorySource final : public FrameSource {
   PackStats stats_;
 };
 
-class PackSource final : public FrameSource {
+// Frames read one at a time from a FrameReader (a pack, extended XYZ by its offset index, ASE
+// databases). Statistics: given (a pack's manifest), or one pass when first asked for.
+class ReaderSource final : public FrameSource {
  public:
-  PackSource(const std::string& dir, double weight, double cutoff) : reader_(dir), weight_(weight), cutoff_(cutoff) {}
-  std::size_t size() const override { return reader_.size(); }
+  ReaderSource(std::unique_ptr<FrameReader> reader, double weight, double cutoff, std::optional<PackStats> stats)
+      : reader_(std::move(reader)), weight_(weight), cutoff_(cutoff), stats_(std::move(stats)) {}
+  std::size_t size() const override { return reader_->size(); }
   int64_t atoms(std::size_t i) const override {
     // Read once, on first use (batches by atoms need every frame's count each epoch): 4 bytes a frame.
     std::call_once(atoms_once_, [this] {
-      atoms_.resize(reader_.size());
-      for (uint64_t k = 0; k < reader_.size(); ++k) atoms_[k] = reader_.atoms(k);
-    });
-    return atoms_.at(i);
-  }
-  std::vector<const Frame*> frames(const std::vector<int64_t>& idx, std::vector<Frame>& storage) const override {
-    storage.clear();
-    storage.reserve(idx.size());
-    for (const int64_t i : idx) {
-      Structure s = reader_.frame(static_cast<uint64_t>(i));
-      s.weight *= weight_;
-      storage.push_back(make_frame(std::move(s), cutoff_));
-    }
-    std::vector<const Frame*> out;
-    for (const Frame& f : storage) out.push_back(&f);
-    return out;
-  }
-  const PackStats& stats() const override { return reader_.manifest().stats; }
-  bool streamed() const override { return true; }
-
- private:
-  PackReader reader_;
-  double weight_, cutoff_;
-  mutable std::once_flag atoms_once_;
-  mutable std::vector<uint32_t> atoms_;
-};
-
-class ReaderSource final : public FrameSource {
- public:
-  ReaderSource(std::unique_ptr<FrameReader> reader, double weight, double cutoff)
-      : reader_(std::move(reader)), weight_(weight), cutoff_(cutoff) {}
-  std::size_t size() const override { return reader_->size(); }
-  int64_t atoms(std::size_t i) const override {
-    std::call_once(atoms_once_, [this] {
       atoms_.resize(reader_->size());
-      for (std::size_t k = 0; k < reader_->size(); ++k) atoms_[k] = static_cast<uint32_t>(reader_->frame(k).size());
+      for (std::size_t k = 0; k < reader_->size(); ++k) atoms_[k] = static_cast<uint32_t>(reader_->atoms(k));
     });
     return atoms_.at(i);
   }
@@ -100,18 +70,12 @@ class ReaderSource final : public FrameSource {
     return out;
   }
   const PackStats& stats() const override {
-    // One pass over the frames, in blocks (bounded memory), when first asked for.
     std::call_once(stats_once_, [this] {
-      constexpr std::size_t kBlock = 1024;
-      for (std::size_t b = 0; b < reader_->size(); b += kBlock) {
-        std::vector<Structure> block;
-        for (std::size_t i = b; i < std::min(reader_->size(), b + kBlock); ++i) block.push_back(reader_->frame(i));
-        std::vector<const Structure*> ptrs;
-        for (const Structure& s : block) ptrs.push_back(&s);
-        stats_.add_all(ptrs);
-      }
+      if (stats_) return;
+      stats_.emplace();
+      stats_->add_each(0, reader_->size(), [this](std::size_t i) { return reader_->frame(i); });
     });
-    return stats_;
+    return *stats_;
   }
   bool streamed() const override { return true; }
 
@@ -119,7 +83,7 @@ class ReaderSource final : public FrameSource {
   std::unique_ptr<FrameReader> reader_;
   double weight_, cutoff_;
   mutable std::once_flag stats_once_;
-  mutable PackStats stats_;
+  mutable std::optional<PackStats> stats_;
   mutable std::once_flag atoms_once_;
   mutable std::vector<uint32_t> atoms_;
 };
@@ -208,11 +172,13 @@ std::shared_ptr<FrameSource> memory_source(std::vector<Frame> frames) {
 }
 
 std::shared_ptr<FrameSource> pack_source(const std::string& dir, double weight, double cutoff) {
-  return std::make_shared<PackSource>(dir, weight, cutoff);
+  auto reader = std::make_unique<PackReader>(dir);
+  PackStats stats = reader->manifest().stats;
+  return std::make_shared<ReaderSource>(std::move(reader), weight, cutoff, std::move(stats));
 }
 
 std::shared_ptr<FrameSource> reader_source(std::unique_ptr<FrameReader> reader, double weight, double cutoff) {
-  return std::make_shared<ReaderSource>(std::move(reader), weight, cutoff);
+  return std::make_shared<ReaderSource>(std::move(reader), weight, cutoff, std::nullopt);
 }
 
 std::shared_ptr<FrameSource> concat_sources(std::vector<std::shared_ptr<FrameSource>> parts) {

@@ -245,6 +245,10 @@ std::unique_ptr<FrameReader> open_frame_reader(const std::string& path, const st
                                                const ReadOptions& options) {
   const std::string f = format == "auto" ? detect_format(path) : format;
   if (f == "extxyz") return std::make_unique<ExtxyzFile>(path, options);
+  if (f == "pack") {
+    check_pack_units(options.units, path);
+    return std::make_unique<PackReader>(path);
+  }
   return io_detail::open_ase_reader(path, f, options);
 }
 
@@ -258,9 +262,7 @@ std::vector<Structure> read_structures(const std::string& path, const std::strin
   if (f == "ase-db") return read_ase_db(path, options);
   if (f == "aselmdb") return read_aselmdb(path, options);
   if (f == "pack") {
-    const Units& u = options.units;
-    if (u.length != "angstrom" || u.energy != "eV" || !u.stress.empty())
-      throw Error(path + ": a pack holds frames in eV and angstrom already: give it no units");
+    check_pack_units(options.units, path);
     return read_pack(path);
   }
   if (f == "deepmd") {

@@ -413,6 +413,22 @@ void PackStats::add_all(const std::vector<const Structure*>& frames) {
     }
 }
 
+void PackStats::add_each(std::size_t first, std::size_t count, const std::function<Structure(std::size_t)>& frame) {
+  constexpr std::size_t kBlock = 1024;
+  for (std::size_t b = first; b < first + count; b += kBlock) {
+    std::vector<Structure> block;
+    for (std::size_t i = b; i < std::min(b + kBlock, first + count); ++i) block.push_back(frame(i));
+    std::vector<const Structure*> ptrs;
+    for (const Structure& st : block) ptrs.push_back(&st);
+    add_all(ptrs);
+  }
+}
+
+void check_pack_units(const Units& u, const std::string& path) {
+  if (u.length != "angstrom" || u.energy != "eV" || !u.stress.empty())
+    throw Error(path + ": a pack holds frames in eV and angstrom already: give it no units");
+}
+
 void PackStats::add_counts(const Structure& s) {
   atoms += s.size();
   for (const int z : s.numbers) ++atoms_by_z.at(static_cast<std::size_t>(z));
@@ -676,9 +692,9 @@ PackReader::~PackReader() = default;
 PackReader::PackReader(PackReader&&) noexcept = default;
 
 const PackManifest& PackReader::manifest() const { return impl_->manifest; }
-uint64_t PackReader::size() const { return impl_->manifest.frames; }
+std::size_t PackReader::size() const { return impl_->manifest.frames; }
 
-Structure PackReader::frame(uint64_t i) const {
+Structure PackReader::frame(std::size_t i) const {
   const Impl& r = *impl_;
   const auto [k, local] = r.locate(i);
   const uint64_t begin = r.offsets[k][local], size = r.offsets[k][local + 1] - begin;
@@ -688,7 +704,7 @@ Structure PackReader::frame(uint64_t i) const {
   return decode(bytes, i, context, r.manifest.sources, r.dir);
 }
 
-uint32_t PackReader::atoms(uint64_t i) const {
+std::size_t PackReader::atoms(std::size_t i) const {
   const Impl& r = *impl_;
   const auto [k, local] = r.locate(i);
   const std::string context = where(r.dir, r.manifest.shards[k], i);
@@ -716,13 +732,7 @@ void verify_pack(const std::string& dir, const std::function<void(const std::str
       if (got != expected)
         throw Error(cat("pack ", dir, ": ", file, ": checksum ", got, " differs from the manifest's ", expected, ": the file changed after packing (corrupt)"));
     }
-    for (uint64_t b = s.first_frame; b < s.first_frame + s.frames; b += 1024) {
-      std::vector<Structure> block;
-      for (uint64_t i = b; i < std::min(b + 1024, s.first_frame + s.frames); ++i) block.push_back(r.frame(i));
-      std::vector<const Structure*> ptrs;
-      for (const Structure& f : block) ptrs.push_back(&f);
-      stats.add_all(ptrs);
-    }
+    stats.add_each(s.first_frame, s.frames, [&r](std::size_t i) { return r.frame(i); });
     log(cat(s.data, ": ", s.frames, " frames, ", std::round(s.bytes / 1e5) / 10, " MB, checksums and records good"));
   }
   const std::string diff = stats_difference(m.stats, stats);

@@ -123,6 +123,8 @@ class FrameReader {
   virtual std::size_t size() const = 0;
   /// Frame i, checked as the whole-file reader checks it. Safe from several threads at once.
   virtual Structure frame(std::size_t i) const = 0;
+  /// Its number of atoms (a reader that can tell without parsing the frame says so).
+  virtual std::size_t atoms(std::size_t i) const { return frame(i).size(); }
 };
 
 /// Extended XYZ by an offset index: one pass over the file at construction that parses only each
@@ -141,9 +143,10 @@ class ExtxyzFile final : public FrameReader {
   std::vector<std::size_t> lines_;  // each frame's first line (0-based)
 };
 
-/// A reader by index of `path` where its format allows one: extended XYZ (ExtxyzFile), ASE's
-/// SQLite database and ASE-LMDB (their row ids listed at construction, each row read when asked
-/// for); nullptr for the others (read them whole, or pack them).
+/// A reader by index of `path` where its format allows one: a pack (PackReader, mlip/data/pack.h;
+/// it takes no units), extended XYZ (ExtxyzFile), ASE's SQLite database and ASE-LMDB (their row
+/// ids listed at construction, each row read when asked for); nullptr for the others (read them
+/// whole, or pack them).
 std::unique_ptr<FrameReader> open_frame_reader(const std::string& path, const std::string& format = "auto",
                                                const ReadOptions& options = {});
 

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "mlip/data/io.h"
 #include "mlip/data/structure.h"
 
 namespace mlip {
@@ -61,6 +62,8 @@ struct PackStats {
   /// add() of each, in order (the shortest distances found by several threads: a minimum does
   /// not depend on the order, so the result is add()'s bit for bit).
   void add_all(const std::vector<const Structure*>& frames);
+  /// add_all() of frame(first), ..., frame(first + count - 1), in blocks (bounded memory).
+  void add_each(std::size_t first, std::size_t count, const std::function<Structure(std::size_t)>& frame);
   /// The E0 sums alone, of `s`'s species counts and `energy` (its label, or a residual).
   void add_energy(const Structure& s, double energy);
   void merge(const PackStats& other);
@@ -118,24 +121,27 @@ class PackWriter {
 /// Reads frames of a pack by index: the manifest and the shards' indexes at construction (8
 /// bytes per frame; no frame is read), then one positioned read per frame. frame() may be called
 /// from several threads at once.
-class PackReader {
+class PackReader final : public FrameReader {
  public:
   explicit PackReader(const std::string& dir);
-  ~PackReader();
+  ~PackReader() override;
   PackReader(PackReader&&) noexcept;
 
   const PackManifest& manifest() const;
-  uint64_t size() const;
+  std::size_t size() const override;
   /// Frame i, `origin` "<source>:frame K (pack DIR, frame i)". Throws mlip::Error naming the
   /// shard and the frame if its record is truncated or inconsistent.
-  Structure frame(uint64_t i) const;
+  Structure frame(std::size_t i) const override;
   /// Its number of atoms, from the record's header.
-  uint32_t atoms(uint64_t i) const;
+  std::size_t atoms(std::size_t i) const override;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// Throws naming `path` unless `units` are mlip's own (a pack holds eV and Å already).
+void check_pack_units(const Units& units, const std::string& path);
 
 /// Every frame of a pack, in order.
 std::vector<Structure> read_pack(const std::string& dir);
