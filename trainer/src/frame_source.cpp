@@ -35,7 +35,6 @@ class MemorySource final : public FrameSource {
   }
   const PackStats& stats() const override { return stats_; }
   bool streamed() const override { return false; }
-  const std::vector<Frame>* in_memory() const override { return &frames_; }
 
  private:
   std::vector<Frame> frames_;

@@ -29,8 +29,6 @@ class FrameSource {
   virtual const PackStats& stats() const = 0;
   /// Whether frames are read from disk as they are needed.
   virtual bool streamed() const = 0;
-  /// Every frame, when the source holds them in memory (else nullptr).
-  virtual const std::vector<Frame>* in_memory() const { return nullptr; }
 };
 
 /// Frames parsed into memory.

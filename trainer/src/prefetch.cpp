@@ -1,6 +1,5 @@
 #include "prefetch.h"
 
-#include <chrono>
 
 #include "mlip/error.h"
 
@@ -55,10 +54,8 @@ BatchTensors BatchPrefetcher::next() {
     }
     throw Error("BatchPrefetcher: no batch left");
   }
-  const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [this] { return !ready_.empty() || error_ || finished_; });
-  waited_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (ready_.empty()) {
     if (error_) std::rethrow_exception(error_);
     throw Error("BatchPrefetcher: no batch left");

@@ -30,8 +30,6 @@ class BatchPrefetcher {
 
   /// The next batch (waits for it); rethrows the error building it raised (a damaged shard, say).
   BatchTensors next();
-  /// Seconds next() has waited for the thread so far.
-  double waited_seconds() const { return waited_; }
 
  private:
   void run();
@@ -41,7 +39,6 @@ class BatchPrefetcher {
   Build build_;
   std::size_t depth_;
   std::size_t next_ = 0;   // the next index next() looks at when there is no thread
-  double waited_ = 0;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<BatchTensors> ready_;
