@@ -165,6 +165,17 @@ def time_to_accuracy(run):
     return "\n".join(out) + "\n"
 
 
+def mp_accuracy(run):
+    """per model: steps, best validation and test errors and MD cost over the repeats"""
+    rows = read_tsv(run / "rows.tsv")
+    out = ["| model | steps | best validation E (meV/atom) | best validation F (meV/Å) | test E RMSE (meV/atom) | "
+           "test F RMSE (meV/Å) | MD µs/atom-step (1 rank, 1536 atoms) |", "|---|---|---|---|---|---|---|"]
+    out += summary_rows(rows, lambda r: (r["model"],),
+                        (("steps", 5), ("val_e_mev_atom", 3), ("val_f_mev_a", 3), ("test_e_mev_atom", 3),
+                         ("test_f_mev_a", 3), ("md_us_per_atom_step", 3)))
+    return "\n".join(out) + "\n"
+
+
 def nve_drift(run):
     rows = read_tsv(run / "rows.tsv")
     out = ["| model | NVE (ps) | max \\|E(t) - E(0)\\| / N (meV/atom) | drift (meV/atom/ps) | T (K) | us/atom-step | molecules |",
@@ -330,6 +341,7 @@ KINDS = {
     ("gpu-check", "training"): gpu_training,
     ("time_to_accuracy", "errors"): time_to_accuracy,
     ("nve_drift", "drift"): nve_drift,
+    ("mp_accuracy", "errors"): mp_accuracy,
 }
 
 
