@@ -15,9 +15,12 @@
 # Reported: for each run, the wall time (from its metrics.csv: seconds since its training
 # started) at which the validation force RMSE first reached TARGET (default: the best the
 # scratch run reached in MINUTES), its best validation errors, and `mlip-trainer test` on the
-# test frames; also the base model untouched on the same test frames.
+# test frames; also the base model untouched on the same test frames. The three runs are
+# repeated REPEATS times (a new base model each time; the target is each repeat's own).
+# Results: benchmarks/results/fine_tuning/<date>-<commit>/ (lib.sh): rows.tsv, logs/ (training,
+# metrics.csv and test logs of every run); the docs' table: benchmarks/tables.py.
 #
-# Environment: BASE_MINUTES (5), MINUTES (3), NEW (16), TARGET (meV/A), KEEP (1: keep the folder).
+# Environment: BASE_MINUTES (5), MINUTES (3), NEW (16), TARGET (meV/A), REPEATS (3), KEEP, RESULTS.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init fine_tuning "${1:-}" mlip-trainer
@@ -26,6 +29,7 @@ trainer=$build/bin/mlip-trainer
 base_minutes=${BASE_MINUTES:-5}
 minutes=${MINUTES:-3}
 new=${NEW:-16}
+REPEATS=${REPEATS:-3}
 data=$src/data/water-deepmd
 cd "$work"
 
@@ -64,41 +68,51 @@ config base "  train:
     - path: $data/data_1
   validation:
     - path: $work/new-val.xyz" "$base_minutes"
-train base
 new_block="  train:
     - path: $work/new-train.xyz
   validation:
     - path: $work/new-val.xyz"
 config scratch "$new_block" "$minutes"
-train scratch
 config finetune "$new_block" "$minutes"
-train finetune --set "training.init_from=$work/base/model.pt" \
-  --set "training.optimizer.lr=5.0e-4" --set "training.lr_schedule.final_lr=1.0e-4"
-
 # Best validation force RMSE (meV/A) of a run, and the first elapsed_s at which it was <= target.
-best_f() { awk -F, 'NR > 1 && ($8 < b || b == "") { b = $8 } END { printf "%.1f", 1e3 * b }' "$1/metrics.csv"; }
-best_e() { awk -F, 'NR > 1 && ($7 < b || b == "") { b = $7 } END { printf "%.2f", 1e3 * b }' "$1/metrics.csv"; }
+best_f() { awk -F, 'NR > 1 && ($8 < b || b == "") { b = $8 } END { printf "%.2f", 1e3 * b }' "$1/metrics.csv"; }
+best_e() { awk -F, 'NR > 1 && ($7 < b || b == "") { b = $7 } END { printf "%.3f", 1e3 * b }' "$1/metrics.csv"; }
 reach() {
   awk -F, -v t="$2" 'NR > 1 && 1e3 * $8 <= t + 1e-9 { printf "%.0f", $3; found = 1; exit }
                      END { if (!found) printf "not reached" }' "$1/metrics.csv"
 }
-target=${TARGET:-$(best_f scratch)}
-test_line() {
+# test_errors MODEL NAME: "E F" of `mlip-trainer test` on the test frames (meV/atom, meV/A)
+test_errors() {
   "$trainer" test "$1" new-test.xyz > "$2.test" 2>&1 || { cat "$2.test" >&2; exit 1; }
-  local e f
-  e=$(sed -nE 's/^energy RMSE +([0-9.]+) meV\/atom.*/\1/p' "$2.test")
-  f=$(sed -nE 's/^force RMSE +([0-9.]+) meV\/A.*/\1/p' "$2.test")
-  echo "$e | $f"
+  echo "$(sed -nE 's/^energy RMSE +([0-9.]+) meV\/atom.*/\1/p' "$2.test") $(sed -nE 's/^force RMSE +([0-9.]+) meV\/A.*/\1/p' "$2.test")"
+}
+# result NAME LABEL REPEAT TARGET: the run's row, its logs kept
+result() {
+  local errors test_e test_f
+  errors=$(test_errors "$work/$1/model.pt" "$1")
+  read -r test_e test_f <<< "$errors"
+  local time_to=-; [[ $1 == base ]] || time_to=$(reach "$1" "$4")
+  row "$2" "$3" "$4" "$(cat "$1.wall")" "$time_to" "$(best_e "$1")" "$(best_f "$1")" "$test_e" "$test_f"
+  keep_log "$1.log" "$1-$3-train.log"
+  keep_log "$1/metrics.csv" "$1-$3-metrics.csv"
+  keep_log "$1.test" "$1-$3-test.log"
 }
 
 n_test=$(( 80 - new - 8 ))
+row run repeat target_f_mev_a wall_s time_to_target_s val_e_mev_atom val_f_mev_a test_e_mev_atom test_f_mev_a
+for rep in $(seq "$REPEATS"); do
+  echo "== repeat $rep of $REPEATS" >&2
+  rm -rf base scratch finetune
+  train base
+  train scratch
+  train finetune --set "training.init_from=$work/base/model.pt" \
+    --set "training.optimizer.lr=5.0e-4" --set "training.lr_schedule.final_lr=1.0e-4"
+  target=${TARGET:-$(best_f scratch)}
+  result base "base model ($base_minutes min on data_0 + data_1), not trained on the new frames" "$rep" "$target"
+  result scratch "from scratch on the $new new frames, $minutes min" "$rep" "$target"
+  result finetune "fine-tuned from the base on the $new new frames, $minutes min" "$rep" "$target"
+done
 echo
 echo "water se_e2_a (examples/configs/water-demo.yaml), 2 MPI ranks; new data: $new frames of data_2,"
-echo "8 for validation, $n_test for the test; base model: data_0 + data_1, $base_minutes min"
-echo "target: validation force RMSE <= $target meV/A"
-echo
-echo "| run | training wall (s) | time to target (s) | best validation E (meV/atom) / F (meV/A) | test E RMSE (meV/atom) | test F RMSE (meV/A) |"
-echo "|---|---|---|---|---|---|"
-echo "| base model, not trained on the new frames | $(cat base.wall) | - | $(best_e base) / $(best_f base) | $(test_line "$work/base/model.pt" base) |"
-echo "| scratch on $new frames, $minutes min | $(cat scratch.wall) | $(reach scratch "$target") | $(best_e scratch) / $(best_f scratch) | $(test_line "$work/scratch/model.pt" scratch) |"
-echo "| fine-tuned from the base on $new frames, $minutes min | $(cat finetune.wall) | $(reach finetune "$target") | $(best_e finetune) / $(best_f finetune) | $(test_line "$work/finetune/model.pt" finetune) |"
+echo "8 for validation, $n_test for the test; base model: data_0 + data_1, $base_minutes min; $REPEATS repeats"
+python3 "$src/benchmarks/tables.py" "$results"

@@ -32,8 +32,12 @@ def read_tsv(path):
         return list(csv.DictReader(f, delimiter="\t"))
 
 
-def summary(values, digits=3):
-    """median (min-max) of the numbers among values; 'failed' if none is a number"""
+def summary(values, digits=3, missing="failed"):
+    """median (min-max) of the numbers among values; `missing` ('failed') for those that are not
+    numbers, alone if none is; '-' (not applicable) if every value is '-'"""
+    values = [v for v in values if v != "-"]
+    if not values:
+        return "-", None
     numbers = []
     for v in values:
         try:
@@ -41,13 +45,13 @@ def summary(values, digits=3):
         except ValueError:
             pass
     if not numbers:
-        return "failed", None
+        return missing, None
     med = statistics.median(numbers)
     text = f"{med:.{digits}g}"
     if len(numbers) > 1:
         text += f" ({min(numbers):.{digits}g}-{max(numbers):.{digits}g})"
     if len(numbers) < len(values):
-        text += f", {len(values) - len(numbers)} failed"
+        text += f", {len(values) - len(numbers)} {missing}"
     return text, med
 
 
@@ -142,7 +146,7 @@ def gpu_md(run):
 
 def summary_rows(rows, key, columns):
     """one row per distinct key(r), in order of appearance: the key's cells, then for each
-    (field, digits) of columns the summary of that field over the key's rows"""
+    (field, digits[, missing]) of columns the summary of that field over the key's rows"""
     keys = []
     for r in rows:
         if key(r) not in keys:
@@ -150,7 +154,7 @@ def summary_rows(rows, key, columns):
     out = []
     for k in keys:
         sub = [r for r in rows if key(r) == k]
-        cells = [summary([r[field] for r in sub], digits)[0] for field, digits in columns]
+        cells = [summary([r[c[0]] for r in sub], *c[1:])[0] for c in columns]
         out.append("| " + " | ".join([*k, *cells]) + " |")
     return out
 
@@ -173,6 +177,19 @@ def mp_accuracy(run):
     out += summary_rows(rows, lambda r: (r["model"],),
                         (("steps", 5), ("val_e_mev_atom", 3), ("val_f_mev_a", 3), ("test_e_mev_atom", 3),
                          ("test_f_mev_a", 3), ("md_us_per_atom_step", 3)))
+    return "\n".join(out) + "\n"
+
+
+def fine_tuning(run):
+    """per run: wall time, time to the scratch run's best validation force error, and errors"""
+    rows = read_tsv(run / "rows.tsv")
+    target = summary([r["target_f_mev_a"] for r in rows if r["run"].startswith("from scratch")], 4)[0]
+    out = [f"Target: each repeat's best validation force RMSE from scratch, {target} meV/Å.", "",
+           "| run | training wall (s) | time to the target (s) | best validation E (meV/atom) | "
+           "best validation F (meV/Å) | test E RMSE (meV/atom) | test F RMSE (meV/Å) |", "|---|---|---|---|---|---|---|"]
+    out += summary_rows(rows, lambda r: (r["run"],),
+                        (("wall_s", 3), ("time_to_target_s", 3, "not reached"), ("val_e_mev_atom", 3),
+                         ("val_f_mev_a", 3), ("test_e_mev_atom", 3), ("test_f_mev_a", 3)))
     return "\n".join(out) + "\n"
 
 
@@ -342,6 +359,7 @@ KINDS = {
     ("time_to_accuracy", "errors"): time_to_accuracy,
     ("nve_drift", "drift"): nve_drift,
     ("mp_accuracy", "errors"): mp_accuracy,
+    ("fine_tuning", "errors"): fine_tuning,
 }
 
 
