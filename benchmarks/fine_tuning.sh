@@ -74,11 +74,12 @@ new_block="  train:
     - path: $work/new-val.xyz"
 config scratch "$new_block" "$minutes"
 config finetune "$new_block" "$minutes"
-# Best validation force RMSE (meV/A) of a run, and the first elapsed_s at which it was <= target.
+# Best validation force RMSE (meV/A, to 0.01) of a run, and the first elapsed_s at which it was <= target
+# (within the rounding of best_f: a run reaches its own best).
 best_f() { awk -F, 'NR > 1 && ($8 < b || b == "") { b = $8 } END { printf "%.2f", 1e3 * b }' "$1/metrics.csv"; }
 best_e() { awk -F, 'NR > 1 && ($7 < b || b == "") { b = $7 } END { printf "%.3f", 1e3 * b }' "$1/metrics.csv"; }
 reach() {
-  awk -F, -v t="$2" 'NR > 1 && 1e3 * $8 <= t + 1e-9 { printf "%.0f", $3; found = 1; exit }
+  awk -F, -v t="$2" 'NR > 1 && 1e3 * $8 <= t + 0.005 { printf "%.0f", $3; found = 1; exit }
                      END { if (!found) printf "not reached" }' "$1/metrics.csv"
 }
 # test_errors MODEL NAME: "E F" of `mlip-trainer test` on the test frames (meV/atom, meV/A)
