@@ -20,7 +20,9 @@
 #
 # Environment: FRAMES (1000000; 0: the small set's runs alone), SMALL (5000), MINUTES (1), LABEL_MINUTES (1.5: the labelling
 # model's training), SKIP (20), SMALL_RUNS ("memory streamed streamed-noprefetch": the small
-# set's runs, in this order each repeat), REPEATS (3: the training runs,
+# set's runs, in this order each repeat; also "memory-unbound streamed-unbound": under
+# `mpirun --bind-to none`, where Open MPI's default binds the rank to one core, which its prefetch
+# thread then shares with its training thread), REPEATS (3: the training runs,
 # round-robin), RANKS ("1 2": the big set's runs), SET (where the generated data and packs go;
 # default: the work folder, removed at exit unless KEEP=1; needs about 2.1 x 10 GB free).
 # Results: benchmarks/results/bench_stream/<date>-<commit>/: pack.tsv, train.tsv, logs/.
@@ -80,7 +82,7 @@ train() {
   local name=$1 ranks=$2 data=$3 log=train-$1-$2-r$rep.log
   shift 3
   rm -rf "$work/run"
-  timed "$log" mpirun --oversubscribe -np "$ranks" "$trainer" train "$src/examples/configs/water-se_e2_a.yaml" \
+  timed "$log" mpirun --oversubscribe ${bind:+--bind-to "$bind"} -np "$ranks" "$trainer" train "$src/examples/configs/water-se_e2_a.yaml" \
     --threads 1 --set training.max_minutes="$MINUTES" --set training.epochs=1000000 --set output.log_every=1 \
     --set output.dir="$work/run" --set data.cache_dir="$work/cache" --set "data.train=[$data]" \
     --set "data.validation=[$SET/valid.pack]" "$@" || { tail -20 "$log" >&2; exit 1; }
@@ -99,6 +101,8 @@ for rep in $(seq "$REPEATS"); do
       memory) train small-memory 1 "{path: $SET/small, format: deepmd}" ;;
       streamed) train small-streamed 1 "$SET/small.pack" ;;
       streamed-noprefetch) train small-streamed-noprefetch 1 "$SET/small.pack" --set data.prefetch=0 ;;
+      memory-unbound) bind=none train small-memory-unbound 1 "{path: $SET/small, format: deepmd}" ;;
+      streamed-unbound) bind=none train small-streamed-unbound 1 "$SET/small.pack" ;;
       *) echo "bench_stream.sh: SMALL_RUNS: unknown run '$mode'" >&2; exit 1 ;;
     esac
   done

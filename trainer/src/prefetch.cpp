@@ -1,5 +1,6 @@
 #include "prefetch.h"
 
+#include <sched.h>
 
 #include "mlip/error.h"
 
@@ -65,6 +66,15 @@ BatchTensors BatchPrefetcher::next() {
   lock.unlock();
   changed_.notify_all();
   return t;
+}
+
+std::size_t cores_available() {
+#ifdef CPU_COUNT
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<std::size_t>(CPU_COUNT(&set));
+#endif
+  return 0;
 }
 
 }  // namespace mlip::trainer

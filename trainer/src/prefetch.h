@@ -48,4 +48,8 @@ class BatchPrefetcher {
   std::thread thread_;
 };
 
+/// The cores this process may run on (its CPU affinity), 0 where that is unknown. Prefetching
+/// hides reading and neighbour lists behind the step only where a core is left for its thread.
+std::size_t cores_available();
+
 }  // namespace mlip::trainer

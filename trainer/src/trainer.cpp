@@ -20,6 +20,7 @@
 #include "training.h"
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/serialize.h>
 
@@ -124,6 +125,12 @@ std::string Trainer::checkpoint_dir() const { return (fs::path(config_.output_di
 void Trainer::setup_model_and_statistics() {
   data_ = load_data(config_, [this](const std::string& s) { log(s); });
   log(fmt::format("data: {} training and {} validation frames", data_.train->size(), data_.validation->size()));
+  const std::size_t cores = cores_available();
+  if (data_.train->streamed() && config_.prefetch > 0 && cores > 0 && cores <= static_cast<std::size_t>(at::get_num_threads())) {
+    log(fmt::format("data: rank 0 may run on {} core(s) (its CPU affinity), as many as its LibTorch threads: the prefetching "
+                    "thread shares them, so reading and neighbour lists add to each step (Open MPI binds a rank to one core "
+                    "by default; mpirun --bind-to none, or --map-by slot:PE=N for N cores a rank, leaves it one)", cores));
+  }
   species_ = std::make_unique<SpeciesMap>(config_.model.species);
   warn_about_data();
 
