@@ -142,7 +142,10 @@ EpochBatches Sampler::epoch_batches(int64_t epoch) const {
   return b;
 }
 
-int64_t Sampler::batches_per_epoch() const { return static_cast<int64_t>(epoch_batches(0).size()); }
+int64_t Sampler::batches_per_epoch() const {
+  if (batch_atoms_ <= 0) return (static_cast<int64_t>(frames_.size()) + batch_frames_ - 1) / batch_frames_;
+  return static_cast<int64_t>(epoch_batches(0).size());   // by atoms: depends on the order
+}
 
 std::vector<int64_t> EpochBatches::share(std::size_t k, int rank, int n_ranks) const {
   std::vector<int64_t> mine;

@@ -48,10 +48,6 @@ std::shared_ptr<FrameSource> open_source(const DataSource& source, double cutoff
 /// validation sources are given. `log` gets one line per source.
 DataSplit load_data(const Config& config, const std::function<void(const std::string&)>& log);
 
-/// Batches of one epoch. The global order is a permutation seeded by (seed, epoch), identical on
-/// every rank; a global batch holds `batch_frames` frames (or frames up to `batch_atoms` atoms),
-/// and rank r evaluates its items j with j % size == r. So N ranks and 1 rank see the same global
-/// batches, and every frame is used once per epoch.
 /// The global batches of one epoch, compactly (8 bytes a frame and 8 a batch, no vector per
 /// batch): batch k is order[starts[k]], ..., order[starts[k + 1] - 1].
 struct EpochBatches {
@@ -63,6 +59,10 @@ struct EpochBatches {
   std::vector<int64_t> share(std::size_t k, int rank, int n_ranks) const;
 };
 
+/// Batches of one epoch. The global order is a permutation seeded by (seed, epoch), identical on
+/// every rank; a global batch holds `batch_frames` frames (or frames up to `batch_atoms` atoms),
+/// and rank r evaluates its items j with j % size == r. So N ranks and 1 rank see the same global
+/// batches, and every frame is used once per epoch.
 class Sampler {
  public:
   Sampler(const FrameSource& frames, int64_t batch_frames, int64_t batch_atoms, uint64_t seed);
