@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -128,6 +129,30 @@ TEST(NeighborList, SlabWithZeroVacuumVector) {
   Structure s = random_structure(rng, {{{6, 0, 0}, {2, 5, 0}, {0, 0, 8}}}, {true, true, false}, 30, 0.3);
   s.cell.lattice[2] = {0, 0, 0};
   expect_same_as_brute_force(s, 3.7);
+}
+
+TEST(NeighborList, SmallAndLargeCellsAtLiquidDensity) {
+  // Small cells (the cutoff below half of every width) pair every atom with every other at its
+  // nearest image; larger ones go by bins: both give the brute-force edges, and unsorted lists
+  // hold the same edges, centre after centre.
+  std::mt19937 rng(7);
+  for (const int n : {24, 192, 1000}) {
+    const double a = std::cbrt(n / 0.1);  // 0.1 atoms per cubic Å
+    const Mat3 L = {{{a, 0, 0}, {0.4, a, 0}, {-0.3, 0.2, a}}};
+    const Structure s = random_structure(rng, L, {true, true, true}, n, 0.5, 0.9);
+    for (const double cutoff : {0.3 * a, 0.49 * a, 4.0}) {
+      SCOPED_TRACE("n " + std::to_string(n) + ", cutoff " + std::to_string(cutoff));
+      expect_same_as_brute_force(s, cutoff);
+      NeighborOptions unsorted;
+      unsorted.sort = false;
+      unsorted.min_distance = 0.0;
+      const NeighborList nl = build_neighbor_list(s, cutoff, unsorted);
+      EXPECT_TRUE(std::is_sorted(nl.centers.begin(), nl.centers.end()));
+      std::vector<Edge> e = edges(nl);
+      std::sort(e.begin(), e.end());
+      EXPECT_EQ(e, edges(build_neighbor_list_brute_force(s, cutoff)));
+    }
+  }
 }
 
 TEST(NeighborList, FarApartClustersStayCheap) {

@@ -19,6 +19,7 @@ Frame make_frame(Structure s, double cutoff) {
   s.validate();
   NeighborOptions opts;
   opts.sort = false;
+  opts.vectors = false;   // a Frame recomputes them (Frame::edge_vector)
   NeighborList nl = build_neighbor_list(s, cutoff, opts);
   Frame f;
   f.structure = std::move(s);

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <thread>
 #include <cstdio>
@@ -641,12 +643,28 @@ struct PackReader::Impl {
   PackManifest manifest;
   std::vector<std::vector<uint64_t>> offsets;   // per shard
 
-  // Bytes [begin, begin + n) of shard k (opened for each read: a pack may have more shards
-  // than a process may hold open files); fewer where the file ends.
+  // Bytes [begin, begin + n) of shard k; fewer where the file ends.
   std::size_t read(std::size_t k, void* out, std::size_t n, uint64_t begin) const {
-    const File f(fs::path(dir) / manifest.shards[k].data, O_RDONLY);
-    return f.read_at(out, n, begin);
+    return shard(k)->read_at(out, n, begin);
   }
+
+  // Shard k's data file, open: the kOpenShards used last stay open (a pack may have more shards
+  // than a process may hold open files), so that a read is one system call.
+  std::shared_ptr<const File> shard(std::size_t k) const {
+    static constexpr std::size_t kOpenShards = 16;
+    std::lock_guard<std::mutex> lock(open_mutex);
+    const auto it = std::find_if(open.begin(), open.end(), [k](const auto& e) { return e.first == k; });
+    if (it != open.end()) {
+      std::rotate(open.begin(), it, it + 1);  // most recently used first
+      return open.front().second;
+    }
+    auto f = std::make_shared<const File>(fs::path(dir) / manifest.shards[k].data, O_RDONLY);
+    if (open.size() == kOpenShards) open.pop_back();
+    open.insert(open.begin(), {k, f});
+    return f;
+  }
+  mutable std::mutex open_mutex;
+  mutable std::vector<std::pair<std::size_t, std::shared_ptr<const File>>> open;
 
   // The shard of frame i and the frame's index in it.
   std::pair<std::size_t, uint64_t> locate(uint64_t i) const {

@@ -52,29 +52,260 @@ void sort_edges(NeighborList& nl) {
   out.centers.reserve(order.size());
   out.neighbors.reserve(order.size());
   out.shifts.reserve(order.size());
-  out.vectors.reserve(order.size());
+  out.vectors.reserve(nl.vectors.size());
   for (std::size_t e : order) {
     out.centers.push_back(nl.centers[e]);
     out.neighbors.push_back(nl.neighbors[e]);
     out.shifts.push_back(nl.shifts[e]);
-    out.vectors.push_back(nl.vectors[e]);
+    if (!nl.vectors.empty()) out.vectors.push_back(nl.vectors[e]);
   }
   nl = std::move(out);
 }
 
-void check_overlaps(const Structure& s, const NeighborList& nl, double min_distance) {
-  if (min_distance <= 0.0) return;
-  for (std::size_t e = 0; e < nl.size(); ++e) {
-    const double r = norm(nl.vectors[e]);
-    if (r < min_distance) {
-      throw Error(s.origin + ": atoms " + std::to_string(nl.centers[e]) + " and " +
-                  std::to_string(nl.neighbors[e]) + " overlap (distance " + std::to_string(r) +
-                  " Å < " + std::to_string(min_distance) + " Å)");
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+int64_t largest_bin(const std::vector<int64_t>& bin_start) {
+  int64_t m = 0;
+  for (std::size_t b = 0; b + 1 < bin_start.size(); ++b) m = std::max(m, bin_start[b + 1] - bin_start[b]);
+  return m;
+}
+
+// Edges to reserve room for: the atoms' mean density times the cutoff sphere, plus a tenth, at
+// most 200 a atom (a denser list grows as it goes).
+std::size_t expected_edges(int64_t n, double cutoff, const Mat3& L, const std::array<bool, 3>& pbc, const Vec3& lo,
+                           const Vec3& hi) {
+  double volume = std::abs(det(L));
+  for (int d = 0; d < 3; ++d)
+    if (!pbc[d]) volume *= std::max(hi[d] - lo[d], 1e-3);
+  const double sphere = 4.0 / 3.0 * 3.141592653589793 * cutoff * cutoff * cutoff;
+  const double per_atom = std::min(1.1 * static_cast<double>(n) * sphere / std::max(volume, 1e-30), 200.0);
+  return static_cast<std::size_t>(static_cast<double>(n) * per_atom) + 16;
+}
+
+// x rounded to the nearest integer (halves away from zero), for |x| < 2^31, in a form compilers
+// vectorise and fast-math options leave alone.
+inline double round_nearest(double x) { return static_cast<double>(static_cast<int32_t>(x + std::copysign(0.5, x))); }
+
+// Fractional coordinates of the atoms, periodic ones wrapped into [0, 1), the cell each atom came
+// from (`image`), and the atoms' extent along the non-periodic directions ([0, 1) along the
+// periodic ones).
+struct Wrapped {
+  std::vector<Vec3> frac;
+  std::vector<std::array<int32_t, 3>> image;
+  Vec3 lo{0, 0, 0}, hi{1, 1, 1};
+};
+
+Wrapped wrap(const Structure& s, const Mat3& inv) {
+  const int64_t n = static_cast<int64_t>(s.size());
+  const auto& pbc = s.cell.pbc;
+  Wrapped w;
+  w.frac.resize(n);
+  w.image.assign(n, {0, 0, 0});
+  for (int d = 0; d < 3; ++d) {
+    if (!pbc[d]) w.lo[d] = w.hi[d] = to_fractional(s.positions[0], inv)[d];
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    Vec3& f = w.frac[i];
+    f = to_fractional(s.positions[i], inv);
+    for (int d = 0; d < 3; ++d) {
+      if (pbc[d]) {
+        const double c = std::floor(f[d]);
+        w.image[i][d] = static_cast<int32_t>(c);
+        f[d] -= c;
+      } else {
+        w.lo[d] = std::min(w.lo[d], f[d]);
+        w.hi[d] = std::max(w.hi[d], f[d]);
+      }
     }
+  }
+  return w;
+}
+
+// Edges as build_neighbor_list reports them: decided on the edge vector from the positions as
+// given (the searches screen on wrapped ones), so that |r| < cutoff holds exactly for every edge;
+// atoms closer than the options' min_distance are an error naming the first such pair in
+// (centre, neighbour) order.
+class EdgeSink {
+ public:
+  EdgeSink(const Structure& s, const Wrapped& w, double cutoff, const NeighborOptions& opts, NeighborList& nl)
+      : s_(s), w_(w), rc2_(cutoff * cutoff), keep_vectors_(opts.vectors), min_distance_(opts.min_distance),
+        overlap2_(opts.min_distance > 0.0 ? opts.min_distance * opts.min_distance : 0.0), nl_(nl) {}
+
+  // Atom j seen from atom i in the periodic image `img` of the wrapped cell.
+  void add(int64_t i, int64_t j, const std::array<int32_t, 3>& img) {
+    const std::array<int32_t, 3> shift = {img[0] + w_.image[i][0] - w_.image[j][0], img[1] + w_.image[i][1] - w_.image[j][1],
+                                          img[2] + w_.image[i][2] - w_.image[j][2]};
+    const Vec3 r = edge_vector(s_, i, j, shift);
+    const double r2 = dot(r, r);
+    if (r2 >= rc2_) return;
+    if (r2 < overlap2_ && (overlapping_ < 0 || j < overlapping_)) {
+      overlapping_ = j;
+      overlap_r_ = std::sqrt(r2);
+    }
+    nl_.centers.push_back(i);
+    nl_.neighbors.push_back(j);
+    nl_.shifts.push_back(shift);
+    if (keep_vectors_) nl_.vectors.push_back(r);
+  }
+
+  // After every neighbour of centre i was added.
+  void end_centre(int64_t i) {
+    if (overlapping_ < 0) return;
+    throw Error(s_.origin + ": atoms " + std::to_string(i) + " and " + std::to_string(overlapping_) + " overlap (distance " +
+                std::to_string(overlap_r_) + " Å < " + std::to_string(min_distance_) + " Å)");
+  }
+
+ private:
+  const Structure& s_;
+  const Wrapped& w_;
+  double rc2_;
+  bool keep_vectors_;
+  double min_distance_, overlap2_;
+  NeighborList& nl_;
+  int64_t overlapping_ = -1;  // the lowest neighbour of the current centre closer than min_distance
+  double overlap_r_ = 0.0;
+};
+
+// Cell binning: bins at least `cutoff` thick along each direction (fewer when the system is
+// dilute, so that the number of bins stays O(N)), and how many bins away a neighbour can be.
+struct Grid {
+  std::array<int64_t, 3> nbins{}, span{};
+  std::array<double, 3> bin_size{};
+  int64_t total() const { return nbins[0] * nbins[1] * nbins[2]; }
+  int64_t linear(const std::array<int64_t, 3>& b) const { return (b[0] * nbins[1] + b[1]) * nbins[2] + b[2]; }
+};
+
+Grid make_grid(const Wrapped& w, const std::array<bool, 3>& pbc, const std::array<double, 3>& reach, int64_t n) {
+  Grid g;
+  for (int d = 0; d < 3; ++d) {
+    const double extent = std::max(w.hi[d] - w.lo[d], 1e-12);
+    g.nbins[d] = std::max<int64_t>(1, static_cast<int64_t>(std::min(extent / reach[d], 1e6)));
+  }
+  const int64_t budget = std::max<int64_t>(64, 2 * n);
+  while (g.total() > budget) {
+    const int d = static_cast<int>(std::max_element(g.nbins.begin(), g.nbins.end()) - g.nbins.begin());
+    g.nbins[d] = (g.nbins[d] + 1) / 2;
+  }
+  for (int d = 0; d < 3; ++d) {
+    g.bin_size[d] = std::max(w.hi[d] - w.lo[d], 1e-12) / static_cast<double>(g.nbins[d]);
+    g.span[d] = static_cast<int64_t>(std::ceil(reach[d] / g.bin_size[d]));
+    if (!pbc[d]) g.span[d] = std::min(g.span[d], g.nbins[d] - 1);
+  }
+  return g;
+}
+
+// Pairs the binned search screens: each atom against the atoms of (2 span + 1)^3 bins.
+double binned_candidates(const Grid& g, int64_t n) {
+  const double stencil = static_cast<double>((2 * g.span[0] + 1) * (2 * g.span[1] + 1) * (2 * g.span[2] + 1));
+  return static_cast<double>(n) * stencil * static_cast<double>(n) / static_cast<double>(g.total());
+}
+
+// Every atom against the atoms of the bins within reach (O(N)).
+void search_binned(const Wrapped& w, const Mat3& L, const Grid& g, const std::array<bool, 3>& pbc, double screen,
+                   EdgeSink& sink) {
+  const int64_t n = static_cast<int64_t>(w.frac.size());
+  // Counting sort of atoms into bins (CSR layout).
+  std::vector<std::array<int64_t, 3>> bin_of(n);
+  std::vector<int64_t> bin_start(g.total() + 1, 0), atoms_in_bin(n);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int d = 0; d < 3; ++d) {
+      const auto b = static_cast<int64_t>(std::floor((w.frac[i][d] - w.lo[d]) / g.bin_size[d]));
+      bin_of[i][d] = std::clamp<int64_t>(b, 0, g.nbins[d] - 1);
+    }
+    ++bin_start[g.linear(bin_of[i]) + 1];
+  }
+  std::partial_sum(bin_start.begin(), bin_start.end(), bin_start.begin());
+  {
+    std::vector<int64_t> fill(bin_start.begin(), bin_start.end() - 1);
+    for (int64_t i = 0; i < n; ++i) atoms_in_bin[fill[g.linear(bin_of[i])]++] = i;
+  }
+  // Wrapped Cartesian positions in bin order, one array per axis: a bin is a contiguous run.
+  std::array<std::vector<double>, 3> binned;
+  for (auto& x : binned) x.resize(n);
+  for (int64_t k = 0; k < n; ++k) {
+    const Vec3& f = w.frac[atoms_in_bin[k]];
+    for (int d = 0; d < 3; ++d) binned[d][k] = f[0] * L[0][d] + f[1] * L[1][d] + f[2] * L[2][d];
+  }
+  std::vector<double> d2(static_cast<std::size_t>(largest_bin(bin_start)));
+
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& bi = bin_of[i];
+    const Vec3& fi = w.frac[i];
+    for (int64_t ox = -g.span[0]; ox <= g.span[0]; ++ox) {
+      for (int64_t oy = -g.span[1]; oy <= g.span[1]; ++oy) {
+        for (int64_t oz = -g.span[2]; oz <= g.span[2]; ++oz) {
+          const int64_t off[3] = {ox, oy, oz};
+          std::array<int64_t, 3> tb{};
+          std::array<int32_t, 3> img{0, 0, 0};
+          bool inside = true;
+          for (int d = 0; d < 3; ++d) {
+            const int64_t t = bi[d] + off[d];
+            if (pbc[d]) {
+              const int64_t q = floor_div(t, g.nbins[d]);
+              img[d] = static_cast<int32_t>(q);
+              tb[d] = t - q * g.nbins[d];
+            } else {
+              inside = inside && t >= 0 && t < g.nbins[d];
+              tb[d] = t;
+            }
+          }
+          if (!inside) continue;
+          // Atom i seen from the image `img` of the target bin: x_j + img . L - x_i = x_j - origin.
+          double origin[3];
+          for (int d = 0; d < 3; ++d) {
+            origin[d] = (fi[0] - img[0]) * L[0][d] + (fi[1] - img[1]) * L[1][d] + (fi[2] - img[2]) * L[2][d];
+          }
+          const int64_t b = g.linear(tb), first = bin_start[b], count = bin_start[b + 1] - first;
+          const double *bx = binned[0].data() + first, *by = binned[1].data() + first, *bz = binned[2].data() + first;
+          for (int64_t k = 0; k < count; ++k) {  // vectorised: the screen of the whole bin
+            const double dx = bx[k] - origin[0], dy = by[k] - origin[1], dz = bz[k] - origin[2];
+            d2[k] = dx * dx + dy * dy + dz * dz;
+          }
+          const bool home = img[0] == 0 && img[1] == 0 && img[2] == 0;
+          for (int64_t k = 0; k < count; ++k) {
+            const int64_t j = atoms_in_bin[first + k];
+            if (d2[k] < screen && !(j == i && home)) sink.add(i, j, img);
+          }
+        }
+      }
+    }
+    sink.end_centre(i);
   }
 }
 
-int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+// Every pair at its nearest image: for cells where the cutoff is below half of every periodic
+// width, so that no other image of an atom is within it. Small cells (the frames of most training
+// sets) screen fewer pairs so than binned, and the edges come out sorted.
+void search_all_pairs(const Wrapped& w, const Mat3& L, const std::array<bool, 3>& pbc, double screen, EdgeSink& sink) {
+  const int64_t n = static_cast<int64_t>(w.frac.size());
+  std::array<std::vector<double>, 3> f;
+  for (int d = 0; d < 3; ++d) {
+    f[d].resize(n);
+    for (int64_t i = 0; i < n; ++i) f[d][i] = w.frac[i][d];
+  }
+  const double periodic[3] = {pbc[0] ? 1.0 : 0.0, pbc[1] ? 1.0 : 0.0, pbc[2] ? 1.0 : 0.0};
+  std::vector<double> d2(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const double *fx = f[0].data(), *fy = f[1].data(), *fz = f[2].data();
+    for (int64_t j = 0; j < n; ++j) {  // vectorised: the screen of every pair of centre i
+      double s[3] = {fx[j] - fx[i], fy[j] - fy[i], fz[j] - fz[i]};
+      for (int d = 0; d < 3; ++d) s[d] -= periodic[d] * round_nearest(periodic[d] * s[d]);  // |s| < 1 where periodic
+      const double dx = s[0] * L[0][0] + s[1] * L[1][0] + s[2] * L[2][0];
+      const double dy = s[0] * L[0][1] + s[1] * L[1][1] + s[2] * L[2][1];
+      const double dz = s[0] * L[0][2] + s[1] * L[1][2] + s[2] * L[2][2];
+      d2[j] = dx * dx + dy * dy + dz * dz;
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      if (d2[j] >= screen || j == i) continue;
+      std::array<int32_t, 3> img{0, 0, 0};
+      for (int d = 0; d < 3; ++d) {
+        if (pbc[d]) img[d] = -static_cast<int32_t>(round_nearest(f[d][j] - f[d][i]));
+      }
+      sink.add(i, j, img);
+    }
+    sink.end_centre(i);
+  }
+}
 
 }  // namespace
 
@@ -90,135 +321,27 @@ NeighborList build_neighbor_list(const Structure& s, double cutoff, const Neighb
   } catch (const Error& e) {
     throw Error(s.origin + ": " + e.what());
   }
-  const Mat3 inv = inverse(L);
   const std::array<double, 3> width = plane_widths(L);
   const auto& pbc = s.cell.pbc;
+  const Wrapped w = wrap(s, inverse(L));
+  const std::array<double, 3> reach = {cutoff / width[0], cutoff / width[1], cutoff / width[2]};  // fractional
+  const Grid grid = make_grid(w, pbc, reach, n);
 
-  // Wrap periodic fractional coordinates into [0, 1) and remember the image each atom came from.
-  std::vector<Vec3> frac(n);
-  std::vector<std::array<int32_t, 3>> image(n, {0, 0, 0});
-  Vec3 lo{0, 0, 0}, hi{1, 1, 1};
-  for (int d = 0; d < 3; ++d) {
-    if (!pbc[d]) lo[d] = hi[d] = to_fractional(s.positions[0], inv)[d];
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    frac[i] = to_fractional(s.positions[i], inv);
-    for (int d = 0; d < 3; ++d) {
-      if (pbc[d]) {
-        const double f = std::floor(frac[i][d]);
-        image[i][d] = static_cast<int32_t>(f);
-        frac[i][d] -= f;
-      } else {
-        lo[d] = std::min(lo[d], frac[i][d]);
-        hi[d] = std::max(hi[d], frac[i][d]);
-      }
-    }
-  }
-
-  // Bins at least `cutoff` thick along each direction, fewer when the system is dilute so that
-  // the number of bins stays O(N).
-  std::array<int64_t, 3> nbins{};
-  const double reach[3] = {cutoff / width[0], cutoff / width[1], cutoff / width[2]};  // fractional
-  for (int d = 0; d < 3; ++d) {
-    const double extent = std::max(hi[d] - lo[d], 1e-12);
-    nbins[d] = std::max<int64_t>(1, static_cast<int64_t>(std::min(extent / reach[d], 1e6)));
-  }
-  const int64_t budget = std::max<int64_t>(64, 2 * n);
-  while (nbins[0] * nbins[1] * nbins[2] > budget) {
-    const int d = static_cast<int>(std::max_element(nbins.begin(), nbins.end()) - nbins.begin());
-    nbins[d] = (nbins[d] + 1) / 2;
-  }
-  std::array<double, 3> bin_size{};
-  std::array<int64_t, 3> span{};
-  for (int d = 0; d < 3; ++d) {
-    bin_size[d] = std::max(hi[d] - lo[d], 1e-12) / static_cast<double>(nbins[d]);
-    span[d] = static_cast<int64_t>(std::ceil(reach[d] / bin_size[d]));
-    if (!pbc[d]) span[d] = std::min(span[d], nbins[d] - 1);
-  }
-
-  // Counting sort of atoms into bins (CSR layout).
-  const int64_t total_bins = nbins[0] * nbins[1] * nbins[2];
-  std::vector<std::array<int64_t, 3>> bin_of(n);
-  std::vector<int64_t> bin_start(total_bins + 1, 0), atoms_in_bin(n);
-  auto linear = [&](const std::array<int64_t, 3>& b) { return (b[0] * nbins[1] + b[1]) * nbins[2] + b[2]; };
-  for (int64_t i = 0; i < n; ++i) {
-    for (int d = 0; d < 3; ++d) {
-      const auto b = static_cast<int64_t>(std::floor((frac[i][d] - lo[d]) / bin_size[d]));
-      bin_of[i][d] = std::clamp<int64_t>(b, 0, nbins[d] - 1);
-    }
-    ++bin_start[linear(bin_of[i]) + 1];
-  }
-  std::partial_sum(bin_start.begin(), bin_start.end(), bin_start.begin());
-  {
-    std::vector<int64_t> fill(bin_start.begin(), bin_start.end() - 1);
-    for (int64_t i = 0; i < n; ++i) atoms_in_bin[fill[linear(bin_of[i])]++] = i;
-  }
-
-  // Wrapped Cartesian positions: distances are tested on these, edge vectors are then recomputed
-  // from the positions as given.
-  std::vector<Vec3> wrapped(n);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int d = 0; d < 3; ++d) {
-      wrapped[i][d] = frac[i][0] * L[0][d] + frac[i][1] * L[1][d] + frac[i][2] * L[2][d];
-    }
-  }
-
-  const double rc2 = cutoff * cutoff;
-  const std::size_t reserve_hint = static_cast<std::size_t>(n) * 32;
+  const std::size_t reserve_hint = expected_edges(n, cutoff, L, pbc, w.lo, w.hi);
   nl.centers.reserve(reserve_hint);
   nl.neighbors.reserve(reserve_hint);
   nl.shifts.reserve(reserve_hint);
-  nl.vectors.reserve(reserve_hint);
-  for (int64_t i = 0; i < n; ++i) {
-    const auto& bi = bin_of[i];
-    for (int64_t ox = -span[0]; ox <= span[0]; ++ox) {
-      for (int64_t oy = -span[1]; oy <= span[1]; ++oy) {
-        for (int64_t oz = -span[2]; oz <= span[2]; ++oz) {
-          const int64_t off[3] = {ox, oy, oz};
-          std::array<int64_t, 3> tb{};
-          std::array<int32_t, 3> img{0, 0, 0};
-          bool inside = true;
-          for (int d = 0; d < 3; ++d) {
-            const int64_t t = bi[d] + off[d];
-            if (pbc[d]) {
-              const int64_t q = floor_div(t, nbins[d]);
-              img[d] = static_cast<int32_t>(q);
-              tb[d] = t - q * nbins[d];
-            } else {
-              inside = inside && t >= 0 && t < nbins[d];
-              tb[d] = t;
-            }
-          }
-          if (!inside) continue;
-          const Vec3 offset = {img[0] * L[0][0] + img[1] * L[1][0] + img[2] * L[2][0],
-                               img[0] * L[0][1] + img[1] * L[1][1] + img[2] * L[2][1],
-                               img[0] * L[0][2] + img[1] * L[1][2] + img[2] * L[2][2]};
-          const int64_t b = linear(tb);
-          for (int64_t k = bin_start[b]; k < bin_start[b + 1]; ++k) {
-            const int64_t j = atoms_in_bin[k];
-            if (j == i && img[0] == 0 && img[1] == 0 && img[2] == 0) continue;
-            // Screen on wrapped positions, then decide on the edge vector as reported (from
-            // the positions as given), so that |r| < cutoff holds exactly for every edge.
-            const double dx = wrapped[j][0] + offset[0] - wrapped[i][0];
-            const double dy = wrapped[j][1] + offset[1] - wrapped[i][1];
-            const double dz = wrapped[j][2] + offset[2] - wrapped[i][2];
-            if (dx * dx + dy * dy + dz * dz >= rc2 * (1.0 + 1e-9)) continue;
-            const std::array<int32_t, 3> shift = {img[0] + image[i][0] - image[j][0],
-                                                  img[1] + image[i][1] - image[j][1],
-                                                  img[2] + image[i][2] - image[j][2]};
-            const Vec3 r = edge_vector(s, i, j, shift);
-            if (dot(r, r) >= rc2) continue;
-            nl.centers.push_back(i);
-            nl.neighbors.push_back(j);
-            nl.shifts.push_back(shift);
-            nl.vectors.push_back(r);
-          }
-        }
-      }
-    }
+  if (opts.vectors) nl.vectors.reserve(reserve_hint);
+  EdgeSink sink(s, w, cutoff, opts, nl);
+  const double screen = cutoff * cutoff * (1.0 + 1e-9);
+  bool one_image = true;  // no periodic width within twice the cutoff
+  for (int d = 0; d < 3; ++d) one_image = one_image && (!pbc[d] || 2.0 * cutoff * (1.0 + 1e-9) < width[d]);
+  if (one_image && static_cast<double>(n) * static_cast<double>(n) <= binned_candidates(grid, n)) {
+    search_all_pairs(w, L, pbc, screen, sink);
+    return nl;  // sorted already
   }
+  search_binned(w, L, grid, pbc, screen, sink);
   if (opts.sort) sort_edges(nl);
-  check_overlaps(s, nl, opts.min_distance);
   return nl;
 }
 

@@ -1,4 +1,6 @@
-// Neighbour lists by cell binning, O(N) in the number of atoms.
+// Neighbour lists by cell binning, O(N) in the number of atoms; small cells (the cutoff below
+// half of every periodic width, and fewer pairs than the bins would screen: the frames of most
+// training sets) by every pair at its nearest image.
 //
 // Handles fully periodic, mixed and non-periodic boxes, orthogonal and strongly skewed triclinic
 // cells, cutoffs larger than half a cell width (several images of one atom), and atoms outside the
@@ -20,7 +22,7 @@ struct NeighborList {
   std::vector<int64_t> centers;                 // (n_edges)
   std::vector<int64_t> neighbors;               // (n_edges)
   std::vector<std::array<int32_t, 3>> shifts;   // (n_edges) integer cell shifts
-  std::vector<Vec3> vectors;                    // (n_edges) edge vectors r_ij in Å
+  std::vector<Vec3> vectors;                    // (n_edges) edge vectors r_ij in Å (empty without NeighborOptions::vectors)
 
   std::size_t size() const { return centers.size(); }
 };
@@ -31,6 +33,8 @@ struct NeighborOptions {
   double min_distance = 0.1;
   /// Sort edges by (centre, neighbour, shift), which makes the output independent of binning.
   bool sort = true;
+  /// Keep the edge vectors (who needs only indices and shifts saves their memory and its writes).
+  bool vectors = true;
 };
 
 /// Builds the full neighbour list of `s` for `cutoff` (Å). Throws mlip::Error (naming
