@@ -34,7 +34,10 @@ Frame make_frame(Structure s, double cutoff) {
 // ---------------------------------------------------------------------------------------------
 namespace {
 
-constexpr char kMagic[8] = {'M', 'L', 'I', 'P', 'G', 'C', '0', '1'};
+// Also part of every cache key: a new version leaves older caches unused. 02: the neighbour lists
+// of small cells in (centre, neighbour) order, as build_neighbor_list now gives them, so that
+// frames from a cache and frames streamed from a pack hold their edges in one order.
+constexpr char kMagic[8] = {'M', 'L', 'I', 'P', 'G', 'C', '0', '2'};
 
 // FNV-1a, 64 bit: a content fingerprint, not a security measure.
 struct Hasher {
