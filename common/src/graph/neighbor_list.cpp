@@ -285,8 +285,8 @@ void search_all_pairs(const Wrapped& w, const Mat3& L, const std::array<bool, 3>
   }
   const double periodic[3] = {pbc[0] ? 1.0 : 0.0, pbc[1] ? 1.0 : 0.0, pbc[2] ? 1.0 : 0.0};
   std::vector<double> d2(n);
+  const double *fx = f[0].data(), *fy = f[1].data(), *fz = f[2].data();
   for (int64_t i = 0; i < n; ++i) {
-    const double *fx = f[0].data(), *fy = f[1].data(), *fz = f[2].data();
     for (int64_t j = 0; j < n; ++j) {  // vectorised: the screen of every pair of centre i
       double s[3] = {fx[j] - fx[i], fy[j] - fy[i], fz[j] - fz[i]};
       for (int d = 0; d < 3; ++d) s[d] -= periodic[d] * round_nearest(periodic[d] * s[d]);  // |s| < 1 where periodic
