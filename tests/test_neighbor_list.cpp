@@ -178,6 +178,25 @@ TEST(NeighborList, EdgeVectorsUseGivenPositionsAndShifts) {
   EXPECT_NEAR(nl.vectors[1][0], 0.8, 1e-12);
 }
 
+// The all-pairs search decides each pair once, from its lower atom: the error must still name the
+// first overlapping pair in (centre, neighbour) order, as a search of every direction would.
+TEST(NeighborList, FirstOverlapInCentreOrderFromPairs) {
+  Structure s;
+  for (int k = 0; k < 8; ++k) s.positions.push_back({1.5 * k, 0.3 * k, 0.1});
+  s.positions[5] = {s.positions[3][0] + 0.05, s.positions[3][1], 0.1};  // 3 and 5 overlap
+  s.positions[4] = {s.positions[1][0], s.positions[1][1] + 0.05, 0.1};  // so do 1 and 4: the first
+  s.numbers.assign(s.positions.size(), 1);
+  s.cell.lattice = {{{12, 0, 0}, {0, 12, 0}, {0, 0, 12}}};
+  s.cell.pbc = {true, true, true};
+  s.origin = "cell.xyz:2";
+  try {
+    build_neighbor_list(s, 5.0);
+    FAIL() << "overlap not detected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cell.xyz:2: atoms 1 and 4 overlap"), std::string::npos) << e.what();
+  }
+}
+
 TEST(NeighborList, Errors) {
   Structure s;
   s.positions = {{0, 0, 0}, {0.01, 0, 0}};

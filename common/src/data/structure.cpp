@@ -10,14 +10,6 @@ namespace mlip {
 
 double det(const Mat3& m) { return dot(m[0], cross(m[1], m[2])); }
 
-Vec3 cross(const Vec3& a, const Vec3& b) {
-  return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
-}
-
-double dot(const Vec3& a, const Vec3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
-
-double norm(const Vec3& a) { return std::sqrt(dot(a, a)); }
-
 Mat3 inverse(const Mat3& m) {
   const double d = det(m);
   const double scale = norm(m[0]) * norm(m[1]) * norm(m[2]);

@@ -131,24 +131,65 @@ class EdgeSink {
       : s_(s), w_(w), rc2_(cutoff * cutoff), keep_vectors_(opts.vectors), min_distance_(opts.min_distance),
         overlap2_(opts.min_distance > 0.0 ? opts.min_distance * opts.min_distance : 0.0), nl_(nl) {}
 
-  // Atom j seen from atom i in the periodic image `img` of the wrapped cell.
-  void add(int64_t i, int64_t j, const std::array<int32_t, 3>& img) {
-    const std::array<int32_t, 3> shift = {img[0] + w_.image[i][0] - w_.image[j][0], img[1] + w_.image[i][1] - w_.image[j][1],
-                                          img[2] + w_.image[i][2] - w_.image[j][2]};
-    const Vec3 r = edge_vector(s_, i, j, shift);
-    const double r2 = dot(r, r);
-    if (r2 >= rc2_) return;
+  // An edge kept: its shift and vector.
+  struct Edge {
+    std::array<int32_t, 3> shift;
+    Vec3 r;
+  };
+
+  // Atom j seen from atom i in the periodic image `img` of the wrapped cell, if within the cutoff.
+  bool accept(int64_t i, int64_t j, const std::array<int32_t, 3>& img, Edge& e) {
+    e.shift = {img[0] + w_.image[i][0] - w_.image[j][0], img[1] + w_.image[i][1] - w_.image[j][1],
+               img[2] + w_.image[i][2] - w_.image[j][2]};
+    e.r = edge_vector(s_, i, j, e.shift);
+    const double r2 = dot(e.r, e.r);
+    if (r2 >= rc2_) return false;
     if (r2 < overlap2_ && (overlapping_ < 0 || j < overlapping_)) {
       overlapping_ = j;
       overlap_r_ = std::sqrt(r2);
     }
-    nl_.centers.push_back(i);
-    nl_.neighbors.push_back(j);
-    nl_.shifts.push_back(shift);
-    if (keep_vectors_) nl_.vectors.push_back(r);
+    return true;
   }
 
-  // After every neighbour of centre i was added.
+  void add(int64_t i, int64_t j, const std::array<int32_t, 3>& img) {
+    Edge e;
+    if (accept(i, j, img, e)) push(i, j, e);
+  }
+
+  // A pair i < j accepted, with the shift of the edge from i to j.
+  struct Pair {
+    int64_t i, j;
+    std::array<int32_t, 3> shift;
+  };
+
+  // Pairs accepted in (i, j) order, reported in both directions in (centre, neighbour) order:
+  // centre c's neighbours below c come from the pairs (j, c), met in order of j, before its own
+  // pairs (c, j). The reverse edge's vector is the exact negation (edge_vector is sign-symmetric),
+  // so both directions are decided alike.
+  void add_pairs(const std::vector<Pair>& pairs, int64_t n) {
+    std::vector<std::size_t> next(n + 1, 0);
+    for (const Pair& p : pairs) ++next[p.i + 1], ++next[p.j + 1];
+    std::partial_sum(next.begin(), next.end(), next.begin());
+    const std::size_t start = nl_.size(), total = start + 2 * pairs.size();
+    nl_.centers.resize(total);
+    nl_.neighbors.resize(total);
+    nl_.shifts.resize(total);
+    if (keep_vectors_) nl_.vectors.resize(total);
+    for (const Pair& p : pairs) {
+      const std::size_t k = start + next[p.i]++, l = start + next[p.j]++;
+      nl_.centers[k] = nl_.neighbors[l] = p.i;
+      nl_.neighbors[k] = nl_.centers[l] = p.j;
+      nl_.shifts[k] = p.shift;
+      nl_.shifts[l] = {-p.shift[0], -p.shift[1], -p.shift[2]};
+      if (keep_vectors_) {
+        const Vec3 r = edge_vector(s_, p.i, p.j, p.shift);
+        nl_.vectors[k] = r;
+        nl_.vectors[l] = {-r[0], -r[1], -r[2]};
+      }
+    }
+  }
+
+  // After every neighbour of centre i was added (or, for pairs, every j > i).
   void end_centre(int64_t i) {
     if (overlapping_ < 0) return;
     throw Error(s_.origin + ": atoms " + std::to_string(i) + " and " + std::to_string(overlapping_) + " overlap (distance " +
@@ -164,6 +205,13 @@ class EdgeSink {
   NeighborList& nl_;
   int64_t overlapping_ = -1;  // the lowest neighbour of the current centre closer than min_distance
   double overlap_r_ = 0.0;
+
+  void push(int64_t i, int64_t j, const Edge& e) {
+    nl_.centers.push_back(i);
+    nl_.neighbors.push_back(j);
+    nl_.shifts.push_back(e.shift);
+    if (keep_vectors_) nl_.vectors.push_back(e.r);
+  }
 };
 
 // Cell binning: bins at least `cutoff` thick along each direction (fewer when the system is
@@ -275,7 +323,9 @@ void search_binned(const Wrapped& w, const Mat3& L, const Grid& g, const std::ar
 
 // Every pair at its nearest image: for cells where the cutoff is below half of every periodic
 // width, so that no other image of an atom is within it. Small cells (the frames of most training
-// sets) screen fewer pairs so than binned, and the edges come out sorted.
+// sets) screen fewer pairs so than binned. Each pair is screened and decided once, as (i, j > i),
+// and reported in both directions, sorted. The first overlap in (centre, neighbour) order is the
+// pair lowest in (i, j), so the error is the same as from a search of every direction.
 void search_all_pairs(const Wrapped& w, const Mat3& L, const std::array<bool, 3>& pbc, double screen, EdgeSink& sink) {
   const int64_t n = static_cast<int64_t>(w.frac.size());
   std::array<std::vector<double>, 3> f;
@@ -285,9 +335,11 @@ void search_all_pairs(const Wrapped& w, const Mat3& L, const std::array<bool, 3>
   }
   const double periodic[3] = {pbc[0] ? 1.0 : 0.0, pbc[1] ? 1.0 : 0.0, pbc[2] ? 1.0 : 0.0};
   std::vector<double> d2(n);
+  std::vector<EdgeSink::Pair> pairs;
+  pairs.reserve(static_cast<std::size_t>(n) * 8);
   const double *fx = f[0].data(), *fy = f[1].data(), *fz = f[2].data();
   for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < n; ++j) {  // vectorised: the screen of every pair of centre i
+    for (int64_t j = i + 1; j < n; ++j) {  // vectorised: the screen of every pair (i, j > i)
       double s[3] = {fx[j] - fx[i], fy[j] - fy[i], fz[j] - fz[i]};
       for (int d = 0; d < 3; ++d) s[d] -= periodic[d] * round_nearest(periodic[d] * s[d]);  // |s| < 1 where periodic
       const double dx = s[0] * L[0][0] + s[1] * L[1][0] + s[2] * L[2][0];
@@ -295,16 +347,18 @@ void search_all_pairs(const Wrapped& w, const Mat3& L, const std::array<bool, 3>
       const double dz = s[0] * L[0][2] + s[1] * L[1][2] + s[2] * L[2][2];
       d2[j] = dx * dx + dy * dy + dz * dz;
     }
-    for (int64_t j = 0; j < n; ++j) {
-      if (d2[j] >= screen || j == i) continue;
+    for (int64_t j = i + 1; j < n; ++j) {
+      if (d2[j] >= screen) continue;
       std::array<int32_t, 3> img{0, 0, 0};
       for (int d = 0; d < 3; ++d) {
         if (pbc[d]) img[d] = -static_cast<int32_t>(round_nearest(f[d][j] - f[d][i]));
       }
-      sink.add(i, j, img);
+      EdgeSink::Edge e;
+      if (sink.accept(i, j, img, e)) pairs.push_back({i, j, e.shift});
     }
     sink.end_centre(i);
   }
+  sink.add_pairs(pairs, n);
 }
 
 }  // namespace

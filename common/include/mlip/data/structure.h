@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,8 +58,10 @@ Structure replicate(const Structure& s, int na, int nb, int nc);
 // Small 3x3 helpers shared by readers, neighbour lists and tests.
 double det(const Mat3& m);
 Mat3 inverse(const Mat3& m);            // throws mlip::Error if singular
-Vec3 cross(const Vec3& a, const Vec3& b);
-double dot(const Vec3& a, const Vec3& b);
-double norm(const Vec3& a);
+inline Vec3 cross(const Vec3& a, const Vec3& b) {
+  return {a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]};
+}
+inline double dot(const Vec3& a, const Vec3& b) { return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]; }
+inline double norm(const Vec3& a) { return std::sqrt(dot(a, a)); }
 
 }  // namespace mlip
