@@ -8,6 +8,7 @@
 #include <functional>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 
 #include "mlip/data/io.h"
@@ -102,6 +103,44 @@ TEST(Pack, FramesComeBackBitForBitAcrossShardsAndAppends) {
   EXPECT_EQ(r.manifest().species(), (std::vector<std::string>{"H", "C", "O"}));
 }
 
+TEST(Pack, ASourceReadInBlocksPacksAsTheSameFramesInMemory) {
+  // More frames than a block (PackWriter::kBlock), from an extended XYZ file by its offset index,
+  // as `mlip-trainer pack` reads it, against the same file parsed whole: the same bytes.
+  TempDir tmp("mlip_test_pack_blocks");
+  const std::string xyz = (tmp.path / "many.xyz").string();
+  std::vector<Structure> many = frames(2 * PackWriter::kBlock + 37, 4);
+  for (Structure& s : many) s.weight = 1;   // extended XYZ keeps no weights
+  write_extxyz(xyz, many);
+  const auto write = [&](const std::string& name, bool by_reader) {
+    const std::string dir = (tmp.path / name).string();
+    PackWriteOptions o;
+    o.shard_bytes = 200000;
+    PackWriter w(dir, o);
+    const uint32_t id = w.add_source(xyz);
+    if (by_reader) {
+      EXPECT_EQ(w.add_reader(ExtxyzFile(xyz, {}), id), many.size());
+    } else {
+      w.add_all(read_structures(xyz), id);
+    }
+    w.finish();
+    return dir;
+  };
+  const std::string whole = write("whole", false), blocks = write("blocks", true);
+  const auto text = [](const std::string& dir) {
+    std::ifstream in(fs::path(dir) / "manifest.json");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(text(whole), text(blocks));
+  const PackReader r(blocks);
+  const std::vector<Structure> parsed = read_structures(xyz);
+  ASSERT_EQ(r.size(), many.size());
+  EXPECT_GT(r.manifest().shards.size(), 2u);
+  for (uint64_t i : {uint64_t{0}, uint64_t{1023}, uint64_t{1024}, uint64_t{2048}, uint64_t{2084}}) {
+    SCOPED_TRACE(i);
+    expect_same(r.frame(i), parsed[i]);
+  }
+}
+
 TEST(Pack, ManifestStatisticsAreTheFramesSums) {
   TempDir tmp("mlip_test_pack_stats");
   const std::string dir = (tmp.path / "p").string();
@@ -172,6 +211,19 @@ TEST(Pack, DamagedPacksGiveErrorsThatNameTheFileAndFrame) {
     // Reading the frame itself (without the checksums) also says so.
     const std::string read = error_of([&] { PackReader(d.dir).frame(1); });
     EXPECT_TRUE(has(read, "shard-00000.bin, frame 1") && has(read, "disagrees")) << read;
+  }
+  {
+    // An entry inside the index pointing past its shard: opening reads only the first and last
+    // entries (no pass over the index, whatever its size); the frames that use it say so.
+    Damaged d("mlip_test_pack_index_middle");
+    d.poke(d.shard(0, ".idx"), 8 * 2 + 6, 0x40);   // frame 2's offset, far past the shard's end
+    const PackReader r(d.dir);
+    EXPECT_NO_THROW(r.frame(0));
+    for (std::size_t i : {1, 2}) {
+      const std::string e = error_of([&] { r.frame(i); });
+      EXPECT_TRUE(has(e, "shard-00000.idx disagrees with its shard at frame " + std::to_string(i))) << e;
+    }
+    EXPECT_TRUE(has(verify(d.dir), "shard-00000.idx")) << verify(d.dir);
   }
   {
     Damaged d("mlip_test_pack_missing");

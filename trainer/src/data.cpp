@@ -1,7 +1,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -92,25 +91,21 @@ DataSplit load_data(const Config& c, const std::function<void(const std::string&
     split.train = all;
     split.validation = load_sources(c.validation, c, log);
   } else {
-    std::vector<std::size_t> order(all->size());
-    std::iota(order.begin(), order.end(), 0);
-    std::mt19937_64 rng(c.split_seed);
-    std::shuffle(order.begin(), order.end(), rng);
-    const auto n_val = static_cast<std::size_t>(std::llround(c.validation_fraction * all->size()));
-    if (n_val == 0 || n_val >= all->size()) {
+    const uint64_t n = all->size();
+    const auto n_val = static_cast<uint64_t>(std::llround(c.validation_fraction * n));
+    if (n_val == 0 || n_val >= n) {
       throw Error(c.file + ": data.validation_fraction " + std::to_string(c.validation_fraction) + " of " +
-                  std::to_string(all->size()) + " frames leaves no training or no validation frame");
+                  std::to_string(n) + " frames leaves no training or no validation frame");
     }
-    std::vector<bool> is_val(all->size(), false);
-    for (std::size_t k = 0; k < n_val; ++k) is_val[order[k]] = true;
-    std::vector<int64_t> train, validation;
-    for (std::size_t i = 0; i < all->size(); ++i) (is_val[i] ? validation : train).push_back(static_cast<int64_t>(i));
+    // The validation frames are the first n_val of a permutation seeded by split_seed, the
+    // training frames the rest: no list of indices, whatever the size of the data.
+    const Permutation split_order(n, c.split_seed);
     if (all->streamed()) {
       log("data: statistics (energy shift, force scale, shortest distances) from every frame of the packs, the "
           "validation frames split off them included");
     }
-    split.train = subset_source(all, std::move(train));
-    split.validation = subset_source(all, std::move(validation));
+    split.train = subset_source(all, split_order, n_val, n - n_val);
+    split.validation = subset_source(all, split_order, 0, n_val);
   }
   if (split.train->size() == 0) throw Error(c.file + ": no training frames");
   return split;
@@ -121,16 +116,16 @@ Sampler::Sampler(const FrameSource& frames, int64_t batch_frames, int64_t batch_
 
 EpochBatches Sampler::epoch_batches(int64_t epoch) const {
   EpochBatches b;
-  b.order.resize(frames_.size());
-  std::iota(b.order.begin(), b.order.end(), 0);
-  std::mt19937_64 rng(seed_ * 1000003ull + static_cast<uint64_t>(epoch));
-  std::shuffle(b.order.begin(), b.order.end(), rng);
+  b.order = Permutation(frames_.size(), seed_ * 1000003ull + static_cast<uint64_t>(epoch));
+  if (batch_atoms_ <= 0) {
+    b.batch_frames = batch_frames_;
+    return b;
+  }
   b.starts.push_back(0);
   int64_t in_batch = 0, atoms = 0;
-  for (std::size_t j = 0; j < b.order.size(); ++j) {
-    const int64_t n = batch_atoms_ > 0 ? frames_.atoms(static_cast<std::size_t>(b.order[j])) : 0;
-    const bool full = batch_atoms_ > 0 ? (in_batch > 0 && atoms + n > batch_atoms_) : in_batch == batch_frames_;
-    if (full) {
+  for (uint64_t j = 0; j < b.order.size(); ++j) {
+    const int64_t n = frames_.atoms(static_cast<std::size_t>(b.order(j)));
+    if (in_batch > 0 && atoms + n > batch_atoms_) {
       b.starts.push_back(static_cast<int64_t>(j));
       in_batch = 0;
       atoms = 0;
@@ -147,9 +142,19 @@ int64_t Sampler::batches_per_epoch() const {
   return static_cast<int64_t>(epoch_batches(0).size());   // by atoms: depends on the order
 }
 
+std::size_t EpochBatches::size() const {
+  if (batch_frames > 0) return static_cast<std::size_t>((order.size() + batch_frames - 1) / batch_frames);
+  return starts.empty() ? 0 : starts.size() - 1;
+}
+
+int64_t EpochBatches::start(std::size_t k) const {
+  if (batch_frames > 0) return std::min(static_cast<int64_t>(k) * batch_frames, static_cast<int64_t>(order.size()));
+  return starts[k];
+}
+
 std::vector<int64_t> EpochBatches::share(std::size_t k, int rank, int n_ranks) const {
   std::vector<int64_t> mine;
-  for (int64_t j = starts[k] + rank; j < starts[k + 1]; j += n_ranks) mine.push_back(order[static_cast<std::size_t>(j)]);
+  for (int64_t j = start(k) + rank; j < start(k + 1); j += n_ranks) mine.push_back(static_cast<int64_t>(order(j)));
   return mine;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 
 #include "mlip/error.h"
 
@@ -138,29 +139,36 @@ class ConcatSource final : public FrameSource {
 
 class SubsetSource final : public FrameSource {
  public:
-  SubsetSource(std::shared_ptr<FrameSource> base, std::vector<int64_t> indices)
-      : base_(std::move(base)), indices_(std::move(indices)) {
+  SubsetSource(std::shared_ptr<FrameSource> base, Permutation order, uint64_t first, uint64_t count)
+      : base_(std::move(base)), order_(order), first_(first), count_(count) {
     if (base_->streamed()) {
       stats_ = base_->stats();
     } else {
+      std::vector<int64_t> all(count_);
+      for (uint64_t i = 0; i < count_; ++i) all[i] = base_index(i);
       std::vector<Frame> unused;
-      stats_ = stats_of(base_->frames(indices_, unused));
+      stats_ = stats_of(base_->frames(all, unused));
     }
   }
-  std::size_t size() const override { return indices_.size(); }
-  int64_t atoms(std::size_t i) const override { return base_->atoms(static_cast<std::size_t>(indices_.at(i))); }
+  std::size_t size() const override { return count_; }
+  int64_t atoms(std::size_t i) const override { return base_->atoms(static_cast<std::size_t>(base_index(i))); }
   std::vector<const Frame*> frames(const std::vector<int64_t>& idx, std::vector<Frame>& storage) const override {
     std::vector<int64_t> mapped;
     mapped.reserve(idx.size());
-    for (const int64_t i : idx) mapped.push_back(indices_.at(static_cast<std::size_t>(i)));
+    for (const int64_t i : idx) mapped.push_back(base_index(static_cast<uint64_t>(i)));
     return base_->frames(mapped, storage);
   }
   const PackStats& stats() const override { return stats_; }
   bool streamed() const override { return base_->streamed(); }
 
  private:
+  int64_t base_index(uint64_t i) const {
+    if (i >= count_) throw std::out_of_range("SubsetSource: frame out of range");
+    return static_cast<int64_t>(order_(first_ + i));
+  }
   std::shared_ptr<FrameSource> base_;
-  std::vector<int64_t> indices_;
+  Permutation order_;
+  uint64_t first_, count_;
   PackStats stats_;
 };
 
@@ -185,8 +193,9 @@ std::shared_ptr<FrameSource> concat_sources(std::vector<std::shared_ptr<FrameSou
   return std::make_shared<ConcatSource>(std::move(parts));
 }
 
-std::shared_ptr<FrameSource> subset_source(std::shared_ptr<FrameSource> base, std::vector<int64_t> indices) {
-  return std::make_shared<SubsetSource>(std::move(base), std::move(indices));
+std::shared_ptr<FrameSource> subset_source(std::shared_ptr<FrameSource> base, const Permutation& order, uint64_t first,
+                                           uint64_t count) {
+  return std::make_shared<SubsetSource>(std::move(base), order, first, count);
 }
 
 }  // namespace mlip::trainer

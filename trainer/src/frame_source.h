@@ -13,6 +13,7 @@
 
 #include "mlip/data/dataset.h"
 #include "mlip/data/pack.h"
+#include "permutation.h"
 
 namespace mlip::trainer {
 
@@ -46,8 +47,10 @@ std::shared_ptr<FrameSource> reader_source(std::unique_ptr<FrameReader> reader, 
 /// Sources one after the other.
 std::shared_ptr<FrameSource> concat_sources(std::vector<std::shared_ptr<FrameSource>> parts);
 
-/// Frames `indices` of `base`, in that order. Statistics: of those frames where `base` holds them
-/// in memory; of all of `base`'s frames where it streams (no pass over the data at start).
-std::shared_ptr<FrameSource> subset_source(std::shared_ptr<FrameSource> base, std::vector<int64_t> indices);
+/// Frames order(first), ..., order(first + count - 1) of `base` (order.size() == base->size()), in
+/// that order, with no list of indices. Statistics: of those frames where `base` holds them in
+/// memory; of all of `base`'s frames where it streams (no pass over the data at start).
+std::shared_ptr<FrameSource> subset_source(std::shared_ptr<FrameSource> base, const Permutation& order, uint64_t first,
+                                           uint64_t count);
 
 }  // namespace mlip::trainer

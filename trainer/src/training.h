@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <limits>
 #include <algorithm>
 #include <string>
@@ -21,6 +20,7 @@
 #include "gradient_reducer.h"
 #include "mlip/data/dataset.h"
 #include "mlip/potentials.h"
+#include "permutation.h"
 
 namespace mlip::trainer {
 
@@ -48,13 +48,16 @@ std::shared_ptr<FrameSource> open_source(const DataSource& source, double cutoff
 /// validation sources are given. `log` gets one line per source.
 DataSplit load_data(const Config& config, const std::function<void(const std::string&)>& log);
 
-/// The global batches of one epoch, compactly (8 bytes a frame and 8 a batch, no vector per
-/// batch): batch k is order[starts[k]], ..., order[starts[k + 1] - 1].
+/// The global batches of one epoch, with no list of frames: batch k is frames order(start(k)),
+/// ..., order(start(k + 1) - 1), `order` being the epoch's permutation. By frame count the starts
+/// are computed (no memory per frame); by atoms they are listed (8 bytes a batch).
 struct EpochBatches {
-  std::vector<int64_t> order;
-  std::vector<int64_t> starts;   // size() + 1 entries
-  std::size_t size() const { return starts.empty() ? 0 : starts.size() - 1; }
-  int64_t frames(std::size_t k) const { return starts[k + 1] - starts[k]; }
+  Permutation order;
+  int64_t batch_frames = 0;      // > 0: batches of this many frames; 0: `starts` lists them
+  std::vector<int64_t> starts;   // by atoms: size() + 1 entries
+  std::size_t size() const;
+  int64_t start(std::size_t k) const;
+  int64_t frames(std::size_t k) const { return start(k + 1) - start(k); }
   /// The items of batch k that `rank` of `n_ranks` evaluates: its j-th with j % n_ranks == rank.
   std::vector<int64_t> share(std::size_t k, int rank, int n_ranks) const;
 };

@@ -596,7 +596,6 @@ PackWriter::~PackWriter() = default;
 
 void PackWriter::add_all(const std::vector<Structure>& frames, uint32_t source, uint64_t first_frame) {
   // In blocks, so that the statistics of a block are found by several threads.
-  constexpr std::size_t kBlock = 1024;
   for (std::size_t b = 0; b < frames.size(); b += kBlock) {
     std::vector<const Structure*> block;
     for (std::size_t k = b; k < std::min(frames.size(), b + kBlock); ++k) {
@@ -605,6 +604,16 @@ void PackWriter::add_all(const std::vector<Structure>& frames, uint32_t source, 
     }
     impl_->manifest.stats.add_all(block);
   }
+}
+
+uint64_t PackWriter::add_reader(const FrameReader& reader, uint32_t source) {
+  std::vector<Structure> block;
+  for (std::size_t first = 0; first < reader.size(); first += kBlock) {
+    block.clear();
+    for (std::size_t i = first; i < std::min(reader.size(), first + kBlock); ++i) block.push_back(reader.frame(i));
+    add_all(block, source, first);
+  }
+  return reader.size();
 }
 
 uint32_t PackWriter::add_source(const std::string& name) {
@@ -641,16 +650,16 @@ const PackManifest& PackWriter::finish() {
 struct PackReader::Impl {
   std::string dir;
   PackManifest manifest;
-  std::vector<std::vector<uint64_t>> offsets;   // per shard
 
-  // Bytes [begin, begin + n) of shard k; fewer where the file ends.
-  std::size_t read(std::size_t k, void* out, std::size_t n, uint64_t begin) const {
-    return shard(k)->read_at(out, n, begin);
-  }
+  // A shard's data and index files, open.
+  struct Files {
+    Files(const fs::path& data_path, const fs::path& index_path) : data(data_path, O_RDONLY), index(index_path, O_RDONLY) {}
+    File data, index;
+  };
 
-  // Shard k's data file, open: the kOpenShards used last stay open (a pack may have more shards
-  // than a process may hold open files), so that a read is one system call.
-  std::shared_ptr<const File> shard(std::size_t k) const {
+  // Shard k's files, open: the kOpenShards used last stay open (a pack may have more shards than
+  // a process may hold open files), so that reading a frame takes two system calls.
+  std::shared_ptr<const Files> shard(std::size_t k) const {
     static constexpr std::size_t kOpenShards = 16;
     std::lock_guard<std::mutex> lock(open_mutex);
     const auto it = std::find_if(open.begin(), open.end(), [k](const auto& e) { return e.first == k; });
@@ -658,21 +667,37 @@ struct PackReader::Impl {
       std::rotate(open.begin(), it, it + 1);  // most recently used first
       return open.front().second;
     }
-    auto f = std::make_shared<const File>(fs::path(dir) / manifest.shards[k].data, O_RDONLY);
+    const PackShard& s = manifest.shards[k];
+    auto f = std::make_shared<const Files>(fs::path(dir) / s.data, fs::path(dir) / s.index);
     if (open.size() == kOpenShards) open.pop_back();
     open.insert(open.begin(), {k, f});
     return f;
   }
   mutable std::mutex open_mutex;
-  mutable std::vector<std::pair<std::size_t, std::shared_ptr<const File>>> open;
+  mutable std::vector<std::pair<std::size_t, std::shared_ptr<const Files>>> open;
 
-  // The shard of frame i and the frame's index in it.
-  std::pair<std::size_t, uint64_t> locate(uint64_t i) const {
+  // Where frame i is: its shard, and its record's bytes [begin, end) there, from the shard's
+  // index (two offsets in one positioned read: the index is not held in memory).
+  struct Location {
+    std::size_t shard;
+    uint64_t begin, end;
+    std::shared_ptr<const Files> files;
+  };
+  Location locate(uint64_t i) const {
     if (i >= manifest.frames) throw Error(cat("pack ", dir, ": frame ", i, " does not exist (", manifest.frames, " frames)"));
     const auto it = std::upper_bound(manifest.shards.begin(), manifest.shards.end(), i,
                                      [](uint64_t f, const PackShard& s) { return f < s.first_frame; });
     const std::size_t k = static_cast<std::size_t>(it - manifest.shards.begin()) - 1;
-    return {k, i - manifest.shards[k].first_frame};
+    const PackShard& s = manifest.shards[k];
+    Location at{k, 0, 0, shard(k)};
+    uint64_t off[2];
+    if (at.files->index.read_at(off, sizeof off, 8 * (i - s.first_frame)) != sizeof off)
+      throw Error(cat("pack ", dir, ": ", s.index, " ends before frame ", i, "'s entry (truncated after opening)"));
+    if (off[0] > s.bytes || off[1] > s.bytes || off[1] < off[0] || off[1] - off[0] < sizeof(RecordHeader))
+      throw Error(cat("pack ", dir, ": ", s.index, " disagrees with its shard at frame ", i));
+    at.begin = off[0];
+    at.end = off[1];
+    return at;
   }
 };
 
@@ -680,6 +705,9 @@ PackReader::PackReader(const std::string& dir) : impl_(std::make_unique<Impl>())
   Impl& r = *impl_;
   r.dir = dir;
   r.manifest = read_pack_manifest(dir);
+  // Each shard's files are checked by size, and the index's first and last offsets against the
+  // shard; the entries in between are checked as frames are read (verify_pack checks them all).
+  // So opening reads no per-frame data, whatever the size of the pack.
   for (const PackShard& s : r.manifest.shards) {
     const fs::path data = fs::path(dir) / s.data, index = fs::path(dir) / s.index;
     std::error_code ec;
@@ -692,17 +720,12 @@ PackReader::PackReader(const std::string& dir) : impl_(std::make_unique<Impl>())
     if (fs::file_size(index) != 8 * (s.frames + 1))
       throw Error(cat("pack ", dir, ": ", s.index, " has ", fs::file_size(index), " bytes, ", s.frames, " frames need ",
                       8 * (s.frames + 1)));
-    const std::string bytes = read_file(index);
-    if (bytes.size() != 8 * (s.frames + 1))
-      throw Error(cat("pack ", dir, ": ", s.index, " has ", bytes.size(), " bytes, ", s.frames, " frames need ", 8 * (s.frames + 1)));
-    std::vector<uint64_t> off(s.frames + 1);
-    std::memcpy(off.data(), bytes.data(), bytes.size());
-    for (uint64_t k = 0; k < s.frames; ++k)
-      if (off[k] > s.bytes || off[k + 1] < off[k] || off[k + 1] - off[k] < sizeof(RecordHeader))
-        throw Error(cat("pack ", dir, ": ", s.index, " disagrees with its shard at frame ", s.first_frame + k));
-    if (off.front() != 0 || off.back() != s.bytes)
-      throw Error(cat("pack ", dir, ": ", s.index, " disagrees with its shard: it covers bytes ", off.front(), " to ", off.back(), " of ", s.bytes));
-    r.offsets.push_back(std::move(off));
+    const File f(index, O_RDONLY);
+    uint64_t first = 1, last = 0;
+    if (f.read_at(&first, 8, 0) != 8 || f.read_at(&last, 8, 8 * s.frames) != 8)
+      throw Error(cat("pack ", dir, ": ", s.index, " has fewer than the ", 8 * (s.frames + 1), " bytes it had when opened"));
+    if (first != 0 || last != s.bytes)
+      throw Error(cat("pack ", dir, ": ", s.index, " disagrees with its shard: it covers bytes ", first, " to ", last, " of ", s.bytes));
   }
 }
 
@@ -714,21 +737,21 @@ std::size_t PackReader::size() const { return impl_->manifest.frames; }
 
 Structure PackReader::frame(std::size_t i) const {
   const Impl& r = *impl_;
-  const auto [k, local] = r.locate(i);
-  const uint64_t begin = r.offsets[k][local], size = r.offsets[k][local + 1] - begin;
+  const Impl::Location at = r.locate(i);
+  const uint64_t size = at.end - at.begin;
   std::vector<char> bytes(size);
-  const std::string context = where(r.dir, r.manifest.shards[k], i);
-  if (r.read(k, bytes.data(), size, begin) != size) throw Error(context + ": the shard ends inside the record");
+  const std::string context = where(r.dir, r.manifest.shards[at.shard], i);
+  if (at.files->data.read_at(bytes.data(), size, at.begin) != size) throw Error(context + ": the shard ends inside the record");
   return decode(bytes, i, context, r.manifest.sources, r.dir);
 }
 
 std::size_t PackReader::atoms(std::size_t i) const {
   const Impl& r = *impl_;
-  const auto [k, local] = r.locate(i);
-  const std::string context = where(r.dir, r.manifest.shards[k], i);
+  const Impl::Location at = r.locate(i);
+  const std::string context = where(r.dir, r.manifest.shards[at.shard], i);
   RecordHeader h;
-  if (r.read(k, &h, sizeof h, r.offsets[k][local]) != sizeof h) throw Error(context + ": the shard ends inside the record");
-  check_header(h, i, r.offsets[k][local + 1] - r.offsets[k][local], context, r.manifest.sources.size());
+  if (at.files->data.read_at(&h, sizeof h, at.begin) != sizeof h) throw Error(context + ": the shard ends inside the record");
+  check_header(h, i, at.end - at.begin, context, r.manifest.sources.size());
   return h.atoms;
 }
 

@@ -107,8 +107,13 @@ class PackWriter {
   uint32_t add_source(const std::string& name);
   /// Validates `s` (Structure::validate) and appends it.
   void add(const Structure& s, uint32_t source, uint64_t source_frame);
+  /// Frames a block of add_all (its statistics are found by several threads).
+  static constexpr std::size_t kBlock = 1024;
   /// add() of every frame of `frames`, source frames first_frame, first_frame + 1, ...
   void add_all(const std::vector<Structure>& frames, uint32_t source, uint64_t first_frame = 0);
+  /// add_all() of every frame of `reader`, read kBlock frames at a time (bounded memory: the
+  /// source need not fit in memory). Returns how many.
+  uint64_t add_reader(const FrameReader& reader, uint32_t source);
   /// Closes the current shard and writes the manifest; returns it.
   const PackManifest& finish();
 
@@ -118,9 +123,10 @@ class PackWriter {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Reads frames of a pack by index: the manifest and the shards' indexes at construction (8
-/// bytes per frame; no frame is read), then one positioned read per frame. frame() may be called
-/// from several threads at once.
+/// Reads frames of a pack by index: the manifest at construction, with each shard's files checked
+/// by size and its index's first and last entries (no per-frame data is read or held, whatever
+/// the size of the pack); then two positioned reads per frame, of its index entry and its record.
+/// frame() may be called from several threads at once.
 class PackReader final : public FrameReader {
  public:
   explicit PackReader(const std::string& dir);

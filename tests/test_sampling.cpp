@@ -1,0 +1,143 @@
+// The trainer's sampling: the seeded permutation (trainer/src/permutation.h) and the epochs'
+// batches built on it (Sampler, EpochBatches in trainer/src/training.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <vector>
+
+#include "permutation.h"
+#include "training.h"
+
+using mlip::trainer::EpochBatches;
+using mlip::trainer::FrameSource;
+using mlip::trainer::Permutation;
+using mlip::trainer::Sampler;
+
+namespace {
+
+std::vector<uint64_t> entries(const Permutation& p) {
+  std::vector<uint64_t> v(p.size());
+  for (uint64_t j = 0; j < p.size(); ++j) v[j] = p(j);
+  return v;
+}
+
+// Frames with a given number of atoms each, for the sampler (which asks for nothing else).
+class AtomsOnly final : public FrameSource {
+ public:
+  explicit AtomsOnly(std::vector<int64_t> atoms) : atoms_(std::move(atoms)) {}
+  std::size_t size() const override { return atoms_.size(); }
+  int64_t atoms(std::size_t i) const override { return atoms_.at(i); }
+  std::vector<const mlip::Frame*> frames(const std::vector<int64_t>&, std::vector<mlip::Frame>&) const override {
+    throw std::logic_error("not used");
+  }
+  const mlip::PackStats& stats() const override { return stats_; }
+  bool streamed() const override { return true; }
+
+ private:
+  std::vector<int64_t> atoms_;
+  mlip::PackStats stats_;
+};
+
+}  // namespace
+
+TEST(Permutation, IsABijectionOfEverySize) {
+  for (uint64_t n : {0, 1, 2, 3, 4, 5, 7, 16, 17, 100, 1000, 4095, 4096, 4097, 65537}) {
+    for (uint64_t seed : {0ull, 1ull, 12345678901234ull}) {
+      std::vector<uint64_t> v = entries(Permutation(n, seed));
+      std::sort(v.begin(), v.end());
+      std::vector<uint64_t> iota(n);
+      std::iota(iota.begin(), iota.end(), 0);
+      EXPECT_EQ(v, iota) << "n " << n << ", seed " << seed;
+    }
+  }
+}
+
+TEST(Permutation, SeedsGiveDifferentOrdersAndTheSameSeedTheSame) {
+  const auto a = entries(Permutation(1000, 7)), b = entries(Permutation(1000, 7)), c = entries(Permutation(1000, 8));
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  // Shuffled: few entries stay in place (about 1 expected) and neighbours do not stay neighbours.
+  int fixed = 0, adjacent = 0;
+  for (uint64_t j = 0; j < a.size(); ++j) {
+    fixed += a[j] == j;
+    if (j > 0) adjacent += (a[j] == a[j - 1] + 1);
+  }
+  EXPECT_LE(fixed, 6);
+  EXPECT_LE(adjacent, 6);
+}
+
+TEST(Permutation, EveryPlaceIsAboutEquallyLikely) {
+  // Over 4000 seeds, where entry 0 and entry 5 land among 10: each value about 400 times
+  // (binomial, standard deviation 19); the bounds are 5 deviations.
+  for (uint64_t j : {0, 5}) {
+    std::vector<int> count(10, 0);
+    for (uint64_t seed = 0; seed < 4000; ++seed) ++count[Permutation(10, seed)(j)];
+    for (int v = 0; v < 10; ++v) EXPECT_NEAR(count[v], 400, 95) << "entry " << j << " at " << v;
+  }
+}
+
+TEST(Permutation, HoldsNoListWhateverTheSize) {
+  const uint64_t n = 110'000'000'000ull;   // a thousand OMat24s
+  const Permutation p(n, 3);
+  EXPECT_LE(sizeof p, 128u);
+  std::set<uint64_t> seen;
+  for (uint64_t j = 0; j < 10000; ++j) {
+    const uint64_t x = p(j);
+    EXPECT_LT(x, n);
+    seen.insert(x);
+  }
+  EXPECT_EQ(seen.size(), 10000u);
+  EXPECT_THROW(p(n), std::out_of_range);
+}
+
+TEST(Sampler, ByFramesEveryFrameOncePerEpochAndRanksSplitEachBatch) {
+  const AtomsOnly frames(std::vector<int64_t>(103, 5));
+  const Sampler sampler(frames, 4, 0, 11);
+  EXPECT_EQ(sampler.batches_per_epoch(), 26);
+  const EpochBatches e0 = sampler.epoch_batches(0), e1 = sampler.epoch_batches(1);
+  ASSERT_EQ(e0.size(), 26u);
+  std::vector<int64_t> all0, all1;
+  for (std::size_t k = 0; k < e0.size(); ++k) {
+    EXPECT_EQ(e0.frames(k), k + 1 < e0.size() ? 4 : 3);
+    std::vector<int64_t> whole = e0.share(k, 0, 1), ranks;
+    for (int r = 0; r < 3; ++r) {
+      const auto mine = e0.share(k, r, 3);
+      ranks.insert(ranks.end(), mine.begin(), mine.end());
+    }
+    std::sort(whole.begin(), whole.end());
+    std::sort(ranks.begin(), ranks.end());
+    EXPECT_EQ(whole, ranks) << "batch " << k;
+    all0.insert(all0.end(), whole.begin(), whole.end());
+    const auto b1 = e1.share(k, 0, 1);
+    all1.insert(all1.end(), b1.begin(), b1.end());
+  }
+  EXPECT_NE(all0, all1);   // another epoch, another order
+  std::sort(all0.begin(), all0.end());
+  std::vector<int64_t> iota(103);
+  std::iota(iota.begin(), iota.end(), 0);
+  EXPECT_EQ(all0, iota);
+}
+
+TEST(Sampler, ByAtomsBatchesStayUnderTheBudget) {
+  std::vector<int64_t> atoms;
+  for (int i = 0; i < 200; ++i) atoms.push_back(1 + (i * 37) % 50);
+  const AtomsOnly frames(atoms);
+  const Sampler sampler(frames, 1, 120, 5);
+  const EpochBatches e = sampler.epoch_batches(3);
+  std::vector<int64_t> all;
+  for (std::size_t k = 0; k < e.size(); ++k) {
+    const auto b = e.share(k, 0, 1);
+    int64_t sum = 0;
+    for (int64_t i : b) sum += atoms[i];
+    EXPECT_TRUE(sum <= 120 || b.size() == 1) << "batch " << k << ": " << sum << " atoms";
+    // Full: the next frame would not have fitted.
+    if (k + 1 < e.size()) EXPECT_GT(sum + atoms[e.share(k + 1, 0, 1).front()], 120) << "batch " << k;
+    all.insert(all.end(), b.begin(), b.end());
+  }
+  std::sort(all.begin(), all.end());
+  std::vector<int64_t> iota(200);
+  std::iota(iota.begin(), iota.end(), 0);
+  EXPECT_EQ(all, iota);
+}
