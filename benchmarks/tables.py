@@ -339,7 +339,29 @@ def stream_pack(run):
     return "\n".join(out) + "\n"
 
 
+def scale_train(run):
+    """streamed training frames/s, time to the first step and peak RSS, per pack size"""
+    rows = read_tsv(run / "train.tsv")
+    for r in rows:
+        r["label"] = f"{int(r['frames']):,} frames"
+    out = ["| pack | frames/s | first step (s) | peak RSS (MiB) |", "|---|---|---|---|"]
+    out += summary_rows(rows, lambda r: (r["label"],), (("frames_per_s", 3), ("first_step_s", 2), ("peak_rss_mib", 4)))
+    return "\n".join(out) + "\n"
+
+
+def scale_pack(run):
+    """the packs of the scaling run (one run each)"""
+    rows = read_tsv(run / "pack.tsv")
+    out = ["| pack | frames | seconds | frames/s | GB |", "|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['name']} | {int(r['frames']):,} | {float(r['seconds']):.1f} | {float(r['frames_per_s']):.0f} | "
+                   f"{int(r['bytes']) / 1e9:.2f} |")
+    return "\n".join(out) + "\n"
+
+
 KINDS = {
+    ("bench_pack_scale", "train"): scale_train,
+    ("bench_pack_scale", "pack"): scale_pack,
     ("bench_stream", "train"): stream_train,
     ("bench_stream", "pack"): stream_pack,
     ("bench_mp_cost", "md"): mp_cost,
