@@ -8,7 +8,8 @@
 # The frames (benchmarks/make_tiny_set.py): one water molecule each in a 9 A periodic box,
 # labelled by a harmonic model; a measure of memory and start-up, not of accuracy. Each run is
 # examples/configs/water-se_e2_a.yaml with 1 thread on 1 rank for training.max_minutes = MINUTES
-# (0.5), validated on 200 other frames, under benchmarks/timed_lines.py. Figures per run:
+# (0.5), validated on 200 of the pack's frames (data.validation_fraction: the split of a pack,
+# as a permutation), under benchmarks/timed_lines.py. Figures per run:
 #   first_step_s     from the command's start to the first step's line
 #   frames_per_s     steady state: frames of the steps after step SKIP (20) over their time
 #   peak_rss_mib     the trainer's largest resident set
@@ -27,10 +28,8 @@ py=$(ls "$src"/third_party/torch-*/bin/python3 2>/dev/null | head -1 || echo pyt
 timed() { python3 "$src/benchmarks/timed_lines.py" "$@"; }
 cd "$work"
 
-echo "== the frames: $BASE, and 200 for validation" >&2
+echo "== the frames: $BASE" >&2
 "$py" "$src/benchmarks/make_tiny_set.py" --frames "$BASE" --seed 1 --out base.xyz
-"$py" "$src/benchmarks/make_tiny_set.py" --frames 200 --seed 2 --out valid.xyz
-"$trainer" pack valid.xyz -o valid.pack > /dev/null
 
 table=pack row name frames seconds frames_per_s bytes
 pack() {
@@ -48,11 +47,11 @@ pack copies $(for ((k = 0; k < COPIES; ++k)); do echo base.pack; done)
 
 table=train row pack frames repeat first_step_s frames_per_s peak_rss_mib
 train() {
-  local name=$1 log=train-$1-r$rep.log
+  local name=$1 frames=$2 log=train-$1-r$rep.log
   rm -rf run
   timed "$log" mpirun -np 1 "$trainer" train "$src/examples/configs/water-se_e2_a.yaml" \
     --threads 1 --set training.max_minutes="$MINUTES" --set training.epochs=1000000 --set output.log_every=1 \
-    --set output.dir=run --set "data.train=[$work/$name.pack]" --set "data.validation=[$work/valid.pack]" ||
+    --set output.dir=run --set "data.train=[$work/$name.pack]" --set data.validation_fraction="$(awk -v n="$frames" 'BEGIN { printf "%.10g", 200 / n }')" ||
     { tail -20 "$log" >&2; exit 1; }
   keep_log "$log"
   awk -v skip="$SKIP" -v name="$name" -v rep="$rep" '
@@ -64,7 +63,7 @@ train() {
 }
 for rep in $(seq "$REPEATS"); do
   echo "== training, repeat $rep of $REPEATS" >&2
-  train base
-  train copies
+  train base "$BASE"
+  train copies $((BASE * COPIES))
 done
 python3 "$src/benchmarks/tables.py" "$results" 2>/dev/null || true

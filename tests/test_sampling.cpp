@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <vector>
@@ -92,6 +93,44 @@ TEST(Permutation, HoldsNoListWhateverTheSize) {
   EXPECT_THROW(p(n), std::out_of_range);
 }
 
+TEST(Permutation, TheLargestSizesToo) {
+  for (uint64_t n : {(uint64_t{1} << 62) + 3, ~uint64_t{0}}) {
+    const Permutation p(n, 9);
+    std::set<uint64_t> seen;
+    for (uint64_t j : {uint64_t{0}, uint64_t{1}, uint64_t{2}, n / 2, n - 2, n - 1}) {
+      EXPECT_LT(p(j), n);
+      seen.insert(p(j));
+    }
+    EXPECT_EQ(seen.size(), 6u) << "n " << n;
+  }
+}
+
+TEST(Split, TrainingAndValidationAreDisjointAndCoverEveryFrame) {
+  // Frame i has i + 1 atoms, so that atoms() names the frame a subset maps to.
+  std::vector<int64_t> atoms(1001);
+  std::iota(atoms.begin(), atoms.end(), 1);
+  auto all = std::make_shared<AtomsOnly>(atoms);
+  const auto frames_of = [](const FrameSource& part) {
+    std::vector<int64_t> v;
+    for (std::size_t i = 0; i < part.size(); ++i) v.push_back(part.atoms(i) - 1);
+    return v;
+  };
+  const Permutation order(all->size(), 42);
+  const auto validation = frames_of(*mlip::trainer::subset_source(all, order, 0, 100));
+  const auto train = frames_of(*mlip::trainer::subset_source(all, order, 100, 901));
+  ASSERT_EQ(validation.size(), 100u);
+  ASSERT_EQ(train.size(), 901u);
+  std::vector<int64_t> both = validation;
+  both.insert(both.end(), train.begin(), train.end());
+  std::sort(both.begin(), both.end());
+  std::vector<int64_t> iota(1001);
+  std::iota(iota.begin(), iota.end(), 0);
+  EXPECT_EQ(both, iota);   // disjoint, and every frame in one of them
+  // Drawn from the whole set, not its first frames; another seed, another split.
+  EXPECT_GT(*std::max_element(validation.begin(), validation.end()), 500);
+  EXPECT_NE(frames_of(*mlip::trainer::subset_source(all, Permutation(all->size(), 43), 0, 100)), validation);
+}
+
 TEST(Sampler, ByFramesEveryFrameOncePerEpochAndRanksSplitEachBatch) {
   const AtomsOnly frames(std::vector<int64_t>(103, 5));
   const Sampler sampler(frames, 4, 0, 11);
@@ -133,8 +172,19 @@ TEST(Sampler, ByAtomsBatchesStayUnderTheBudget) {
     for (int64_t i : b) sum += atoms[i];
     EXPECT_TRUE(sum <= 120 || b.size() == 1) << "batch " << k << ": " << sum << " atoms";
     // Full: the next frame would not have fitted.
-    if (k + 1 < e.size()) EXPECT_GT(sum + atoms[e.share(k + 1, 0, 1).front()], 120) << "batch " << k;
+    if (k + 1 < e.size()) {
+      EXPECT_GT(sum + atoms[e.share(k + 1, 0, 1).front()], 120) << "batch " << k;
+    }
     all.insert(all.end(), b.begin(), b.end());
+    std::vector<int64_t> ranks;
+    for (int r = 0; r < 2; ++r) {
+      const auto mine = e.share(k, r, 2);
+      ranks.insert(ranks.end(), mine.begin(), mine.end());
+    }
+    std::vector<int64_t> whole = b;
+    std::sort(whole.begin(), whole.end());
+    std::sort(ranks.begin(), ranks.end());
+    EXPECT_EQ(ranks, whole) << "batch " << k;
   }
   std::sort(all.begin(), all.end());
   std::vector<int64_t> iota(200);

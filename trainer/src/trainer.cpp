@@ -358,13 +358,15 @@ MetricSums Trainer::validate() {
   swap_ema();
   MetricSums sums;
   const Prefactors limits = schedule_->limits();
-  // Validation frames split across ranks by index; sums reduced: exact, nothing counted twice.
-  std::vector<int64_t> mine;
-  for (std::size_t k = comm_.rank(); k < data_.validation->size(); k += comm_.size()) mine.push_back(static_cast<int64_t>(k));
-  const std::size_t chunk = 8;
-  const std::size_t n_parts = (mine.size() + chunk - 1) / chunk;
-  const auto prefetch = batches_of(*data_.validation, resident_validation_, n_parts, [&mine, chunk](std::size_t a) {
-    return std::vector<int64_t>(mine.begin() + a * chunk, mine.begin() + std::min(mine.size(), (a + 1) * chunk));
+  // Validation frames split across ranks by index (rank r: r, r + size, ...), in parts of 8, with
+  // no list of them; sums reduced: exact, nothing counted twice.
+  const std::size_t n = data_.validation->size(), rank = comm_.rank(), ranks = comm_.size();
+  const std::size_t mine = n > rank ? (n - rank + ranks - 1) / ranks : 0, chunk = 8;
+  const std::size_t n_parts = (mine + chunk - 1) / chunk;
+  const auto prefetch = batches_of(*data_.validation, resident_validation_, n_parts, [=](std::size_t a) {
+    std::vector<int64_t> part;
+    for (std::size_t t = a * chunk; t < std::min(mine, (a + 1) * chunk); ++t) part.push_back(static_cast<int64_t>(rank + t * ranks));
+    return part;
   });
   for (std::size_t a = 0; a < n_parts; ++a) {
     const BatchTensors t = to_device(prefetch->next(), device_);

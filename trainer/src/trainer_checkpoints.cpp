@@ -17,6 +17,10 @@
 namespace mlip::trainer {
 namespace fs = std::filesystem;
 
+// How the frames of each epoch and a validation_fraction split are ordered (trainer/src/permutation.h),
+// kept in state.json: a checkpoint written under another order resumes, saying so.
+constexpr const char* kFrameOrder = "seeded-permutation-1";
+
 // The model section of the config as the checkpoint records it: what a resumed run must match.
 static nlohmann::json model_settings(const Config& c) { return checkpoint_settings(c.model); }
 
@@ -56,6 +60,7 @@ void Trainer::save_checkpoint(bool best) {
                              {"epochs_without_improvement", state_.epochs_without_improvement},
                              {"elapsed_seconds", state_.elapsed_seconds},
                              {"epoch_step", state_.epoch_step},
+                             {"frame_order", kFrameOrder},
                              {"epoch_sums", state_.epoch_sums},
                              {"schedule", schedule_->state()},
                              {"metadata", model_.metadata.to_json()},
@@ -160,6 +165,11 @@ void Trainer::load_checkpoint(const std::string& dir) {
   state_.epochs_without_improvement = st["epochs_without_improvement"];
   state_.elapsed_seconds = st["elapsed_seconds"];
   state_.epoch_step = st.value("epoch_step", int64_t{0});
+  if (st.value("frame_order", std::string()) != kFrameOrder) {
+    log(dir + ": written by an mlip-trainer that ordered the frames otherwise (std::shuffle): from here on they "
+              "follow this one's order (trainer/src/permutation.h), the rest of this epoch and a validation_fraction "
+              "split included");
+  }
   state_.epoch_sums = st.value("epoch_sums", std::vector<double>{});
   schedule_->restore(st.contains("schedule") ? st["schedule"] : nlohmann::json());
 }
