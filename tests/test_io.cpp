@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -522,6 +523,36 @@ TEST_F(Extxyz, WriteReadRoundTripIsExact) {
   const std::vector<Structure> ta = read_fitsnap_json(data("ta-fitsnap/JSON/Elastic_FCC"));
   write_extxyz(f, ta);
   expect_same_frames(ta, read_extxyz(f));
+}
+
+TEST_F(Extxyz, AWriterFrameByFrameWritesTheSameFileOrLeavesTheOldOne) {
+  const std::vector<Structure> frames = round_trip_frames();
+  const std::string whole = path("whole.xyz"), by_frame = path("by_frame.xyz");
+  write_extxyz(whole, frames);
+  {
+    ExtxyzWriter w(by_frame);
+    for (const Structure& s : frames) w.add(s);
+    EXPECT_FALSE(fs::exists(by_frame));   // not before finish()
+    w.finish();
+  }
+  const auto text = [](const std::string& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(text(by_frame), text(whole));
+  EXPECT_FALSE(fs::exists(by_frame + ".tmp"));
+  // An invalid frame half-way: the error names the file and the frame; unfinished, the writer
+  // leaves the old file as it was and no .tmp.
+  Structure bad = frames[0];
+  bad.forces.pop_back();
+  expect_contains(error_of([&] {
+                    ExtxyzWriter w(by_frame);
+                    w.add(frames[1]);
+                    w.add(bad);
+                  }),
+                  {"by_frame.xyz", "frame 1", "forces"});
+  EXPECT_EQ(text(by_frame), text(whole));
+  EXPECT_FALSE(fs::exists(by_frame + ".tmp"));
 }
 
 TEST_F(Extxyz, WriteRejectsInvalidFramesAndKeepsTheOldFile) {

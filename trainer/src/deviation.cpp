@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -95,7 +96,9 @@ DeviationCounts model_deviation(const std::vector<std::string>& models, const st
   std::ofstream out = open_tmp(options.output);
   out << fmt::format("#{:>11} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18} {:>18}\n", "frame", "max_devi_v",
                      "min_devi_v", "avg_devi_v", "max_devi_f", "min_devi_f", "avg_devi_f", "devi_e");
-  std::vector<Structure> picked;
+  // Candidates written as they are found, none held (a data set of any size).
+  std::optional<ExtxyzWriter> picked;
+  if (!options.candidates.empty()) picked.emplace(options.candidates);
   DeviationCounts counts;
   for (std::size_t k = 0; k < n_frames; ++k) {
     const Structure structure = frame_at(k);
@@ -118,11 +121,11 @@ DeviationCounts model_deviation(const std::vector<std::string>& models, const st
       ++counts.failed;
     } else {
       ++counts.candidates;
-      picked.push_back(structure);
+      if (picked) picked->add(structure);
     }
   }
   finish_tmp(out, options.output);
-  if (!options.candidates.empty()) write_extxyz(options.candidates, picked);
+  if (picked) picked->finish();
   return counts;
 }
 

@@ -381,65 +381,96 @@ Structure ExtxyzFile::frame(std::size_t i) const {
   return parse_frame(lines, ln, i, path_, lines_[i], options_);
 }
 
+namespace {
+
+// One frame as extended XYZ text (see write_extxyz).
+std::string extxyz_text(const Structure& s) {
+  std::string out = std::to_string(s.size()) + "\n";
+  bool has_lattice = false;
+  for (const Vec3& row : s.cell.lattice) has_lattice = has_lattice || row != Vec3{0, 0, 0};
+  if (has_lattice) {
+    out += "Lattice=\"";
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 3; ++c) out += (r + c ? " " : "") + exact(s.cell.lattice[r][c]);
+    }
+    out += "\" ";
+  }
+  out += "Properties=species:S:1:pos:R:3";
+  if (s.has_forces()) out += ":forces:R:3";
+  if (s.energy) out += " energy=" + exact(*s.energy);
+  if (s.virial) {
+    out += " virial=\"";
+    for (int c = 0; c < 3; ++c) {  // Fortran order, as ASE writes 3x3 values
+      for (int r = 0; r < 3; ++r) out += (r + c ? " " : "") + exact((*s.virial)[r][c]);
+    }
+    out += "\"";
+  }
+  if (s.weight != 1.0) out += " weight=" + exact(s.weight);
+  out += std::string(" pbc=\"") + (s.cell.pbc[0] ? "T" : "F") + (s.cell.pbc[1] ? " T" : " F") +
+         (s.cell.pbc[2] ? " T" : " F") + "\"\n";
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    out += element_symbol(s.numbers[i]);
+    for (double x : s.positions[i]) out += " " + exact(x);
+    if (s.has_forces()) {
+      for (double f : s.forces[i]) out += " " + exact(f);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+ExtxyzWriter::ExtxyzWriter(const std::string& path)
+    : path_(path), tmp_(path + ".tmp"), file_(std::make_unique<std::ofstream>(tmp_, std::ios::binary | std::ios::trunc)) {
+  if (!*file_) throw Error("write_extxyz: cannot create " + tmp_);
+}
+
+ExtxyzWriter::~ExtxyzWriter() {
+  if (file_->is_open()) {
+    file_->close();
+    std::error_code ec;
+    std::filesystem::remove(tmp_, ec);
+  }
+}
+
+void ExtxyzWriter::add(const Structure& s) {
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    throw Error("write_extxyz " + path_ + ": frame " + std::to_string(frames_) + ": " + e.what());
+  }
+  const std::string text = extxyz_text(s);
+  file_->write(text.data(), static_cast<std::streamsize>(text.size()));
+  if (!*file_) throw Error("write_extxyz: writing " + tmp_ + " failed");
+  ++frames_;
+}
+
+void ExtxyzWriter::finish() {
+  file_->close();
+  std::error_code ec;
+  if (!*file_) {
+    std::filesystem::remove(tmp_, ec);
+    throw Error("write_extxyz: writing " + tmp_ + " failed");
+  }
+  std::filesystem::rename(tmp_, path_, ec);
+  if (ec) {
+    std::filesystem::remove(tmp_);
+    throw Error("write_extxyz: cannot rename " + tmp_ + " to " + path_ + ": " + ec.message());
+  }
+}
+
 void write_extxyz(const std::string& path, const std::vector<Structure>& frames) {
-  std::string out;
-  for (std::size_t k = 0; k < frames.size(); ++k) {
-    const Structure& s = frames[k];
+  for (std::size_t k = 0; k < frames.size(); ++k) {  // every frame checked before a byte is written
     try {
-      s.validate();
+      frames[k].validate();
     } catch (const Error& e) {
       throw Error("write_extxyz " + path + ": frame " + std::to_string(k) + ": " + e.what());
     }
-    out += std::to_string(s.size()) + "\n";
-    bool has_lattice = false;
-    for (const Vec3& row : s.cell.lattice) has_lattice = has_lattice || row != Vec3{0, 0, 0};
-    if (has_lattice) {
-      out += "Lattice=\"";
-      for (int r = 0; r < 3; ++r) {
-        for (int c = 0; c < 3; ++c) out += (r + c ? " " : "") + exact(s.cell.lattice[r][c]);
-      }
-      out += "\" ";
-    }
-    out += "Properties=species:S:1:pos:R:3";
-    if (s.has_forces()) out += ":forces:R:3";
-    if (s.energy) out += " energy=" + exact(*s.energy);
-    if (s.virial) {
-      out += " virial=\"";
-      for (int c = 0; c < 3; ++c) {  // Fortran order, as ASE writes 3x3 values
-        for (int r = 0; r < 3; ++r) out += (r + c ? " " : "") + exact((*s.virial)[r][c]);
-      }
-      out += "\"";
-    }
-    if (s.weight != 1.0) out += " weight=" + exact(s.weight);
-    out += std::string(" pbc=\"") + (s.cell.pbc[0] ? "T" : "F") + (s.cell.pbc[1] ? " T" : " F") +
-           (s.cell.pbc[2] ? " T" : " F") + "\"\n";
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      out += element_symbol(s.numbers[i]);
-      for (double x : s.positions[i]) out += " " + exact(x);
-      if (s.has_forces()) {
-        for (double f : s.forces[i]) out += " " + exact(f);
-      }
-      out += "\n";
-    }
   }
-  // Write next to the target and rename, so that the file is either old or complete.
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-    if (!file) throw Error("write_extxyz: cannot create " + tmp);
-    file.write(out.data(), static_cast<std::streamsize>(out.size()));
-    file.close();
-    if (!file) {
-      std::filesystem::remove(tmp);
-      throw Error("write_extxyz: writing " + tmp + " failed");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw Error("write_extxyz: cannot rename " + tmp + " to " + path + ": " + ec.message());
-  }
+  ExtxyzWriter out(path);
+  for (const Structure& s : frames) out.add(s);
+  out.finish();
 }
 
 }  // namespace mlip

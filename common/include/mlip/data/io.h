@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,24 @@ std::vector<Structure> read_extxyz(const std::string& path, const ReadOptions& o
 /// (when not 1), pbc. Numbers are written in their shortest exact form. The file is written to a
 /// temporary name and renamed, so a reader never sees half a file.
 void write_extxyz(const std::string& path, const std::vector<Structure>& frames);
+
+/// write_extxyz frame by frame, holding none of them: to `path`.tmp, renamed to `path` by
+/// finish(). Unfinished (an error, or destroyed before finish), it removes the .tmp and leaves
+/// `path` as it was. add() validates the frame; its errors name the file and the frame.
+class ExtxyzWriter {
+ public:
+  explicit ExtxyzWriter(const std::string& path);
+  ~ExtxyzWriter();
+  ExtxyzWriter(const ExtxyzWriter&) = delete;
+  ExtxyzWriter& operator=(const ExtxyzWriter&) = delete;
+  void add(const Structure& s);
+  void finish();
+
+ private:
+  std::string path_, tmp_;
+  std::unique_ptr<std::ofstream> file_;
+  std::size_t frames_ = 0;
+};
 
 /// Writes a LAMMPS data file (atom_style atomic, units metal) of `frame`: atom types follow
 /// `type_elements` (type 1 = first element; an atom of another element is an error naming it).
