@@ -461,13 +461,7 @@ void ExtxyzWriter::finish() {
 }
 
 void write_extxyz(const std::string& path, const std::vector<Structure>& frames) {
-  for (std::size_t k = 0; k < frames.size(); ++k) {  // every frame checked before a byte is written
-    try {
-      frames[k].validate();
-    } catch (const Error& e) {
-      throw Error("write_extxyz " + path + ": frame " + std::to_string(k) + ": " + e.what());
-    }
-  }
+  // add() validates each frame; an invalid one leaves `path` as it was (the .tmp is removed).
   ExtxyzWriter out(path);
   for (const Structure& s : frames) out.add(s);
   out.finish();
