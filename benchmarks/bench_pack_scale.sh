@@ -14,6 +14,11 @@
 #   frames_per_s     steady state: frames of the steps after step SKIP (20) over their time
 #   peak_rss_mib     the trainer's largest resident set
 # and for each `pack`: seconds, frames/s and the pack's size.
+# Options (environment):
+#   BATCH_ATOMS=N   batches by atoms (data.batch.atoms = N) instead of 2 frames
+#   V1=1            also train on each pack as format version 1 (benchmarks/pack_to_v1.py: the
+#                   same shards, indexes without atom counts), rows "NAME-v1"
+#   COLD=1          drop the page cache before each training run (needs root; says so if not)
 # Results: benchmarks/results/bench_pack_scale/<date>-<commit>/: pack.tsv, train.tsv, logs/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -22,6 +27,9 @@ BASE=${BASE:-20000}
 COPIES=${COPIES:-500}
 MINUTES=${MINUTES:-0.5}
 REPEATS=${REPEATS:-3}
+BATCH_ATOMS=${BATCH_ATOMS:-}
+V1=${V1:-0}
+COLD=${COLD:-0}
 SKIP=${SKIP:-20}
 trainer=$build/bin/mlip-trainer
 py=$(ls "$src"/third_party/torch-*/bin/python3 2>/dev/null | head -1 || echo python3)
@@ -44,13 +52,26 @@ pack() {
 echo "== pack them, then the pack $COPIES times over" >&2
 pack base base.xyz
 pack copies $(for ((k = 0; k < COPIES; ++k)); do echo base.pack; done)
+packs="base copies"
+if [ "$V1" = 1 ]; then
+  for p in base copies; do python3 "$src/benchmarks/pack_to_v1.py" "$p.pack" "$p-v1.pack"; done
+  packs="base base-v1 copies copies-v1"
+fi
+batch=(--set data.batch.frames=2)
+[ -z "$BATCH_ATOMS" ] || batch=(--set data.batch.atoms="$BATCH_ATOMS")
+cold() {
+  [ "$COLD" = 1 ] || return 0
+  sync
+  echo 3 2>/dev/null >/proc/sys/vm/drop_caches || { echo "COLD=1: cannot drop the page cache (not root?)" >&2; exit 1; }
+}
 
 table=train row pack frames repeat first_step_s frames_per_s peak_rss_mib
 train() {
   local name=$1 frames=$2 log=train-$1-r$rep.log
   rm -rf run
+  cold
   timed "$log" mpirun -np 1 "$trainer" train "$src/examples/configs/water-se_e2_a.yaml" \
-    --threads 1 --set training.max_minutes="$MINUTES" --set training.epochs=1000000 --set output.log_every=1 \
+    --threads 1 "${batch[@]}" --set training.max_minutes="$MINUTES" --set training.epochs=1000000 --set output.log_every=1 \
     --set output.dir=run --set "data.train=[$work/$name.pack]" --set data.validation_fraction="$(awk -v n="$frames" 'BEGIN { printf "%.10g", 200 / n }')" ||
     { tail -20 "$log" >&2; exit 1; }
   keep_log "$log"
@@ -63,7 +84,8 @@ train() {
 }
 for rep in $(seq "$REPEATS"); do
   echo "== training, repeat $rep of $REPEATS" >&2
-  train base "$BASE"
-  train copies $((BASE * COPIES))
+  for p in $packs; do
+    case $p in base*) train "$p" "$BASE" ;; *) train "$p" $((BASE * COPIES)) ;; esac
+  done
 done
 python3 "$src/benchmarks/tables.py" "$results" 2>/dev/null || true

@@ -64,8 +64,10 @@ def record(frame, numbers, flags=1 | 2 | 8 | 16 | 32):
     return head + zs + pos + pos
 a, b = record(0, [8, 1, 1]), record(1, [1, 1])
 open(sys.argv[1], "wb").write(bytes([1]) + struct.pack("<Q", len(a)) + a + b)
+# The same in format version 2 (byte 0's bit 6): the index's atom counts follow the offset.
+open(sys.argv[1] + "2", "wb").write(bytes([1 | 0x40]) + struct.pack("<QII", len(a), 3, 2) + a + b)
 PY
-seed fuzz_pack "$build/seeds/two-frames.pack"
+seed fuzz_pack "$build/seeds/two-frames.pack" "$build/seeds/two-frames.pack2"
 seed fuzz_config "$here"/examples/configs/*.yaml "$here/tests/trainer/two-ranks.yaml"
 python3 - "$here/tests/data/libtorch-1.13" "$build/seeds" <<'PY'
 import pathlib, sys, zipfile

@@ -244,6 +244,66 @@ TEST(Pack, DamagedPacksGiveErrorsThatNameTheFileAndFrame) {
   }
 }
 
+TEST(Pack, AtomCountsComeFromTheIndexAndAreCheckedAgainstTheRecords) {
+  // Version 2 indexes list each frame's atom count after the offsets: batches by atoms read them,
+  // one read a shard, instead of a record header a frame.
+  Damaged d("mlip_test_pack_atoms");
+  const auto want = frames(12, 5);
+  const PackReader r(d.dir);
+  EXPECT_EQ(r.manifest().version, kPackVersion);
+  std::vector<uint32_t> sizes;
+  for (const Structure& s : want) sizes.push_back(static_cast<uint32_t>(s.size()));
+  EXPECT_EQ(r.atom_counts(), sizes);
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(r.atoms(i), want[i].size());
+  const PackShard& s0 = r.manifest().shards[0];
+  EXPECT_EQ(fs::file_size(d.shard(0, ".idx")), 8 * (s0.frames + 1) + 4 * s0.frames);
+  // A count that is not its record's: atoms() says what the index says, reading the frame says
+  // that they disagree, and verify finds the index changed.
+  d.poke(d.shard(0, ".idx"), 8 * (s0.frames + 1) + 4 * 1, static_cast<char>(want[1].size() + 1));
+  const PackReader damaged(d.dir);
+  EXPECT_EQ(damaged.atoms(1), want[1].size() + 1);
+  const std::string e = error_of([&] { damaged.frame(1); });
+  EXPECT_TRUE(has(e, "shard-00000.bin, frame 1: the record has " + std::to_string(want[1].size()) +
+                         " atoms, shard-00000.idx says " + std::to_string(want[1].size() + 1))) << e;
+  const std::string v = error_of([&] { verify_pack(d.dir, [](const std::string&) {}); });
+  EXPECT_TRUE(has(v, "shard-00000.idx") && has(v, "checksum")) << v;
+}
+
+TEST(Pack, AVersion1PackStillReadsVerifiesAndAppendsInVersion1) {
+  // tests/data/pack-v1: written by mlip at 7ba90c0 (offsets alone in its indexes) from frames.xyz.
+  const fs::path data = fs::path(MLIP_SOURCE_DIR) / "tests/data/pack-v1";
+  const std::vector<Structure> want = read_extxyz((data / "frames.xyz").string());
+  TempDir tmp("mlip_test_pack_v1");
+  const std::string dir = (tmp.path / "pack").string();
+  fs::copy(data / "pack", dir, fs::copy_options::recursive);
+  const auto check = [&](const PackReader& r, const std::vector<Structure>& expected) {
+    EXPECT_EQ(r.manifest().version, 1);
+    ASSERT_EQ(r.size(), expected.size());
+    std::vector<uint32_t> sizes;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      expect_same(r.frame(i), expected[i]);
+      EXPECT_EQ(r.atoms(i), expected[i].size());
+      sizes.push_back(static_cast<uint32_t>(expected[i].size()));
+    }
+    EXPECT_EQ(r.atom_counts(), sizes);   // from the records' headers
+    EXPECT_NO_THROW(verify_pack(dir, [](const std::string&) {}));
+  };
+  ASSERT_EQ(want.size(), 7u);
+  check(PackReader(dir), want);
+  // An append keeps the pack's version: its new shard's index holds offsets alone.
+  const auto more = frames(3, 9);
+  pack(dir, more, "more.xyz", /*append=*/true, 1u << 20);
+  std::vector<Structure> all = want;
+  all.insert(all.end(), more.begin(), more.end());
+  const PackReader r(dir);
+  check(r, all);
+  const PackShard& last = r.manifest().shards.back();
+  EXPECT_EQ(fs::file_size(fs::path(dir) / last.index), 8 * (last.frames + 1));
+  // The extended XYZ reader by index has the atom counts from its pass over the file.
+  EXPECT_EQ(ExtxyzFile((data / "frames.xyz").string(), {}).atom_counts(),
+            (std::vector<uint32_t>{3, 4, 5, 6, 7, 8, 9}));
+}
+
 TEST(Pack, AnInterruptedWriteLeavesThePreviousPack) {
   TempDir tmp("mlip_test_pack_interrupted");
   const std::string dir = (tmp.path / "p").string();

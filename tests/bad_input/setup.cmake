@@ -34,14 +34,14 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "could not write altered.pt")
 endif()
 # Packed data sets (mlip-trainer pack): a good one (pack/) and damaged copies: a shard cut short,
-# a byte flipped, a shard's index missing, an index pointing inside a record, no manifest (an
-# interrupted pack).
+# a byte flipped, a shard's index missing, an index pointing inside a record, an index whose
+# atom count of a frame is not its record's, no manifest (an interrupted pack).
 execute_process(COMMAND ${TRAINER} pack ok.xyz -o pack WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc
                 OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "packing ok.xyz failed (${rc}): ${out} ${err}")
 endif()
-foreach(copy pack_truncated pack_flipped pack_missing pack_index pack_nomanifest)
+foreach(copy pack_truncated pack_flipped pack_missing pack_index pack_index_atoms pack_nomanifest)
   file(COPY ${WORK}/pack/ DESTINATION ${WORK}/${copy})
 endforeach()
 execute_process(COMMAND python3 -c "
@@ -56,6 +56,10 @@ os.remove(shard('pack_missing', '.idx'))
 index = bytearray(open(shard('pack_index', '.idx'), 'rb').read())
 index[8] ^= 0x08                       # the second frame's offset, 8 bytes off: frame 0 seems short
 open(shard('pack_index', '.idx'), 'wb').write(index)
+index = bytearray(open(shard('pack_index_atoms', '.idx'), 'rb').read())
+n = (len(index) - 8) // 12             # n + 1 offsets, then n atom counts
+index[8 * (n + 1)] ^= 0x01             # the first frame's atom count: 9 becomes 8
+open(shard('pack_index_atoms', '.idx'), 'wb').write(index)
 os.remove(os.path.join(w, 'pack_nomanifest', 'manifest.json'))
 " ${WORK} RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)

@@ -2,6 +2,8 @@
 // compile time): extxyz, npy, n2p2, fitsnap, pack. scripts/fuzz.sh builds and runs them.
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <string>
 
 #include "fuzz_input.h"
 #include "mlip/data/io.h"
@@ -9,17 +11,20 @@
 
 namespace {
 
-// A pack of one shard from the input: byte 0 gives the frames n (1-4) and, with its top bit,
-// that the next 16 bytes are the manifest's frame count and shard size (any values); the next
-// 8 (n - 1) bytes are the inner record offsets of the index (the first is 0 and the last the
-// shard's size, as the reader checks before reading); the rest is the shard. The manifest lists
-// it with zero statistics; every frame is read.
+// A pack of one shard from the input: byte 0 gives the frames n (1-4), with bit 6 format
+// version 2 (else 1) and with its top bit that the next 16 bytes are the manifest's frame count
+// and shard size (any values); the next 8 (n - 1) bytes are the inner record offsets of the index
+// (the first is 0 and the last the shard's size, as the reader checks before reading), then, in
+// version 2, 4 n bytes of the index's atom counts; the rest is the shard. The manifest lists it
+// with zero statistics; every frame is read.
 void read_fuzzed_pack(const uint8_t* data, std::size_t size) {
   namespace fs = std::filesystem;
   if (size < 1) return;
   const uint64_t n = data[0] % 4 + 1;
   const bool odd = (data[0] & 0x80) != 0;
-  std::size_t head = 1 + (odd ? 16 : 0) + 8 * (n - 1);
+  const int version = (data[0] & 0x40) != 0 ? 2 : 1;
+  const std::size_t counts = version == 2 ? 4 * n : 0;
+  const std::size_t head = 1 + (odd ? 16 : 0) + 8 * (n - 1) + counts;
   if (size < head) return;
   uint64_t frames = n, bytes = size - head;
   if (odd) {
@@ -30,20 +35,22 @@ void read_fuzzed_pack(const uint8_t* data, std::size_t size) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::vector<uint64_t> offsets(n + 1, 0);
-  std::memcpy(offsets.data() + 1, data + head - 8 * (n - 1), 8 * (n - 1));
+  std::memcpy(offsets.data() + 1, data + head - counts - 8 * (n - 1), 8 * (n - 1));
   offsets[n] = size - head;
+  std::string index(reinterpret_cast<const char*>(offsets.data()), 8 * (n + 1));
+  index.append(reinterpret_cast<const char*>(data + head - counts), counts);
   std::ofstream(dir / "shard-00000.bin", std::ios::binary).write(reinterpret_cast<const char*>(data + head),
                                                                   static_cast<std::streamsize>(size - head));
-  std::ofstream(dir / "shard-00000.idx", std::ios::binary)
-      .write(reinterpret_cast<const char*>(offsets.data()), static_cast<std::streamsize>(8 * (n + 1)));
+  std::ofstream(dir / "shard-00000.idx", std::ios::binary) << index;
   std::ofstream(dir / "manifest.json")
-      << R"({"format": "mlip-pack", "version": 1, "frames": )" << frames << R"(, "sources": ["fuzz"], "shards": [)"
+      << R"({"format": "mlip-pack", "version": )" << version << R"(, "frames": )" << frames << R"(, "sources": ["fuzz"], "shards": [)"
       << R"({"data": "shard-00000.bin", "index": "shard-00000.idx", "first_frame": 0, "frames": )" << frames
       << R"(, "bytes": )" << bytes << R"(, "data_xxh3": "0", "index_xxh3": "0"}], "stats": {"atoms": 0, )"
       << R"("atoms_by_element": {}, "energy_frames": 0, "force_frames": 0, "virial_frames": 0, "e0_least_squares": )"
       << R"({"elements": [], "counts_counts": [], "counts_energy": [], "energy_squares": 0}, "force_squares": 0, )"
       << R"("force_components": 0}})";
   const mlip::PackReader reader(dir.string());
+  reader.atom_counts();
   for (uint64_t i = 0; i < n; ++i) {
     reader.atoms(i);
     reader.frame(i);

@@ -50,11 +50,9 @@ class ReaderSource final : public FrameSource {
       : reader_(std::move(reader)), weight_(weight), cutoff_(cutoff), stats_(std::move(stats)) {}
   std::size_t size() const override { return reader_->size(); }
   int64_t atoms(std::size_t i) const override {
-    // Read once, on first use (batches by atoms need every frame's count each epoch): 4 bytes a frame.
-    std::call_once(atoms_once_, [this] {
-      atoms_.resize(reader_->size());
-      for (std::size_t k = 0; k < reader_->size(); ++k) atoms_[k] = static_cast<uint32_t>(reader_->atoms(k));
-    });
+    // Read once, on first use (batches by atoms need every frame's count each epoch): 4 bytes a
+    // frame, from a pack's index (one read a shard) or a pass over an older pack's records.
+    std::call_once(atoms_once_, [this] { atoms_ = reader_->atom_counts(); });
     return atoms_.at(i);
   }
   std::vector<const Frame*> frames(const std::vector<int64_t>& idx, std::vector<Frame>& storage) const override {

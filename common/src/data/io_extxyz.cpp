@@ -1,6 +1,8 @@
 // Extended XYZ, read and written the way ASE (ase.io.extxyz) does.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -341,6 +343,7 @@ ExtxyzFile::ExtxyzFile(const std::string& path, const ReadOptions& options) : pa
         }
         offsets_.push_back(offset + at);
         lines_.push_back(line);
+        atoms_.push_back(static_cast<uint32_t>(std::min<long long>(n, UINT32_MAX)));
         skip = n + 1;
       }
       ++line;
@@ -366,6 +369,11 @@ ExtxyzFile::ExtxyzFile(const std::string& path, const ReadOptions& options) : pa
   }
   if (offsets_.empty()) throw Error(path + ": no frames");
   offsets_.push_back(offset);
+}
+
+std::size_t ExtxyzFile::atoms(std::size_t i) const {
+  if (i >= atoms_.size()) throw Error(path_ + ": no frame " + std::to_string(i));
+  return atoms_[i];
 }
 
 Structure ExtxyzFile::frame(std::size_t i) const {

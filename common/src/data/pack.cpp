@@ -55,6 +55,9 @@ static_assert(sizeof(RecordHeader) == 192, "the record header is 192 bytes");
 
 uint64_t padded(uint64_t n) { return (n + 7) / 8 * 8; }
 
+// A shard's index file of `frames` frames: n + 1 offsets, then (from version 2) n atom counts.
+uint64_t index_bytes(int version, uint64_t frames) { return 8 * (frames + 1) + (version >= 2 ? 4 * frames : 0); }
+
 uint64_t record_bytes(uint32_t atoms, uint32_t flags) {
   return sizeof(RecordHeader) + padded(4ull * atoms) + 24ull * atoms * ((flags & kForces) ? 2 : 1);
 }
@@ -510,8 +513,9 @@ PackManifest read_pack_manifest(const std::string& dir) {
     if (j.value("format", "") != kFormat) throw Error("its format is not " + std::string(kFormat));
     PackManifest m;
     m.version = j.at("version").get<int>();
-    if (m.version != kPackVersion)
-      throw Error(cat("pack format version ", m.version, "; this mlip reads version ", kPackVersion));
+    if (m.version < kPackOldestVersion || m.version > kPackVersion)
+      throw Error(cat("pack format version ", m.version, "; this mlip reads versions ", kPackOldestVersion, " to ",
+                      kPackVersion));
     m.sources = j.at("sources").get<std::vector<std::string>>();
     m.frames = j.at("frames").get<uint64_t>();
     uint64_t next = 0;
@@ -549,12 +553,14 @@ struct PackWriter::Impl {
   PackManifest manifest;
   std::unique_ptr<File> data;             // the open shard, if any
   std::vector<uint64_t> offsets;
+  std::vector<uint32_t> atoms;            // of the open shard's frames (written from version 2)
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash{XXH3_createState(), XXH3_freeState};
 
   void open_shard() {
     const std::string name = shard_name(manifest.shards.size());
     data = std::make_unique<File>(fs::path(dir) / (name + ".bin"), O_WRONLY | O_CREAT | O_TRUNC);
     offsets.assign(1, 0);
+    atoms.clear();
     XXH3_64bits_reset(hash.get());
   }
 
@@ -562,8 +568,10 @@ struct PackWriter::Impl {
     if (!data) return;
     data->sync_and_close();
     const std::string name = shard_name(manifest.shards.size());
-    std::string index(offsets.size() * 8, '\0');
-    std::memcpy(index.data(), offsets.data(), index.size());
+    // An appended pack keeps its version (a version 1 pack gets version 1 shards).
+    std::string index(index_bytes(manifest.version, atoms.size()), '\0');
+    std::memcpy(index.data(), offsets.data(), offsets.size() * 8);
+    if (manifest.version >= 2) std::memcpy(index.data() + offsets.size() * 8, atoms.data(), atoms.size() * 4);
     write_file(fs::path(dir) / (name + ".idx"), index);
     PackShard s;
     s.data = name + ".bin";
@@ -635,6 +643,7 @@ void PackWriter::write(const Structure& s, uint32_t source, uint64_t source_fram
   w.data->write(record);
   XXH3_64bits_update(w.hash.get(), record.data(), record.size());
   w.offsets.push_back(w.offsets.back() + record.size());
+  w.atoms.push_back(static_cast<uint32_t>(s.size()));
   ++w.manifest.frames;
   if (w.offsets.back() >= w.options.shard_bytes) w.close_shard();
 }
@@ -685,9 +694,7 @@ struct PackReader::Impl {
   };
   Location locate(uint64_t i) const {
     if (i >= manifest.frames) throw Error(cat("pack ", dir, ": frame ", i, " does not exist (", manifest.frames, " frames)"));
-    const auto it = std::upper_bound(manifest.shards.begin(), manifest.shards.end(), i,
-                                     [](uint64_t f, const PackShard& s) { return f < s.first_frame; });
-    const std::size_t k = static_cast<std::size_t>(it - manifest.shards.begin()) - 1;
+    const std::size_t k = shard_of(i);
     const PackShard& s = manifest.shards[k];
     Location at{k, 0, 0, shard(k)};
     uint64_t off[2];
@@ -698,6 +705,21 @@ struct PackReader::Impl {
     at.begin = off[0];
     at.end = off[1];
     return at;
+  }
+
+  // Shard k's frames' atom counts (from version 2), `count` of them from its frame `first`.
+  std::vector<uint32_t> index_atoms(std::size_t k, uint64_t first, uint64_t count) const {
+    const PackShard& s = manifest.shards[k];
+    std::vector<uint32_t> out(count);
+    const uint64_t at = 8 * (s.frames + 1) + 4 * first;
+    if (shard(k)->index.read_at(out.data(), 4 * count, at) != 4 * count)
+      throw Error(cat("pack ", dir, ": ", s.index, " ends inside its atom counts (truncated after opening)"));
+    return out;
+  }
+  std::size_t shard_of(uint64_t i) const {
+    const auto it = std::upper_bound(manifest.shards.begin(), manifest.shards.end(), i,
+                                     [](uint64_t f, const PackShard& s) { return f < s.first_frame; });
+    return static_cast<std::size_t>(it - manifest.shards.begin()) - 1;
   }
 };
 
@@ -717,9 +739,10 @@ PackReader::PackReader(const std::string& dir) : impl_(std::make_unique<Impl>())
     const uint64_t size = fs::file_size(data);
     if (size != s.bytes)
       throw Error(cat("pack ", dir, ": ", s.data, " has ", size, " bytes, the manifest says ", s.bytes, " (", size < s.bytes ? "truncated" : "changed after packing", ")"));
-    if (fs::file_size(index) != 8 * (s.frames + 1))
+    const uint64_t want = index_bytes(r.manifest.version, s.frames);
+    if (fs::file_size(index) != want)
       throw Error(cat("pack ", dir, ": ", s.index, " has ", fs::file_size(index), " bytes, ", s.frames, " frames need ",
-                      8 * (s.frames + 1)));
+                      want));
     const File f(index, O_RDONLY);
     uint64_t first = 1, last = 0;
     if (f.read_at(&first, 8, 0) != 8 || f.read_at(&last, 8, 8 * s.frames) != 8)
@@ -742,17 +765,42 @@ Structure PackReader::frame(std::size_t i) const {
   std::vector<char> bytes(size);
   const std::string context = where(r.dir, r.manifest.shards[at.shard], i);
   if (at.files->data.read_at(bytes.data(), size, at.begin) != size) throw Error(context + ": the shard ends inside the record");
-  return decode(bytes, i, context, r.manifest.sources, r.dir);
+  Structure s = decode(bytes, i, context, r.manifest.sources, r.dir);
+  if (r.manifest.version >= 2) {
+    const PackShard& shard = r.manifest.shards[at.shard];
+    const uint32_t listed = r.index_atoms(at.shard, i - shard.first_frame, 1)[0];
+    if (listed != s.size())
+      throw Error(cat(context, ": the record has ", s.size(), " atoms, ", shard.index, " says ", listed,
+                      " (the index disagrees with its shard)"));
+  }
+  return s;
 }
 
 std::size_t PackReader::atoms(std::size_t i) const {
   const Impl& r = *impl_;
+  if (r.manifest.version >= 2) {
+    if (i >= r.manifest.frames) throw Error(cat("pack ", r.dir, ": frame ", i, " does not exist (", r.manifest.frames, " frames)"));
+    const std::size_t k = r.shard_of(i);
+    return r.index_atoms(k, i - r.manifest.shards[k].first_frame, 1)[0];
+  }
   const Impl::Location at = r.locate(i);
   const std::string context = where(r.dir, r.manifest.shards[at.shard], i);
   RecordHeader h;
   if (at.files->data.read_at(&h, sizeof h, at.begin) != sizeof h) throw Error(context + ": the shard ends inside the record");
   check_header(h, i, at.end - at.begin, context, r.manifest.sources.size());
   return h.atoms;
+}
+
+std::vector<uint32_t> PackReader::atom_counts() const {
+  const Impl& r = *impl_;
+  if (r.manifest.version < 2) return FrameReader::atom_counts();  // one record header a frame
+  std::vector<uint32_t> out;
+  out.reserve(r.manifest.frames);
+  for (std::size_t k = 0; k < r.manifest.shards.size(); ++k) {
+    const std::vector<uint32_t> part = r.index_atoms(k, 0, r.manifest.shards[k].frames);
+    out.insert(out.end(), part.begin(), part.end());
+  }
+  return out;
 }
 
 std::vector<Structure> read_pack(const std::string& dir) {

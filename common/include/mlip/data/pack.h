@@ -7,7 +7,8 @@
 //                            and the previous manifest, if any, still reads
 //   DIR/shard-NNNNN.bin      frame records, back to back
 //   DIR/shard-NNNNN.idx      the records' byte offsets (n + 1 little-endian u64: the last is the
-//                            shard's size)
+//                            shard's size), then their atom counts (n little-endian u32; from
+//                            format version 2), so that batches by atoms need no pass over records
 //
 // Frames are in mlip's units (eV, Å, eV/Å, virial in eV), float64, with their source file and
 // their index in it. Every file has an XXH3-64 checksum in the manifest (checked by verify_pack);
@@ -26,7 +27,10 @@
 
 namespace mlip {
 
-inline constexpr int kPackVersion = 1;
+/// The format version written; versions from kPackOldestVersion on are read (and appended to in
+/// their own version).
+inline constexpr int kPackVersion = 2;
+inline constexpr int kPackOldestVersion = 1;
 /// Pairs of atoms closer than this (Å) enter PackStats::shortest (cutoffs above it: see
 /// docs/data-format.md).
 inline constexpr double kPackShortestRadius = 4.0;
@@ -138,8 +142,11 @@ class PackReader final : public FrameReader {
   /// Frame i, `origin` "<source>:frame K (pack DIR, frame i)". Throws mlip::Error naming the
   /// shard and the frame if its record is truncated or inconsistent.
   Structure frame(std::size_t i) const override;
-  /// Its number of atoms, from the record's header.
+  /// Its number of atoms: from the index (version 2; frame() checks it against the record), or
+  /// the record's header (version 1).
   std::size_t atoms(std::size_t i) const override;
+  /// Every frame's atom count: one read per shard of its index (version 2), or a header a frame.
+  std::vector<uint32_t> atom_counts() const override;
 
  private:
   struct Impl;
