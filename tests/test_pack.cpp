@@ -2,6 +2,7 @@
 // statistics in the manifest, and every damaged pack ends in an error that names the file and
 // the frame, with the previous pack still readable after an interrupted write.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <iterator>
 #include <random>
 
+#include "mlip/data/file_io.h"
 #include "mlip/data/io.h"
 #include "mlip/data/pack.h"
 #include "mlip/error.h"
@@ -302,6 +304,43 @@ TEST(Pack, AVersion1PackStillReadsVerifiesAndAppendsInVersion1) {
   // The extended XYZ reader by index has the atom counts from its pass over the file.
   EXPECT_EQ(ExtxyzFile((data / "frames.xyz").string(), {}).atom_counts(),
             (std::vector<uint32_t>{3, 4, 5, 6, 7, 8, 9}));
+}
+
+TEST(Pack, ManyPacksOpenAtOnceNeedTheOpenFileLimitRaised) {
+  // Each pack keeps up to 16 shards open, two files each: 12 packs of 6 shards want 144 files.
+  // Under a soft limit of 64 the reader's error says so; allow_open_files() (mlip-trainer calls
+  // it at start) raises the limit to the hard one, and then they all read.
+  TempDir tmp("mlip_test_pack_open_files");
+  std::vector<std::string> dirs;
+  for (int k = 0; k < 12; ++k) {
+    dirs.push_back((tmp.path / ("p" + std::to_string(k))).string());
+    pack(dirs.back(), frames(12, k), "src.xyz", false, 1000);
+  }
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < 256) GTEST_SKIP() << "hard limit on open files below 256";
+  const auto read_all = [&] {
+    std::vector<PackReader> readers;
+    for (const std::string& d : dirs) {
+      readers.emplace_back(d);
+      for (std::size_t i = 0; i < readers.back().size(); ++i) readers.back().frame(i);
+    }
+  };
+  rlimit low = saved;
+  low.rlim_cur = 64;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  const std::string e = error_of(read_all);
+  const long raised = allow_open_files();
+  std::string after;
+  try {
+    read_all();
+  } catch (const std::exception& x) {
+    after = x.what();
+  }
+  setrlimit(RLIMIT_NOFILE, &saved);
+  EXPECT_TRUE(has(e, "cannot open") && has(e, "this process may have 64 open files: raise `ulimit -n`")) << e;
+  EXPECT_GE(raised, 256);
+  EXPECT_EQ(after, "");
 }
 
 TEST(Pack, AnInterruptedWriteLeavesThePreviousPack) {

@@ -191,3 +191,23 @@ TEST(Sampler, ByAtomsBatchesStayUnderTheBudget) {
   std::iota(iota.begin(), iota.end(), 0);
   EXPECT_EQ(all, iota);
 }
+
+TEST(Sampler, ByAtomsTheCountKeepsEpochZerosBatchesForItsFirstUse) {
+  // batches_per_epoch() finds epoch 0's batches; the first epoch_batches(0) gets those (one pass
+  // over the frames at start, not two), and any later call computes them again, the same.
+  std::vector<int64_t> atoms;
+  for (int i = 0; i < 300; ++i) atoms.push_back(1 + (i * 53) % 40);
+  const AtomsOnly frames(atoms);
+  const Sampler fresh(frames, 1, 100, 9), counted(frames, 1, 100, 9);
+  const EpochBatches want = fresh.epoch_batches(0);
+  EXPECT_EQ(counted.batches_per_epoch(), static_cast<int64_t>(want.size()));
+  const auto same = [&](const EpochBatches& got) {
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t k = 0; k < want.size(); ++k) EXPECT_EQ(got.share(k, 0, 1), want.share(k, 0, 1)) << "batch " << k;
+  };
+  same(counted.epoch_batches(0));
+  same(counted.epoch_batches(0));
+  EXPECT_EQ(counted.epoch_batches(1).size(), fresh.epoch_batches(1).size());
+  same(counted.epoch_batches(0));
+  EXPECT_EQ(counted.batches_per_epoch(), static_cast<int64_t>(want.size()));
+}

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -115,6 +116,10 @@ Sampler::Sampler(const FrameSource& frames, int64_t batch_frames, int64_t batch_
     : frames_(frames), batch_frames_(batch_frames), batch_atoms_(batch_atoms), seed_(seed) {}
 
 EpochBatches Sampler::epoch_batches(int64_t epoch) const {
+  if (epoch0_) {
+    std::optional<EpochBatches> kept = std::exchange(epoch0_, std::nullopt);
+    if (epoch == 0) return std::move(*kept);
+  }
   EpochBatches b;
   b.order = Permutation(frames_.size(), seed_ * 1000003ull + static_cast<uint64_t>(epoch));
   if (batch_atoms_ <= 0) {
@@ -139,7 +144,12 @@ EpochBatches Sampler::epoch_batches(int64_t epoch) const {
 
 int64_t Sampler::batches_per_epoch() const {
   if (batch_atoms_ <= 0) return (static_cast<int64_t>(frames_.size()) + batch_frames_ - 1) / batch_frames_;
-  return static_cast<int64_t>(epoch_batches(0).size());   // by atoms: depends on the order
+  if (!count_) {
+    EpochBatches first = epoch_batches(0);
+    count_ = static_cast<int64_t>(first.size());
+    epoch0_ = std::move(first);
+  }
+  return *count_;
 }
 
 std::size_t EpochBatches::size() const {

@@ -21,6 +21,7 @@
 #include "communicator.h"
 #include "config.h"
 #include "mlip/error.h"
+#include "mlip/data/file_io.h"
 #include "mlip/data/io.h"
 #include "mlip/data/pack.h"
 #include "mlip/potentials.h"
@@ -186,6 +187,7 @@ int fail(Communicator* comm, const char* kind, const std::string& what) {
 int main(int argc, char** argv) {
   mlip::prefer_avx512_kernels();  // before any tensor operation
   mlip::keep_freed_memory();
+  mlip::allow_open_files();  // data in many files (packs, ASE databases) read at once
   CLI::App app{"mlip-trainer: train, export and test machine-learning interatomic potentials"};
   app.require_subcommand(1);
 

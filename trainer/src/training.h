@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <limits>
 #include <algorithm>
 #include <string>
@@ -69,14 +70,19 @@ struct EpochBatches {
 class Sampler {
  public:
   Sampler(const FrameSource& frames, int64_t batch_frames, int64_t batch_atoms, uint64_t seed);
-  /// Global batches of `epoch` (frame indices).
+  /// Global batches of `epoch` (frame indices). By atoms, one pass over the epoch's order.
   EpochBatches epoch_batches(int64_t epoch) const;
+  /// By atoms: epoch 0's number of batches (the count depends on the order), found once; the
+  /// batches found for it are kept for the first epoch_batches(0), so that a run starts with one
+  /// pass over the frames, not two.
   int64_t batches_per_epoch() const;
 
  private:
   const FrameSource& frames_;
   int64_t batch_frames_, batch_atoms_;
   uint64_t seed_;
+  mutable std::optional<int64_t> count_;
+  mutable std::optional<EpochBatches> epoch0_;
 };
 
 

@@ -1,6 +1,7 @@
 #include "mlip/data/file_io.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,7 +12,11 @@
 namespace mlip {
 
 namespace {
-std::string errno_text() { return std::strerror(errno); }
+// strerror(errno), and after EMFILE what the limit is (open_files_hint).
+std::string errno_text() {
+  const int error = errno;
+  return std::strerror(error) + open_files_hint(error);
+}
 }  // namespace
 
 void write_file(const std::filesystem::path& path, const std::string& bytes) {
@@ -55,6 +60,23 @@ std::string read_file(const std::filesystem::path& path) {
   }
   ::close(fd);
   return bytes;
+}
+
+long allow_open_files() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return -1;
+  const rlim_t want = r.rlim_max == RLIM_INFINITY ? rlim_t{1} << 20 : r.rlim_max;
+  if (r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= want) return static_cast<long>(r.rlim_cur);
+  const rlim_t before = r.rlim_cur;
+  r.rlim_cur = want;
+  return static_cast<long>(::setrlimit(RLIMIT_NOFILE, &r) == 0 ? want : before);
+}
+
+std::string open_files_hint(int error) {
+  if (error != EMFILE) return "";
+  rlimit r{};
+  ::getrlimit(RLIMIT_NOFILE, &r);
+  return " (this process may have " + std::to_string(r.rlim_cur) + " open files: raise `ulimit -n`)";
 }
 
 }  // namespace mlip

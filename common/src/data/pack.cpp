@@ -231,7 +231,10 @@ class File {
  public:
   File(const fs::path& path, int flags) : path_(path.string()) {
     fd_ = ::open(path_.c_str(), flags | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw Error(path_ + ": cannot open: " + std::strerror(errno));
+    if (fd_ < 0) {
+      const int error = errno;
+      throw Error(path_ + ": cannot open: " + std::strerror(error) + open_files_hint(error));
+    }
   }
   ~File() {
     if (fd_ >= 0) ::close(fd_);
@@ -539,7 +542,8 @@ PackManifest read_pack_manifest(const std::string& dir) {
     m.stats = stats_of(j.at("stats"));
     return m;
   } catch (const Error& e) {
-    throw Error(path.string() + ": " + e.what());
+    const std::string what = e.what();
+    throw Error(what.rfind(path.string(), 0) == 0 ? what : path.string() + ": " + what);  // named once
   } catch (const std::exception& e) {
     throw Error(path.string() + ": not a valid pack manifest (" + std::string(e.what()) + ")");
   }
