@@ -284,7 +284,7 @@ build_from_source() {
     -DCMAKE_PREFIX_PATH="$deps/zlib;$deps/yaml-cpp;$deps/gtest;$deps/headers/usr;$ompi" \
     -DMPI_C_COMPILER="$ompi/bin/mpicc" -DMPI_CXX_COMPILER="$ompi/bin/mpicxx" \
     -DMPIEXEC_EXECUTABLE="$ompi/bin/mpirun" -DMLIP_GTEST_SOURCE_DIR= -DMLIP_LAMMPS_JOBS="$jobs" \
-    -DMLIP_NCCL=ON || { record "build: configure failed (failures.txt)"; return 1; }
+    -DMLIP_NCCL=ON -DMLIP_WITH_HDF5=OFF || { record "build: configure failed (failures.txt)"; return 1; }
   grep -E "mlip: LibTorch|NCCL backend|CUDA graph" "$logs/configure.log" | sed 's/^-- /build: /' | tee -a "$out/summary.txt"
   local all=("${targets[@]}")
   grep -q 'CUDA graph recorder' "$logs/configure.log" && all+=(mlip_cuda_graph)

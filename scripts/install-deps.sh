@@ -37,8 +37,8 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config dpkg-dev
   libopenmpi-dev openmpi-bin libyaml-cpp-dev libyaml-dev libgtest-dev libgmock-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev zlib1g-dev
-  # packed data sets (checksums); ASE's databases (SQLite, ASE-LMDB)
-  libxxhash-dev libsqlite3-dev liblmdb-dev
+  # packed data sets (checksums); ASE's databases (SQLite, ASE-LMDB); MACE's HDF5 data files
+  libxxhash-dev libsqlite3-dev liblmdb-dev libhdf5-dev
   # Kokkos 3.4 (Serial): LAMMPS 29Sep2021's KOKKOS package, for scripts/check-lammps.sh
   libtrilinos-kokkos-dev
   # venv for PyPI's torch; cross-checks in tests (ASE) and the demo's plots

@@ -2,6 +2,7 @@
 // (tests/python/ase_db_write.py, in the torch venv, where ase and ase_db_backends live) read to
 // the same frames as the extended XYZ they came from; bad files end in errors naming them.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "mlip/data/io.h"
 #include "mlip/error.h"
 #include "support/error_of.h"
+#include "support/same_frames.h"
 #include "support/temp_dir.h"
 
 namespace mlip {
@@ -21,6 +23,7 @@ namespace fs = std::filesystem;
 
 using testing::error_of;
 using testing::has;
+using testing::expect_same_frames;
 
 class AseDatabases : public ::testing::Test {
  protected:
@@ -40,25 +43,6 @@ class AseDatabases : public ::testing::Test {
                        ::testing::UnitTest::GetInstance()->current_test_info()->name()};
 };
 
-void expect_same_frames(const std::vector<Structure>& want, const std::vector<Structure>& got) {
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t k = 0; k < want.size(); ++k) {
-    SCOPED_TRACE(got[k].origin);
-    EXPECT_EQ(got[k].numbers, want[k].numbers);
-    EXPECT_EQ(got[k].positions, want[k].positions);
-    EXPECT_EQ(got[k].cell.lattice, want[k].cell.lattice);
-    EXPECT_EQ(got[k].cell.pbc, want[k].cell.pbc);
-    EXPECT_EQ(got[k].energy, want[k].energy);
-    EXPECT_EQ(got[k].forces, want[k].forces);
-    ASSERT_EQ(got[k].virial.has_value(), want[k].virial.has_value());
-    if (want[k].virial) {
-      for (int a = 0; a < 3; ++a)
-        for (int b = 0; b < 3; ++b) EXPECT_NEAR((*got[k].virial)[a][b], (*want[k].virial)[a][b], 1e-13);
-    }
-    EXPECT_EQ(got[k].weight, want[k].weight);
-  }
-}
-
 TEST_F(AseDatabases, ReadTheFramesOfTheExtendedXyzTheyCameFrom) {
   const std::vector<Structure> xyz = read_extxyz(path("frames.xyz"));
   ASSERT_EQ(xyz.size(), 7u);
@@ -74,6 +58,9 @@ TEST_F(AseDatabases, ReadTheFramesOfTheExtendedXyzTheyCameFrom) {
     std::vector<Structure> got(by_index->size());
     for (std::size_t k = got.size(); k-- > 0;) got[k] = by_index->frame(k);
     expect_same_frames(xyz, got);
+    std::vector<uint32_t> sizes;
+    for (const Structure& s : xyz) sizes.push_back(static_cast<uint32_t>(s.size()));
+    EXPECT_EQ(by_index->atom_counts(), sizes) << name;   // .db: its natoms column
   }
   EXPECT_EQ(detect_format(path("frames.db")), "ase-db");
   EXPECT_EQ(detect_format(path("frames.aselmdb")), "aselmdb");
@@ -95,6 +82,18 @@ TEST_F(AseDatabases, BadFilesGiveErrorsThatNameThem) {
   std::ofstream(path("garbage.aselmdb")) << "not an LMDB file either";
   const std::string lm = error_of([&] { read_aselmdb(path("garbage.aselmdb")); });
   EXPECT_TRUE(has(lm, "garbage.aselmdb") && has(lm, "cannot open as an LMDB file")) << lm;
+  // A natoms column that is not the row's: the reader by index lists it, and reading says so.
+  fs::copy_file(path("frames.db"), path("natoms.db"), fs::copy_options::overwrite_existing);
+  sqlite3* sql = nullptr;
+  ASSERT_EQ(sqlite3_open(path("natoms.db").c_str(), &sql), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(sql, "UPDATE systems SET natoms = natoms + 1 WHERE id = 2", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(sql);
+  const std::unique_ptr<FrameReader> r = open_frame_reader(path("natoms.db"));
+  const std::size_t n = read_extxyz(path("frames.xyz")).at(1).size();
+  EXPECT_EQ(r->atoms(1), n + 1);
+  const std::string e = error_of([&] { r->frame(1); });
+  EXPECT_TRUE(has(e, "natoms.db:frame 1 (id 2): its natoms column says " + std::to_string(n + 1) + ", its arrays hold " +
+                         std::to_string(n) + " atoms")) << e;
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ std::shared_ptr<FrameSource> open_source(const DataSource& src, double cutoff, c
     }
     if (src.stream.value_or(false)) {
       throw Error(src.path + ": stream: true, but its format (" + (src.format == "auto" ? detect_format(src.path) : src.format) +
-                  ") is not read by index: pack it (mlip-trainer pack), or stream extended XYZ and ASE databases");
+                  ") is not read by index: pack it (mlip-trainer pack), or stream extended XYZ, ASE databases and MACE HDF5");
     }
   }
   DatasetOptions opts;

@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
   auto* test = app.add_subcommand("test", "Evaluate a model on labelled data: energy, force and virial RMSE");
   test->add_option("model", model, "Model file (model.pt)")->required()->check(CLI::ExistingFile);
   test->add_option("data", data, "Data file or folder")->required()->check(CLI::ExistingPath);
-  test->add_option("--format", format, "auto, extxyz, deepmd, n2p2, fitsnap, ase-db, aselmdb or pack");
+  test->add_option("--format", format, "auto, extxyz, deepmd, n2p2, fitsnap, ase-db, aselmdb, mace-hdf5 or pack");
   test->add_option("--per-frame", test_outputs.per_frame_csv, "Write per-frame results to this CSV file");
   test->add_option("--forces", test_outputs.forces_csv,
                    "Write reference and predicted forces of every atom to this CSV file (parity plots)");
@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
                                               "(as pair_style mlip's out_file), and the frames to label");
   dev->add_option("inputs", devi_inputs, "Two or more model files, then the data file or folder")->required()->expected(3, 1000);
   dev->add_option("-o,--output", devi.output, "Deviation file to write (one line per frame)");
-  dev->add_option("--format", devi.format, "auto, extxyz, deepmd, n2p2, fitsnap, lammps-dump, ase-db, aselmdb or pack");
+  dev->add_option("--format", devi.format, "auto, extxyz, deepmd, n2p2, fitsnap, lammps-dump, ase-db, aselmdb, mace-hdf5 or pack");
   dev->add_option("--types", devi.type_elements, "LAMMPS dump with types, not elements: the element of each type")
       ->expected(1, 118);
   dev->add_option("--relative", devi.relative, "Force deviation relative to |F| + this (eV/A)");
@@ -301,7 +301,7 @@ int main(int argc, char** argv) {
   pk->add_option("-o,--output", pack_dir, "Pack folder to write");
   pk->add_flag("--append", pack_options.append, "Add the sources to the pack in the output folder");
   pk->add_option("--verify", pack_verify, "Check the pack in this folder: files, checksums, indexes, every frame");
-  pk->add_option("--format", pack_format, "auto, extxyz, deepmd, n2p2, fitsnap, lammps-dump, ase-db or aselmdb");
+  pk->add_option("--format", pack_format, "auto, extxyz, deepmd, n2p2, fitsnap, lammps-dump, ase-db, aselmdb or mace-hdf5");
   pk->add_option("--shard-mb", shard_mb, "Start a new shard file after this many MB (default 256)")
       ->check(CLI::Range(0.001, 1e6));
   pk->add_option("--length-unit", pack_units.length, "Length unit of the sources");

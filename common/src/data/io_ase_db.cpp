@@ -3,6 +3,7 @@
 // pbc and the stored calculator results (energy, forces, stress), with key-value pairs.
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -22,47 +23,6 @@ namespace mlip {
 namespace {
 
 using json = nlohmann::json;
-
-// One ASE row, in the file's units.
-struct AseRow {
-  std::vector<int> numbers;
-  std::vector<double> positions, cell, forces, stress;
-  std::array<bool, 3> pbc{false, false, false};
-  std::optional<double> energy;
-  double weight = 1.0;
-};
-
-// The row as a frame: units, and the virial from ASE's stress (Voigt xx yy zz yz xz xy or 3x3,
-// positive under tension): virial = -stress * volume.
-Structure to_structure(const AseRow& r, const ReadOptions& o, const std::string& where) {
-  const std::size_t n = r.numbers.size();
-  if (r.positions.size() != 3 * n || r.cell.size() != 9 || (!r.forces.empty() && r.forces.size() != 3 * n))
-    throw Error(where + ": its arrays' sizes do not match its " + std::to_string(n) + " atoms");
-  const double length = o.units.length_factor(), energy = o.units.energy_factor(), force = o.units.force_factor();
-  Structure s;
-  s.origin = where;
-  s.numbers = r.numbers;
-  for (std::size_t i = 0; i < n; ++i)
-    s.positions.push_back({r.positions[3 * i] * length, r.positions[3 * i + 1] * length, r.positions[3 * i + 2] * length});
-  for (int a = 0; a < 3; ++a)
-    for (int b = 0; b < 3; ++b) s.cell.lattice[a][b] = r.cell[3 * a + b] * length;
-  s.cell.pbc = r.pbc;
-  if (r.energy) s.energy = *r.energy * energy;
-  for (std::size_t i = 0; i < r.forces.size() / 3; ++i)
-    s.forces.push_back({r.forces[3 * i] * force, r.forces[3 * i + 1] * force, r.forces[3 * i + 2] * force});
-  if (!r.stress.empty()) {
-    const auto& v = r.stress;
-    if (v.size() != 6 && v.size() != 9) throw Error(where + ": stress has " + std::to_string(v.size()) + " values, expected 6 or 9");
-    const Mat3 sigma = v.size() == 9 ? Mat3{{{v[0], v[1], v[2]}, {v[3], v[4], v[5]}, {v[6], v[7], v[8]}}}
-                                     : Mat3{{{v[0], v[5], v[4]}, {v[5], v[1], v[3]}, {v[4], v[3], v[2]}}};
-    const double volume = s.cell.volume();
-    if (!(volume > 0.0)) throw Error(where + ": stress is given but the cell has no volume");
-    s.virial = io_detail::scaled(sigma, -o.units.stress_factor() * volume);
-  }
-  s.weight = r.weight;
-  io_detail::validate_frame(s, "");
-  return s;
-}
 
 // ---- SQLite (*.db) ------------------------------------------------------------------------------
 
@@ -120,7 +80,7 @@ void open_ase_db(Sqlite& q, const std::string& path) {
 Structure sqlite_row(sqlite3_stmt* st, const std::string& path, std::size_t frame, const ReadOptions& options) {
   const std::string where =
       path + ":frame " + std::to_string(frame) + " (id " + std::to_string(sqlite3_column_int64(st, 0)) + ")";
-  AseRow r;
+  io_detail::RawFrame r;
   for (const int32_t z : blob<int32_t>(st, 1)) r.numbers.push_back(z);
   r.positions = blob<double>(st, 2);
   r.cell = blob<double>(st, 3);
@@ -131,20 +91,22 @@ Structure sqlite_row(sqlite3_stmt* st, const std::string& path, std::size_t fram
   r.stress = blob<double>(st, 7);
   const unsigned char* kv = sqlite3_column_text(st, 8);
   r.weight = kv_weight(kv ? reinterpret_cast<const char*>(kv) : "", where);
-  return to_structure(r, options, where);
+  return io_detail::to_structure(r, options, where);
 }
 
-// Rows by index: their ids listed at construction, one row read per frame() (one connection,
-// one statement, taken in turn).
+// Rows by index: their ids and atom counts (the natoms column) listed at construction, 12 bytes
+// a frame; one row read per frame() (one connection, one statement, taken in turn).
 class AseDbFile final : public FrameReader {
  public:
   AseDbFile(const std::string& path, const ReadOptions& options) : path_(path), options_(options) {
     open_ase_db(q_, path);
-    if (sqlite3_prepare_v2(q_.db, "SELECT id FROM systems ORDER BY id", -1, &q_.st, nullptr) != SQLITE_OK)
+    if (sqlite3_prepare_v2(q_.db, "SELECT id, natoms FROM systems ORDER BY id", -1, &q_.st, nullptr) != SQLITE_OK)
       throw Error(path + ": not an ASE database (" + sqlite3_errmsg(q_.db) + ")");
     for (int rc; (rc = sqlite3_step(q_.st)) != SQLITE_DONE;) {
       if (rc != SQLITE_ROW) throw Error(path + ": cannot list its rows (" + sqlite3_errmsg(q_.db) + ")");
       ids_.push_back(sqlite3_column_int64(q_.st, 0));
+      const sqlite3_int64 n = sqlite3_column_int64(q_.st, 1);
+      atoms_.push_back(n > 0 && n <= UINT32_MAX ? static_cast<uint32_t>(n) : 0);   // 0: frame() says why
     }
     sqlite3_finalize(q_.st);
     q_.st = nullptr;
@@ -160,14 +122,21 @@ class AseDbFile final : public FrameReader {
     if (sqlite3_step(q_.st) != SQLITE_ROW)
       throw Error(path_ + ":frame " + std::to_string(i) + " (id " + std::to_string(ids_[i]) + "): cannot read the row (" +
                   sqlite3_errmsg(q_.db) + ")");
-    return sqlite_row(q_.st, path_, i, options_);
+    Structure s = sqlite_row(q_.st, path_, i, options_);
+    if (s.size() != atoms_[i])
+      throw Error(path_ + ":frame " + std::to_string(i) + " (id " + std::to_string(ids_[i]) + "): its natoms column says " +
+                  std::to_string(atoms_[i]) + ", its arrays hold " + std::to_string(s.size()) + " atoms");
+    return s;
   }
+  /// From the natoms column (frame() checks it against the row's arrays).
+  std::size_t atoms(std::size_t i) const override { return atoms_.at(i); }
 
  private:
   std::string path_;
   ReadOptions options_;
   Sqlite q_;
   std::vector<sqlite3_int64> ids_;
+  std::vector<uint32_t> atoms_;
   mutable std::mutex mutex_;
 };
 
@@ -308,7 +277,7 @@ Structure lmdb_row(const std::string& text, const std::string& path, std::size_t
   const std::string where = path + ":frame " + std::to_string(frame) + " (id " + std::to_string(id) + ")";
   const json row = json::parse(text, nullptr, false);
   if (row.is_discarded() || !row.is_object()) throw Error(where + ": the row is not a JSON object (corrupt)");
-  AseRow r;
+  io_detail::RawFrame r;
   try {
     r.numbers = ndarray<int>(row, "numbers", where);
     r.positions = ndarray<double>(row, "positions", where);
@@ -325,7 +294,7 @@ Structure lmdb_row(const std::string& text, const std::string& path, std::size_t
   } catch (const json::exception& e) {
     throw Error(where + ": a value of the wrong type (" + std::string(e.what()) + ")");
   }
-  return to_structure(r, options, where);
+  return io_detail::to_structure(r, options, where);
 }
 
 // Rows by index: the keys listed at construction (values not read), a read transaction per frame().

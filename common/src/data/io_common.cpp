@@ -179,6 +179,42 @@ Mat3 scaled(const Mat3& m, double factor) {
   return out;
 }
 
+// The row as a frame: units, and the virial given (MACE) or from ASE's stress (Voigt xx yy zz yz
+// xz xy or 3x3, positive under tension): virial = -stress * volume.
+Structure to_structure(const RawFrame& r, const ReadOptions& o, const std::string& where) {
+  const std::size_t n = r.numbers.size();
+  if (r.positions.size() != 3 * n || r.cell.size() != 9 || (!r.forces.empty() && r.forces.size() != 3 * n))
+    throw Error(where + ": its arrays' sizes do not match its " + std::to_string(n) + " atoms");
+  const double length = o.units.length_factor(), energy = o.units.energy_factor(), force = o.units.force_factor();
+  Structure s;
+  s.origin = where;
+  s.numbers = r.numbers;
+  for (std::size_t i = 0; i < n; ++i)
+    s.positions.push_back({r.positions[3 * i] * length, r.positions[3 * i + 1] * length, r.positions[3 * i + 2] * length});
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) s.cell.lattice[a][b] = r.cell[3 * a + b] * length;
+  s.cell.pbc = r.pbc;
+  if (r.energy) s.energy = *r.energy * energy;
+  for (std::size_t i = 0; i < r.forces.size() / 3; ++i)
+    s.forces.push_back({r.forces[3 * i] * force, r.forces[3 * i + 1] * force, r.forces[3 * i + 2] * force});
+  if (!r.virial.empty()) {
+    const auto& v = r.virial;
+    if (v.size() != 9) throw Error(where + ": virials has " + std::to_string(v.size()) + " values, expected 9");
+    s.virial = scaled(Mat3{{{v[0], v[1], v[2]}, {v[3], v[4], v[5]}, {v[6], v[7], v[8]}}}, energy);
+  } else if (!r.stress.empty()) {
+    const auto& v = r.stress;
+    if (v.size() != 6 && v.size() != 9) throw Error(where + ": stress has " + std::to_string(v.size()) + " values, expected 6 or 9");
+    const Mat3 sigma = v.size() == 9 ? Mat3{{{v[0], v[1], v[2]}, {v[3], v[4], v[5]}, {v[6], v[7], v[8]}}}
+                                     : Mat3{{{v[0], v[5], v[4]}, {v[5], v[1], v[3]}, {v[4], v[3], v[2]}}};
+    const double volume = s.cell.volume();
+    if (!(volume > 0.0)) throw Error(where + ": stress is given but the cell has no volume");
+    s.virial = scaled(sigma, -o.units.stress_factor() * volume);
+  }
+  s.weight = r.weight;
+  validate_frame(s, "");
+  return s;
+}
+
 }  // namespace io_detail
 
 namespace {
@@ -223,7 +259,12 @@ std::string detect_format(const std::string& path) {
     }
     if (deepmd) return "deepmd";
     if (json) return "fitsnap";
-    throw Error(path + ": a directory with neither a DeePMD system (type.raw) nor *.json files");
+    if (!io_detail::list_dir(path, false, [](const fs::directory_entry& e) {
+           const std::string ext = lowercase(e.path().extension().string());
+           return e.is_regular_file() && (ext == ".h5" || ext == ".hdf5");
+         }).empty())
+      return "mace-hdf5";   // MACE's HDF5 shards (preprocess_data.py writes a folder of them)
+    throw Error(path + ": a directory with neither a DeePMD system (type.raw) nor *.json nor *.h5 files");
   }
   const std::string name = fs::path(path).filename().string();
   const std::string lower = lowercase(name);
@@ -232,13 +273,14 @@ std::string detect_format(const std::string& path) {
   if (name.rfind("input.data", 0) == 0) return "n2p2";
   if (has_suffix(lower, ".db")) return "ase-db";
   if (has_suffix(lower, ".aselmdb") || has_suffix(lower, ".lmdb")) return "aselmdb";
+  if (has_suffix(lower, ".h5") || has_suffix(lower, ".hdf5")) return "mace-hdf5";
   if (has_suffix(lower, ".dump") || has_suffix(lower, ".lammpstrj")) return "lammps-dump";
   std::string first;
   std::getline(std::ifstream(path), first);
   if (first.rfind("ITEM: TIMESTEP", 0) == 0) return "lammps-dump";
   throw Error(path +
               ": cannot tell the format from the name (expected *.xyz, *.extxyz, *.json, input.data*, *.dump, "
-              "*.lammpstrj, *.db, *.aselmdb, *.lmdb or a directory); pass the format explicitly");
+              "*.lammpstrj, *.db, *.aselmdb, *.lmdb, *.h5, *.hdf5 or a directory); pass the format explicitly");
 }
 
 std::unique_ptr<FrameReader> open_frame_reader(const std::string& path, const std::string& format,
@@ -249,6 +291,7 @@ std::unique_ptr<FrameReader> open_frame_reader(const std::string& path, const st
     check_pack_units(options.units, path);
     return std::make_unique<PackReader>(path);
   }
+  if (f == "mace-hdf5") return io_detail::open_mace_hdf5(path, options);
   return io_detail::open_ase_reader(path, f, options);
 }
 
@@ -261,6 +304,7 @@ std::vector<Structure> read_structures(const std::string& path, const std::strin
   if (f == "lammps-dump") return read_lammps_dump(path, options);
   if (f == "ase-db") return read_ase_db(path, options);
   if (f == "aselmdb") return read_aselmdb(path, options);
+  if (f == "mace-hdf5") return read_mace_hdf5(path, options);
   if (f == "pack") {
     check_pack_units(options.units, path);
     return read_pack(path);
@@ -277,7 +321,7 @@ std::vector<Structure> read_structures(const std::string& path, const std::strin
     return all;
   }
   throw Error("unknown data format '" + format + "' for " + path +
-              " (expected auto, extxyz, deepmd, n2p2, fitsnap, lammps-dump, ase-db, aselmdb or pack)");
+              " (expected auto, extxyz, deepmd, n2p2, fitsnap, lammps-dump, ase-db, aselmdb, mace-hdf5 or pack)");
 }
 
 }  // namespace mlip

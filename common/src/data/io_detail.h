@@ -1,9 +1,11 @@
 // Helpers shared by the data readers (private to mlip_core).
 #pragma once
 
+#include <array>
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,5 +55,24 @@ std::unique_ptr<FrameReader> open_ase_reader(const std::string& path, const std:
                                              const ReadOptions& options);
 
 Mat3 scaled(const Mat3& m, double factor);
+
+/// A frame as ASE's databases and MACE's HDF5 files store it, in the file's units.
+struct RawFrame {
+  std::vector<int> numbers;
+  std::vector<double> positions, cell, forces;
+  std::vector<double> stress;   // ASE's: 6 Voigt values xx yy zz yz xz xy or 9, positive under tension
+  std::vector<double> virial;   // 9 values, energy units, positive under compression (MACE's virials)
+  std::array<bool, 3> pbc{false, false, false};
+  std::optional<double> energy;
+  double weight = 1.0;
+};
+
+/// `r` as a frame, validated: units applied, and the virial given or from the stress
+/// (virial = -stress * volume). Errors name `where`.
+Structure to_structure(const RawFrame& r, const ReadOptions& options, const std::string& where);
+
+/// MACE's HDF5 files ("mace-hdf5": a file, or a folder of *.h5 / *.hdf5 shards) by index
+/// (io_mace_hdf5.cpp).
+std::unique_ptr<FrameReader> open_mace_hdf5(const std::string& path, const ReadOptions& options);
 
 }  // namespace mlip::io_detail

@@ -120,8 +120,18 @@ std::vector<Structure> read_ase_db(const std::string& path, const ReadOptions& o
 /// id, each zlib-compressed JSON as ase.io.jsonio writes it; read as read_ase_db reads its rows.
 std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& options = {});
 
+/// MACE's HDF5 data (mace-torch's preprocess_data.py; mace/data/utils.py
+/// save_configurations_as_HDF5): a file, or a folder of *.h5 / *.hdf5 shards read in name order.
+/// Each config_batch_B/config_J group gives a frame: atomic_numbers, positions, cell, pbc,
+/// weight, and from properties/ the energy, forces and virials (3x3, energy units) or else the
+/// stress (as ASE's: virial = -stress * volume); the string "None" or a property weight of 0
+/// means absent. A property weight other than 0 or 1 is an error (mlip weighs whole frames).
+/// `origin` is "<file>:frame K" (K counted within the file).
+std::vector<Structure> read_mace_hdf5(const std::string& path, const ReadOptions& options = {});
+
 /// The format `read_structures` would pick for `path`: "pack" for a directory with a pack's
 /// manifest.json (mlip/data/pack.h), "ase-db" for *.db, "aselmdb" for *.aselmdb and *.lmdb,
+/// "mace-hdf5" for *.h5, *.hdf5 and a directory of them,
 /// "deepmd" for a directory with type.raw or
 /// with DeePMD systems below it, "fitsnap" for *.json or a directory with *.json files below it,
 /// "extxyz" for *.xyz and *.extxyz, "n2p2" for input.data*, "lammps-dump" for *.dump, *.lammpstrj
@@ -129,7 +139,7 @@ std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& 
 std::string detect_format(const std::string& path);
 
 /// Reads `path` in `format` ("auto", "extxyz", "deepmd", "n2p2", "fitsnap", "lammps-dump",
-/// "ase-db", "aselmdb" or "pack"). A directory read as
+/// "ase-db", "aselmdb", "mace-hdf5" or "pack"). A directory read as
 /// "deepmd" may hold several systems; they are read in sorted path order.
 std::vector<Structure> read_structures(const std::string& path, const std::string& format = "auto",
                                        const ReadOptions& options = {});

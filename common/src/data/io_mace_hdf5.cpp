@@ -1,0 +1,256 @@
+// MACE's HDF5 data files, as mace-torch's preprocess_data.py writes them
+// (mace/data/utils.py, save_configurations_as_HDF5): groups config_batch_B of groups config_J,
+// each with atomic_numbers, positions, cell, pbc, weight, properties/{energy, forces, stress,
+// virials, ...} and property_weights/{...}; a value that is absent is the string "None". Read
+// frame by frame (nothing per frame is held: a file's batches and their sizes only).
+#include <hdf5.h>
+
+#include <algorithm>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include "io_detail.h"
+#include "mlip/error.h"
+
+namespace mlip {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The HDF5 library is not thread-safe in every build: every call holds this.
+std::mutex& hdf5_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// An HDF5 identifier, closed with its own close function.
+class Id {
+ public:
+  Id(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Id() {
+    if (id_ >= 0) close_(id_);
+  }
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+  Id(Id&& o) noexcept : id_(std::exchange(o.id_, -1)), close_(o.close_) {}
+  Id& operator=(Id&& o) noexcept {
+    std::swap(id_, o.id_);
+    std::swap(close_, o.close_);
+    return *this;
+  }
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+bool is_hdf5_file(const fs::directory_entry& e) {
+  const std::string ext = e.path().extension().string();
+  return e.is_regular_file() && (ext == ".h5" || ext == ".hdf5");
+}
+
+bool exists(hid_t group, const std::string& name) { return H5Lexists(group, name.c_str(), H5P_DEFAULT) > 0; }
+
+// The link names in a group, in name order.
+std::vector<std::string> names(hid_t group) {
+  H5G_info_t info{};
+  if (H5Gget_info(group, &info) < 0) return {};
+  std::vector<std::string> out;
+  for (hsize_t k = 0; k < info.nlinks; ++k) {
+    const ssize_t n = H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, k, nullptr, 0, H5P_DEFAULT);
+    if (n < 0) continue;
+    std::string name(static_cast<std::size_t>(n) + 1, '\0');
+    H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, k, name.data(), name.size(), H5P_DEFAULT);
+    name.resize(static_cast<std::size_t>(n));
+    out.push_back(name);
+  }
+  return out;
+}
+
+// A scalar string dataset's value (h5py writes a str as a variable-length UTF-8 string); nullopt
+// if it cannot be read as one.
+std::optional<std::string> read_string(hid_t dset, hid_t type) {
+  Id mem(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_cset(mem.get(), H5Tget_cset(type));   // HDF5 converts no string between character sets
+  if (H5Tis_variable_str(type) > 0) {
+    H5Tset_size(mem.get(), H5T_VARIABLE);
+    char* text = nullptr;
+    if (H5Dread(dset, mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &text) < 0 || !text) return std::nullopt;
+    std::string out(text);
+    H5free_memory(text);
+    return out;
+  }
+  std::string out(H5Tget_size(type), '\0');
+  H5Tset_size(mem.get(), out.size());
+  if (H5Dread(dset, mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0) return std::nullopt;
+  return out.substr(0, out.find('\0'));
+}
+
+// Dataset `name` of `group` as numbers: empty when it is absent or the string "None" (MACE's
+// absent value). `where` names it in errors.
+std::vector<double> read_numbers(hid_t group, const std::string& name, const std::string& where) {
+  if (!exists(group, name)) return {};
+  Id dset(H5Dopen2(group, name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!dset.ok()) throw Error(where + ": " + name + " is not a dataset");
+  Id type(H5Dget_type(dset.get()), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(type.get());
+  if (cls == H5T_STRING) {
+    const std::optional<std::string> text = read_string(dset.get(), type.get());
+    if (text == "None") return {};
+    throw Error(where + ": " + name + (text ? " is the string '" + *text + "'" : " is a string") + ", not numbers");
+  }
+  Id space(H5Dget_space(dset.get()), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0) throw Error(where + ": " + name + ": cannot read its shape");
+  std::vector<double> out(static_cast<std::size_t>(n));
+  if (cls == H5T_ENUM && H5Tget_size(type.get()) == 1) {   // numpy's bool, as h5py writes it
+    std::vector<int8_t> raw(out.size());
+    if (n > 0 && H5Dread(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) < 0)
+      throw Error(where + ": " + name + ": cannot read it");
+    std::copy(raw.begin(), raw.end(), out.begin());
+    return out;
+  }
+  if (cls != H5T_FLOAT && cls != H5T_INTEGER) throw Error(where + ": " + name + " is neither numbers nor \"None\"");
+  if (n > 0 && H5Dread(dset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw Error(where + ": " + name + ": cannot read it");
+  return out;
+}
+
+// A scalar (or absent) number.
+std::optional<double> read_scalar(hid_t group, const std::string& name, const std::string& where) {
+  const std::vector<double> v = read_numbers(group, name, where);
+  if (v.empty()) return std::nullopt;
+  if (v.size() != 1) throw Error(where + ": " + name + " has " + std::to_string(v.size()) + " values, expected one");
+  return v[0];
+}
+
+// One MACE HDF5 file: its config_batch_B groups (in B order) and how many configs each holds.
+struct Hdf5File {
+  std::string path;
+  Id file{-1, H5Fclose};
+  std::vector<std::string> batches;
+  std::vector<uint64_t> first;   // the file's index of each batch's first config; then the total
+
+  explicit Hdf5File(const std::string& p) : path(p) {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);   // errors are ours to report, not printed by HDF5
+    file = Id(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (!file.ok()) throw Error(p + ": cannot open as an HDF5 file");
+    std::vector<std::pair<long long, std::string>> found;
+    for (const std::string& name : names(file.get())) {
+      long long b = -1;
+      if (name.rfind("config_batch_", 0) != 0 || !io_detail::try_parse_integer(name.substr(13), b) || b < 0)
+        throw Error(p + ": group '" + name + "' is not a config_batch_N: not MACE's HDF5 data layout");
+      found.emplace_back(b, name);
+    }
+    if (found.empty()) throw Error(p + ": no config_batch_N group: not MACE's HDF5 data layout");
+    std::sort(found.begin(), found.end());
+    first.push_back(0);
+    for (const auto& [b, name] : found) {
+      Id group(H5Gopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Gclose);
+      H5G_info_t info{};
+      if (!group.ok() || H5Gget_info(group.get(), &info) < 0) throw Error(p + ": " + name + " is not a group");
+      batches.push_back(name);
+      first.push_back(first.back() + info.nlinks);
+    }
+  }
+
+  // Config i of the file (its batch's config_J, J counted from the batch's first).
+  io_detail::RawFrame raw(uint64_t i, const std::string& where) const {
+    const std::size_t b = static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin()) - 1;
+    const std::string name = batches[b] + "/config_" + std::to_string(i - first[b]);
+    Id g(H5Gopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Gclose);
+    if (!g.ok()) throw Error(where + ": no group " + name);
+    const std::string at = where + " (" + name + ")";
+    io_detail::RawFrame r;
+    for (const double z : read_numbers(g.get(), "atomic_numbers", at)) r.numbers.push_back(static_cast<int>(z));
+    if (r.numbers.empty()) throw Error(at + ": no atomic_numbers");
+    r.positions = read_numbers(g.get(), "positions", at);
+    r.cell = read_numbers(g.get(), "cell", at);
+    if (r.cell.empty()) r.cell.assign(9, 0.0);
+    const std::vector<double> pbc = read_numbers(g.get(), "pbc", at);
+    if (!pbc.empty() && pbc.size() != 3) throw Error(at + ": pbc has " + std::to_string(pbc.size()) + " values, expected 3");
+    for (std::size_t k = 0; k < pbc.size(); ++k) r.pbc[k] = pbc[k] != 0;
+    r.weight = read_scalar(g.get(), "weight", at).value_or(1.0);
+    const Id props(exists(g.get(), "properties") ? H5Gopen2(g.get(), "properties", H5P_DEFAULT) : -1, H5Gclose);
+    const Id weights(exists(g.get(), "property_weights") ? H5Gopen2(g.get(), "property_weights", H5P_DEFAULT) : -1,
+                     H5Gclose);
+    // A label counts where its property weight is 1 (or not given); 0 means absent, as in MACE.
+    const auto labelled = [&](const char* key) {
+      if (!props.ok() || !exists(props.get(), key)) return false;
+      const std::optional<double> w = weights.ok() ? read_scalar(weights.get(), key, at + ": property_weights") : 1.0;
+      if (!w || *w == 1.0) return true;
+      if (*w == 0.0) return false;
+      throw Error(at + ": property_weights/" + key + " is " + std::to_string(*w) +
+                  ": mlip weighs a frame as a whole (its weight), not each label; make it 0 or 1");
+    };
+    if (labelled("energy")) r.energy = read_scalar(props.get(), "energy", at + ": properties");
+    if (labelled("forces")) r.forces = read_numbers(props.get(), "forces", at + ": properties");
+    if (labelled("virials")) r.virial = read_numbers(props.get(), "virials", at + ": properties");
+    if (r.virial.empty() && labelled("stress")) r.stress = read_numbers(props.get(), "stress", at + ": properties");
+    return r;
+  }
+};
+
+// MACE HDF5 files by index: one file, or a folder's *.h5 and *.hdf5 files in name order (the
+// shards preprocess_data.py writes), frames numbered across them.
+class MaceHdf5Reader final : public FrameReader {
+ public:
+  MaceHdf5Reader(const std::string& path, const ReadOptions& options) : options_(options) {
+    std::vector<std::string> paths;
+    if (fs::is_directory(path)) {
+      for (const fs::path& p : io_detail::list_dir(path, false, is_hdf5_file)) paths.push_back(p.string());
+      if (paths.empty()) throw Error(path + ": a folder without *.h5 or *.hdf5 files");
+    } else {
+      paths.push_back(path);
+    }
+    const std::lock_guard<std::mutex> lock(hdf5_mutex());
+    first_.push_back(0);
+    for (const std::string& p : paths) {
+      files_.emplace_back(p);
+      first_.push_back(first_.back() + files_.back().first.back());
+    }
+  }
+  ~MaceHdf5Reader() override {
+    const std::lock_guard<std::mutex> lock(hdf5_mutex());
+    files_.clear();
+  }
+  std::size_t size() const override { return first_.back(); }
+  Structure frame(std::size_t i) const override {
+    if (i >= size()) throw Error(files_.front().path + ": no frame " + std::to_string(i));
+    const std::size_t f = static_cast<std::size_t>(std::upper_bound(first_.begin(), first_.end(), i) - first_.begin()) - 1;
+    const uint64_t local = i - first_[f];
+    const std::string where = files_[f].path + ":frame " + std::to_string(local);
+    io_detail::RawFrame r;
+    {
+      const std::lock_guard<std::mutex> lock(hdf5_mutex());
+      r = files_[f].raw(local, where);
+    }
+    return io_detail::to_structure(r, options_, where);
+  }
+
+ private:
+  ReadOptions options_;
+  std::vector<Hdf5File> files_;
+  std::vector<uint64_t> first_;
+};
+
+}  // namespace
+
+std::unique_ptr<FrameReader> io_detail::open_mace_hdf5(const std::string& path, const ReadOptions& options) {
+  return std::make_unique<MaceHdf5Reader>(path, options);
+}
+
+std::vector<Structure> read_mace_hdf5(const std::string& path, const ReadOptions& options) {
+  const std::unique_ptr<FrameReader> r = io_detail::open_mace_hdf5(path, options);
+  std::vector<Structure> out;
+  out.reserve(r->size());
+  for (std::size_t i = 0; i < r->size(); ++i) out.push_back(r->frame(i));
+  return out;
+}
+
+}  // namespace mlip
