@@ -713,10 +713,12 @@ struct PackReader::Impl {
 
   // Shard k's frames' atom counts (from version 2), `count` of them from its frame `first`.
   std::vector<uint32_t> index_atoms(std::size_t k, uint64_t first, uint64_t count) const {
-    const PackShard& s = manifest.shards[k];
+    return index_atoms(*shard(k), manifest.shards[k], first, count);
+  }
+  std::vector<uint32_t> index_atoms(const Files& files, const PackShard& s, uint64_t first, uint64_t count) const {
     std::vector<uint32_t> out(count);
     const uint64_t at = 8 * (s.frames + 1) + 4 * first;
-    if (shard(k)->index.read_at(out.data(), 4 * count, at) != 4 * count)
+    if (files.index.read_at(out.data(), 4 * count, at) != 4 * count)
       throw Error(cat("pack ", dir, ": ", s.index, " ends inside its atom counts (truncated after opening)"));
     return out;
   }
@@ -772,7 +774,7 @@ Structure PackReader::frame(std::size_t i) const {
   Structure s = decode(bytes, i, context, r.manifest.sources, r.dir);
   if (r.manifest.version >= 2) {
     const PackShard& shard = r.manifest.shards[at.shard];
-    const uint32_t listed = r.index_atoms(at.shard, i - shard.first_frame, 1)[0];
+    const uint32_t listed = r.index_atoms(*at.files, shard, i - shard.first_frame, 1)[0];
     if (listed != s.size())
       throw Error(cat(context, ": the record has ", s.size(), " atoms, ", shard.index, " says ", listed,
                       " (the index disagrees with its shard)"));
