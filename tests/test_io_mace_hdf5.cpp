@@ -56,16 +56,19 @@ TEST_F(MaceHdf5, ReadTheFramesOfTheExtendedXyzTheyCameFrom) {
   EXPECT_EQ(detect_format(path("frames.h5")), "mace-hdf5");
   EXPECT_EQ(detect_format(path("sharded")), "mace-hdf5");
   expect_same_frames(xyz, read_mace_hdf5(path("frames.h5")));
-  expect_same_frames(xyz, read_structures(path("sharded")));   // train_0.h5 then train_1.h5
+  expect_same_frames(xyz, read_structures(path("sharded")));   // train_0.h5, train_1.h5, ..., train_10.h5
   expect_same_frames(xyz, read_mace_hdf5(path("virials.h5")));
   const std::vector<Structure> shards = read_structures(path("sharded"));
-  EXPECT_EQ(shards.at(5).origin, path("sharded/train_1.h5") + ":frame 1");
+  EXPECT_EQ(shards.at(6).origin, path("sharded/train_10.h5") + ":frame 0");
   // By index (streamed training, test, deviation, pack): the same frames, in any order.
   const std::unique_ptr<FrameReader> by_index = open_frame_reader(path("sharded"));
   ASSERT_TRUE(by_index);
   std::vector<Structure> got(by_index->size());
   for (std::size_t k = got.size(); k-- > 0;) got[k] = by_index->frame(k);
   expect_same_frames(xyz, got);
+  std::vector<uint32_t> sizes;
+  for (const Structure& s : xyz) sizes.push_back(static_cast<uint32_t>(s.size()));
+  EXPECT_EQ(by_index->atom_counts(), sizes);   // the lengths of atomic_numbers
   // Units apply as for any source.
   ReadOptions kcal;
   kcal.units.energy = "kcal/mol";
@@ -88,7 +91,9 @@ TEST_F(MaceHdf5, BadFilesGiveErrorsThatNameThem) {
                              "with h5py.File(d + '/frames.h5', 'a') as f:\n"
                              "    f['config_batch_0/config_2/property_weights/forces'][()] = 0.5\n"
                              "    del f['config_batch_0/config_4/positions']\n"
-                             "    f['config_batch_0/config_4/positions'] = np.zeros((2, 3))\n";
+                             "    f['config_batch_0/config_4/positions'] = np.zeros((2, 3))\n"
+                             "    del f['config_batch_0/config_5/weight']\n"
+                             "    f['config_batch_0/config_5/weight'] = ['None', 'None']\n";
   std::ofstream(path("damage.py")) << script;
   ASSERT_EQ(std::system((python + " " + path("damage.py") + " " + tmp.path.string()).c_str()), 0);
   const std::string other = error_of([&] { read_mace_hdf5(path("other.h5")); });
@@ -98,6 +103,9 @@ TEST_F(MaceHdf5, BadFilesGiveErrorsThatNameThem) {
   EXPECT_TRUE(has(weight, "frames.h5:frame 2 (config_batch_0/config_2): property_weights/forces is 0.5")) << weight;
   const std::string sizes = error_of([&] { r->frame(4); });
   EXPECT_TRUE(has(sizes, "frames.h5:frame 4: its arrays' sizes do not match its 6 atoms")) << sizes;
+  const std::string strings = error_of([&] { r->frame(5); });
+  EXPECT_TRUE(has(strings, "frames.h5:frame 5 (config_batch_0/config_5): weight is an array of strings, not numbers"))
+      << strings;
   EXPECT_NO_THROW(r->frame(3));
 }
 

@@ -29,7 +29,11 @@ class AtomsOnly final : public FrameSource {
  public:
   explicit AtomsOnly(std::vector<int64_t> atoms) : atoms_(std::move(atoms)) {}
   std::size_t size() const override { return atoms_.size(); }
-  int64_t atoms(std::size_t i) const override { return atoms_.at(i); }
+  int64_t atoms(std::size_t i) const override {
+    ++calls;
+    return atoms_.at(i);
+  }
+  mutable std::size_t calls = 0;   // atoms() calls, to count passes over the frames
   std::vector<const mlip::Frame*> frames(const std::vector<int64_t>&, std::vector<mlip::Frame>&) const override {
     throw std::logic_error("not used");
   }
@@ -200,12 +204,16 @@ TEST(Sampler, ByAtomsTheCountKeepsEpochZerosBatchesForItsFirstUse) {
   const AtomsOnly frames(atoms);
   const Sampler fresh(frames, 1, 100, 9), counted(frames, 1, 100, 9);
   const EpochBatches want = fresh.epoch_batches(0);
+  frames.calls = 0;
   EXPECT_EQ(counted.batches_per_epoch(), static_cast<int64_t>(want.size()));
+  EXPECT_EQ(counted.batches_per_epoch(), static_cast<int64_t>(want.size()));
+  const EpochBatches first = counted.epoch_batches(0);
+  EXPECT_EQ(frames.calls, atoms.size());   // one pass: the count and the first epoch share it
   const auto same = [&](const EpochBatches& got) {
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t k = 0; k < want.size(); ++k) EXPECT_EQ(got.share(k, 0, 1), want.share(k, 0, 1)) << "batch " << k;
   };
-  same(counted.epoch_batches(0));
+  same(first);
   same(counted.epoch_batches(0));
   EXPECT_EQ(counted.epoch_batches(1).size(), fresh.epoch_batches(1).size());
   same(counted.epoch_batches(0));

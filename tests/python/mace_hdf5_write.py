@@ -3,8 +3,9 @@ code, for mlip's reader (tests/test_io_mace_hdf5.cpp):
 
 - DIR/frames.h5: all frames in one file, as mace-torch's preprocess_data.py writes a shard
   (load_from_xyz, then save_configurations_as_HDF5 into an h5py file with its drop_last attribute);
-- DIR/sharded/train_0.h5, train_1.h5: the frames split in two, as preprocess_data.py does with
-  --num_process 2;
+- DIR/sharded/train_0.h5 ... train_10.h5: the frames over 11 shards, as preprocess_data.py
+  writes them with --num_process 11, but spread so that the order of the names matters (frame 1
+  in train_2.h5, frame 6 in train_10.h5; some shards empty);
 - DIR/virials.h5: the same frames with their stress given as MACE's virials (3x3, eV,
   virial = -stress * volume) instead, and no stress.
 
@@ -51,8 +52,10 @@ everything = configs(mace_xyz)
 assert len(everything) == len(frames)
 write(os.path.join(out, "frames.h5"), everything, 0)
 os.makedirs(os.path.join(out, "sharded"), exist_ok=True)
-for k, part in enumerate(np.array_split(np.array(everything, dtype=object), 2)):
-    write(os.path.join(out, "sharded", f"train_{k}.h5"), list(part), k)
+shard_of = [round(j * 10 / (len(everything) - 1)) for j in range(len(everything))]
+for k in range(11):
+    part = [c for c, s in zip(everything, shard_of) if s == k]
+    write(os.path.join(out, "sharded", f"train_{k}.h5"), part, k)
 
 # Virials instead of stress: an info key MACE reads as virials, the stress under a key it ignores.
 for atoms in frames:

@@ -74,7 +74,7 @@ class Sampler {
   EpochBatches epoch_batches(int64_t epoch) const;
   /// By atoms: epoch 0's number of batches (the count depends on the order), found once; the
   /// batches found for it are kept for the first epoch_batches(0), so that a run starts with one
-  /// pass over the frames, not two.
+  /// pass over the frames, not two. Both keep state: call them from one thread.
   int64_t batches_per_epoch() const;
 
  private:

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -65,7 +66,7 @@ std::string read_file(const std::filesystem::path& path) {
 long allow_open_files() {
   rlimit r{};
   if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return -1;
-  const rlim_t want = r.rlim_max == RLIM_INFINITY ? rlim_t{1} << 20 : r.rlim_max;
+  const rlim_t want = r.rlim_max == RLIM_INFINITY ? rlim_t{1} << 20 : std::min<rlim_t>(r.rlim_max, rlim_t{1} << 20);
   if (r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= want) return static_cast<long>(r.rlim_cur);
   const rlim_t before = r.rlim_cur;
   r.rlim_cur = want;

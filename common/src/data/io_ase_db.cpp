@@ -106,7 +106,7 @@ class AseDbFile final : public FrameReader {
       if (rc != SQLITE_ROW) throw Error(path + ": cannot list its rows (" + sqlite3_errmsg(q_.db) + ")");
       ids_.push_back(sqlite3_column_int64(q_.st, 0));
       const sqlite3_int64 n = sqlite3_column_int64(q_.st, 1);
-      atoms_.push_back(n > 0 && n <= UINT32_MAX ? static_cast<uint32_t>(n) : 0);   // 0: frame() says why
+      atoms_.push_back(n > 0 && n <= UINT32_MAX ? static_cast<uint32_t>(n) : 0);   // 0: not given (NULL)
     }
     sqlite3_finalize(q_.st);
     q_.st = nullptr;
@@ -123,13 +123,14 @@ class AseDbFile final : public FrameReader {
       throw Error(path_ + ":frame " + std::to_string(i) + " (id " + std::to_string(ids_[i]) + "): cannot read the row (" +
                   sqlite3_errmsg(q_.db) + ")");
     Structure s = sqlite_row(q_.st, path_, i, options_);
-    if (s.size() != atoms_[i])
+    if (atoms_[i] != 0 && s.size() != atoms_[i])
       throw Error(path_ + ":frame " + std::to_string(i) + " (id " + std::to_string(ids_[i]) + "): its natoms column says " +
                   std::to_string(atoms_[i]) + ", its arrays hold " + std::to_string(s.size()) + " atoms");
     return s;
   }
-  /// From the natoms column (frame() checks it against the row's arrays).
-  std::size_t atoms(std::size_t i) const override { return atoms_.at(i); }
+  /// From the natoms column (frame() checks it against the row's arrays); where a writer other
+  /// than ASE left it empty, from the frame.
+  std::size_t atoms(std::size_t i) const override { return atoms_.at(i) != 0 ? atoms_[i] : frame(i).size(); }
 
  private:
   std::string path_;

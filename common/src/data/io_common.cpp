@@ -198,9 +198,11 @@ Structure to_structure(const RawFrame& r, const ReadOptions& o, const std::strin
   for (std::size_t i = 0; i < r.forces.size() / 3; ++i)
     s.forces.push_back({r.forces[3 * i] * force, r.forces[3 * i + 1] * force, r.forces[3 * i + 2] * force});
   if (!r.virial.empty()) {
-    const auto& v = r.virial;
-    if (v.size() != 9) throw Error(where + ": virials has " + std::to_string(v.size()) + " values, expected 9");
-    s.virial = scaled(Mat3{{{v[0], v[1], v[2]}, {v[3], v[4], v[5]}, {v[6], v[7], v[8]}}}, energy);
+    const auto& v = r.virial;   // 3x3, or 6 Voigt values xx yy zz yz xz xy as MACE takes them
+    if (v.size() != 6 && v.size() != 9) throw Error(where + ": virials has " + std::to_string(v.size()) + " values, expected 6 or 9");
+    const Mat3 w = v.size() == 9 ? Mat3{{{v[0], v[1], v[2]}, {v[3], v[4], v[5]}, {v[6], v[7], v[8]}}}
+                                 : Mat3{{{v[0], v[5], v[4]}, {v[5], v[1], v[3]}, {v[4], v[3], v[2]}}};
+    s.virial = scaled(w, energy);
   } else if (!r.stress.empty()) {
     const auto& v = r.stress;
     if (v.size() != 6 && v.size() != 9) throw Error(where + ": stress has " + std::to_string(v.size()) + " values, expected 6 or 9");

@@ -61,7 +61,7 @@ struct RawFrame {
   std::vector<int> numbers;
   std::vector<double> positions, cell, forces;
   std::vector<double> stress;   // ASE's: 6 Voigt values xx yy zz yz xz xy or 9, positive under tension
-  std::vector<double> virial;   // 9 values, energy units, positive under compression (MACE's virials)
+  std::vector<double> virial;   // 9 values or 6 Voigt, energy units, positive under compression (MACE's)
   std::array<bool, 3> pbc{false, false, false};
   std::optional<double> energy;
   double weight = 1.0;

@@ -3,16 +3,22 @@
 // each with atomic_numbers, positions, cell, pbc, weight, properties/{energy, forces, stress,
 // virials, ...} and property_weights/{...}; a value that is absent is the string "None". Read
 // frame by frame (nothing per frame is held: a file's batches and their sizes only).
+#include <fcntl.h>
 #include <hdf5.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io_detail.h"
+#include "mlip/data/file_io.h"
 #include "mlip/error.h"
 
 namespace mlip {
@@ -49,9 +55,37 @@ class Id {
   herr_t (*close_)(hid_t);
 };
 
+// HDF5 errors are ours to report, not printed by the library (per thread in thread-safe builds).
+void quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
 bool is_hdf5_file(const fs::directory_entry& e) {
-  const std::string ext = e.path().extension().string();
+  std::string ext = e.path().extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
   return e.is_regular_file() && (ext == ".h5" || ext == ".hdf5");
+}
+
+// Shard names in number order: train_2.h5 before train_10.h5 (runs of digits compare as numbers).
+bool natural_less(const std::string& a, const std::string& b) {
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+      std::size_t i2 = i, j2 = j;
+      while (i2 < a.size() && std::isdigit(static_cast<unsigned char>(a[i2]))) ++i2;
+      while (j2 < b.size() && std::isdigit(static_cast<unsigned char>(b[j2]))) ++j2;
+      const std::string x = a.substr(i, i2 - i), y = b.substr(j, j2 - j);
+      const std::string xs = x.substr(std::min(x.find_first_not_of('0'), x.size() - 1));
+      const std::string ys = y.substr(std::min(y.find_first_not_of('0'), y.size() - 1));
+      if (xs.size() != ys.size()) return xs.size() < ys.size();
+      if (xs != ys) return xs < ys;
+      i = i2;
+      j = j2;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i;
+      ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
 }
 
 bool exists(hid_t group, const std::string& name) { return H5Lexists(group, name.c_str(), H5P_DEFAULT) > 0; }
@@ -99,14 +133,15 @@ std::vector<double> read_numbers(hid_t group, const std::string& name, const std
   if (!dset.ok()) throw Error(where + ": " + name + " is not a dataset");
   Id type(H5Dget_type(dset.get()), H5Tclose);
   const H5T_class_t cls = H5Tget_class(type.get());
+  Id space(H5Dget_space(dset.get()), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  if (n < 0) throw Error(where + ": " + name + ": cannot read its shape");
   if (cls == H5T_STRING) {
+    if (n != 1) throw Error(where + ": " + name + " is an array of strings, not numbers");
     const std::optional<std::string> text = read_string(dset.get(), type.get());
     if (text == "None") return {};
     throw Error(where + ": " + name + (text ? " is the string '" + *text + "'" : " is a string") + ", not numbers");
   }
-  Id space(H5Dget_space(dset.get()), H5Sclose);
-  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
-  if (n < 0) throw Error(where + ": " + name + ": cannot read its shape");
   std::vector<double> out(static_cast<std::size_t>(n));
   if (cls == H5T_ENUM && H5Tget_size(type.get()) == 1) {   // numpy's bool, as h5py writes it
     std::vector<int8_t> raw(out.size());
@@ -137,9 +172,19 @@ struct Hdf5File {
   std::vector<uint64_t> first;   // the file's index of each batch's first config; then the total
 
   explicit Hdf5File(const std::string& p) : path(p) {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);   // errors are ours to report, not printed by HDF5
+    quiet();
+    {
+      const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);   // the system's reason, if it is one
+      if (fd < 0) {
+        const int error = errno;
+        throw Error(p + ": cannot open: " + std::strerror(error) + open_files_hint(error));
+      }
+      ::close(fd);
+    }
     file = Id(H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-    if (!file.ok()) throw Error(p + ": cannot open as an HDF5 file");
+    if (!file.ok())
+      throw Error(p + ": cannot open as an HDF5 file (not HDF5, or HDF5's file locking failed: on NFS or Lustre, "
+                      "set HDF5_USE_FILE_LOCKING=FALSE)");
     std::vector<std::pair<long long, std::string>> found;
     for (const std::string& name : names(file.get())) {
       long long b = -1;
@@ -159,15 +204,37 @@ struct Hdf5File {
     }
   }
 
-  // Config i of the file (its batch's config_J, J counted from the batch's first).
-  io_detail::RawFrame raw(uint64_t i, const std::string& where) const {
+  // The group of config i (its batch's config_J, J counted from the batch's first).
+  std::string group(uint64_t i) const {
     const std::size_t b = static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), i) - first.begin()) - 1;
-    const std::string name = batches[b] + "/config_" + std::to_string(i - first[b]);
+    return batches[b] + "/config_" + std::to_string(i - first[b]);
+  }
+
+  // Config i's number of atoms: the length of its atomic_numbers, nothing read.
+  std::size_t atoms(uint64_t i, const std::string& where) const {
+    quiet();
+    const std::string name = group(i) + "/atomic_numbers";
+    Id dset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!dset.ok()) throw Error(where + ": no dataset " + name);
+    Id space(H5Dget_space(dset.get()), H5Sclose);
+    const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+    if (n < 0) throw Error(where + ": " + name + ": cannot read its shape");
+    return static_cast<std::size_t>(n);
+  }
+
+  // Config i of the file.
+  io_detail::RawFrame raw(uint64_t i, const std::string& where) const {
+    quiet();
+    const std::string name = group(i);
     Id g(H5Gopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Gclose);
     if (!g.ok()) throw Error(where + ": no group " + name);
     const std::string at = where + " (" + name + ")";
     io_detail::RawFrame r;
-    for (const double z : read_numbers(g.get(), "atomic_numbers", at)) r.numbers.push_back(static_cast<int>(z));
+    for (const double z : read_numbers(g.get(), "atomic_numbers", at)) {
+      if (!(z >= 0 && z <= 1000) || z != static_cast<int>(z))
+        throw Error(at + ": atomic_numbers holds " + std::to_string(z) + ", not an atomic number");
+      r.numbers.push_back(static_cast<int>(z));
+    }
     if (r.numbers.empty()) throw Error(at + ": no atomic_numbers");
     r.positions = read_numbers(g.get(), "positions", at);
     r.cell = read_numbers(g.get(), "cell", at);
@@ -200,20 +267,23 @@ struct Hdf5File {
 // shards preprocess_data.py writes), frames numbered across them.
 class MaceHdf5Reader final : public FrameReader {
  public:
-  MaceHdf5Reader(const std::string& path, const ReadOptions& options) : options_(options) {
+  MaceHdf5Reader(const std::string& path, const ReadOptions& options) : path_(path), options_(options) {
     std::vector<std::string> paths;
     if (fs::is_directory(path)) {
       for (const fs::path& p : io_detail::list_dir(path, false, is_hdf5_file)) paths.push_back(p.string());
       if (paths.empty()) throw Error(path + ": a folder without *.h5 or *.hdf5 files");
+      std::sort(paths.begin(), paths.end(), natural_less);
     } else {
       paths.push_back(path);
     }
     const std::lock_guard<std::mutex> lock(hdf5_mutex());
+    std::vector<Hdf5File> files;   // closed under the lock if a later one fails to open
     first_.push_back(0);
     for (const std::string& p : paths) {
-      files_.emplace_back(p);
-      first_.push_back(first_.back() + files_.back().first.back());
+      files.emplace_back(p);
+      first_.push_back(first_.back() + files.back().first.back());
     }
+    files_ = std::move(files);
   }
   ~MaceHdf5Reader() override {
     const std::lock_guard<std::mutex> lock(hdf5_mutex());
@@ -221,9 +291,7 @@ class MaceHdf5Reader final : public FrameReader {
   }
   std::size_t size() const override { return first_.back(); }
   Structure frame(std::size_t i) const override {
-    if (i >= size()) throw Error(files_.front().path + ": no frame " + std::to_string(i));
-    const std::size_t f = static_cast<std::size_t>(std::upper_bound(first_.begin(), first_.end(), i) - first_.begin()) - 1;
-    const uint64_t local = i - first_[f];
+    const auto [f, local] = locate(i);
     const std::string where = files_[f].path + ":frame " + std::to_string(local);
     io_detail::RawFrame r;
     {
@@ -232,8 +300,20 @@ class MaceHdf5Reader final : public FrameReader {
     }
     return io_detail::to_structure(r, options_, where);
   }
+  std::size_t atoms(std::size_t i) const override {
+    const auto [f, local] = locate(i);
+    const std::lock_guard<std::mutex> lock(hdf5_mutex());
+    return files_[f].atoms(local, files_[f].path + ":frame " + std::to_string(local));
+  }
 
  private:
+  // Frame i's file and its index there.
+  std::pair<std::size_t, uint64_t> locate(std::size_t i) const {
+    if (i >= size()) throw Error(path_ + ": no frame " + std::to_string(i) + " (" + std::to_string(size()) + " frames)");
+    const auto f = static_cast<std::size_t>(std::upper_bound(first_.begin(), first_.end(), i) - first_.begin()) - 1;
+    return {f, i - first_[f]};
+  }
+  std::string path_;
   ReadOptions options_;
   std::vector<Hdf5File> files_;
   std::vector<uint64_t> first_;

@@ -671,7 +671,8 @@ struct PackReader::Impl {
   };
 
   // Shard k's files, open: the kOpenShards used last stay open (a pack may have more shards than
-  // a process may hold open files), so that reading a frame takes two system calls.
+  // a process may hold open files), so that reading a frame takes two system calls (three from
+  // version 2: its atom count from the index too).
   std::shared_ptr<const Files> shard(std::size_t k) const {
     static constexpr std::size_t kOpenShards = 16;
     std::lock_guard<std::mutex> lock(open_mutex);

@@ -121,9 +121,9 @@ std::vector<Structure> read_ase_db(const std::string& path, const ReadOptions& o
 std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& options = {});
 
 /// MACE's HDF5 data (mace-torch's preprocess_data.py; mace/data/utils.py
-/// save_configurations_as_HDF5): a file, or a folder of *.h5 / *.hdf5 shards read in name order.
+/// save_configurations_as_HDF5): a file, or a folder of *.h5 / *.hdf5 shards in number order.
 /// Each config_batch_B/config_J group gives a frame: atomic_numbers, positions, cell, pbc,
-/// weight, and from properties/ the energy, forces and virials (3x3, energy units) or else the
+/// weight, and from properties/ the energy, forces and virials (3x3 or 6 Voigt values, energy units) or else the
 /// stress (as ASE's: virial = -stress * volume); the string "None" or a property weight of 0
 /// means absent. A property weight other than 0 or 1 is an error (mlip weighs whole frames).
 /// `origin` is "<file>:frame K" (K counted within the file).

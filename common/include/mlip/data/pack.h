@@ -129,7 +129,8 @@ class PackWriter {
 
 /// Reads frames of a pack by index: the manifest at construction, with each shard's files checked
 /// by size and its index's first and last entries (no per-frame data is read or held, whatever
-/// the size of the pack); then two positioned reads per frame, of its index entry and its record.
+/// the size of the pack); then two positioned reads per frame, of its index entry and its record,
+/// and from version 2 a third, of its atom count in the index.
 /// frame() may be called from several threads at once.
 class PackReader final : public FrameReader {
  public:
