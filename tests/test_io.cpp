@@ -19,6 +19,7 @@
 #include "mlip/error.h"
 #include "mlip/data/io.h"
 #include "support/error_of.h"
+#include "support/same_frames.h"
 #include "support/source_dir.h"
 
 namespace mlip {
@@ -477,19 +478,9 @@ Structure random_frame(std::mt19937& rng, int n, bool periodic, bool labelled) {
   return s;
 }
 
+// Round trips are exact, virials included.
 void expect_same_frames(const std::vector<Structure>& a, const std::vector<Structure>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t k = 0; k < a.size(); ++k) {
-    SCOPED_TRACE("frame " + std::to_string(k));
-    EXPECT_EQ(a[k].numbers, b[k].numbers);
-    EXPECT_EQ(a[k].positions, b[k].positions);
-    EXPECT_EQ(a[k].cell.lattice, b[k].cell.lattice);
-    EXPECT_EQ(a[k].cell.pbc, b[k].cell.pbc);
-    EXPECT_EQ(a[k].energy, b[k].energy);
-    EXPECT_EQ(a[k].forces, b[k].forces);
-    EXPECT_EQ(a[k].virial, b[k].virial);
-    EXPECT_EQ(a[k].weight, b[k].weight);
-  }
+  testing::expect_same_frames(a, b, /*virial_tolerance=*/0.0);
 }
 
 std::vector<Structure> round_trip_frames() {
