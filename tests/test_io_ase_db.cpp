@@ -62,6 +62,22 @@ TEST_F(AseDatabases, ReadTheFramesOfTheExtendedXyzTheyCameFrom) {
     for (const Structure& s : xyz) sizes.push_back(static_cast<uint32_t>(s.size()));
     EXPECT_EQ(by_index->atom_counts(), sizes) << name;   // .db: its natoms column
   }
+  // A folder of them, as fairchem ships its data sets: the files in name order, as one source.
+  fs::create_directories(path("folder"));
+  fs::copy_file(path("frames.aselmdb"), path("folder/data.0001.aselmdb"));
+  fs::copy_file(path("frames.aselmdb"), path("folder/data.0000.aselmdb"));
+  std::vector<Structure> twice = xyz;
+  twice.insert(twice.end(), xyz.begin(), xyz.end());
+  EXPECT_EQ(detect_format(path("folder")), "aselmdb");
+  const std::vector<Structure> folder = read_structures(path("folder"));
+  expect_same_frames(twice, folder);
+  EXPECT_EQ(folder.at(7).origin, path("folder/data.0001.aselmdb") + ":frame 0 (id 1)");
+  const std::unique_ptr<FrameReader> folder_by_index = open_frame_reader(path("folder"));
+  ASSERT_EQ(folder_by_index->size(), twice.size());
+  std::vector<Structure> got_folder(twice.size());
+  for (std::size_t k = got_folder.size(); k-- > 0;) got_folder[k] = folder_by_index->frame(k);
+  expect_same_frames(twice, got_folder);
+  EXPECT_TRUE(has(error_of([&] { folder_by_index->frame(14); }), "folder: no frame 14 (14 frames)"));
   EXPECT_EQ(detect_format(path("frames.db")), "ase-db");
   EXPECT_EQ(detect_format(path("frames.aselmdb")), "aselmdb");
   const std::vector<Structure> auto_read = read_structures(path("frames.aselmdb"));

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <tuple>
@@ -326,7 +328,23 @@ class AselmdbFile final : public FrameReader {
 
 }  // namespace
 
-std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& options) {
+namespace {
+
+// The *.aselmdb and *.lmdb files of a folder, in name order (fairchem ships its data sets as
+// folders of them); `path` itself if it is a file.
+std::vector<std::string> aselmdb_files(const std::string& path) {
+  if (!std::filesystem::is_directory(path)) return {path};
+  std::vector<std::string> files;
+  for (const auto& f : io_detail::list_dir(path, false, [](const std::filesystem::directory_entry& e) {
+         const std::string ext = e.path().extension().string();
+         return e.is_regular_file() && (ext == ".aselmdb" || ext == ".lmdb");
+       }))
+    files.push_back(f.string());
+  if (files.empty()) throw Error(path + ": a folder without *.aselmdb or *.lmdb files");
+  return files;
+}
+
+std::vector<Structure> read_aselmdb_file(const std::string& path, const ReadOptions& options) {
   Lmdb l;
   open_lmdb(l, path);
   std::vector<std::string> texts;
@@ -336,10 +354,25 @@ std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& 
   return frames;
 }
 
+}  // namespace
+
+std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& options) {
+  std::vector<Structure> frames;
+  for (const std::string& file : aselmdb_files(path)) {
+    std::vector<Structure> part = read_aselmdb_file(file, options);
+    frames.insert(frames.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+  }
+  return frames;
+}
+
 std::unique_ptr<FrameReader> io_detail::open_ase_reader(const std::string& path, const std::string& format,
                                                         const ReadOptions& options) {
   if (format == "ase-db") return std::make_unique<AseDbFile>(path, options);
-  if (format == "aselmdb") return std::make_unique<AselmdbFile>(path, options);
+  if (format == "aselmdb") {
+    std::vector<std::unique_ptr<FrameReader>> parts;
+    for (const std::string& file : aselmdb_files(path)) parts.push_back(std::make_unique<AselmdbFile>(file, options));
+    return parts.size() == 1 && parts.front() ? std::move(parts.front()) : concat_readers(std::move(parts), path);
+  }
   return nullptr;
 }
 

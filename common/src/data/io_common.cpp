@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "io_detail.h"
 #include "mlip/data/elements.h"
@@ -217,6 +218,42 @@ Structure to_structure(const RawFrame& r, const ReadOptions& o, const std::strin
   return s;
 }
 
+namespace {
+
+class ConcatReader final : public FrameReader {
+ public:
+  ConcatReader(std::vector<std::unique_ptr<FrameReader>> parts, std::string name)
+      : parts_(std::move(parts)), name_(std::move(name)) {
+    first_.push_back(0);
+    for (const auto& p : parts_) first_.push_back(first_.back() + p->size());
+  }
+  std::size_t size() const override { return first_.back(); }
+  Structure frame(std::size_t i) const override {
+    const auto [k, local] = locate(i);
+    return parts_[k]->frame(local);
+  }
+  std::size_t atoms(std::size_t i) const override {
+    const auto [k, local] = locate(i);
+    return parts_[k]->atoms(local);
+  }
+
+ private:
+  std::pair<std::size_t, std::size_t> locate(std::size_t i) const {
+    if (i >= size()) throw Error(name_ + ": no frame " + std::to_string(i) + " (" + std::to_string(size()) + " frames)");
+    const auto k = static_cast<std::size_t>(std::upper_bound(first_.begin(), first_.end(), i) - first_.begin()) - 1;
+    return {k, i - first_[k]};
+  }
+  std::vector<std::unique_ptr<FrameReader>> parts_;
+  std::string name_;
+  std::vector<std::size_t> first_;
+};
+
+}  // namespace
+
+std::unique_ptr<FrameReader> concat_readers(std::vector<std::unique_ptr<FrameReader>> parts, const std::string& name) {
+  return std::make_unique<ConcatReader>(std::move(parts), name);
+}
+
 }  // namespace io_detail
 
 namespace {
@@ -266,7 +303,12 @@ std::string detect_format(const std::string& path) {
            return e.is_regular_file() && (ext == ".h5" || ext == ".hdf5");
          }).empty())
       return "mace-hdf5";   // MACE's HDF5 shards (preprocess_data.py writes a folder of them)
-    throw Error(path + ": a directory with neither a DeePMD system (type.raw) nor *.json nor *.h5 files");
+    if (!io_detail::list_dir(path, false, [](const fs::directory_entry& e) {
+           const std::string ext = e.path().extension().string();
+           return e.is_regular_file() && (ext == ".aselmdb" || ext == ".lmdb");
+         }).empty())
+      return "aselmdb";     // fairchem's data sets: folders of *.aselmdb files
+    throw Error(path + ": a directory with no DeePMD system (type.raw) and no *.json, *.h5 or *.aselmdb files");
   }
   const std::string name = fs::path(path).filename().string();
   const std::string lower = lowercase(name);

@@ -71,6 +71,9 @@ struct RawFrame {
 /// (virial = -stress * volume). Errors name `where`.
 Structure to_structure(const RawFrame& r, const ReadOptions& options, const std::string& where);
 
+/// The frames of `parts`, one after the other (a folder of files read as one source, `name`).
+std::unique_ptr<FrameReader> concat_readers(std::vector<std::unique_ptr<FrameReader>> parts, const std::string& name);
+
 /// MACE's HDF5 files ("mace-hdf5": a file, or a folder of *.h5 / *.hdf5 shards) by index
 /// (io_mace_hdf5.cpp).
 std::unique_ptr<FrameReader> open_mace_hdf5(const std::string& path, const ReadOptions& options);

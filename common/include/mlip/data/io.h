@@ -118,6 +118,7 @@ std::vector<Structure> read_ase_db(const std::string& path, const ReadOptions& o
 
 /// fairchem's ASE-LMDB (*.aselmdb: one LMDB file, ase_db_backends.aselmdb): rows keyed by their
 /// id, each zlib-compressed JSON as ase.io.jsonio writes it; read as read_ase_db reads its rows.
+/// A folder: its *.aselmdb and *.lmdb files in name order, as fairchem ships its data sets.
 std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& options = {});
 
 /// MACE's HDF5 data (mace-torch's preprocess_data.py; mace/data/utils.py
@@ -130,7 +131,8 @@ std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& 
 std::vector<Structure> read_mace_hdf5(const std::string& path, const ReadOptions& options = {});
 
 /// The format `read_structures` would pick for `path`: "pack" for a directory with a pack's
-/// manifest.json (mlip/data/pack.h), "ase-db" for *.db, "aselmdb" for *.aselmdb and *.lmdb,
+/// manifest.json (mlip/data/pack.h), "ase-db" for *.db, "aselmdb" for *.aselmdb and *.lmdb and
+/// a directory of them,
 /// "mace-hdf5" for *.h5, *.hdf5 and a directory of them,
 /// "deepmd" for a directory with type.raw or
 /// with DeePMD systems below it, "fitsnap" for *.json or a directory with *.json files below it,
