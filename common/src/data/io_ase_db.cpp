@@ -330,16 +330,11 @@ class AselmdbFile final : public FrameReader {
 
 namespace {
 
-// The *.aselmdb and *.lmdb files of a folder, in name order (fairchem ships its data sets as
-// folders of them); `path` itself if it is a file.
+// The *.aselmdb and *.lmdb files of a folder (fairchem ships its data sets as folders of them);
+// `path` itself if it is a file.
 std::vector<std::string> aselmdb_files(const std::string& path) {
   if (!std::filesystem::is_directory(path)) return {path};
-  std::vector<std::string> files;
-  for (const auto& f : io_detail::list_dir(path, false, [](const std::filesystem::directory_entry& e) {
-         const std::string ext = e.path().extension().string();
-         return e.is_regular_file() && (ext == ".aselmdb" || ext == ".lmdb");
-       }))
-    files.push_back(f.string());
+  const std::vector<std::string> files = io_detail::data_files(path, {".aselmdb", ".lmdb"});
   if (files.empty()) throw Error(path + ": a folder without *.aselmdb or *.lmdb files");
   return files;
 }

@@ -1,9 +1,11 @@
 // Units, shared parsing helpers, format detection and read_structures.
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <utility>
 
@@ -250,6 +252,41 @@ class ConcatReader final : public FrameReader {
 
 }  // namespace
 
+// Names in number order: train_2.h5 before train_10.h5 (runs of digits compare as numbers).
+bool natural_less(const std::string& a, const std::string& b) {
+  const auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (!digit(a[i]) || !digit(b[j])) {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i, ++j;
+      continue;
+    }
+    while (i + 1 < a.size() && a[i] == '0' && digit(a[i + 1])) ++i;   // leading zeros
+    while (j + 1 < b.size() && b[j] == '0' && digit(b[j + 1])) ++j;
+    std::size_t i2 = i, j2 = j;
+    while (i2 < a.size() && digit(a[i2])) ++i2;
+    while (j2 < b.size() && digit(b[j2])) ++j2;
+    if (i2 - i != j2 - j) return i2 - i < j2 - j;
+    const int c = a.compare(i, i2 - i, b, j, j2 - j);
+    if (c != 0) return c < 0;
+    i = i2, j = j2;
+  }
+  return a.size() - i < b.size() - j;
+}
+
+std::vector<std::string> data_files(const std::string& dir, std::initializer_list<std::string_view> extensions) {
+  std::vector<std::string> out;
+  for (const fs::path& p : list_dir(dir, false, [&](const fs::directory_entry& e) {
+         std::string ext = e.path().extension().string();
+         std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+         return e.is_regular_file() && std::find(extensions.begin(), extensions.end(), ext) != extensions.end();
+       }))
+    out.push_back(p.string());
+  std::sort(out.begin(), out.end(), natural_less);
+  return out;
+}
+
 std::unique_ptr<FrameReader> concat_readers(std::vector<std::unique_ptr<FrameReader>> parts, const std::string& name) {
   return std::make_unique<ConcatReader>(std::move(parts), name);
 }
@@ -298,15 +335,9 @@ std::string detect_format(const std::string& path) {
     }
     if (deepmd) return "deepmd";
     if (json) return "fitsnap";
-    if (!io_detail::list_dir(path, false, [](const fs::directory_entry& e) {
-           const std::string ext = lowercase(e.path().extension().string());
-           return e.is_regular_file() && (ext == ".h5" || ext == ".hdf5");
-         }).empty())
+    if (!io_detail::data_files(path, {".h5", ".hdf5"}).empty())
       return "mace-hdf5";   // MACE's HDF5 shards (preprocess_data.py writes a folder of them)
-    if (!io_detail::list_dir(path, false, [](const fs::directory_entry& e) {
-           const std::string ext = e.path().extension().string();
-           return e.is_regular_file() && (ext == ".aselmdb" || ext == ".lmdb");
-         }).empty())
+    if (!io_detail::data_files(path, {".aselmdb", ".lmdb"}).empty())
       return "aselmdb";     // fairchem's data sets: folders of *.aselmdb files
     throw Error(path + ": a directory with no DeePMD system (type.raw) and no *.json, *.h5 or *.aselmdb files");
   }

@@ -4,6 +4,7 @@
 #include <array>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,6 +71,10 @@ struct RawFrame {
 /// `r` as a frame, validated: units applied, and the virial given or from the stress
 /// (virial = -stress * volume). Errors name `where`.
 Structure to_structure(const RawFrame& r, const ReadOptions& options, const std::string& where);
+
+/// The regular files in `dir` (not below) whose extension is one of `extensions` (lowercase, with
+/// the dot; compared without case), in number order: train_2.h5 before train_10.h5.
+std::vector<std::string> data_files(const std::string& dir, std::initializer_list<std::string_view> extensions);
 
 /// The frames of `parts`, one after the other (a folder of files read as one source, `name`).
 std::unique_ptr<FrameReader> concat_readers(std::vector<std::unique_ptr<FrameReader>> parts, const std::string& name);

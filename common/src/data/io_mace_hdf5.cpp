@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -57,36 +56,6 @@ class Id {
 
 // HDF5 errors are ours to report, not printed by the library (per thread in thread-safe builds).
 void quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
-
-bool is_hdf5_file(const fs::directory_entry& e) {
-  std::string ext = e.path().extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return e.is_regular_file() && (ext == ".h5" || ext == ".hdf5");
-}
-
-// Shard names in number order: train_2.h5 before train_10.h5 (runs of digits compare as numbers).
-bool natural_less(const std::string& a, const std::string& b) {
-  std::size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
-      std::size_t i2 = i, j2 = j;
-      while (i2 < a.size() && std::isdigit(static_cast<unsigned char>(a[i2]))) ++i2;
-      while (j2 < b.size() && std::isdigit(static_cast<unsigned char>(b[j2]))) ++j2;
-      const std::string x = a.substr(i, i2 - i), y = b.substr(j, j2 - j);
-      const std::string xs = x.substr(std::min(x.find_first_not_of('0'), x.size() - 1));
-      const std::string ys = y.substr(std::min(y.find_first_not_of('0'), y.size() - 1));
-      if (xs.size() != ys.size()) return xs.size() < ys.size();
-      if (xs != ys) return xs < ys;
-      i = i2;
-      j = j2;
-    } else {
-      if (a[i] != b[j]) return a[i] < b[j];
-      ++i;
-      ++j;
-    }
-  }
-  return a.size() - i < b.size() - j;
-}
 
 bool exists(hid_t group, const std::string& name) { return H5Lexists(group, name.c_str(), H5P_DEFAULT) > 0; }
 
@@ -263,66 +232,55 @@ struct Hdf5File {
   }
 };
 
-// MACE HDF5 files by index: one file, or a folder's *.h5 and *.hdf5 files in name order (the
-// shards preprocess_data.py writes), frames numbered across them.
-class MaceHdf5Reader final : public FrameReader {
+// One MACE HDF5 file by index; every HDF5 call (opening and closing included) under the lock.
+class MaceHdf5File final : public FrameReader {
  public:
-  MaceHdf5Reader(const std::string& path, const ReadOptions& options) : path_(path), options_(options) {
-    std::vector<std::string> paths;
-    if (fs::is_directory(path)) {
-      for (const fs::path& p : io_detail::list_dir(path, false, is_hdf5_file)) paths.push_back(p.string());
-      if (paths.empty()) throw Error(path + ": a folder without *.h5 or *.hdf5 files");
-      std::sort(paths.begin(), paths.end(), natural_less);
-    } else {
-      paths.push_back(path);
-    }
+  MaceHdf5File(const std::string& path, const ReadOptions& options)
+      : options_(options), file_(open_locked(path)) {}
+  ~MaceHdf5File() override {
     const std::lock_guard<std::mutex> lock(hdf5_mutex());
-    std::vector<Hdf5File> files;   // closed under the lock if a later one fails to open
-    first_.push_back(0);
-    for (const std::string& p : paths) {
-      files.emplace_back(p);
-      first_.push_back(first_.back() + files.back().first.back());
-    }
-    files_ = std::move(files);
+    file_.file = Id(-1, H5Fclose);
   }
-  ~MaceHdf5Reader() override {
-    const std::lock_guard<std::mutex> lock(hdf5_mutex());
-    files_.clear();
-  }
-  std::size_t size() const override { return first_.back(); }
+  std::size_t size() const override { return file_.first.back(); }
   Structure frame(std::size_t i) const override {
-    const auto [f, local] = locate(i);
-    const std::string where = files_[f].path + ":frame " + std::to_string(local);
+    const std::string where = name(i);
     io_detail::RawFrame r;
     {
       const std::lock_guard<std::mutex> lock(hdf5_mutex());
-      r = files_[f].raw(local, where);
+      r = file_.raw(i, where);
     }
     return io_detail::to_structure(r, options_, where);
   }
   std::size_t atoms(std::size_t i) const override {
-    const auto [f, local] = locate(i);
+    const std::string where = name(i);
     const std::lock_guard<std::mutex> lock(hdf5_mutex());
-    return files_[f].atoms(local, files_[f].path + ":frame " + std::to_string(local));
+    return file_.atoms(i, where);
   }
 
  private:
-  // Frame i's file and its index there.
-  std::pair<std::size_t, uint64_t> locate(std::size_t i) const {
-    if (i >= size()) throw Error(path_ + ": no frame " + std::to_string(i) + " (" + std::to_string(size()) + " frames)");
-    const auto f = static_cast<std::size_t>(std::upper_bound(first_.begin(), first_.end(), i) - first_.begin()) - 1;
-    return {f, i - first_[f]};
+  static Hdf5File open_locked(const std::string& path) {
+    const std::lock_guard<std::mutex> lock(hdf5_mutex());
+    return Hdf5File(path);   // built in place (C++17): a failure closes what it opened under the lock
   }
-  std::string path_;
+  // "<file>:frame i", for messages.
+  std::string name(std::size_t i) const {
+    if (i >= size()) throw Error(file_.path + ": no frame " + std::to_string(i) + " (" + std::to_string(size()) + " frames)");
+    return file_.path + ":frame " + std::to_string(i);
+  }
   ReadOptions options_;
-  std::vector<Hdf5File> files_;
-  std::vector<uint64_t> first_;
+  Hdf5File file_;
 };
 
 }  // namespace
 
+// A file, or a folder's *.h5 and *.hdf5 files in number order (the shards preprocess_data.py
+// writes), frames numbered across them.
 std::unique_ptr<FrameReader> io_detail::open_mace_hdf5(const std::string& path, const ReadOptions& options) {
-  return std::make_unique<MaceHdf5Reader>(path, options);
+  if (!fs::is_directory(path)) return std::make_unique<MaceHdf5File>(path, options);
+  std::vector<std::unique_ptr<FrameReader>> parts;
+  for (const std::string& file : data_files(path, {".h5", ".hdf5"})) parts.push_back(std::make_unique<MaceHdf5File>(file, options));
+  if (parts.empty()) throw Error(path + ": a folder without *.h5 or *.hdf5 files");
+  return concat_readers(std::move(parts), path);
 }
 
 std::vector<Structure> read_mace_hdf5(const std::string& path, const ReadOptions& options) {

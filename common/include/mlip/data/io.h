@@ -118,7 +118,7 @@ std::vector<Structure> read_ase_db(const std::string& path, const ReadOptions& o
 
 /// fairchem's ASE-LMDB (*.aselmdb: one LMDB file, ase_db_backends.aselmdb): rows keyed by their
 /// id, each zlib-compressed JSON as ase.io.jsonio writes it; read as read_ase_db reads its rows.
-/// A folder: its *.aselmdb and *.lmdb files in name order, as fairchem ships its data sets.
+/// A folder: its *.aselmdb and *.lmdb files in number order (io_detail::data_files), as fairchem ships its data sets.
 std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& options = {});
 
 /// MACE's HDF5 data (mace-torch's preprocess_data.py; mace/data/utils.py
