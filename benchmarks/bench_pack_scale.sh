@@ -7,7 +7,7 @@
 #
 # The frames (benchmarks/make_tiny_set.py): one water molecule each in a 9 A periodic box,
 # labelled by a harmonic model; a measure of memory and start-up, not of accuracy. Each run is
-# examples/configs/water-se_e2_a.yaml with 1 thread on 1 rank for training.max_minutes = MINUTES
+# examples/configs/water-se_e2_a.yaml with 1 thread (THREADS) on 1 rank for training.max_minutes = MINUTES
 # (0.5), validated on 200 of the pack's frames (data.validation_fraction: the split of a pack,
 # as a permutation), under benchmarks/timed_lines.py. Figures per run:
 #   first_step_s     from the command's start to the first step's line
@@ -19,10 +19,16 @@
 #   V1=1            also train on each pack as format version 1 (benchmarks/pack_to_v1.py: the
 #                   same shards, indexes without atom counts), rows "NAME-v1"
 #   COLD=1          drop the page cache before each training run (needs root; says so if not)
+#   THREADS=N       --threads N (1); above 1 the rank is not bound to a core (mpirun --bind-to
+#                   none), so that its threads can use others
+#   BASELINE=DIR    also train on each pack with DIR/bin/mlip-trainer (another build, e.g. of an
+#                   older commit), right after this build's run of it, rows "NAME-baseline"
 # Results: benchmarks/results/bench_pack_scale/<date>-<commit>/: pack.tsv, train.tsv, logs/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init bench_pack_scale "${1:-}" mlip-trainer
+[ -z "${BASELINE:-}" ] || [ -x "$BASELINE/bin/mlip-trainer" ] ||
+  { echo "bench_pack_scale: BASELINE=$BASELINE: no bin/mlip-trainer there" >&2; exit 1; }
 BASE=${BASE:-20000}
 COPIES=${COPIES:-500}
 MINUTES=${MINUTES:-0.5}
@@ -30,6 +36,8 @@ REPEATS=${REPEATS:-3}
 BATCH_ATOMS=${BATCH_ATOMS:-}
 V1=${V1:-0}
 COLD=${COLD:-0}
+BASELINE=${BASELINE:-}
+THREADS=${THREADS:-1}
 SKIP=${SKIP:-20}
 trainer=$build/bin/mlip-trainer
 py=$(ls "$src"/third_party/torch-*/bin/python3 2>/dev/null | head -1 || echo python3)
@@ -70,8 +78,8 @@ train() {
   local name=$1 frames=$2 log=train-$1-r$rep.log
   rm -rf run
   cold
-  timed "$log" mpirun -np 1 "$trainer" train "$src/examples/configs/water-se_e2_a.yaml" \
-    --threads 1 "${batch[@]}" --set training.max_minutes="$MINUTES" --set training.epochs=1000000 --set output.log_every=1 \
+  timed "$log" mpirun -np 1 $( ((THREADS == 1)) || echo --bind-to none) "${use_trainer:-$trainer}" train "$src/examples/configs/water-se_e2_a.yaml" \
+    --threads "$THREADS" "${batch[@]}" --set training.max_minutes="$MINUTES" --set training.epochs=1000000 --set output.log_every=1 \
     --set output.dir=run --set "data.train=[$work/$name.pack]" --set data.validation_fraction="$(awk -v n="$frames" 'BEGIN { printf "%.10g", 200 / n }')" ||
     { tail -20 "$log" >&2; exit 1; }
   keep_log "$log"
@@ -85,7 +93,10 @@ train() {
 for rep in $(seq "$REPEATS"); do
   echo "== training, repeat $rep of $REPEATS" >&2
   for p in $packs; do
-    case $p in base*) train "$p" "$BASE" ;; *) train "$p" $((BASE * COPIES)) ;; esac
+    frames=$BASE
+    case $p in copies*) frames=$((BASE * COPIES)) ;; esac
+    train "$p" "$frames"
+    [ -z "$BASELINE" ] || use_trainer=$BASELINE/bin/mlip-trainer train "$p-baseline" "$frames"
   done
 done
 python3 "$src/benchmarks/tables.py" "$results" 2>/dev/null || true

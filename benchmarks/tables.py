@@ -343,7 +343,9 @@ def scale_train(run):
     """streamed training frames/s, time to the first step and peak RSS, per pack size"""
     rows = read_tsv(run / "train.tsv")
     for r in rows:
-        r["label"] = f"{int(r['frames']):,} frames" + (", format version 1" if r["pack"].endswith("-v1") else "")
+        name = r["pack"].removesuffix("-baseline")
+        r["label"] = (f"{int(r['frames']):,} frames" + (", format version 1" if name.endswith("-v1") else "") +
+                      (", baseline build" if r["pack"].endswith("-baseline") else ""))
     out = ["| pack | frames/s | first step (s) | peak RSS (MiB) |", "|---|---|---|---|"]
     out += summary_rows(rows, lambda r: (r["label"],), (("frames_per_s", 3), ("first_step_s", 2), ("peak_rss_mib", 4)))
     return "\n".join(out) + "\n"

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <numeric>
 #include <set>
 #include <vector>
 
+#include "mlip/error.h"
 #include "permutation.h"
 #include "training.h"
 
@@ -33,7 +35,7 @@ class AtomsOnly final : public FrameSource {
     ++calls;
     return atoms_.at(i);
   }
-  mutable std::size_t calls = 0;   // atoms() calls, to count passes over the frames
+  mutable std::atomic<std::size_t> calls = 0;   // atoms() calls, to count passes over the frames
   std::vector<const mlip::Frame*> frames(const std::vector<int64_t>&, std::vector<mlip::Frame>&) const override {
     throw std::logic_error("not used");
   }
@@ -208,7 +210,7 @@ TEST(Sampler, ByAtomsTheCountKeepsEpochZerosBatchesForItsFirstUse) {
   EXPECT_EQ(counted.batches_per_epoch(), static_cast<int64_t>(want.size()));
   EXPECT_EQ(counted.batches_per_epoch(), static_cast<int64_t>(want.size()));
   const EpochBatches first = counted.epoch_batches(0);
-  EXPECT_EQ(frames.calls, atoms.size());   // one pass: the count and the first epoch share it
+  EXPECT_EQ(frames.calls.load(), atoms.size());   // one pass: the count and the first epoch share it
   const auto same = [&](const EpochBatches& got) {
     ASSERT_EQ(got.size(), want.size());
     for (std::size_t k = 0; k < want.size(); ++k) EXPECT_EQ(got.share(k, 0, 1), want.share(k, 0, 1)) << "batch " << k;
@@ -218,4 +220,48 @@ TEST(Sampler, ByAtomsTheCountKeepsEpochZerosBatchesForItsFirstUse) {
   EXPECT_EQ(counted.epoch_batches(1).size(), fresh.epoch_batches(1).size());
   same(counted.epoch_batches(0));
   EXPECT_EQ(counted.batches_per_epoch(), static_cast<int64_t>(want.size()));
+}
+
+TEST(Sampler, ByAtomsThreadsFindTheSameBatchesAsOne) {
+  // More frames than one block of the pass (2^18), so that blocks and threads both split it.
+  std::vector<int64_t> atoms;
+  for (int64_t i = 0; i < (1 << 18) + 12345; ++i) atoms.push_back(1 + (i * 7919) % 61);
+  const AtomsOnly frames(atoms);
+  const Sampler one(frames, 1, 200, 4, 1), three(frames, 1, 200, 4, 3);
+  for (int64_t epoch : {0, 1}) {
+    frames.calls = 0;
+    const EpochBatches a = one.epoch_batches(epoch);
+    EXPECT_EQ(frames.calls.load(), atoms.size());
+    const EpochBatches b = three.epoch_batches(epoch);
+    EXPECT_EQ(frames.calls.load(), 2 * atoms.size());
+    EXPECT_GT(a.size(), atoms.size() / 10);
+    EXPECT_EQ(a.starts, b.starts) << "epoch " << epoch;
+  }
+}
+
+TEST(Sampler, ByAtomsAnErrorOnAThreadReachesTheCaller) {
+  class Unreadable final : public FrameSource {
+   public:
+    std::size_t size() const override { return 10000; }
+    int64_t atoms(std::size_t i) const override {
+      if (i == 7777) throw mlip::Error("frames.xyz, frame 7777: no atom count");
+      return 3;
+    }
+    std::vector<const mlip::Frame*> frames(const std::vector<int64_t>&, std::vector<mlip::Frame>&) const override {
+      throw std::logic_error("not used");
+    }
+    const mlip::PackStats& stats() const override { return stats_; }
+    bool streamed() const override { return true; }
+
+   private:
+    mlip::PackStats stats_;
+  };
+  const Unreadable frames;
+  const Sampler sampler(frames, 1, 50, 2, 4);
+  try {
+    sampler.epoch_batches(0);
+    FAIL() << "no error";
+  } catch (const mlip::Error& e) {
+    EXPECT_STREQ(e.what(), "frames.xyz, frame 7777: no atom count");
+  }
 }

@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <limits>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -112,8 +114,38 @@ DataSplit load_data(const Config& c, const std::function<void(const std::string&
   return split;
 }
 
-Sampler::Sampler(const FrameSource& frames, int64_t batch_frames, int64_t batch_atoms, uint64_t seed)
-    : frames_(frames), batch_frames_(batch_frames), batch_atoms_(batch_atoms), seed_(seed) {}
+Sampler::Sampler(const FrameSource& frames, int64_t batch_frames, int64_t batch_atoms, uint64_t seed, int threads)
+    : frames_(frames), batch_frames_(batch_frames), batch_atoms_(batch_atoms), seed_(seed), threads_(std::max(1, threads)) {}
+
+namespace {
+
+// out[k] = frames.atoms(order(first + k)) for every k, on `threads` threads, each a contiguous
+// range. The entries are independent: each thread's lookups overlap in memory, where one loop
+// that also forms the batches would wait on each in turn. The first exception is rethrown.
+void atoms_in_order(const FrameSource& frames, const Permutation& order, uint64_t first, std::vector<uint32_t>& out,
+                    int threads) {
+  const auto fill = [&](std::size_t a, std::size_t b) {
+    for (std::size_t k = a; k < b; ++k) out[k] = static_cast<uint32_t>(frames.atoms(order(first + k)));
+  };
+  const std::size_t n = out.size();
+  if (threads <= 1 || n < 4096) return fill(0, n);
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(threads));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      try {
+        fill(n * t / threads, n * (t + 1) / threads);
+      } catch (...) {
+        errors[t] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace
 
 EpochBatches Sampler::epoch_batches(int64_t epoch) const {
   if (epoch0_) {
@@ -126,19 +158,27 @@ EpochBatches Sampler::epoch_batches(int64_t epoch) const {
     b.batch_frames = batch_frames_;
     return b;
   }
+  // The epoch's atom counts in its order, a block at a time (found on the threads), then
+  // greedy batches in that order: a frame starts a new batch where it would overflow this one.
+  constexpr uint64_t kBlock = uint64_t{1} << 18;
+  const uint64_t n = b.order.size();
+  std::vector<uint32_t> atoms;
   b.starts.push_back(0);
-  int64_t in_batch = 0, atoms = 0;
-  for (uint64_t j = 0; j < b.order.size(); ++j) {
-    const int64_t n = frames_.atoms(static_cast<std::size_t>(b.order(j)));
-    if (in_batch > 0 && atoms + n > batch_atoms_) {
-      b.starts.push_back(static_cast<int64_t>(j));
-      in_batch = 0;
-      atoms = 0;
+  int64_t in_batch = 0, sum = 0;
+  for (uint64_t j0 = 0; j0 < n; j0 += kBlock) {
+    atoms.resize(std::min(kBlock, n - j0));
+    atoms_in_order(frames_, b.order, j0, atoms, threads_);
+    for (std::size_t k = 0; k < atoms.size(); ++k) {
+      if (in_batch > 0 && sum + atoms[k] > batch_atoms_) {
+        b.starts.push_back(static_cast<int64_t>(j0 + k));
+        in_batch = 0;
+        sum = 0;
+      }
+      ++in_batch;
+      sum += atoms[k];
     }
-    ++in_batch;
-    atoms += n;
   }
-  if (in_batch > 0) b.starts.push_back(static_cast<int64_t>(b.order.size()));
+  if (in_batch > 0) b.starts.push_back(static_cast<int64_t>(n));
   return b;
 }
 

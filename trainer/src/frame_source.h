@@ -21,7 +21,7 @@ class FrameSource {
  public:
   virtual ~FrameSource() = default;
   virtual std::size_t size() const = 0;
-  /// Atoms of frame i (a pack reads the record's header).
+  /// Atoms of frame i (a pack: from its index, all read on first use). Safe from several threads.
   virtual int64_t atoms(std::size_t i) const = 0;
   /// Frames `idx`, in order: pointers into the source where it holds them, else into `storage`
   /// (cleared and filled here; it must outlive the pointers). Safe from several threads.

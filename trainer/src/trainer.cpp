@@ -187,7 +187,8 @@ void Trainer::setup_model_and_statistics() {
     optimizer_ = std::make_unique<torch::optim::Adam>(
         params_, torch::optim::AdamOptions(config_.lr).weight_decay(config_.weight_decay).amsgrad(config_.amsgrad));
   }
-  sampler_ = std::make_unique<Sampler>(*data_.train, config_.batch_frames, config_.batch_atoms, config_.seed);
+  sampler_ = std::make_unique<Sampler>(*data_.train, config_.batch_frames, config_.batch_atoms, config_.seed,
+                                       at::get_num_threads());
   const int64_t steps_per_epoch = (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate;
   schedule_ = std::make_unique<Schedule>(config_, steps_per_epoch * config_.epochs);
 }

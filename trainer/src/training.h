@@ -69,7 +69,8 @@ struct EpochBatches {
 /// batches, and every frame is used once per epoch.
 class Sampler {
  public:
-  Sampler(const FrameSource& frames, int64_t batch_frames, int64_t batch_atoms, uint64_t seed);
+  /// By atoms, each epoch's pass looks up the frames' atom counts on `threads` threads.
+  Sampler(const FrameSource& frames, int64_t batch_frames, int64_t batch_atoms, uint64_t seed, int threads = 1);
   /// Global batches of `epoch` (frame indices). By atoms, one pass over the epoch's order.
   EpochBatches epoch_batches(int64_t epoch) const;
   /// By atoms: epoch 0's number of batches (the count depends on the order), found once; the
@@ -81,6 +82,7 @@ class Sampler {
   const FrameSource& frames_;
   int64_t batch_frames_, batch_atoms_;
   uint64_t seed_;
+  int threads_;
   mutable std::optional<int64_t> count_;
   mutable std::optional<EpochBatches> epoch0_;
 };
