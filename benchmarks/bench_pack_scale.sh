@@ -80,7 +80,7 @@ train() {
   cold
   timed "$log" mpirun -np 1 $( ((THREADS == 1)) || echo --bind-to none) "${use_trainer:-$trainer}" train "$src/examples/configs/water-se_e2_a.yaml" \
     --threads "$THREADS" "${batch[@]}" --set training.max_minutes="$MINUTES" --set training.epochs=1000000 --set output.log_every=1 \
-    --set output.dir=run --set "data.train=[$work/$name.pack]" --set data.validation_fraction="$(awk -v n="$frames" 'BEGIN { printf "%.10g", 200 / n }')" ||
+    --set output.dir=run --set "data.train=[$work/${name%-baseline}.pack]" --set data.validation_fraction="$(awk -v n="$frames" 'BEGIN { printf "%.10g", 200 / n }')" ||
     { tail -20 "$log" >&2; exit 1; }
   keep_log "$log"
   awk -v skip="$SKIP" -v name="$name" -v rep="$rep" '
