@@ -7,9 +7,11 @@
 #include <memory>
 #include <numeric>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "mlip/error.h"
+#include "frame_source.h"
 #include "permutation.h"
 #include "training.h"
 
@@ -263,5 +265,34 @@ TEST(Sampler, ByAtomsAnErrorOnAThreadReachesTheCaller) {
     FAIL() << "no error";
   } catch (const mlip::Error& e) {
     EXPECT_STREQ(e.what(), "frames.xyz, frame 7777: no atom count");
+  }
+}
+
+TEST(ReaderSource, AFrameThatIsNotTheSizeItsCountSaidIsAnError) {
+  // A reader whose atom counts (as from a stale metadata.npz) are not its frames': batches by
+  // atoms were formed with them, so reading such a frame stops with an error naming it.
+  class Stale final : public mlip::FrameReader {
+   public:
+    std::size_t size() const override { return 3; }
+    mlip::Structure frame(std::size_t i) const override {
+      mlip::Structure s;
+      s.numbers = {8, 1};
+      s.positions = {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.96 + 0.01 * static_cast<double>(i)}};
+      s.origin = "stale:frame " + std::to_string(i);
+      return s;
+    }
+    std::vector<uint32_t> atom_counts() const override { return {2, 3, 2}; }
+  };
+  const auto source = mlip::trainer::reader_source(std::make_unique<Stale>(), "folder", 1.0, 5.0);
+  std::vector<mlip::Frame> storage;
+  EXPECT_NO_THROW(source->frames({1}, storage));   // counts not asked for: nothing to check against
+  EXPECT_EQ(source->atoms(1), 3);
+  EXPECT_NO_THROW(source->frames({0, 2}, storage));
+  try {
+    source->frames({1}, storage);
+    FAIL() << "no error";
+  } catch (const mlip::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("folder: frame 1 has 2 atoms, where the atom counts read at start said 3"),
+              std::string::npos) << e.what();
   }
 }

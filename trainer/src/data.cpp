@@ -52,7 +52,7 @@ std::shared_ptr<FrameSource> open_source(const DataSource& src, double cutoff, c
     read.units = src.units;
     std::unique_ptr<FrameReader> reader = open_frame_reader(src.path, src.format, read);
     if (reader) {
-      auto source = reader_source(std::move(reader), src.weight, cutoff);
+      auto source = reader_source(std::move(reader), src.path, src.weight, cutoff);
       log(fmt::format("data: {}: {} frames, streamed (read by index; statistics from one pass)", src.path, source->size()));
       return source;
     }

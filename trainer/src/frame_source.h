@@ -42,7 +42,10 @@ std::shared_ptr<FrameSource> pack_source(const std::string& dir, double weight, 
 /// Frames read one at a time from `reader` (extended XYZ by its offset index, ASE databases),
 /// each frame's weight multiplied by `weight` and its neighbour list built for `cutoff`. The
 /// statistics take one pass over the frames when first asked for (in blocks: bounded memory).
-std::shared_ptr<FrameSource> reader_source(std::unique_ptr<FrameReader> reader, double weight, double cutoff);
+/// Once atom counts were asked for, each frame read is checked against its count (errors name
+/// `name`).
+std::shared_ptr<FrameSource> reader_source(std::unique_ptr<FrameReader> reader, const std::string& name, double weight,
+                                           double cutoff);
 
 /// Sources one after the other.
 std::shared_ptr<FrameSource> concat_sources(std::vector<std::shared_ptr<FrameSource>> parts);
