@@ -1,8 +1,6 @@
 // ASE's databases: the SQLite file (*.db) and the ASE-LMDB file (*.aselmdb) written by ASE itself
 // (tests/python/ase_db_write.py, in the torch venv, where ase and ase_db_backends live) read to
-// the same frames as the extended XYZ they came from; bad files end in errors naming them. A
-// folder of .aselmdb files takes its atom counts from fairchem's metadata.npz, read by mlip's
-// .npz reader (tested here on NumPy's own files).
+// the same frames as the extended XYZ they came from; bad files end in errors naming them.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -11,12 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <optional>
-#include <string>
-#include <utility>
-#include <vector>
 
-#include "io_detail.h"
 #include "mlip/data/io.h"
 #include "mlip/error.h"
 #include "support/error_of.h"
@@ -59,7 +52,7 @@ TEST_F(AseDatabases, ReadTheFramesOfTheExtendedXyzTheyCameFrom) {
   expect_same_frames(xyz, read_aselmdb(path("frames.aselmdb")));
   expect_same_frames(xyz, read_aselmdb(path("nested.aselmdb")));
   // By index (the trainer's streaming, test, deviation): the same frames, in any order.
-  for (const char* name : {"frames.db", "frames.aselmdb", "nested.aselmdb"}) {
+  for (const char* name : {"frames.db", "frames.aselmdb"}) {
     const std::unique_ptr<FrameReader> by_index = open_frame_reader(path(name));
     ASSERT_TRUE(by_index) << name;
     std::vector<Structure> got(by_index->size());
@@ -67,7 +60,7 @@ TEST_F(AseDatabases, ReadTheFramesOfTheExtendedXyzTheyCameFrom) {
     expect_same_frames(xyz, got);
     std::vector<uint32_t> sizes;
     for (const Structure& s : xyz) sizes.push_back(static_cast<uint32_t>(s.size()));
-    EXPECT_EQ(by_index->atom_counts(), sizes) << name;   // .db: its natoms column; .aselmdb: the rows' starts
+    EXPECT_EQ(by_index->atom_counts(), sizes) << name;   // .db: its natoms column
   }
   // A folder of them, as fairchem ships its data sets: the files in name order, as one source.
   fs::create_directories(path("folder"));
@@ -99,9 +92,6 @@ TEST_F(AseDatabases, ReadTheFramesOfTheExtendedXyzTheyCameFrom) {
 TEST_F(AseDatabases, BadFilesGiveErrorsThatNameThem) {
   const std::string row = error_of([&] { read_aselmdb(path("corrupt.aselmdb")); });
   EXPECT_TRUE(has(row, "corrupt.aselmdb: row 2") && has(row, "not zlib")) << row;
-  // Its atom count, where the row's start cannot be read, comes from reading the frame: the same error.
-  const std::string count = error_of([&] { open_frame_reader(path("corrupt.aselmdb"))->atoms(1); });
-  EXPECT_TRUE(has(count, "corrupt.aselmdb: row 2") && has(count, "not zlib")) << count;
   std::ofstream(path("garbage.db")) << "this is not a database, only some text that is long enough to be read";
   const std::string db = error_of([&] { read_ase_db(path("garbage.db")); });
   EXPECT_TRUE(has(db, "garbage.db") && (has(db, "not an ASE database") || has(db, "cannot open"))) << db;
@@ -124,59 +114,6 @@ TEST_F(AseDatabases, BadFilesGiveErrorsThatNameThem) {
                          std::to_string(n) + " atoms")) << e;
   EXPECT_EQ(r->atoms(2), read_extxyz(path("frames.xyz")).at(2).size());
   EXPECT_NO_THROW(r->frame(2));
-}
-
-TEST_F(AseDatabases, AFolderTakesItsAtomCountsFromFairchemsMetadata) {
-  const std::vector<Structure> xyz = read_extxyz(path("frames.xyz"));
-  // data.2 (frames 0-2) comes before data.10 (frames 3-6) in number order; metadata.npz lists
-  // data.10's first, in Python's name order.
-  const std::unique_ptr<FrameReader> r = open_frame_reader(path("fairchem"));
-  ASSERT_EQ(r->size(), xyz.size());
-  std::vector<uint32_t> want;
-  for (const Structure& s : xyz) want.push_back(static_cast<uint32_t>(s.size()));
-  EXPECT_EQ(r->atom_counts(), want);
-  std::vector<Structure> got(xyz.size());
-  for (std::size_t k = 0; k < got.size(); ++k) got[k] = r->frame(k);
-  expect_same_frames(xyz, got);
-  // Without it, the same counts from the rows.
-  fs::rename(path("fairchem/metadata.npz"), path("metadata.npz"));
-  EXPECT_EQ(open_frame_reader(path("fairchem"))->atom_counts(), want);
-  // Not of these files: a metadata.npz with more frames, and one without natoms.
-  fs::copy_file(path("npz/int64.npz"), path("fairchem/metadata.npz"));
-  std::string e = error_of([&] { open_frame_reader(path("fairchem"))->atom_counts(); });
-  EXPECT_TRUE(has(e, "fairchem/metadata.npz: natoms lists 4 frames, the folder's files hold 7")) << e;
-  fs::copy_file(path("npz/none.npz"), path("fairchem/metadata.npz"), fs::copy_options::overwrite_existing);
-  e = error_of([&] { open_frame_reader(path("fairchem"))->atom_counts(); });
-  EXPECT_TRUE(has(e, "fairchem/metadata.npz: no natoms array")) << e;
-}
-
-TEST_F(AseDatabases, NpzArraysReadAsNumPyWroteThem) {
-  using io_detail::read_npz_counts;
-  EXPECT_EQ(read_npz_counts(path("npz/int64.npz"), "natoms"), (std::vector<uint32_t>{3, 0, 7, 4294967295u}));
-  EXPECT_EQ(read_npz_counts(path("npz/uint16_deflated.npz"), "natoms"), (std::vector<uint32_t>{5, 65535, 1}));
-  EXPECT_EQ(read_npz_counts(path("npz/none.npz"), "natoms"), std::nullopt);
-  std::vector<uint32_t> large(300000);
-  for (std::size_t i = 0; i < large.size(); ++i) large[i] = static_cast<uint32_t>(i * 2654435761ull % 4294967296ull % 1000);
-  EXPECT_EQ(read_npz_counts(path("npz/large.npz"), "natoms"), large);            // stored, int32
-  EXPECT_EQ(read_npz_counts(path("npz/large_deflated.npz"), "natoms"), large);   // deflated, int64
-  const std::vector<std::pair<std::string, std::string>> bad = {
-      {"two_d", "natoms: an array of shape (2, 3), not one-dimensional"},
-      {"negative", "natoms: value 1 is not a count"},
-      {"too_large", "natoms: value 1 is not a count"},
-      {"floats", "natoms: an array of '<f8', not of little-endian integers"},
-      {"big_endian", "natoms: an array of '>i4', not of little-endian integers"},
-      {"damaged", "not a NumPy .npz file: natoms.npy: its CRC-32 does not match (damaged)"},
-      {"truncated", "not a NumPy .npz file: no end of central directory"},
-      {"text", "not a NumPy .npz file: no end of central directory"},
-  };
-  for (const auto& [name, message] : bad) {
-    const std::string file = path("npz/" + name + ".npz");
-    const std::string got = error_of([&] { read_npz_counts(file, "natoms"); });
-    EXPECT_TRUE(has(got, file + ": " + message) || has(got, file + ": not a NumPy")) << got;
-    EXPECT_TRUE(has(got, message)) << got;
-  }
-  const std::string absent = error_of([&] { read_npz_counts(path("npz/absent.npz"), "natoms"); });
-  EXPECT_TRUE(has(absent, "absent.npz: cannot open")) << absent;
 }
 
 }  // namespace

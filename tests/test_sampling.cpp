@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -268,31 +270,46 @@ TEST(Sampler, ByAtomsAnErrorOnAThreadReachesTheCaller) {
   }
 }
 
-TEST(ReaderSource, AFrameThatIsNotTheSizeItsCountSaidIsAnError) {
-  // A reader whose atom counts (as from a stale metadata.npz) are not its frames': batches by
-  // atoms were formed with them, so reading such a frame stops with an error naming it.
-  class Stale final : public mlip::FrameReader {
+TEST(ReaderSource, TheStatisticsPassKeepsTheAtomCountsAndThreadsShareThem) {
+  // A streamed source that is not a pack reads every frame once for its statistics; batches by
+  // atoms take the counts from that pass, not from another (atom_counts() is never asked), on
+  // any number of threads, and an error reading a frame reaches the caller.
+  class Counting final : public mlip::FrameReader {
    public:
-    std::size_t size() const override { return 3; }
+    explicit Counting(std::size_t bad = SIZE_MAX) : bad_(bad) {}
+    std::size_t size() const override { return 6000; }
     mlip::Structure frame(std::size_t i) const override {
+      ++reads;
+      if (i == bad_) throw mlip::Error("frames.aselmdb:frame " + std::to_string(i) + ": the row is not a JSON object (corrupt)");
       mlip::Structure s;
-      s.numbers = {8, 1};
-      s.positions = {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.96 + 0.01 * static_cast<double>(i)}};
-      s.origin = "stale:frame " + std::to_string(i);
+      s.numbers.assign(1 + i % 7, 1);
+      for (std::size_t a = 0; a < s.numbers.size(); ++a) s.positions.push_back({0.0, 0.0, 0.8 * static_cast<double>(a)});
       return s;
     }
-    std::vector<uint32_t> atom_counts() const override { return {2, 3, 2}; }
+    std::vector<uint32_t> atom_counts() const override { throw std::logic_error("the counts come from the pass"); }
+    mutable std::atomic<std::size_t> reads = 0;
+
+   private:
+    std::size_t bad_;
   };
-  const auto source = mlip::trainer::reader_source(std::make_unique<Stale>(), "folder", 1.0, 5.0);
-  std::vector<mlip::Frame> storage;
-  EXPECT_NO_THROW(source->frames({1}, storage));   // counts not asked for: nothing to check against
-  EXPECT_EQ(source->atoms(1), 3);
-  EXPECT_NO_THROW(source->frames({0, 2}, storage));
-  try {
-    source->frames({1}, storage);
-    FAIL() << "no error";
-  } catch (const mlip::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("folder: frame 1 has 2 atoms, where the atom counts read at start said 3"),
-              std::string::npos) << e.what();
+  auto reader = std::make_unique<Counting>();
+  const Counting& counting = *reader;
+  const auto source = mlip::trainer::reader_source(std::move(reader), 1.0, 5.0);
+  EXPECT_EQ(source->stats().atoms, 6000u / 7 * 28 + 6000 % 7 * (6000 % 7 + 1) / 2);
+  for (std::size_t i = 0; i < source->size(); i += 997) EXPECT_EQ(source->atoms(i), static_cast<int64_t>(1 + i % 7));
+  const Sampler one(*source, 1, 20, 3, 1), two(*source, 1, 20, 3, 2);
+  EXPECT_EQ(one.epoch_batches(0).starts, two.epoch_batches(0).starts);
+  EXPECT_EQ(counting.reads.load(), 6000u);   // one pass, for both
+
+  // Asked for the counts first, on threads: the pass runs once, and its error comes back.
+  const auto broken = mlip::trainer::reader_source(std::make_unique<Counting>(4321), 1.0, 5.0);
+  const Sampler threads(*broken, 1, 20, 3, 4);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      threads.epoch_batches(0);
+      FAIL() << "no error";
+    } catch (const mlip::Error& e) {
+      EXPECT_STREQ(e.what(), "frames.aselmdb:frame 4321: the row is not a JSON object (corrupt)");
+    }
   }
 }

@@ -2,9 +2,7 @@
 (tests/test_io_ase_db.cpp): DIR/frames.xyz (ase.io.write, extended XYZ), DIR/frames.db (ase.db,
 SQLite) and DIR/frames.aselmdb (ase_db_backends.aselmdb, the ASE-LMDB of fairchem's data sets),
 plus DIR/nested.aselmdb (the same rows as plain nested lists, as fairchem-core's own writer
-stores them) and DIR/corrupt.aselmdb (its second row is not zlib data); DIR/fairchem/, a folder
-of two .aselmdb files with the metadata.npz of fairchem's make_lmdb_sizes.py; and DIR/npz/,
-NumPy .npz files good and bad for mlip's reader of them.
+stores them) and DIR/corrupt.aselmdb (its second row is not zlib data).
 
     ase_db_write.py DIR ETHANOL_XYZ
 
@@ -86,39 +84,4 @@ env = lmdb.open(corrupt, subdir=False, lock=False)
 with env.begin(write=True) as txn:
     txn.put(b"2", b"these bytes are not zlib data")
 env.close()
-
-# fairchem's layout: a folder of .aselmdb files and the metadata.npz that make_lmdb_sizes.py
-# writes (natoms of every frame, int64, the files in Python's sorted order). The names make
-# number order (data.2 before data.10) and name order differ, and the two files differ.
-folder = os.path.join(out, "fairchem")
-os.makedirs(folder)
-parts = {"data.2.aselmdb": frames[:3], "data.10.aselmdb": frames[3:]}
-for name, part in parts.items():
-    db = LMDBDatabase(os.path.join(folder, name))
-    for atoms in part:
-        db.write(atoms, **({"weight": atoms.info["weight"]} if "weight" in atoms.info else {}))
-    db.close()
-natoms = np.array([len(atoms) for name in sorted(parts) for atoms in parts[name]], dtype=np.int64)
-np.savez(os.path.join(folder, "metadata.npz"), natoms=natoms, neighbors=natoms * 12)
-
-# .npz files for the reader: stored (np.savez) and deflated (np.savez_compressed), several
-# integer types, large enough for several reads, and wrong in each way it checks.
-npz = os.path.join(out, "npz")
-os.makedirs(npz)
-large = (np.arange(300000, dtype=np.int64) * 2654435761) % 2**32 % 1000   # little to deflate
-np.savez(os.path.join(npz, "int64.npz"), other=np.zeros(3), natoms=np.array([3, 0, 7, 2**32 - 1], dtype=np.int64))
-np.savez_compressed(os.path.join(npz, "uint16_deflated.npz"), natoms=np.array([5, 65535, 1], dtype=np.uint16))
-np.savez(os.path.join(npz, "large.npz"), natoms=large.astype(np.int32))
-np.savez_compressed(os.path.join(npz, "large_deflated.npz"), natoms=large.astype(np.int64))
-np.savez(os.path.join(npz, "none.npz"), other=np.arange(3))
-np.savez(os.path.join(npz, "two_d.npz"), natoms=np.ones((2, 3), dtype=np.int64))
-np.savez(os.path.join(npz, "negative.npz"), natoms=np.array([4, -1], dtype=np.int32))
-np.savez(os.path.join(npz, "too_large.npz"), natoms=np.array([4, 2**32], dtype=np.int64))
-np.savez(os.path.join(npz, "floats.npz"), natoms=np.array([4.0, 5.0]))
-np.savez(os.path.join(npz, "big_endian.npz"), natoms=np.array([4, 5], dtype=">i4"))
-good = open(os.path.join(npz, "large.npz"), "rb").read()
-at = good.index(b"\x93NUMPY") + 1000    # a byte of the array's data
-open(os.path.join(npz, "damaged.npz"), "wb").write(good[:at] + bytes([good[at] ^ 1]) + good[at + 1:])
-open(os.path.join(npz, "truncated.npz"), "wb").write(good[: len(good) // 2])
-open(os.path.join(npz, "text.npz"), "w").write("not a zip archive at all")
-print(f"wrote {len(frames)} frames into {out}/frames.xyz, frames.db, frames.aselmdb, and fairchem/, npz/")
+print(f"wrote {len(frames)} frames into {out}/frames.xyz, frames.db, frames.aselmdb")

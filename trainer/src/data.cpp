@@ -2,6 +2,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <system_error>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -52,7 +53,7 @@ std::shared_ptr<FrameSource> open_source(const DataSource& src, double cutoff, c
     read.units = src.units;
     std::unique_ptr<FrameReader> reader = open_frame_reader(src.path, src.format, read);
     if (reader) {
-      auto source = reader_source(std::move(reader), src.path, src.weight, cutoff);
+      auto source = reader_source(std::move(reader), src.weight, cutoff);
       log(fmt::format("data: {}: {} frames, streamed (read by index; statistics from one pass)", src.path, source->size()));
       return source;
     }
@@ -121,25 +122,35 @@ namespace {
 
 // out[k] = frames.atoms(order(first + k)) for every k, on `threads` threads, each a contiguous
 // range. The entries are independent: each thread's lookups overlap in memory, where one loop
-// that also forms the batches would wait on each in turn. The first exception is rethrown.
+// that also forms the batches would wait on each in turn. The first entry is looked up here
+// first, so that a source reading its counts on first use does so on this thread; where a thread
+// cannot be started, this one takes its range. The first error, in entry order, is rethrown.
 void atoms_in_order(const FrameSource& frames, const Permutation& order, uint64_t first, std::vector<uint32_t>& out,
                     int threads) {
   const auto fill = [&](std::size_t a, std::size_t b) {
     for (std::size_t k = a; k < b; ++k) out[k] = static_cast<uint32_t>(frames.atoms(order(first + k)));
   };
   const std::size_t n = out.size();
-  if (threads <= 1 || n < 4096) return fill(0, n);
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(threads));
+  if (n == 0) return;
+  fill(0, 1);
+  const auto parts = static_cast<std::size_t>(n < 4096 ? 1 : std::max(1, threads));
+  const auto range = [&](std::size_t t) { return std::pair{std::max<std::size_t>(1, n * t / parts), n * (t + 1) / parts}; };
+  std::vector<std::exception_ptr> errors(parts);
+  const auto run = [&](std::size_t t) {
+    try {
+      fill(range(t).first, range(t).second);
+    } catch (...) {
+      errors[t] = std::current_exception();
+    }
+  };
   std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      try {
-        fill(n * t / threads, n * (t + 1) / threads);
-      } catch (...) {
-        errors[t] = std::current_exception();
-      }
-    });
+  std::size_t started = 1;
+  try {
+    for (; started < parts; ++started) pool.emplace_back(run, started);
+  } catch (const std::system_error&) {   // no more threads: the rest run here
   }
+  run(0);
+  for (std::size_t t = started; t < parts; ++t) run(t);
   for (std::thread& th : pool) th.join();
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);

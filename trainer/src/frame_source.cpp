@@ -47,32 +47,28 @@ class MemorySource final : public FrameSource {
 // databases). Statistics: given (a pack's manifest), or one pass when first asked for.
 class ReaderSource final : public FrameSource {
  public:
-  ReaderSource(std::unique_ptr<FrameReader> reader, std::string name, double weight, double cutoff,
-               std::optional<PackStats> stats)
-      : reader_(std::move(reader)), name_(std::move(name)), weight_(weight), cutoff_(cutoff), stats_(std::move(stats)) {}
+  ReaderSource(std::unique_ptr<FrameReader> reader, double weight, double cutoff, std::optional<PackStats> stats)
+      : reader_(std::move(reader)), weight_(weight), cutoff_(cutoff), stats_(std::move(stats)) {}
   std::size_t size() const override { return reader_->size(); }
   int64_t atoms(std::size_t i) const override {
-    // Read once, on first use (batches by atoms need every frame's count each epoch): 4 bytes a
-    // frame, from a pack's index (one read a shard), fairchem's metadata.npz, or the frames.
-    std::call_once(atoms_once_, [this] {
-      atoms_ = reader_->atom_counts();
-      have_atoms_.store(true, std::memory_order_release);
-    });
+    // Batches by atoms need every frame's count each epoch: 4 bytes a frame, kept from the pass
+    // of the statistics where there is one, else (a pack) read from the indexes on first use.
+    // A mutex, not std::call_once: threads ask at once, and the read may throw.
+    if (!have_atoms_.load(std::memory_order_acquire)) {
+      const std::lock_guard<std::mutex> lock(atoms_mutex_);
+      if (!have_atoms_.load(std::memory_order_relaxed)) stats();   // its pass keeps them
+      if (!have_atoms_.load(std::memory_order_relaxed)) {
+        atoms_ = reader_->atom_counts();
+        have_atoms_.store(true, std::memory_order_release);
+      }
+    }
     return atoms_.at(i);
   }
   std::vector<const Frame*> frames(const std::vector<int64_t>& idx, std::vector<Frame>& storage) const override {
     storage.clear();
     storage.reserve(idx.size());
-    const bool check = have_atoms_.load(std::memory_order_acquire);
     for (const int64_t i : idx) {
       Structure s = reader_->frame(static_cast<std::size_t>(i));
-      if (check && s.size() != atoms_.at(static_cast<std::size_t>(i))) {
-        // Batches by atoms were formed with counts that are not these frames' (a stale
-        // metadata.npz beside .aselmdb files, say).
-        throw Error(name_ + ": frame " + std::to_string(i) + " has " + std::to_string(s.size()) +
-                    " atoms, where the atom counts read at start said " + std::to_string(atoms_.at(static_cast<std::size_t>(i))) +
-                    " (they are not of these frames: for a folder of .aselmdb files, write its metadata.npz again or remove it)");
-      }
       s.weight *= weight_;
       storage.push_back(make_frame(std::move(s), cutoff_));
     }
@@ -83,8 +79,17 @@ class ReaderSource final : public FrameSource {
   const PackStats& stats() const override {
     std::call_once(stats_once_, [this] {
       if (stats_) return;
-      stats_.emplace();
-      stats_->add_each(0, reader_->size(), [this](std::size_t i) { return reader_->frame(i); });
+      // One pass over the frames: their statistics, and their atom counts on the way.
+      std::vector<uint32_t> atoms(reader_->size());
+      PackStats st;
+      st.add_each(0, reader_->size(), [&](std::size_t i) {
+        Structure s = reader_->frame(i);
+        atoms[i] = static_cast<uint32_t>(s.size());
+        return s;
+      });
+      stats_ = std::move(st);
+      atoms_ = std::move(atoms);
+      have_atoms_.store(true, std::memory_order_release);
     });
     return *stats_;
   }
@@ -92,11 +97,10 @@ class ReaderSource final : public FrameSource {
 
  private:
   std::unique_ptr<FrameReader> reader_;
-  std::string name_;
   double weight_, cutoff_;
   mutable std::once_flag stats_once_;
   mutable std::optional<PackStats> stats_;
-  mutable std::once_flag atoms_once_;
+  mutable std::mutex atoms_mutex_;
   mutable std::vector<uint32_t> atoms_;
   mutable std::atomic<bool> have_atoms_ = false;
 };
@@ -194,12 +198,11 @@ std::shared_ptr<FrameSource> memory_source(std::vector<Frame> frames) {
 std::shared_ptr<FrameSource> pack_source(const std::string& dir, double weight, double cutoff) {
   auto reader = std::make_unique<PackReader>(dir);
   PackStats stats = reader->manifest().stats;
-  return std::make_shared<ReaderSource>(std::move(reader), dir, weight, cutoff, std::move(stats));
+  return std::make_shared<ReaderSource>(std::move(reader), weight, cutoff, std::move(stats));
 }
 
-std::shared_ptr<FrameSource> reader_source(std::unique_ptr<FrameReader> reader, const std::string& name, double weight,
-                                           double cutoff) {
-  return std::make_shared<ReaderSource>(std::move(reader), name, weight, cutoff, std::nullopt);
+std::shared_ptr<FrameSource> reader_source(std::unique_ptr<FrameReader> reader, double weight, double cutoff) {
+  return std::make_shared<ReaderSource>(std::move(reader), weight, cutoff, std::nullopt);
 }
 
 std::shared_ptr<FrameSource> concat_sources(std::vector<std::shared_ptr<FrameSource>> parts) {

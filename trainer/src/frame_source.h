@@ -21,7 +21,8 @@ class FrameSource {
  public:
   virtual ~FrameSource() = default;
   virtual std::size_t size() const = 0;
-  /// Atoms of frame i (a pack: from its index, all read on first use). Safe from several threads.
+  /// Atoms of frame i (a pack: from its index, all read on first use; other streamed sources:
+  /// kept from their statistics pass). Safe from several threads.
   virtual int64_t atoms(std::size_t i) const = 0;
   /// Frames `idx`, in order: pointers into the source where it holds them, else into `storage`
   /// (cleared and filled here; it must outlive the pointers). Safe from several threads.
@@ -41,11 +42,9 @@ std::shared_ptr<FrameSource> pack_source(const std::string& dir, double weight, 
 
 /// Frames read one at a time from `reader` (extended XYZ by its offset index, ASE databases),
 /// each frame's weight multiplied by `weight` and its neighbour list built for `cutoff`. The
-/// statistics take one pass over the frames when first asked for (in blocks: bounded memory).
-/// Once atom counts were asked for, each frame read is checked against its count (errors name
-/// `name`).
-std::shared_ptr<FrameSource> reader_source(std::unique_ptr<FrameReader> reader, const std::string& name, double weight,
-                                           double cutoff);
+/// statistics take one pass over the frames when first asked for (in blocks: bounded memory),
+/// which keeps their atom counts too (4 bytes a frame).
+std::shared_ptr<FrameSource> reader_source(std::unique_ptr<FrameReader> reader, double weight, double cutoff);
 
 /// Sources one after the other.
 std::shared_ptr<FrameSource> concat_sources(std::vector<std::shared_ptr<FrameSource>> parts);

@@ -8,11 +8,9 @@
 #include <cstring>
 #include <filesystem>
 #include <iterator>
-#include <numeric>
 #include <mutex>
 #include <optional>
 #include <tuple>
-#include <utility>
 
 #include <lmdb.h>
 #include <nlohmann/json.hpp>
@@ -195,96 +193,6 @@ std::string inflate_row(const MDB_val& v, const std::string& where) {
   return out;
 }
 
-// A row's atom count from the start of its JSON alone: the length of its top-level "numbers",
-// given as ASE's {"__ndarray__": [[n], dtype, [...]]} (the shape is read) or as a plain list
-// (fairchem-core's writer: its entries are counted). A SAX reader that stops once it knows.
-class NumbersCount final : public nlohmann::json_sax<json> {
- public:
-  std::optional<std::size_t> count;   // set once known: the parse stops there
-  bool null() override { return value(); }
-  bool boolean(bool) override { return value(); }
-  bool number_integer(number_integer_t v) override { return integer(v); }
-  bool number_unsigned(number_unsigned_t v) override { return integer(static_cast<number_integer_t>(v)); }
-  bool number_float(number_float_t, const string_t&) override { return value(); }
-  bool string(string_t&) override { return value(); }
-  bool binary(binary_t&) override { return value(); }
-  bool key(string_t& k) override {
-    if (depth_ == 1 && k == "numbers") state_ = kValue;
-    return true;
-  }
-  bool start_object(std::size_t) override {
-    ++depth_;
-    if (state_ == kValue) state_ = kNdarray;
-    return true;
-  }
-  bool end_object() override { return --depth_, true; }
-  bool start_array(std::size_t) override {
-    ++depth_;
-    if (state_ == kValue) {
-      state_ = kList;
-      list_depth_ = depth_;
-    } else if (state_ == kNdarray) {   // [[n], dtype, [...]]: the shape is the second array
-      if (++ndarray_arrays_ == 2) state_ = kShape;
-    }
-    return true;
-  }
-  bool end_array() override {
-    if (state_ == kList && depth_ == list_depth_) {   // the list's end: counted
-      count = entries_;
-      return false;
-    }
-    return --depth_, true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
-
- private:
-  bool value() {
-    if (state_ == kValue) state_ = kDone;   // "numbers" is not an array: leave it to frame()
-    if (state_ == kList && depth_ == list_depth_) ++entries_;
-    return state_ != kDone;
-  }
-  bool integer(number_integer_t v) {
-    if (state_ == kShape) {
-      if (v >= 0) count = static_cast<std::size_t>(v);
-      return false;
-    }
-    return value();
-  }
-  enum State { kLooking, kValue, kNdarray, kShape, kList, kDone };
-  State state_ = kLooking;
-  int depth_ = 0, list_depth_ = 0, ndarray_arrays_ = 0;
-  std::size_t entries_ = 0;
-};
-
-// A row's atom count, inflating and reading as little of it as that needs (a few hundred bytes
-// for ASE's rows, where "numbers" comes first); nullopt where it cannot be found that way.
-std::optional<std::size_t> row_atoms(const MDB_val& v) {
-  z_stream z{};
-  if (inflateInit(&z) != Z_OK) return std::nullopt;
-  z.next_in = static_cast<Bytef*>(v.mv_data);
-  z.avail_in = static_cast<uInt>(v.mv_size);
-  std::string text;
-  std::optional<std::size_t> out;
-  for (std::size_t piece = 1024; text.size() < kMaxRow; piece *= 4) {
-    const std::size_t had = text.size();
-    text.resize(had + piece);
-    z.next_out = reinterpret_cast<Bytef*>(text.data() + had);
-    z.avail_out = static_cast<uInt>(piece);
-    const int rc = ::inflate(&z, Z_NO_FLUSH);
-    text.resize(text.size() - z.avail_out);
-    if (rc != Z_OK && rc != Z_STREAM_END) break;
-    NumbersCount sax;
-    json::sax_parse(text, &sax);
-    if (sax.count) {
-      out = sax.count;
-      break;
-    }
-    if (rc == Z_STREAM_END) break;
-  }
-  inflateEnd(&z);
-  return out;
-}
-
 // Numbers of a JSON array, nested or flat (fairchem's writers store [[x, y, z], ...]), in order.
 template <typename T>
 void flatten_into(const json& v, std::vector<T>& out) {
@@ -402,30 +310,16 @@ class AselmdbFile final : public FrameReader {
   std::size_t size() const override { return rows_.size(); }
   Structure frame(std::size_t i) const override {
     const auto& [id, k] = rows_.at(i);
-    return with_row(i, [&](const MDB_val& value) {
-      return lmdb_row(inflate_row(value, path_ + ": row " + k), path_, i, id, options_);
-    });
-  }
-  /// From the start of the row (row_atoms); the whole frame where that does not find it.
-  std::size_t atoms(std::size_t i) const override {
-    const std::optional<std::size_t> n = with_row(i, [](const MDB_val& value) { return row_atoms(value); });
-    return n ? *n : frame(i).size();
-  }
-
- private:
-  // f(the value of row i), inside a read transaction of this call's own.
-  template <typename F>
-  auto with_row(std::size_t i, F&& f) const -> decltype(f(std::declval<const MDB_val&>())) {
-    const std::string& k = rows_.at(i).second;
     Lmdb l;
     check_lmdb(mdb_txn_begin(env_.env, nullptr, MDB_RDONLY, &l.txn), path_, "cannot read");
     MDB_dbi dbi;
     check_lmdb(mdb_dbi_open(l.txn, nullptr, 0, &dbi), path_, "cannot read");
     MDB_val key{k.size(), const_cast<char*>(k.data())}, value;
     check_lmdb(mdb_get(l.txn, dbi, &key, &value), path_, "row " + k);
-    return f(value);
+    return lmdb_row(inflate_row(value, path_ + ": row " + k), path_, i, id, options_);
   }
 
+ private:
   std::string path_;
   ReadOptions options_;
   Lmdb env_;
@@ -466,69 +360,15 @@ std::vector<Structure> read_aselmdb(const std::string& path, const ReadOptions& 
   return frames;
 }
 
-namespace {
-
-// A folder of .aselmdb files with the metadata.npz that fairchem's make_lmdb_sizes.py writes
-// beside them: its `natoms` lists every frame's atom count, the files taken in name order (as
-// Python sorts them). atom_counts() reads it, each time asked (nothing is held), instead of
-// every row; the frames themselves are read as before. The trainer checks each frame it reads
-// against the count it was given.
-class FairchemCounts final : public FrameReader {
- public:
-  FairchemCounts(std::unique_ptr<FrameReader> frames, std::string metadata, const std::vector<std::string>& files,
-                 std::vector<std::size_t> file_frames)
-      : frames_(std::move(frames)), metadata_(std::move(metadata)), files_(files), file_frames_(std::move(file_frames)) {}
-  std::size_t size() const override { return frames_->size(); }
-  Structure frame(std::size_t i) const override { return frames_->frame(i); }
-  std::vector<uint32_t> atom_counts() const override {
-    const auto natoms = io_detail::read_npz_counts(metadata_, "natoms");
-    if (!natoms) throw Error(metadata_ + ": no natoms array (remove the file, or write it again with fairchem's make_lmdb_sizes.py)");
-    if (natoms->size() != size()) {
-      throw Error(metadata_ + ": natoms lists " + std::to_string(natoms->size()) + " frames, the folder's files hold " +
-                  std::to_string(size()) + " (it is not of these files: write it again, or remove it)");
-    }
-    // natoms follows the files in Python's sorted order; the frames, the files in number order.
-    std::vector<std::size_t> by_name(files_.size());
-    std::iota(by_name.begin(), by_name.end(), 0);
-    std::sort(by_name.begin(), by_name.end(), [&](std::size_t a, std::size_t b) {
-      return std::filesystem::path(files_[a]).filename().string() < std::filesystem::path(files_[b]).filename().string();
-    });
-    std::vector<std::size_t> first(files_.size());
-    for (std::size_t k = 0, at = 0; k < files_.size(); ++k) {
-      first[by_name[k]] = at;
-      at += file_frames_[by_name[k]];
-    }
-    std::vector<uint32_t> out;
-    out.reserve(natoms->size());
-    for (std::size_t f = 0; f < files_.size(); ++f)
-      out.insert(out.end(), natoms->begin() + first[f], natoms->begin() + first[f] + file_frames_[f]);
-    return out;
-  }
-
- private:
-  std::unique_ptr<FrameReader> frames_;
-  std::string metadata_;
-  std::vector<std::string> files_;
-  std::vector<std::size_t> file_frames_;
-};
-
-}  // namespace
-
 std::unique_ptr<FrameReader> io_detail::open_ase_reader(const std::string& path, const std::string& format,
                                                         const ReadOptions& options) {
   if (format == "ase-db") return std::make_unique<AseDbFile>(path, options);
-  if (format != "aselmdb") return nullptr;
-  const std::vector<std::string> files = aselmdb_files(path);
-  std::vector<std::unique_ptr<FrameReader>> parts;
-  std::vector<std::size_t> sizes;
-  for (const std::string& file : files) {
-    parts.push_back(std::make_unique<AselmdbFile>(file, options));
-    sizes.push_back(parts.back()->size());
+  if (format == "aselmdb") {
+    std::vector<std::unique_ptr<FrameReader>> parts;
+    for (const std::string& file : aselmdb_files(path)) parts.push_back(std::make_unique<AselmdbFile>(file, options));
+    return parts.size() == 1 && parts.front() ? std::move(parts.front()) : concat_readers(std::move(parts), path);
   }
-  std::unique_ptr<FrameReader> all = parts.size() == 1 ? std::move(parts.front()) : concat_readers(std::move(parts), path);
-  const std::string metadata = (std::filesystem::path(path) / "metadata.npz").string();
-  if (!std::filesystem::is_directory(path) || !std::filesystem::is_regular_file(metadata)) return all;
-  return std::make_unique<FairchemCounts>(std::move(all), metadata, files, std::move(sizes));
+  return nullptr;
 }
 
 }  // namespace mlip

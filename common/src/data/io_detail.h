@@ -2,7 +2,6 @@
 #pragma once
 
 #include <array>
-#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
@@ -76,12 +75,6 @@ Structure to_structure(const RawFrame& r, const ReadOptions& options, const std:
 /// The regular files in `dir` (not below) whose extension is one of `extensions` (lowercase, with
 /// the dot; compared without case), in number order: train_2.h5 before train_10.h5.
 std::vector<std::string> data_files(const std::string& dir, std::initializer_list<std::string_view> extensions);
-
-/// The one-dimensional integer array `name` (e.g. "natoms") of a NumPy .npz file (np.savez or
-/// np.savez_compressed), as counts; nullopt where the file has no such array. Throws naming the
-/// file and array where it is not a zip of .npy files, is damaged (CRC-32), or the array is not
-/// of integers in [0, 2^32) (npz.cpp).
-std::optional<std::vector<uint32_t>> read_npz_counts(const std::string& path, const std::string& name);
 
 /// The frames of `parts`, one after the other (a folder of files read as one source, `name`).
 std::unique_ptr<FrameReader> concat_readers(std::vector<std::unique_ptr<FrameReader>> parts, const std::string& name);
