@@ -301,7 +301,8 @@ TEST(ReaderSource, TheStatisticsPassKeepsTheAtomCountsAndThreadsShareThem) {
   EXPECT_EQ(one.epoch_batches(0).starts, two.epoch_batches(0).starts);
   EXPECT_EQ(counting.reads.load(), 6000u);   // one pass, for both
 
-  // Asked for the counts first, on threads: the pass runs once, and its error comes back.
+  // Asked for the counts first, on threads: the pass runs on the calling thread, and its error
+  // comes back each time they are asked for.
   const auto broken = mlip::trainer::reader_source(std::make_unique<Counting>(4321), 1.0, 5.0);
   const Sampler threads(*broken, 1, 20, 3, 4);
   for (int attempt = 0; attempt < 2; ++attempt) {

@@ -343,7 +343,6 @@ ExtxyzFile::ExtxyzFile(const std::string& path, const ReadOptions& options) : pa
         }
         offsets_.push_back(offset + at);
         lines_.push_back(line);
-        atoms_.push_back(static_cast<uint32_t>(std::min<long long>(n, UINT32_MAX)));
         skip = n + 1;
       }
       ++line;
@@ -369,11 +368,6 @@ ExtxyzFile::ExtxyzFile(const std::string& path, const ReadOptions& options) : pa
   }
   if (offsets_.empty()) throw Error(path + ": no frames");
   offsets_.push_back(offset);
-}
-
-std::size_t ExtxyzFile::atoms(std::size_t i) const {
-  if (i >= atoms_.size()) throw Error(path_ + ": no frame " + std::to_string(i));
-  return atoms_[i];
 }
 
 Structure ExtxyzFile::frame(std::size_t i) const {

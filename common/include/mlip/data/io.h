@@ -165,22 +165,19 @@ class FrameReader {
 };
 
 /// Extended XYZ by an offset index: one pass over the file at construction that parses only each
-/// frame's atom-count line (the byte offsets, first lines and atom counts of the frames: 20 bytes a frame),
+/// frame's atom-count line (the byte offsets and first lines of the frames: 16 bytes a frame),
 /// then frame(i) reads and parses frame i alone, as read_extxyz would.
 class ExtxyzFile final : public FrameReader {
  public:
   ExtxyzFile(const std::string& path, const ReadOptions& options);
   std::size_t size() const override { return offsets_.size() - 1; }
   Structure frame(std::size_t i) const override;
-  /// From its atom-count line (frame(i) checks the atom lines against it).
-  std::size_t atoms(std::size_t i) const override;
 
  private:
   std::string path_;
   ReadOptions options_;
   std::vector<uint64_t> offsets_;   // of each frame's first line; the last: the end of the last frame
   std::vector<std::size_t> lines_;  // each frame's first line (0-based)
-  std::vector<uint32_t> atoms_;     // each frame's atom count
 };
 
 /// A reader by index of `path` where its format allows one: a pack (PackReader, mlip/data/pack.h;
