@@ -22,7 +22,9 @@
 # model's training), SKIP (20), SMALL_RUNS ("memory streamed streamed-noprefetch": the small
 # set's runs, in this order each repeat; also "memory-unbound streamed-unbound": under
 # `mpirun --bind-to none`, where Open MPI's default binds the rank to one core, which its prefetch
-# thread then shares with its training thread), REPEATS (3: the training runs,
+# thread then shares with its training thread; also "paired": memory and streamed at the same time,
+# each process held to a core of its own by taskset (the cores swap each repeat), so that both
+# see the same state of the machine over the same minute), REPEATS (3: the training runs,
 # round-robin), RANKS ("1 2": the big set's runs), SET (where the generated data and packs go;
 # default: the work folder, removed at exit unless KEEP=1; needs about 2.1 x 10 GB free).
 # Results: benchmarks/results/bench_stream/<date>-<commit>/: pack.tsv, train.tsv, logs/.
@@ -78,13 +80,15 @@ fi
 
 # train NAME RANKS DATA [ARG...]: one run; its row into train.tsv
 table=train row set mode ranks repeat frames first_step_s frames_per_s peak_rss_mib
+# (set `core` to run it under taskset -c $core, with mpirun --bind-to none)
 train() {
   local name=$1 ranks=$2 data=$3 log=train-$1-$2-r$rep.log
   shift 3
-  rm -rf "$work/run"
-  timed "$log" mpirun --oversubscribe ${bind:+--bind-to "$bind"} -np "$ranks" "$trainer" train "$src/examples/configs/water-se_e2_a.yaml" \
+  rm -rf "$work/run-$name"
+  timed "$log" ${core:+taskset -c "$core"} mpirun --oversubscribe ${bind:+--bind-to "$bind"} -np "$ranks" "$trainer" train \
+    "$src/examples/configs/water-se_e2_a.yaml" \
     --threads 1 --set training.max_minutes="$MINUTES" --set training.epochs=1000000 --set output.log_every=1 \
-    --set output.dir="$work/run" --set data.cache_dir="$work/cache" --set "data.train=[$data]" \
+    --set output.dir="$work/run-$name" --set data.cache_dir="$work/cache" --set "data.train=[$data]" \
     --set "data.validation=[$SET/valid.pack]" "$@" || { tail -20 "$log" >&2; exit 1; }
   keep_log "$log"
   awk -v skip="$SKIP" -v set="${name%%-*}" -v mode="${name#*-}" -v ranks="$ranks" -v rep="$rep" '
@@ -103,6 +107,16 @@ for rep in $(seq "$REPEATS"); do
       streamed-noprefetch) train small-streamed-noprefetch 1 "$SET/small.pack" --set data.prefetch=0 ;;
       memory-unbound) bind=none train small-memory-unbound 1 "{path: $SET/small, format: deepmd}" ;;
       streamed-unbound) bind=none train small-streamed-unbound 1 "$SET/small.pack" ;;
+      paired)
+        a=$((rep % 2)) b=$((1 - rep % 2))
+        bind=none core=$a train small-memory-paired 1 "{path: $SET/small, format: deepmd}" &
+        p1=$!
+        bind=none core=$b train small-streamed-paired 1 "$SET/small.pack" &
+        p2=$!
+        rc=0
+        wait $p1 || rc=1
+        wait $p2 || rc=1
+        ((rc == 0)) || exit 1 ;;
       *) echo "bench_stream.sh: SMALL_RUNS: unknown run '$mode'" >&2; exit 1 ;;
     esac
   done

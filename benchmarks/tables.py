@@ -320,7 +320,7 @@ def stream_train(run):
     rows = read_tsv(run / "train.tsv")
     for r in rows:
         r["label"] = (f"{'the big set' if r['set'] == 'big' else 'the small set'} ({int(r['frames']):,} frames), "
-                      f"{r['mode'].replace('-noprefetch', ' (data.prefetch 0)').replace('-unbound', ' (mpirun --bind-to none)')}, "
+                      f"{r['mode'].replace('-noprefetch', ' (data.prefetch 0)').replace('-unbound', ' (mpirun --bind-to none)').replace('-paired', ' (paired: both at once, a core each)')}, "
                       f"{r['ranks']} rank{'s' if r['ranks'] != '1' else ''}")
     out = ["| run | frames/s | first step (s) | peak RSS per rank (MiB) |", "|---|---|---|---|"]
     out += summary_rows(rows, lambda r: (r["label"],), (("frames_per_s", 3), ("first_step_s", 2), ("peak_rss_mib", 4)))
