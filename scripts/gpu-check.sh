@@ -15,6 +15,8 @@
 #   md         MD us/atom-step at 10k and 100k water atoms, with and without cuda_graph yes, and
 #              the peak GPU memory of each run (benchmarks/bench_pair.sh)
 #   train_gpu  the trainer's GPU test (resume, data on the device, GPU = CPU in float64)
+#   stream     training streamed from a pack against the same frames in memory, on the CPUs (pairs
+#              at once, a core each) and on the GPU
 #   pair_np2   PairMLIPGpu.* on 2 ranks sharing the GPU
 #   md_more    compressed se_e2_a, float32 and PaiNN at 10k atoms
 #   md_1m      100k and about a million atoms, chunked (32768 atoms per model call)
@@ -195,6 +197,7 @@ stage_env() {
   record "torch: $(timeout 120 "$py" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "GPUs", torch.cuda.device_count())' 2>&1 | tail -1)"
   record "compiler: $(c++ --version 2>/dev/null | head -1 || echo 'none'); ninja $(ninja --version 2>/dev/null || echo 'none'); nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo 'none')"
   record "machine: $(getconf _NPROCESSORS_ONLN) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"), glibc $(ldd --version 2>/dev/null | head -1 | grep -Eo '[0-9.]+$')"
+  record "virtualisation: $(grep -m1 -qw hypervisor /proc/cpuinfo && echo 'a guest (cpuinfo: hypervisor)' || echo 'no hypervisor flag'); kernel $(uname -r); $(grep -o 'nested_pvm=[^ ]*' /proc/cmdline 2>/dev/null || echo 'no nested_pvm')"
   record "mode: $([[ $dry == 1 ]] && echo 'dry run (CPU, small sizes)' || echo GPU); budget $budget s; sources $digest"
   [[ -n $torch_lib ]]
 }
@@ -449,6 +452,71 @@ stage_train_gpu() {
   return $rc
 }
 
+# Streaming from a pack against the same frames in memory (issue 37: within 5% in steady state):
+# data/water-deepmd (320 frames) in memory and as a pack, examples/configs/water-se_e2_a.yaml.
+#   CPU: PAIRS pairs at once, every process on a core of its own (1 thread), memory on the even
+#        cores of half the pairs and on the odd cores of the others, so both paths see the same
+#        state of the machine over the same seconds;
+#   GPU: memory, streamed, memory, streamed, one at a time.
+# frames/s: the median of each run's per-epoch "throughput" lines after its first epoch.
+# stream_run NAME SECONDS DEVICE DATA [CORE]: one training run of SECONDS, held to CORE if given
+# (by python3's sched_setaffinity: taskset is not assumed)
+stream_run() {
+  local name=$1 seconds=$2 device=$3 data=$4 core=${5:-} pin=() extra=()
+  # dry run: 32 of the 320 frames (the rest held out), so that a run of seconds has epochs
+  [[ $dry == 1 ]] && extra=(--set data.validation_fraction=0.9)
+  [[ -n $core ]] && pin=("$py" -c 'import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); os.execvp(sys.argv[2], sys.argv[2:])' "$core")
+  rm -rf "$build/stream/$name"
+  run_logged "stream-$name" $((seconds + 60)) "${pin[@]}" "$build/bin/mlip-trainer" train \
+    "$repo/examples/configs/water-se_e2_a.yaml" --threads 1 --set training.device="$device" \
+    --set training.max_minutes="$(awk -v s="$seconds" 'BEGIN { print s / 60 }')" --set training.epochs=100000 \
+    --set output.dir="$build/stream/$name" --set data.cache_dir="$build/cache" --set output.log_every=0 \
+    --set "data.train=[$data]" "${extra[@]}"
+}
+stream_rate() {  # stream_rate NAME: the run's median throughput after its first epoch (none: nothing)
+  awk '/throughput/ { if (n++ > 0) print $2 }' "$logs/stream-$1.log" | sort -g |
+    awk '{ r[NR] = $1 } END { if (NR > 0) print (NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2) }'
+}
+stream_medians() {  # stream_medians NAME...: "median (min-max, N runs)" over the runs with a figure
+  local n
+  for n in "$@"; do stream_rate "$n"; done | sort -g | awk -v want=$# '{ r[NR] = $1 } END {
+    if (NR == 0) { printf "no figure (0 of %d runs)", want; exit }
+    m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2; printf "%.2f (%.2f-%.2f, %d runs)", m, r[1], r[NR], NR }'
+}
+stream_gap() {  # stream_gap MEMORY STREAMED: how far streaming trails, in percent
+  awk -v m="${1%% *}" -v s="${2%% *}" 'BEGIN { if (m + 0 > 0 && s + 0 > 0) printf "%.1f%%", 100 * (m - s) / m; else printf "?" }'
+}
+stage_stream() {
+  local cores pairs seconds=40 gpu_seconds=20 device=cuda i rc=0 pids=() mem=() str=()
+  cores=$(getconf _NPROCESSORS_ONLN)
+  pairs=$((cores / 2 < 4 ? cores / 2 : 4))
+  ((pairs < 1)) && pairs=1
+  [[ $dry == 1 ]] && seconds=12 gpu_seconds=6 device=cpu pairs=1
+  mkdir -p "$build/stream"
+  rm -rf "$build/stream/water.pack"
+  run_logged stream-pack 60 "$build/bin/mlip-trainer" pack "$repo/data/water-deepmd" -o "$build/stream/water.pack" || return 1
+  local pack=$build/stream/water.pack memory="{path: $repo/data/water-deepmd}"
+  for ((i = 0; i < pairs; ++i)); do
+    local a=$((2 * i + i % 2)) b=$((2 * i + 1 - i % 2))
+    stream_run "cpu-memory-$i" $seconds cpu "$memory" $a &
+    pids+=($!)
+    stream_run "cpu-streamed-$i" $seconds cpu "$pack" $b &
+    pids+=($!)
+    mem+=("cpu-memory-$i") str+=("cpu-streamed-$i")
+  done
+  for i in "${pids[@]}"; do wait "$i" || rc=1; done
+  local m s
+  m=$(stream_medians "${mem[@]}") s=$(stream_medians "${str[@]}")
+  record "streaming, CPU, $pairs pair(s) at once, a core each: memory $m, streamed $s frames/s: streamed trails by $(stream_gap "$m" "$s")"
+  for i in 1 2; do
+    stream_run "$device-memory-$i" $gpu_seconds "$device" "$memory" || rc=1
+    stream_run "$device-streamed-$i" $gpu_seconds "$device" "$pack" || rc=1
+  done
+  m=$(stream_medians "$device-memory-1" "$device-memory-2") s=$(stream_medians "$device-streamed-1" "$device-streamed-2")
+  record "streaming, $device, taking turns: memory $m, streamed $s frames/s: streamed trails by $(stream_gap "$m" "$s")"
+  return $rc
+}
+
 #---------------------------------------------------------------------------------------------------
 main() {
   if [[ ${MLIP_GPU_CHECK_FRESH:-0} == 1 ]]; then
@@ -473,6 +541,7 @@ main() {
   stage train 40 stage_train
   stage md 60 stage_md
   stage train_gpu 40 stage_train_gpu
+  stage stream 150 stage_stream
   stage pair_np2 30 stage_pair_np2
   stage md_more 40 stage_md_more
   stage md_1m 60 stage_md_1m

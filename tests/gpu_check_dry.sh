@@ -24,11 +24,11 @@ check() {  # check FILE REGEX WHAT
     fail=1
   fi
 }
-for s in env build device pair_np1 train md train_gpu pair_np2 md_more md_1m; do
+for s in env build device pair_np1 train md train_gpu stream pair_np2 md_more md_1m; do
   check "$out/stages.txt" "^$s +[0-9]+ s" "stage $s ran"
 done
 if grep -q skipped "$out/stages.txt"; then echo "FAILED: a stage was skipped for time"; fail=1; fi
-for s in env build device pair_np1 train train_gpu pair_np2 md_more md_1m; do
+for s in env build device pair_np1 train train_gpu stream pair_np2 md_more md_1m; do
   check "$out/stages.txt" "^$s +[0-9]+ s +ok" "stage $s passed"
 done
 check "$out/summary.txt" '^cmake: cmake version' "cmake --version"
@@ -39,6 +39,10 @@ check "$out/summary.txt" '^tests TrainingGpu.\*: 0 passed, 0 failed, [1-9][0-9]*
 for b in 1 4 16; do
   check "$out/summary.txt" "^training se_e2_a water, batch $b, cpu: [0-9.]+ frames/s" "training frames/s, batch $b"
 done
+check "$out/summary.txt" '^streaming, CPU, 1 pair\(s\) at once, a core each: memory [0-9.]+ \([0-9.]+-[0-9.]+, 1 runs\), streamed [0-9.]+ .*: streamed trails by -?[0-9.]+%' \
+  "the streaming line, CPU pairs"
+check "$out/summary.txt" '^streaming, cpu, taking turns: memory [0-9.]+ \([0-9.]+-[0-9.]+, 2 runs\), streamed [0-9.]+ .*: streamed trails by -?[0-9.]+%' \
+  "the streaming line, taking turns"
 check "$out/summary.txt" '^MD: \| mlip se_e2_a f64 on cpu \| 1152 \| 1 \| 2 \| [0-9.]+' "MD row, se_e2_a"
 check "$out/summary.txt" '^MD: \| mlip se_e2_a f64 on cpu, CUDA graph \| - \| 1 \| - \| failed: ERROR.*cuda_graph' \
   "the cuda_graph run on the CPU reported as failed with LAMMPS's error"
