@@ -459,13 +459,15 @@ stage_train_gpu() {
 #        state of the machine over the same seconds;
 #   GPU: memory, streamed, memory, streamed, one at a time.
 # frames/s: the median of each run's per-epoch "throughput" lines after its first epoch.
-# stream_run NAME SECONDS DEVICE DATA [CORE]: one training run of SECONDS, held to CORE if given
-# (by python3's sched_setaffinity: taskset is not assumed)
+# stream_run NAME SECONDS DEVICE DATA [K]: one training run of SECONDS, held to the K-th of the
+# cores this process may use if K is given (python3's sched_setaffinity: taskset is not assumed)
 stream_run() {
   local name=$1 seconds=$2 device=$3 data=$4 core=${5:-} pin=() extra=()
   # dry run: 32 of the 320 frames (the rest held out), so that a run of seconds has epochs
   [[ $dry == 1 ]] && extra=(--set data.validation_fraction=0.9)
-  [[ -n $core ]] && pin=("$py" -c 'import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])}); os.execvp(sys.argv[2], sys.argv[2:])' "$core")
+  [[ -n $core ]] && pin=("$py" -c 'import os, sys
+os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[int(sys.argv[1])]})
+os.execvp(sys.argv[2], sys.argv[2:])' "$core")
   rm -rf "$build/stream/$name"
   run_logged "stream-$name" $((seconds + 60)) "${pin[@]}" "$build/bin/mlip-trainer" train \
     "$repo/examples/configs/water-se_e2_a.yaml" --threads 1 --set training.device="$device" \
@@ -488,7 +490,7 @@ stream_gap() {  # stream_gap MEMORY STREAMED: how far streaming trails, in perce
 }
 stage_stream() {
   local cores pairs seconds=40 gpu_seconds=20 device=cuda i rc=0 pids=() mem=() str=()
-  cores=$(getconf _NPROCESSORS_ONLN)
+  cores=$(nproc)   # the cores this process may use
   pairs=$((cores / 2 < 4 ? cores / 2 : 4))
   ((pairs < 1)) && pairs=1
   [[ $dry == 1 ]] && seconds=12 gpu_seconds=6 device=cpu pairs=1
