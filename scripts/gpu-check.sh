@@ -475,15 +475,19 @@ os.execvp(sys.argv[2], sys.argv[2:])' "$core")
     --set output.dir="$build/stream/$name" --set data.cache_dir="$build/cache" --set output.log_every=0 \
     --set "data.train=[$data]" "${extra[@]}"
 }
+# median [FORMAT]: the median of the numbers on stdin, one a line, with the smallest, the largest
+# and their count as FORMAT's further fields (default: the median alone); nothing when none
+median() {
+  sort -g | awk -v fmt="${1:-%s\n}" '{ r[NR] = $1 } END {
+    if (NR > 0) printf fmt, (NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2), r[1], r[NR], NR }'
+}
 stream_rate() {  # stream_rate NAME: the run's median throughput after its first epoch (none: nothing)
-  awk '/throughput/ { if (n++ > 0) print $2 }' "$logs/stream-$1.log" | sort -g |
-    awk '{ r[NR] = $1 } END { if (NR > 0) print (NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2) }'
+  awk '/throughput/ { if (n++ > 0) print $2 }' "$logs/stream-$1.log" | median
 }
 stream_medians() {  # stream_medians NAME...: "median (min-max, N runs)" over the runs with a figure
-  local n
-  for n in "$@"; do stream_rate "$n"; done | sort -g | awk -v want=$# '{ r[NR] = $1 } END {
-    if (NR == 0) { printf "no figure (0 of %d runs)", want; exit }
-    m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2; printf "%.2f (%.2f-%.2f, %d runs)", m, r[1], r[NR], NR }'
+  local n line
+  line=$(for n in "$@"; do stream_rate "$n"; done | median '%.2f (%.2f-%.2f, %d runs)')
+  echo "${line:-no figure (0 of $# runs)}"
 }
 stream_gap() {  # stream_gap MEMORY STREAMED: how far streaming trails, in percent
   awk -v m="${1%% *}" -v s="${2%% *}" 'BEGIN { if (m + 0 > 0 && s + 0 > 0) printf "%.1f%%", 100 * (m - s) / m; else printf "?" }'
