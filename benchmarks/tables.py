@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""The docs' benchmark tables, made from the runs kept under benchmarks/results/.
+"""Every figure in README.md and docs/*.md, made from the runs kept under benchmarks/results/.
 
     benchmarks/tables.py RESULT_DIR           print every table one run gives
-    benchmarks/tables.py --write [DOC...]     rewrite the tables in the docs
-    benchmarks/tables.py --check [DOC...]     exit 1 if a doc's table differs from its run's (ctest docs_tables)
+    benchmarks/tables.py --write [DOC...]     rewrite the tables and inline figures in the docs
+    benchmarks/tables.py --check [DOC...]     exit 1 if the docs and the results disagree (ctest docs_tables)
 
 A table in a doc sits between two markers that name the run and the kind of table:
 
@@ -11,9 +11,24 @@ A table in a doc sits between two markers that name the run and the kind of tabl
     ...
     <!-- end table -->
 
+A figure in prose sits between two markers that name it; benchmarks/figures/ says which run it
+comes from and how (a median, a ratio of medians, a line of a summary):
+
+    compressed se_e2_a is <!--fig pair-compressed-speedup-->3.4x<!--/fig--> faster
+
 Every figure is the median of the run's repeats, with the smallest and largest in brackets where
-there was more than one. No figure is typed by hand: a table is whatever this script makes of the
-committed rows. Standard library only.
+there was more than one. No figure is typed by hand. --check also fails where
+- a number with a unit of measurement (time, memory, rate, speed-up, %, error in eV) stands in
+  prose outside these markers, or a decimal number in a table row outside a generated table,
+  unless it is marked as a fact from elsewhere, with its source:
+      <!--quote https://doi.org/...-->2.6 us/atom-step<!--/quote-->
+  or as a setting, default or test bound that the project chooses (not a measurement):
+      trains for <!--set-->11 minutes<!--/set-->
+- a cited run (a table, a figure, a link into benchmarks/results/) was made from a tree with
+  uncommitted changes (its commit.txt lists changed files) or records no commit;
+- a run folder under benchmarks/results/ is cited nowhere, or the folder outgrows RESULTS_MIB.
+Code (fenced, indented, `inline`), link targets and HTML comments are not prose. Standard
+library only.
 """
 import csv
 import pathlib
@@ -25,6 +40,16 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"<!-- table: (\S+) (\S+) -->\n(.*?)<!-- end table -->\n", re.S)
+FIGURE = re.compile(r"<!--fig (\S+)-->(.*?)<!--/fig-->")
+QUOTE = re.compile(r"<!--quote (\S[^\n]*?)-->(.*?)<!--/quote-->", re.S)
+SETTING = re.compile(r"<!--set-->(.*?)<!--/set-->", re.S)
+# a number and a unit of measurement: time, memory, rates, per atom-step, speed-ups ("3.4x"), %, eV
+_NUMBER = r"(?<![\w.^/])\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?"
+_UNIT = (r"(?:(?:ns|µs|us|ms|s)/atom-step|frames/s|steps/s|[kMGT]?i?B/s|ns/day|(?:m|µ|k)?eV(?:/atom|/Å|/A)?"
+         r"|ns|µs|us|ms|s|sec|seconds?|min|minutes?|h|hours?|days?|[kKMGT]i?B|%)")
+MEASURED = re.compile(_NUMBER + r"(?:x(?![\w])|\s?" + _UNIT + r"(?![\w/]))")
+TABLE_NUMBER = re.compile(r"(?<![\w.^/])\d+\.\d+(?![\w.])")
+RESULTS_MIB = 5
 
 
 def read_tsv(path):
@@ -397,28 +422,130 @@ def make(name, kind):
     return KINDS[(bench, kind)](run)
 
 
+def fresh_tables(text):
+    return MARKER.sub(lambda m: f"<!-- table: {m[1]} {m[2]} -->\n{make(m[1], m[2])}<!-- end table -->\n", text)
+
+
+def fresh_figures(text, where):
+    import figures
+    figures.load()
+
+    def fresh(m):
+        if m[1] not in figures.FIGURES:
+            raise SystemExit(f"tables.py: {where}: no figure '{m[1]}' in benchmarks/figures/")
+        return f"<!--fig {m[1]}-->{figures.make(m[1])}<!--/fig-->"
+
+    return FIGURE.sub(fresh, text)
+
+
 def docs(paths, write):
     differs = []
     for path in paths:
         text = path.read_text()
-
-        def fresh(m):
-            return f"<!-- table: {m[1]} {m[2]} -->\n{make(m[1], m[2])}<!-- end table -->\n"
-
-        new = MARKER.sub(fresh, text)
+        new = fresh_figures(fresh_tables(text), path.relative_to(ROOT))
         if new != text:
             differs.append(path)
             if write:
                 path.write_text(new)
     for path in differs:
-        print(f"tables.py: {path.relative_to(ROOT)}: {'rewritten' if write else 'a table differs from its results (benchmarks/tables.py --write)'}")
+        print(f"tables.py: {path.relative_to(ROOT)}: {'rewritten' if write else 'a table or figure differs from its results (benchmarks/tables.py --write)'}")
     return 1 if differs and not write else 0
+
+
+def prose(text):
+    """text with everything that is not prose blanked (lines kept, so line numbers hold)"""
+    blank = lambda m: re.sub(r"[^\n]", " ", m[0])
+    text = MARKER.sub(blank, text)
+    for pattern in (FIGURE, QUOTE, SETTING):
+        text = pattern.sub(blank, text)
+    text = re.sub(r"^( *)(```|~~~).*?^\1\2[^\n]*$", blank, text, flags=re.S | re.M)
+    text = re.sub(r"<!--.*?-->", blank, text, flags=re.S)
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("    ") and not re.match(r" *([-*+]|\d+\.) ", line) and (i == 0 or not lines[i - 1].strip() or lines[i - 1].startswith("    ")):
+            lines[i] = " " * len(line)  # an indented code block (after a blank line or more code)
+    text = "\n".join(lines)
+    text = re.sub(r"`[^`\n]*`", blank, text)
+    return re.sub(r"\]\([^)\s]*\)", blank, text)
+
+
+def unmarked(path):
+    """(line, text) of each figure typed by hand in a doc's prose"""
+    found = []
+    for n, line in enumerate(prose(path.read_text()).split("\n"), 1):
+        hits = [m[0].strip() for m in MEASURED.finditer(line)]
+        if line.lstrip().startswith("|"):
+            hits += [m[0] for m in TABLE_NUMBER.finditer(line) if not any(m[0] in h for h in hits)]
+        found += [(n, h) for h in hits]
+    return found
+
+
+def cited_runs(paths):
+    """{run name: [where]} of every run a doc cites (tables, figures, links)"""
+    import figures
+    figures.load()
+    cited = {}
+    for path in paths:
+        text = path.read_text()
+        where = str(path.relative_to(ROOT))
+        for m in MARKER.finditer(text):
+            cited.setdefault(m[1], []).append(where)
+        for m in FIGURE.finditer(text):
+            if m[1] in figures.FIGURES:
+                cited.setdefault(figures.FIGURES[m[1]][0], []).append(where)
+        for m in re.finditer(r"benchmarks/results/([\w.-]+/[\w.-]+)", text):
+            cited.setdefault(m[1], []).append(where)
+    return cited
+
+
+def run_problem(name):
+    """why a run may not be cited, or None"""
+    run = RESULTS / name
+    if not run.is_dir():
+        return "no such folder"
+    commit = run / "commit.txt"
+    if not commit.is_file():
+        return "no commit.txt (the commit and the tree's changes the run was made from)"
+    lines = [l for l in commit.read_text().splitlines() if l.strip()]
+    if not lines or not re.match(r"[0-9a-f]{7,40}\b", lines[0]):
+        return "commit.txt names no commit"
+    if len(lines) > 1 or name.endswith("-dirty"):
+        return "made from a tree with uncommitted changes (commit.txt): a dirty run is not cited"
+    return None
+
+
+def all_runs():
+    return sorted(f"{b.name}/{r.name}" for b in RESULTS.iterdir() if b.is_dir() for r in b.iterdir() if r.is_dir())
+
+
+def check(paths):
+    import figures
+    figures.load()
+    problems = []
+    for path in paths:
+        problems += [f"{path.relative_to(ROOT)}:{n}: '{h}' is typed by hand: generate it (<!--fig NAME-->, "
+                     f"benchmarks/figures/), or mark it <!--quote SOURCE--> or <!--set-->" for n, h in unmarked(path)]
+    if set(paths) == set(DOCS):
+        cited = cited_runs(paths)
+        problems += [f"{', '.join(sorted(set(w)))}: cites {name}: {why}" for name, w in cited.items()
+                     if (why := run_problem(name))]
+        problems += [f"benchmarks/results/{name}: cited nowhere in README.md or docs/ (remove it)"
+                     for name in all_runs() if name not in cited]
+        used = {m[1] for path in paths for m in FIGURE.finditer(path.read_text())}
+        problems += [f"benchmarks/figures/: figure '{name}' is used in no doc" for name in figures.FIGURES if name not in used]
+        size = sum(f.stat().st_size for f in RESULTS.rglob("*") if f.is_file()) / 2**20
+        if size > RESULTS_MIB:
+            problems.append(f"benchmarks/results: {size:.1f} MiB, more than {RESULTS_MIB} (trim the logs)")
+    for p in problems:
+        print(f"tables.py: {p}")
+    return 1 if problems else 0
 
 
 def main(argv):
     if argv and argv[0] in ("--write", "--check"):
         paths = [pathlib.Path(p).resolve() for p in argv[1:]] or DOCS
-        return docs(paths, argv[0] == "--write")
+        status = docs(paths, argv[0] == "--write")
+        return check(paths) or status if argv[0] == "--check" else status
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
