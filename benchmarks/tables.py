@@ -20,6 +20,7 @@ Every figure is the median of the run's repeats, with the smallest and largest i
 there was more than one. No figure is typed by hand. --check also fails where
 - a number with a unit of measurement (time, memory, rate, speed-up, %, error in eV) stands in
   prose outside these markers, or a decimal number in a table row outside a generated table,
+  (a reference table's rows, whose first cell is a `key`, may hold plain decimals: defaults),
   unless it is marked as a fact from elsewhere, with its source:
       <!--quote https://doi.org/...-->2.6 us/atom-step<!--/quote-->
   or as a setting, default or test bound that the project chooses (not a measurement):
@@ -40,15 +41,15 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"<!-- table: (\S+) (\S+) -->\n(.*?)<!-- end table -->\n", re.S)
-FIGURE = re.compile(r"<!--fig (\S+)-->(.*?)<!--/fig-->")
+FIGURE = re.compile(r"<!--fig (\S+?)-->(.*?)<!--/fig-->")  # +?: a figure "3.4x" then another on its line
 QUOTE = re.compile(r"<!--quote (\S[^\n]*?)-->(.*?)<!--/quote-->", re.S)
 SETTING = re.compile(r"<!--set-->(.*?)<!--/set-->", re.S)
 # a number and a unit of measurement: time, memory, rates, per atom-step, speed-ups ("3.4x"), %, eV
-_NUMBER = r"(?<![\w.^/])\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?"
+_NUMBER = r"(?<![\w.^/])\d(?:[\d,]*\d)?(?:\.\d+)?(?:e[-+]?\d+)?"
 _UNIT = (r"(?:(?:ns|µs|us|ms|s)/atom-step|frames/s|steps/s|[kMGT]?i?B/s|ns/day|(?:m|µ|k)?eV(?:/atom|/Å|/A)?"
          r"|ns|µs|us|ms|s|sec|seconds?|min|minutes?|h|hours?|days?|[kKMGT]i?B|%)")
-MEASURED = re.compile(_NUMBER + r"(?:x(?![\w])|\s?" + _UNIT + r"(?![\w/]))")
-TABLE_NUMBER = re.compile(r"(?<![\w.^/])\d+\.\d+(?![\w.])")
+MEASURED = re.compile(_NUMBER + r"(?:x(?![\w])|\s{0,4}" + _UNIT + r"(?![\w/]))")
+TABLE_NUMBER = re.compile(r"(?<![\w.^/])(?<![A-Za-z] )\d+\.\d+(?![\w.])")  # not a version ("Kokkos 3.4")
 RESULTS_MIB = 5
 
 
@@ -153,8 +154,9 @@ def threads(run):
     return grid(rows, "build", ("threads",), "us_per_atom_step", col_name=lambda c: f"{c[0]} thread{'s' if c[0] != '1' else ''}")
 
 
-def gpu_md(run):
-    """the MD rows of the GPU check (bench_pair.sh's markdown rows; one run each)"""
+def gpu_md_rows(run):
+    """the MD rows of the GPU check (bench_pair.sh's markdown rows): run (with its chunk), atoms,
+    us (us/atom-step), gpu (peak GPU MiB), and the row's cells"""
     rows, chunk = [], ""
     for line in (run / "md.txt").read_text().splitlines():
         if line.startswith("# "):  # a stage's header: its settings, CHUNK=N among them
@@ -163,7 +165,13 @@ def gpu_md(run):
             continue
         f = [x.strip() for x in line.strip("|").split("|")]
         if line.startswith("|") and len(f) >= 11:
-            rows.append({"run": f[0] + chunk, "atoms": f[1], "us": f[4], "gpu": f[10]})
+            rows.append({"run": f[0] + chunk, "atoms": f[1], "us": f[4], "gpu": f[10], "cells": f})
+    return rows
+
+
+def gpu_md(run):
+    """the MD rows of the GPU check (one run each)"""
+    rows = gpu_md_rows(run)
     out = ["| run | atoms | us/atom-step | peak GPU MiB |", "|---|---|---|---|"]
     out += [f"| {r['run']} | {r['atoms']} | {r['us']} | {r['gpu']} |" for r in rows]
     return "\n".join(out) + "\n"
@@ -426,36 +434,46 @@ def fresh_tables(text):
     return MARKER.sub(lambda m: f"<!-- table: {m[1]} {m[2]} -->\n{make(m[1], m[2])}<!-- end table -->\n", text)
 
 
-def fresh_figures(text, where):
+def fresh_figures(text, where, errors):
+    """text with each figure made anew; a figure that cannot be made stays, its error in errors"""
     import figures
     figures.load()
 
     def fresh(m):
         if m[1] not in figures.FIGURES:
-            raise SystemExit(f"tables.py: {where}: no figure '{m[1]}' in benchmarks/figures/")
-        return f"<!--fig {m[1]}-->{figures.make(m[1])}<!--/fig-->"
+            errors.append(f"{where}: no figure '{m[1]}' in benchmarks/figures/")
+            return m[0]
+        try:
+            return f"<!--fig {m[1]}-->{figures.make(m[1])}<!--/fig-->"
+        except (SystemExit, OSError, LookupError, ValueError) as e:
+            errors.append(f"{where}: figure '{m[1]}' from {figures.FIGURES[m[1]][0]}: {e}")
+            return m[0]
 
     return FIGURE.sub(fresh, text)
 
 
 def docs(paths, write):
-    differs = []
+    differs, errors = [], []
     for path in paths:
         text = path.read_text()
-        new = fresh_figures(fresh_tables(text), path.relative_to(ROOT))
+        new = fresh_figures(fresh_tables(text), path.relative_to(ROOT), errors)
         if new != text:
             differs.append(path)
             if write:
                 path.write_text(new)
     for path in differs:
         print(f"tables.py: {path.relative_to(ROOT)}: {'rewritten' if write else 'a table or figure differs from its results (benchmarks/tables.py --write)'}")
-    return 1 if differs and not write else 0
+    for e in errors:
+        print(f"tables.py: {e}")
+    return 1 if errors or (differs and not write) else 0
 
 
 def prose(text):
     """text with everything that is not prose blanked (lines kept, so line numbers hold)"""
     blank = lambda m: re.sub(r"[^\n]", " ", m[0])
     text = MARKER.sub(blank, text)
+    # docs/pair_style.md's keyword table, made from pair_style/pair_mlip_keywords.cpp (ctest test_pair_keywords)
+    text = re.sub(r"<!-- keywords: .*?<!-- end keywords -->", blank, text, flags=re.S)
     for pattern in (FIGURE, QUOTE, SETTING):
         text = pattern.sub(blank, text)
     text = re.sub(r"^( *)(```|~~~).*?^\1\2[^\n]*$", blank, text, flags=re.S | re.M)
@@ -470,14 +488,17 @@ def prose(text):
 
 
 def unmarked(path):
-    """(line, text) of each figure typed by hand in a doc's prose"""
-    found = []
-    for n, line in enumerate(prose(path.read_text()).split("\n"), 1):
-        hits = [m[0].strip() for m in MEASURED.finditer(line)]
-        if line.lstrip().startswith("|"):
-            hits += [m[0] for m in TABLE_NUMBER.finditer(line) if not any(m[0] in h for h in hits)]
-        found += [(n, h) for h in hits]
-    return found
+    """(line, text) of each figure typed by hand in a doc's prose (a figure may wrap a line)"""
+    text = path.read_text()
+    raw, clean = text.split("\n"), prose(text)
+    line_of = lambda offset: clean.count("\n", 0, offset) + 1
+    found = [(line_of(m.start()), " ".join(m[0].split())) for m in MEASURED.finditer(clean)]
+    for n, line in enumerate(clean.split("\n"), 1):
+        # a row of a reference table (its first cell a `key`: settings and defaults) may hold
+        # plain decimals; other hand-typed rows are measurements
+        if line.lstrip().startswith("|") and not re.match(r"\s*\|\s*`", raw[n - 1]):
+            found += [(n, m[0]) for m in TABLE_NUMBER.finditer(line) if not any(n == k and m[0] in h for k, h in found)]
+    return sorted(found)
 
 
 def cited_runs(paths):

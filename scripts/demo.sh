@@ -9,6 +9,9 @@
 #      a summary.
 # Output: runs/demo/ (MLIP_DEMO_DIR). MLIP_DEMO_QUICK=1: a shortened run for CI (1 epoch, 200 MD
 # steps; the physics checks are printed but not enforced). MLIP_DEMO_SKIP_SETUP=1: skip step 1.
+# Each step's seconds go to runs/demo/phases.tsv; MLIP_DEMO_KEEP=1 keeps the run (phases, summary,
+# the epoch lines and LAMMPS's loop lines) under benchmarks/results/demo/<date>-<commit>/, where
+# the README's figures of the demo come from.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MLIP_BUILD_DIR:-$here/build}"
@@ -17,11 +20,16 @@ quick="${MLIP_DEMO_QUICK:-0}"
 ranks="${MLIP_DEMO_RANKS:-$(nproc)}"
 start=$(date +%s)
 stamp() { printf '[%4ds] ' $(( $(date +%s) - start )); }
+phase_start=$start
+phases=()
+# phase NAME: the seconds since the last phase ended, recorded as NAME's
+phase() { phases+=("$1	$(( $(date +%s) - phase_start ))"); phase_start=$(date +%s); }
 
 if [[ ${MLIP_DEMO_SKIP_SETUP:-0} != 1 ]]; then
   echo "$(stamp)== [1/5] setup: dependencies and build"
   "$here/scripts/setup.sh"
 fi
+phase setup
 trainer="$build/bin/mlip-trainer"
 lmp="$build/bin/lmp"
 for f in "$trainer" "$lmp"; do
@@ -44,6 +52,7 @@ rm -rf "$out/train"
 mpirun --oversubscribe -np "$ranks" "$trainer" train examples/configs/water-demo.yaml "${train_args[@]}" --threads 1 2>&1 |
   tee "$out/train.log"
 model="$out/train/model.pt"
+phase training
 
 echo "$(stamp)== [3/5] validation: mlip-trainer test on the held-out frames"
 "$trainer" test "$model" "$out/train/validation.xyz" --forces "$out/validation_forces.csv" 2>&1 | tee "$out/test.log"
@@ -56,7 +65,21 @@ echo "$(stamp)== [4/5] MD: 384 atoms (128 H2O), NVT 300 K, $md_steps x 0.5 fs, $
     -var model "$model" -var data water.data -var steps "$md_steps" |
     grep --line-buffered -E "^ +[0-9]+ +[0-9.]+ +[0-9.-]+|Step|Loop time|Performance|ERROR"
 )
+phase md
 
 echo "$(stamp)== [5/5] plots and summary"
 MLIP_DEMO_QUICK=$quick /usr/bin/python3 "$here/scripts/demo_report.py" "$out"
+phase report
+{ printf 'phase\tseconds\n'; printf '%s\n' "${phases[@]}"; printf 'total\t%s\n' $(( $(date +%s) - start )); } >"$out/phases.tsv"
 echo "$(stamp)demo finished: $(( $(date +%s) - start )) s; results in $out"
+if [[ ${MLIP_DEMO_KEEP:-0} == 1 ]]; then
+  # shellcheck source=../benchmarks/lib.sh
+  source "$here/benchmarks/lib.sh"
+  BENCH_COMMAND="MLIP_DEMO_KEEP=1 scripts/demo.sh"
+  src=$here work=$out results_open demo
+  cp "$out/phases.tsv" "$out/summary.tsv" "$out/test.log" "$results/"
+  # what the checkout holds after the demo: the torch venv, LAMMPS's source, the build
+  { printf 'path\tbytes\n'; (cd "$here" && du -sb third_party/* "$(basename "$build")" 2>/dev/null | awk '{ print $2 "\t" $1; s += $1 } END { print "total\t" s }'); } >"$results/disk.tsv"
+  grep -E '^ *epoch|validation' "$out/train.log" >"$results/logs/train-epochs.log" || true
+  grep -E 'Loop time|Performance|^Step|^ +[0-9]+ +[-0-9.]+ ' "$out/md.log" >"$results/logs/md-thermo.log" || true
+fi

@@ -212,6 +212,17 @@ def main():
         print("check: %-42s %-8s %s" % (name, value, "ok" if ok else "FAILED" + (" (quick run: not enforced)" if quick else "")))
     print("plots: " + ", ".join(os.path.join(out, p) for p in
                                 ("learning_curve.png", "force_parity.png", "rdf_OO.png", "md_thermo.png")))
+    # The same figures, one per line, for a kept run (scripts/demo.sh with MLIP_DEMO_KEEP=1)
+    with open(os.path.join(out, "summary.tsv"), "w") as f:
+        f.write("key\tvalue\n")
+        for key, value in (("validation_frames", len(frames)), ("val_energy_rmse_mev_atom", "%.3f" % e_rmse),
+                           ("val_force_rmse_mev_a", "%.2f" % f_rmse), ("epochs", len(m["epoch"])),
+                           ("train_minutes", "%.2f" % (m["elapsed_s"][-1] / 60)), ("md_atoms", atoms),
+                           ("md_steps", steps), ("md_ranks", procs), ("md_ns_day", "%.3f" % ns_day),
+                           ("md_us_per_atom_step", "%.2f" % us_atom_step), ("md_mean_t_k", "%.1f" % t_mean),
+                           ("oo_peak_a", "%.2f" % peak_r), ("intact_worst_percent", "%.1f" % (100 * worst)),
+                           ("checks_passed", sum(ok for _, ok, _ in checks)), ("checks", len(checks))):
+            f.write("%s\t%s\n" % (key, value))
     if not quick and not all(ok for _, ok, _ in checks):
         sys.exit(1)
 

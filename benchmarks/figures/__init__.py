@@ -5,10 +5,9 @@ module here per doc (readme.py for README.md, benchmarks.py for docs/benchmarks.
 
 A figure is registered with the run it comes from and a function of that run:
 
-    @figure("pair-compressed-speedup", "bench_pair/2026-11-28-abcdef0")
+    @figure("ft-base-test-force", "fine_tuning/2026-11-26-f78c933")
     def _(run):
-        return ratio(run.med("md", "us_per_atom_step", potential="mlip se_e2_a f64", atoms="10368", ranks="1"),
-                     run.med("md", "us_per_atom_step", potential="mlip se_e2_a f64 compressed", atoms="10368", ranks="1"))
+        return f"{g(run.med('rows', 'test_f_mev_a', run=BASE))} meV/Å"   # rows.tsv, column, row filter
 
 benchmarks/tables.py --write puts TEXT into the docs, and --check fails where it differs, where
 a figure is used in no doc, or where its run is dirty. Medians over a run's repeats, as in the

@@ -1,15 +1,105 @@
 """Figures of docs/benchmarks.md (its first part: up to "Data sets larger than memory")."""
-from figures import figure, g, ratio
+import statistics
 
-DEEPMD = "bench_deepmd/2026-11-26-8648c6a"
+from figures import figure, g, percent, ratio
+
+FINE_TUNING = "fine_tuning/2026-11-26-f78c933"
+BASE = "base model (5 min on data_0 + data_1), not trained on the new frames"
+SCRATCH = "from scratch on the 16 new frames, 3 min"
+TUNED = "fine-tuned from the base on the 16 new frames, 3 min"
 
 
-def deepmd_md(run, model, atoms, ranks):
-    return run.med("md", "us_per_atom_step", model=model, atoms=atoms, ranks=ranks)
-
-
-@figure("deepmd-compressed-f64-vs-deepmd", DEEPMD)
+@figure("ft-base-test-force", FINE_TUNING)
 def _(run):
-    """DeePMD-kit's compressed model over mlip's, 10368 atoms, 2 ranks, float64"""
-    return ratio(deepmd_md(run, "DeePMD-kit TF f64 compressed", 10368, 2),
-                 deepmd_md(run, "mlip se_e2_a f64 compressed", 10368, 2), 2)
+    return f"{g(run.med('rows', 'test_f_mev_a', run=BASE))} meV/Å"
+
+
+@figure("ft-scratch-test-force", FINE_TUNING)
+def _(run):
+    return g(run.med("rows", "test_f_mev_a", run=SCRATCH))
+
+
+@figure("ft-gain-energy", FINE_TUNING)
+def _(run):
+    return percent(run.med("rows", "test_e_mev_atom", run=TUNED), run.med("rows", "test_e_mev_atom", run=BASE))
+
+
+@figure("ft-gain-force", FINE_TUNING)
+def _(run):
+    return percent(run.med("rows", "test_f_mev_a", run=TUNED), run.med("rows", "test_f_mev_a", run=BASE), 1)
+
+
+MACE_BEFORE = "bench_mace/2026-11-26-949f3ca"
+
+
+@figure("mace-memory-before-1rank", MACE_BEFORE)
+def _(run):
+    values = run.values("memory", "peak_rss_mib", ranks=1)
+    return f"{g(statistics.median(values) / 1024)} GiB ({g(min(values) / 1024)}-{g(max(values) / 1024)})"
+
+
+@figure("mace-memory-before-2ranks", MACE_BEFORE)
+def _(run):
+    return f"{g(run.med('memory', 'peak_rss_mib', ranks=2))} MiB"
+
+
+DEMO = "demo/PENDING"
+
+
+def demo_value(run, key):
+    return float(run.rows("summary", key=key)[0]["value"])
+
+
+def demo_minutes(run, phase):
+    return f"{float(run.rows('phases', phase=phase)[0]['seconds']) / 60:.1f} min"
+
+
+@figure("demo-total", DEMO)
+def _(run):
+    return demo_minutes(run, "total")
+
+
+@figure("demo-training", DEMO)
+def _(run):
+    return demo_minutes(run, "training")
+
+
+@figure("demo-md", DEMO)
+def _(run):
+    return demo_minutes(run, "md")
+
+
+@figure("demo-val-energy", DEMO)
+def _(run):
+    return f"{demo_value(run, 'val_energy_rmse_mev_atom'):.2f} meV/atom"
+
+
+@figure("demo-val-force", DEMO)
+def _(run):
+    return f"{demo_value(run, 'val_force_rmse_mev_a'):.1f} meV/Å"
+
+
+@figure("demo-md-speed", DEMO)
+def _(run):
+    return (f"{demo_value(run, 'md_ns_day'):.2f} ns/day ({g(demo_value(run, 'md_us_per_atom_step'))} us/atom-step "
+            f"on {demo_value(run, 'md_ranks'):.0f} ranks)")
+
+
+@figure("demo-mean-t", DEMO)
+def _(run):
+    return f"{demo_value(run, 'md_mean_t_k'):.0f} K"
+
+
+@figure("demo-oo-peak", DEMO)
+def _(run):
+    return f"{demo_value(run, 'oo_peak_a'):.2f} Å"
+
+
+@figure("demo-checks", DEMO)
+def _(run):
+    return f"{demo_value(run, 'checks_passed'):.0f} of {demo_value(run, 'checks'):.0f}"
+
+
+@figure("demo-disk", DEMO)
+def _(run):
+    return f"{float(run.rows('disk', path='total')[0]['bytes']) / 1e9:.1f} GB"

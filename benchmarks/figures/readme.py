@@ -1,0 +1,25 @@
+"""Figures of README.md (the streaming ones come from data_sets.py)."""
+from figures import figure, ratio
+
+DEEPMD = "bench_deepmd/2026-11-26-8648c6a"
+
+
+def md(run, model):
+    """us/atom-step at 10368 water atoms on 1 rank, the median of the run's repeats"""
+    return run.med("md", "us_per_atom_step", model=model, atoms=10368, ranks=1)
+
+
+@figure("readme-compressed-speedup", DEEPMD)
+def _(run):
+    return ratio(md(run, "mlip se_e2_a f64"), md(run, "mlip se_e2_a f64 compressed"), 2)
+
+
+@figure("readme-deepmd-compressed-ratio", DEEPMD)
+def _(run):
+    return ratio(md(run, "DeePMD-kit TF f64 compressed"), md(run, "mlip se_e2_a f64 compressed"), 2)
+
+
+@figure("readme-demo-after-setup", "demo/PENDING")
+def _(run):
+    phases = {r["phase"]: float(r["seconds"]) for r in run.rows("phases")}
+    return f"{(phases['total'] - phases['setup']) / 60:.1f} min"
