@@ -1,0 +1,182 @@
+"""Figures of docs/models.md: MACE against mace-torch (bench_mace), what each model costs in MD
+(bench_pair), the compressed model's NVE speed-up (nve_drift).
+It also quotes figures of docs/pair_style.md (benchmarks/figures/pair_style.py)."""
+from figures import figure, g, ratio
+
+# the bench_pair run behind docs/benchmarks.md's pair tables; dirty until its clean rerun replaces it
+BENCH_PAIR = "bench_pair/2026-11-26-8648c6a-dirty"
+MACE_MD = "bench_mace/2026-11-26-e8cdcfa"     # md.tsv, memory.tsv
+MACE_TRAIN = "bench_mace/2026-11-26-949f3ca"  # train.tsv; accuracy.tsv after 12 minutes
+MACE_ACC = "bench_mace/2026-11-26-1e881ab"    # accuracy.tsv after 30 minutes
+NVE = "nve_drift/2026-11-26-91197ec"
+
+
+def times(a, b):
+    """a / b with one decimal"""
+    return f"{a / b:.1f}x"
+
+
+def span(values, fmt="{:.0f}", unit=""):
+    """'lo-hi' of values (one value where both print the same)"""
+    lo, hi = (fmt.format(v) for v in (min(values), max(values)))
+    return (lo if lo == hi else f"{lo}-{hi}") + unit
+
+
+@figure("models-nve-compressed-speedup", NVE)
+def _(run):
+    """uncompressed over compressed us/atom-step in the 10 ps NVE run"""
+    return times(run.med("rows", "us_per_atom_step", model="uncompressed"),
+                 run.med("rows", "us_per_atom_step", model="compressed"))
+
+
+# --- MD cost per model (bench_pair: 1152 and 10368 water atoms, float64 unless said) ---
+
+SE, SE_C, SE32_C, PAINN = ("mlip se_e2_a f64", "mlip se_e2_a f64 compressed", "mlip se_e2_a f32 compressed",
+                           "mlip painn f64")
+
+
+def pair(run, potential, atoms, ranks):
+    return run.med("md", "us_per_atom_step", potential=potential, atoms=atoms, ranks=ranks)
+
+
+def sizes(run, potential, ranks):
+    """the atom counts the run has for potential on that many ranks"""
+    return sorted({r["atoms"] for r in run.rows("md", potential=potential, ranks=ranks)}, key=int)
+
+
+def pair_span(run, potential, ranks):
+    return span([pair(run, potential, n, ranks) for n in sizes(run, potential, ranks)])
+
+
+def ratio_span(run, num, den, ranks_list):
+    """num over den at each size both ran and each rank count of ranks_list"""
+    return span([pair(run, num, n, k) / pair(run, den, n, k) for k in ranks_list
+                 for n in sorted(set(sizes(run, num, k)) & set(sizes(run, den, k)))], "{:.1f}", "x")
+
+
+@figure("models-se-1rank", BENCH_PAIR)
+def _(run):
+    return pair_span(run, SE, 1)
+
+
+@figure("models-se-2ranks", BENCH_PAIR)
+def _(run):
+    return pair_span(run, SE, 2)
+
+
+@figure("models-compressed-1rank", BENCH_PAIR)
+def _(run):
+    return pair_span(run, SE_C, 1)
+
+
+@figure("models-compressed-speedup", BENCH_PAIR)
+def _(run):
+    """uncompressed over compressed, float64, 1 rank, each size"""
+    return ratio_span(run, SE, SE_C, (1,))
+
+
+@figure("models-compressed-f32-1rank", BENCH_PAIR)
+def _(run):
+    return pair_span(run, SE32_C, 1)
+
+
+@figure("models-compressed-f32-further", BENCH_PAIR)
+def _(run):
+    """compressed float64 over compressed float32, 1 and 2 ranks, where both ran"""
+    return ratio_span(run, SE_C, SE32_C, (1, 2))
+
+
+@figure("models-painn-1rank", BENCH_PAIR)
+def _(run):
+    return pair_span(run, PAINN, 1)
+
+
+@figure("models-painn-2ranks", BENCH_PAIR)
+def _(run):
+    return pair_span(run, PAINN, 2)
+
+
+@figure("models-painn-vs-se", BENCH_PAIR)
+def _(run):
+    """PaiNN (64 features, 2 layers) over se_e2_a, each size and rank count"""
+    return ratio_span(run, PAINN, SE, (1, 2))
+
+
+@figure("models-painn-10368-1rank", BENCH_PAIR)
+def _(run):
+    return f"{pair(run, PAINN, 10368, 1):.0f}"
+
+
+# --- MACE against mace-torch, the same model (bench_mace) ---
+
+def mace_md(run, code, atoms, cores, field="us_per_atom_step"):
+    """mlip on `cores` ranks of 1 thread, mace-torch on 1 process of `cores` threads"""
+    if code == "mlip":
+        return run.med("md", field, code=code, atoms=atoms, ranks=cores, threads=1)
+    return run.med("md", field, code=code, atoms=atoms, ranks=1, threads=cores)
+
+
+for _atoms in (1152, 10368):
+    for _cores in (1, 2):
+        figure(f"models-mace-md-{_atoms}-{_cores}", MACE_MD)(
+            lambda run, n=_atoms, c=_cores: times(mace_md(run, "mace-torch", n, c), mace_md(run, "mlip", n, c)))
+    figure(f"models-mace-memory-ratio-{_atoms}", MACE_MD)(
+        lambda run, n=_atoms: ratio(mace_md(run, "mace-torch", n, 1, "peak_rss_mib"),
+                                    mace_md(run, "mlip", n, 1, "peak_rss_mib"), 2))
+
+
+@figure("models-mace-mlip-memory-10368", MACE_MD)
+def _(run):
+    return f"{mace_md(run, 'mlip', 10368, 1, 'peak_rss_mib'):.0f} MiB"
+
+
+@figure("models-mace-torch-memory-10368", MACE_MD)
+def _(run):
+    return f"{mace_md(run, 'mace-torch', 10368, 1, 'peak_rss_mib') / 1024:.1f} GiB"
+
+
+@figure("models-mace-us-10368-1rank", MACE_MD)
+def _(run):
+    return f"{mace_md(run, 'mlip', 10368, 1):.0f}"
+
+
+for _ranks in (1, 2):
+    figure(f"models-mace-big-memory-{_ranks}", MACE_MD)(
+        lambda run, k=_ranks: f"{run.med('memory', 'peak_rss_mib', atoms=10368, ranks=k):.0f} MiB")
+
+
+def train(run, code, ranks):
+    return run.med("train", "frames_per_s", code=code, ranks=ranks, threads=1)
+
+
+for _ranks in (1, 2):
+    figure(f"models-mace-train-{_ranks}", MACE_TRAIN)(
+        lambda run, k=_ranks: times(train(run, "mlip", k), train(run, "mace-torch", 1)))
+
+
+@figure("models-mace-train-mlip-rate", MACE_TRAIN)
+def _(run):
+    return f"{g(train(run, 'mlip', 1))} frames/s"
+
+
+@figure("models-mace-train-torch-rate", MACE_TRAIN)
+def _(run):
+    return f"{g(train(run, 'mace-torch', 1))} frames/s"
+
+
+def accuracy_figures(tag, run_name, energy):
+    """the wall time asked (WALL_MINUTES) and both codes' test errors after it (energy: and the
+    energy errors)"""
+    figure(f"models-mace-acc-{tag}-minutes", run_name)(
+        lambda run: run.match("command.txt", r"^WALL_MINUTES=(\d+)$") + " minutes")
+    for code in ("mlip", "mace-torch"):
+        name = code.replace("mace-torch", "torch")
+        figure(f"models-mace-acc-{tag}-{name}-force", run_name)(
+            lambda run, c=code: f"{run.med('accuracy', 'force_rmse_mev_per_a', code=c):.0f} meV/Å")
+        if energy:
+            figure(f"models-mace-acc-{tag}-{name}-energy", run_name)(
+                lambda run, c=code: f"{run.med('accuracy', 'energy_rmse_mev_per_atom', code=c):.0f} meV/atom")
+
+
+accuracy_figures("long", MACE_ACC, energy=True)
+accuracy_figures("short", MACE_TRAIN, energy=False)
