@@ -1,0 +1,67 @@
+"""Figures of docs/gpu.md: from the GPU checks' summary.txt and md.txt (bench_pair.sh's rows:
+run, atoms, ranks, steps, total us/atom-step, LAMMPS outside the pair style, graph, model, forces,
+peak RSS MiB, peak GPU MiB)."""
+import tables
+from figures import figure, g
+
+H200 = "gpu-check/2026-11-26-f7968e4"
+H200_MACE_CHUNKS = "gpu-check/2026-11-26-6454599"
+MACE_CPU = "bench_mace/2026-11-26-e8cdcfa"
+
+
+def md_row(run, name, atoms):
+    """the cells of the md.txt row of run `name` at `atoms`, as numbers where they are"""
+    for r in tables.gpu_md_rows(run.path):
+        if r["run"] == name and r["atoms"] == str(atoms):
+            return [float(c) if c.replace(".", "", 1).isdigit() else c for c in r["cells"]]
+    raise LookupError(f"{run.name}/md.txt has no row '{name}' at {atoms} atoms")
+
+
+def us(value):
+    return f"{g(value)} us/atom-step"
+
+
+@figure("gpu-h200-graph-saving-10k", H200)
+def _(run):
+    plain, graph = md_row(run, "mlip se_e2_a f64 on cuda", 10368), md_row(run, "mlip se_e2_a f64 on cuda, CUDA graph", 10368)
+    return f"{100 * (1 - graph[4] / plain[4]):.0f}%"
+
+
+@figure("gpu-h200-host-share-100k", H200)
+def _(run):
+    r = md_row(run, "mlip se_e2_a f64 on cuda", 98304)
+    return f"{100 * (r[6] + r[8]) / r[4]:.0f}% ({g(r[6], 2)} + {g(r[8], 3)} of {us(r[4])})"
+
+
+@figure("gpu-h200-graph-replay-model-100k", H200)
+def _(run):
+    plain, graph = md_row(run, "mlip se_e2_a f64 on cuda", 98304), md_row(run, "mlip se_e2_a f64 on cuda, CUDA graph", 98304)
+    return f"{g(graph[7], 2)} against {us(plain[7])}"
+
+
+@figure("gpu-h200-mace-128-one-call", H200)
+def _(run):
+    return f"{md_row(run, 'mlip mace 128ch L2 f32 on cuda', 10368)[10]:.0f} MiB"
+
+
+@figure("gpu-h200-mace-128-per-atom", H200_MACE_CHUNKS)
+def _(run):
+    r = md_row(run, "mlip mace 128ch L2 f32 on cuda, chunk 1024", 10368)
+    return f"{r[10] / 1024:.0f} MiB"
+
+
+@figure("gpu-h200-mace-128-chunk-1024", H200_MACE_CHUNKS)
+def _(run):
+    return f"{md_row(run, 'mlip mace 128ch L2 f32 on cuda, chunk 1024', 10368)[10]:.0f} MiB"
+
+
+@figure("gpu-h200-mace-128-chunk-speed", H200_MACE_CHUNKS)
+def _(run):
+    chunked = md_row(run, "mlip mace 128ch L2 f32 on cuda, chunk 1024", 10368)[4]
+    whole = md_row(run.__class__(H200), "mlip mace 128ch L2 f32 on cuda", 10368)[4]
+    return f"{g(chunked, 2)} against {us(whole)}"
+
+
+@figure("gpu-mace-128-cpu-1core", MACE_CPU)
+def _(run):
+    return us(run.med("memory", "us_per_atom_step", ranks=1))
