@@ -45,9 +45,11 @@
 set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 step=${1:-all}
-# A digest of the sources the binaries are built from: the same here and there for the same tree.
+# A digest of the sources the binaries are built from: the same here and there for the same tree
+# (benchmarks' kept results and experiments are not sources).
 source_digest() {
-  (cd "$repo" && find CMakeLists.txt cmake common potentials trainer pair_style tests benchmarks -type f \
+  (cd "$repo" && find CMakeLists.txt cmake common potentials trainer pair_style tests benchmarks \
+    \( -path benchmarks/results -o -path benchmarks/experiments \) -prune -o -type f \
     \( -name '*.cpp' -o -name '*.h' -o -name '*.txt' -o -name '*.cmake' \) -print | LC_ALL=C sort |
     xargs sha256sum) | sha256sum | cut -c1-16
 }
