@@ -165,7 +165,9 @@ def gpu_md_rows(run):
             continue
         f = [x.strip() for x in line.strip("|").split("|")]
         if line.startswith("|") and len(f) >= 11:
-            rows.append({"run": f[0] + chunk, "atoms": f[1], "us": f[4], "gpu": f[10], "cells": f})
+            us = f[4] if not f[4].startswith("failed") else \
+                "failed: out of GPU memory" if "out of memory" in f[4] else "failed"
+            rows.append({"run": f[0] + chunk, "atoms": f[1], "us": us, "gpu": f[10], "cells": f})
     return rows
 
 

@@ -1,6 +1,8 @@
 """Figures of docs/gpu.md: from the GPU checks' summary.txt and md.txt (bench_pair.sh's rows:
 run, atoms, ranks, steps, total us/atom-step, LAMMPS outside the pair style, graph, model, forces,
 peak RSS MiB, peak GPU MiB)."""
+import re
+
 import tables
 from figures import figure, g
 
@@ -65,3 +67,44 @@ def _(run):
 @figure("gpu-mace-128-cpu-1core", MACE_CPU)
 def _(run):
     return us(run.med("memory", "us_per_atom_step", ranks=1))
+
+
+H100 = "gpu-check/2026-11-27-fae0881"
+
+
+def summary_line(run, prefix):
+    """the rest of the first summary.txt line that starts with prefix"""
+    return run.match("summary.txt", rf"^{prefix}(.*)$").strip()
+
+
+@figure("gpu-h100-tests", H100)
+def _(run):
+    lines = [l for l in run.text("summary.txt").splitlines() if l.startswith("tests ")]
+    passed = sum(int(l.split(": ")[1].split()[0]) for l in lines)
+    failed = sum(int(l.split(" passed, ")[1].split()[0]) for l in lines)
+    return f"{passed} passed, {failed} failed"
+
+
+@figure("gpu-h100-forces-largest", H100)
+def _(run):
+    line = summary_line(run, "forces GPU vs CPU")
+    largest = max(float(x) for x in re.findall(r"\d\.\d+e-\d+", line))
+    return f"{largest:.1e}"
+
+
+@figure("gpu-h100-host-share-100k", H100)
+def _(run):
+    r = md_row(run, "mlip se_e2_a f64 on cuda", 98304)
+    return f"{100 * (r[6] + r[8]) / r[4]:.0f}% ({g(r[6], 3)} + {g(r[8], 3)} of {us(r[4])})"
+
+
+@figure("gpu-h100-graph-saving-10k", H100)
+def _(run):
+    plain, graph = md_row(run, "mlip se_e2_a f64 on cuda", 10368), md_row(run, "mlip se_e2_a f64 on cuda, CUDA graph", 10368)
+    return f"{100 * (1 - graph[4] / plain[4]):.0f}%"
+
+
+@figure("gpu-h100-vs-h200-10k", H100)
+def _(run):
+    h200 = md_row(run.__class__(H200), "mlip se_e2_a f64 on cuda", 10368)[4]
+    return f"{g(md_row(run, 'mlip se_e2_a f64 on cuda', 10368)[4])} against {us(h200)}"
