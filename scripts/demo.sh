@@ -22,6 +22,15 @@ start=$(date +%s)
 stamp() { printf '[%4ds] ' $(( $(date +%s) - start )); }
 phase_start=$start
 phases=()
+results=""
+if [[ ${MLIP_DEMO_KEEP:-0} == 1 ]]; then
+  # the results folder and its record of the tree (commit, changes) as the demo starts
+  # shellcheck source=../benchmarks/lib.sh
+  source "$here/benchmarks/lib.sh"
+  BENCH_COMMAND="MLIP_DEMO_KEEP=1 scripts/demo.sh"
+  mkdir -p "$out"
+  src=$here work=$out results_open demo
+fi
 # phase NAME: the seconds since the last phase ended, recorded as NAME's
 phase() { phases+=("$1	$(( $(date +%s) - phase_start ))"); phase_start=$(date +%s); }
 
@@ -72,11 +81,7 @@ MLIP_DEMO_QUICK=$quick /usr/bin/python3 "$here/scripts/demo_report.py" "$out"
 phase report
 { printf 'phase\tseconds\n'; printf '%s\n' "${phases[@]}"; printf 'total\t%s\n' $(( $(date +%s) - start )); } >"$out/phases.tsv"
 echo "$(stamp)demo finished: $(( $(date +%s) - start )) s; results in $out"
-if [[ ${MLIP_DEMO_KEEP:-0} == 1 ]]; then
-  # shellcheck source=../benchmarks/lib.sh
-  source "$here/benchmarks/lib.sh"
-  BENCH_COMMAND="MLIP_DEMO_KEEP=1 scripts/demo.sh"
-  src=$here work=$out results_open demo
+if [[ -n $results ]]; then
   cp "$out/phases.tsv" "$out/summary.tsv" "$out/test.log" "$results/"
   # what the checkout holds after the demo: the torch venv, LAMMPS's source, the build
   { printf 'path\tbytes\n'; (cd "$here" && du -sb third_party/* "$(basename "$build")" 2>/dev/null | awk '{ print $2 "\t" $1; s += $1 } END { print "total\t" s }'); } >"$results/disk.tsv"
