@@ -65,6 +65,7 @@ phase training
 
 echo "$(stamp)== [3/5] validation: mlip-trainer test on the held-out frames"
 "$trainer" test "$model" "$out/train/validation.xyz" --forces "$out/validation_forces.csv" 2>&1 | tee "$out/test.log"
+phase validation
 
 echo "$(stamp)== [4/5] MD: 384 atoms (128 H2O), NVT 300 K, $md_steps x 0.5 fs, $ranks MPI ranks"
 "$trainer" convert data/water-deepmd/data_0 "$out/water.data" --types O H --replicate 2 1 1
@@ -84,7 +85,7 @@ echo "$(stamp)demo finished: $(( $(date +%s) - start )) s; results in $out"
 if [[ -n $results ]]; then
   cp "$out/phases.tsv" "$out/summary.tsv" "$out/test.log" "$results/"
   # what the checkout holds after the demo: the torch venv, LAMMPS's source, the build
-  { printf 'path\tbytes\n'; (cd "$here" && du -sb third_party/* "$(basename "$build")" 2>/dev/null | awk '{ print $2 "\t" $1; s += $1 } END { print "total\t" s }'); } >"$results/disk.tsv"
-  grep -E '^ *epoch|validation' "$out/train.log" >"$results/logs/train-epochs.log" || true
+  { printf 'path\tbytes\n'; (cd "$here" && du -sb third_party/* "$(basename "$build")" 2>/dev/null | awk '{ print $2 "\t" $1; s += $1 } END { printf "total\t%.0f\n", s }'); } >"$results/disk.tsv"
+  grep -E '^epoch [0-9]+/|throughput' "$out/train.log" >"$results/logs/train-epochs.log" || true
   grep -E 'Loop time|Performance|^Step|^ +[0-9]+ +[-0-9.]+ ' "$out/md.log" >"$results/logs/md-thermo.log" || true
 fi

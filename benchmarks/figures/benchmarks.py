@@ -43,7 +43,7 @@ def _(run):
     return f"{g(run.med('memory', 'peak_rss_mib', ranks=2))} MiB"
 
 
-DEMO = "demo/PENDING"
+DEMO = "demo/2026-11-27-42b84d7"
 
 
 def demo_value(run, key):
@@ -103,3 +103,10 @@ def _(run):
 @figure("demo-disk", DEMO)
 def _(run):
     return f"{float(run.rows('disk', path='total')[0]['bytes']) / 1e9:.1f} GB"
+
+
+@figure("demo-setup-fresh", DEMO)
+def _(run):
+    parts = [(r["step"].split("/")[-1], float(r["seconds"]) / 60) for r in run.rows("setup")]
+    each = ", ".join(f"{step} {minutes:.1f}" for step, minutes in parts)
+    return f"{sum(m for _, m in parts):.1f} min ({each})"

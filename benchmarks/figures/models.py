@@ -4,7 +4,7 @@ It also quotes figures of docs/pair_style.md (benchmarks/figures/pair_style.py).
 from figures import figure, g, ratio
 
 # the bench_pair run behind docs/benchmarks.md's pair tables; dirty until its clean rerun replaces it
-BENCH_PAIR = "bench_pair/2026-11-26-8648c6a-dirty"
+BENCH_PAIR = "bench_pair/2026-11-27-4c6c2fa"
 MACE_MD = "bench_mace/2026-11-26-e8cdcfa"     # md.tsv, memory.tsv
 MACE_TRAIN = "bench_mace/2026-11-26-949f3ca"  # train.tsv; accuracy.tsv after 12 minutes
 MACE_ACC = "bench_mace/2026-11-26-1e881ab"    # accuracy.tsv after 30 minutes
