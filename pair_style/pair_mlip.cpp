@@ -4,8 +4,9 @@
    pair_style mlip MODEL [MODEL2 ...] [keywords] (the keywords: pair_mlip_keywords.cpp)
    pair_coeff * * El1 El2 ... (element per LAMMPS type, NULL = not handled by the model)
 
-   The model (common/include/mlip/model/model.h) returns per-atom energies from the edge vectors of a
-   graph; forces are dE/dr_ij from autograd, scattered to both ends of each edge here.
+   The model (common/include/mlip/model/model.h) returns per-atom energies and dE/dr_ij from the
+   edge vectors of a graph; mlip::edge_forces (common/) makes per-node forces and virials of them,
+   which are added to LAMMPS's atoms here (those on ghosts go back by reverse communication).
 
    Local atoms are evaluated in chunks of at most N per model call, so that the memory of a
    call does not grow with the number of atoms a rank holds. Local models (0 or 1
@@ -144,8 +145,8 @@ static int node_local_rank(MPI_Comm world)
 }
 
 PairMLIP::PairMLIP(LAMMPS *lmp) :
-    Pair(lmp), impl(new Impl), chunk_size(0), layers(0), timing(0), cutoff(0.0), list_cutoff(0.0), message_reach(0.0),
-    distance_unit(1.0), energy_unit(1.0)
+    Pair(lmp), impl(new Impl(lmp)), layers(0), cutoff(0.0), list_cutoff(0.0), message_reach(0.0), distance_unit(1.0),
+    energy_unit(1.0)
 {
   single_enable = 0;          // many-body: no pairwise single()
   restartinfo = 0;            // the model file is the state; pair_style/pair_coeff are re-read
@@ -190,10 +191,30 @@ void PairMLIP::allocate()
 
 /* ----------------------------------------------------------------------
    settings: pair_style mlip MODEL [MODEL2 ...] [keywords] (pair_mlip_keywords.cpp has the
-   keywords); loads the models on every rank
+   keywords); loads the models on every rank and chooses how they are evaluated
 ------------------------------------------------------------------------- */
 
 void PairMLIP::settings(int narg, char **arg)
+{
+  const std::vector<std::string> files = parse_settings(narg, arg);
+  const std::string device_note = load_models(files);
+  const bool malloc_tuned = mlip::keep_freed_memory();
+  const bool chunk_given = options.chunk > 0;
+  // mlip/kk sizes its device views by the chunk: it keeps the CPU defaults.
+  const bool one_call = !impl->model->device().is_cpu() && !kokkosable;
+  impl->exchange.init(options.exchange, *impl->model, model_file, committee_size() > 1,
+                      kokkosable && execution_space == Device);
+  init_cuda_graph(one_call, chunk_given);
+  if (!chunk_given) options.chunk = default_chunk(one_call);
+  set_reach();
+  // LAMMPS's buffers, per atom: the widest communication of a job (ghost features, committee forces).
+  comm_forward = impl->exchange.width();
+  comm_reverse = std::max(impl->exchange.width(), impl->committee.reverse_width());
+  log_settings(device_note, one_call, chunk_given, malloc_tuned);
+}
+
+// The model files before the keywords; the keywords into `options`.
+std::vector<std::string> PairMLIP::parse_settings(int narg, char **arg)
 {
   using mlip_pair::is_keyword;
   if (narg < 1 || is_keyword(arg[0]))
@@ -208,42 +229,45 @@ void PairMLIP::settings(int narg, char **arg)
     files.emplace_back(arg[iarg]);
   }
   try {
-    impl->options = mlip_pair::parse_keywords(narg - iarg, arg + iarg, files.size());
+    options = mlip_pair::parse_keywords(narg - iarg, arg + iarg, files.size());
   } catch (const mlip::Error &e) {
     error->all(FLERR, std::string("pair_style mlip: ") + e.what());
   }
-  chunk_size = impl->options.chunk;
-  timing = impl->options.timing ? 1 : 0;
-  const std::string &device_asked = impl->options.device;
+  return files;
+}
+
+// The model that drives the dynamics and the committee's others, on the device asked for.
+std::string PairMLIP::load_models(const std::vector<std::string> &files)
+{
   model_file = files[0];
   std::string device_note;
   std::string device;
   // Before any other LibTorch call that asks about CUDA (mlip/model/device.h).
-  guarded(error, true, "device", [&] { device = model_device(device_asked, device_note); });
+  guarded(error, true, "device", [&] { device = model_device(options.device, device_note); });
   guarded(error, true, "cannot load model", [&] {
     impl->model = std::make_unique<mlip::Model>(mlip::Model::load(model_file, torch::Device(device)));
   });
   load_committee(files, device);
-  const bool malloc_tuned = mlip::keep_freed_memory();
-  const auto &meta = impl->model->info();
-  cutoff = meta.cutoff;
-  layers = meta.message_passing_layers;
-  const bool chunk_given = chunk_size > 0;
-  const bool on_gpu = !impl->model->device().is_cpu();
-  // mlip/kk sizes its device views by the chunk: it keeps the CPU defaults.
-  const bool one_call = on_gpu && !kokkosable;
-  init_exchange();
-  init_cuda_graph(one_call, chunk_given);
-  if (!chunk_given)
-    chunk_size = one_call ? default_chunk_gpu
-                 : impl->exchange.on ? default_chunk_exchange
-                 : layers > 1 ? default_chunk_message_passing
-                 : meta.compressed ? default_chunk_compressed
-                                   : default_chunk_local;
-  // The neighbour list covers every model's cutoff, the ghost shell every model's messages
-  // (one cutoff when the model's features are exchanged between layers instead).
+  cutoff = impl->model->info().cutoff;
+  layers = impl->model->info().message_passing_layers;
+  return device_note;
+}
+
+int PairMLIP::default_chunk(bool one_call) const
+{
+  return one_call ? default_chunk_gpu
+         : exchanging() ? default_chunk_exchange
+         : layers > 1 ? default_chunk_message_passing
+         : impl->model->info().compressed ? default_chunk_compressed
+                                          : default_chunk_local;
+}
+
+// The neighbour list covers every model's cutoff, the ghost shell every model's messages (one
+// cutoff when the model's features are exchanged between layers instead).
+void PairMLIP::set_reach()
+{
   list_cutoff = cutoff;
-  message_reach = layers > 1 && !impl->exchange.on ? layers * cutoff : 0.0;
+  message_reach = layers > 1 && !exchanging() ? layers * cutoff : 0.0;
   for (const auto &m : impl->committee.members()) {
     list_cutoff = std::max(list_cutoff, m.cutoff);
     if (m.layers > 1) message_reach = std::max(message_reach, m.layers * m.cutoff);
@@ -251,27 +275,31 @@ void PairMLIP::settings(int narg, char **arg)
   // Neighbours of ghosts are needed when messages travel more than one hop. Set here, not in
   // init_style: pair_style hybrid reads the flag right after its sub-styles' settings().
   ghostneigh = message_reach > 0.0 ? 1 : 0;
-  if (comm->me == 0) {
-    utils::logmesg(lmp, "pair_style mlip: {} model '{}', species {}, cutoff {} A, {} message-passing layers, {}, {}\n",
-                   meta.architecture, model_file, joined(meta.species), meta.cutoff,
-                   meta.message_passing_layers, meta.dtype,
-                   meta.digest_checked ? "file digest checked" : "no file digest (written by an older mlip)");
-    utils::logmesg(lmp, "pair_style mlip: model on {}{}\n", device_note,
-                   one_call && !chunk_given ? ", all local atoms in one call (set a limit with 'chunk N')" : "");
-    if (malloc_tuned)
-      utils::logmesg(lmp, "pair_style mlip: malloc keeps freed memory (mmap threshold 1 GiB, no trimming) "
-                          "so that model buffers are reused between steps\n");
-    if (impl->model->device().is_cpu())
-      utils::logmesg(lmp, "pair_style mlip: LibTorch CPU kernels {} (ATEN_CPU_CAPABILITY), {} thread(s) per rank\n",
-                     mlip::cpu_capability(), at::get_num_threads());
-    if (impl->exchange.on)
-      utils::logmesg(lmp, "pair_style mlip: ghost exchange in chunks of at most {} local atoms{}\n", chunk_size,
-                     chunk_given ? "" : " (default; set with 'chunk N')");
-    if (layers > 1 && !one_call && !impl->exchange.on)
-      utils::logmesg(lmp, "pair_style mlip: message-passing model: at most {} local atoms per model call{}, in "
-                          "spatially compact chunks, each with its halo of {} x {} A\n",
-                     chunk_size, chunk_given ? "" : " (default; set with 'chunk N')", layers - 1, cutoff);
-  }
+}
+
+void PairMLIP::log_settings(const std::string &device_note, bool one_call, bool chunk_given, bool malloc_tuned)
+{
+  if (comm->me != 0) return;
+  const auto &meta = impl->model->info();
+  const char *default_note = chunk_given ? "" : " (default; set with 'chunk N')";
+  utils::logmesg(lmp, "pair_style mlip: {} model '{}', species {}, cutoff {} A, {} message-passing layers, {}, {}\n",
+                 meta.architecture, model_file, joined(meta.species), meta.cutoff, meta.message_passing_layers,
+                 meta.dtype, meta.digest_checked ? "file digest checked" : "no file digest (written by an older mlip)");
+  utils::logmesg(lmp, "pair_style mlip: model on {}{}\n", device_note,
+                 one_call && !chunk_given ? ", all local atoms in one call (set a limit with 'chunk N')" : "");
+  if (malloc_tuned)
+    utils::logmesg(lmp, "pair_style mlip: malloc keeps freed memory (mmap threshold 1 GiB, no trimming) "
+                        "so that model buffers are reused between steps\n");
+  if (impl->model->device().is_cpu())
+    utils::logmesg(lmp, "pair_style mlip: LibTorch CPU kernels {} (ATEN_CPU_CAPABILITY), {} thread(s) per rank\n",
+                   mlip::cpu_capability(), at::get_num_threads());
+  if (exchanging())
+    utils::logmesg(lmp, "pair_style mlip: ghost exchange in chunks of at most {} local atoms{}\n", options.chunk,
+                   default_note);
+  if (layers > 1 && !one_call && !exchanging())
+    utils::logmesg(lmp, "pair_style mlip: message-passing model: at most {} local atoms per model call{}, in "
+                        "spatially compact chunks, each with its halo of {} x {} A\n",
+                   options.chunk, default_note, layers - 1, cutoff);
 }
 
 /* ----------------------------------------------------------------------
@@ -433,7 +461,7 @@ void PairMLIP::compute(int eflag, int vflag)
 {
   begin_compute(eflag, vflag);
   begin_deviation();
-  if (impl->exchange.on) {
+  if (exchanging()) {
     compute_exchanging();
   } else if (layers > 1) {
     // Each chunk brings its own (L-1)-hop halo of complete neighbourhoods; compact chunks keep
@@ -442,7 +470,7 @@ void PairMLIP::compute(int eflag, int vflag)
     const auto t0 = Clock::now();
     s.order.assign(list->ilist, list->ilist + list->inum);
     const double *const *x = atom->x;
-    mlip::split_compact(s.order, chunk_size, [x](int i) { return x[i]; }, s.chunk_end);
+    mlip::split_compact(s.order, options.chunk, [x](int i) { return x[i]; }, s.chunk_end);
     add_time(GRAPH, seconds_since(t0));
     for (std::size_t c = 0; c < s.chunk_end.size(); c++) {
       const int first = c == 0 ? 0 : s.chunk_end[c - 1];
@@ -451,7 +479,7 @@ void PairMLIP::compute(int eflag, int vflag)
   } else {
     // Chunks bound the memory of one model call and keep its working set in cache; they are
     // of equal size (1152 atoms in chunks of at most 1024: two of 576, not 1024 and 128).
-    const int n_chunks = list->inum / chunk_size + (list->inum % chunk_size != 0 ? 1 : 0);
+    const int n_chunks = list->inum / options.chunk + (list->inum % options.chunk != 0 ? 1 : 0);
     const int size = n_chunks > 0 ? list->inum / n_chunks + (list->inum % n_chunks != 0 ? 1 : 0) : 1;
     for (int first = 0; first < list->inum; first += size)
       evaluate_chunk(list->ilist + first, list->ilist + std::min(list->inum, first + size));
@@ -499,12 +527,57 @@ void PairTimers::begin_compute(bool setup, bigint first_step, bigint last_step)
 void PairMLIP::end_compute()
 {
   impl->timers.end_compute();
-  if (timing && update->whichflag == 1 && update->ntimestep == update->laststep) report_timing();
+  if (options.timing && update->whichflag == 1 && update->ntimestep == update->laststep) report_timing();
 }
 
 void PairMLIP::add_time(Timer which, double seconds)
 {
   impl->timers.add(which == GRAPH ? PairTimers::graph : which == MODEL ? PairTimers::model : PairTimers::forces, seconds);
+}
+
+/* ----------------------------------------------------------------------
+   forward_comm / reverse_comm: one LAMMPS communication of a job's per-atom values, with LAMMPS's
+   pack/unpack callbacks passed to that job (the ghost exchange or the committee) while it lasts
+------------------------------------------------------------------------- */
+
+void PairMLIP::forward_comm(PairCommJob &job)
+{
+  communicating = &job;
+  forward_comm_of(comm, this, 0);
+  communicating = nullptr;
+}
+
+void PairMLIP::reverse_comm(PairCommJob &job)
+{
+  communicating = &job;
+  reverse_comm_of(comm, this, 0);
+  communicating = nullptr;
+}
+
+PairCommJob &PairMLIP::communicating_job()
+{
+  if (!communicating) error->one(FLERR, "pair_style mlip: a communication that none of its jobs asked for");
+  return *communicating;
+}
+
+int PairMLIP::pack_forward_comm(int n, int *list, double *buf, int /*pbc_flag*/, int * /*pbc*/)
+{
+  return communicating_job().pack_forward(n, list, buf);
+}
+
+void PairMLIP::unpack_forward_comm(int n, int first, double *buf)
+{
+  communicating_job().unpack_forward(n, first, buf);
+}
+
+int PairMLIP::pack_reverse_comm(int n, int first, double *buf)
+{
+  return communicating_job().pack_reverse(n, first, buf);
+}
+
+void PairMLIP::unpack_reverse_comm(int n, int *list, double *buf)
+{
+  communicating_job().unpack_reverse(n, list, buf);
 }
 
 std::string PairMLIP::model_device(const std::string &asked, std::string &note)
@@ -649,13 +722,13 @@ void PairMLIP::close_atoms_error(int i, int j, double r)
 void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
 {
   impl->capture.reset();
-  if (!impl->options.cuda_graph) return;
+  if (!options.cuda_graph) return;
   if (!one_call)
     error->all(FLERR, kokkosable ? "pair_style mlip: cuda_graph yes is for pair_style mlip, not its Kokkos variant"
                                  : "pair_style mlip: cuda_graph yes needs the model on a GPU ('device cuda')");
   if (chunk_given)
     error->all(FLERR, "pair_style mlip: cuda_graph yes records one model call with all local atoms: drop 'chunk'");
-  if (impl->exchange.on) error->all(FLERR, "pair_style mlip: cuda_graph yes cannot record the ghost exchange");
+  if (exchanging()) error->all(FLERR, "pair_style mlip: cuda_graph yes cannot record the ghost exchange");
   guarded(error, true, "cuda_graph yes",
           [&] { impl->capture = std::make_unique<mlip::GraphCapture>(*impl->model, true); });
   if (comm->me == 0)

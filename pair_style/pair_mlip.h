@@ -14,6 +14,8 @@ PairStyle(mlip,PairMLIP);
 
 #include "pair.h"
 
+#include "pair_mlip_keywords.h"
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,6 +30,8 @@ struct ModelOutput;
 
 namespace LAMMPS_NS {
 
+class PairCommJob;
+
 // Evaluates a frozen mlip model (TorchScript) on LAMMPS atoms. LibTorch stays out of this
 // header (LAMMPS includes every pair header into force.cpp): its state lives in Impl.
 class PairMLIP : public Pair {
@@ -40,22 +44,28 @@ class PairMLIP : public Pair {
   void coeff(int, char **) override;
   void init_style() override;
   double init_one(int, int) override;
-  // The committee's forces on ghost atoms back to their owners (model deviation), and the
-  // ghosts' feature gradients to theirs ('exchange yes').
-  int pack_reverse_comm(int, int, double *) override;
-  void unpack_reverse_comm(int, int *, double *) override;
-  // The owners' features to their ghosts between message-passing layers ('exchange yes').
+  // LAMMPS's communication callbacks, passed to the job that is communicating (below).
   int pack_forward_comm(int, int *, double *, int, int *) override;
   void unpack_forward_comm(int, int, double *) override;
+  int pack_reverse_comm(int, int, double *) override;
+  void unpack_reverse_comm(int, int *, double *) override;
+
+  // One LAMMPS communication of a job's per-atom values (pair_mlip_impl.h: the ghost exchange's
+  // features, the committee's forces): the callbacks above go to `job`, and only during the call.
+  void forward_comm(PairCommJob &job);
+  void reverse_comm(PairCommJob &job);
 
  protected:
   struct Impl;
   std::unique_ptr<Impl> impl;
+  PairCommJob *communicating = nullptr;    // the job of the communication under way, if any
+  PairCommJob &communicating_job();         // that job (an error if there is none)
 
+  // The keywords of the pair_style command, read where they are used; settings() replaces a
+  // chunk not given (0) by the default for the model.
+  mlip_pair::Options options;
   std::string model_file;
-  int chunk_size;                // most local atoms per model call (bounds memory); 0 until settings()
   int layers;                    // message-passing layers of the model (> 1: graph over ghosts)
-  int timing;                    // 1: report after each run where the pair time went
   double cutoff;                 // model cutoff (A), from the model's metadata
   double list_cutoff;            // largest cutoff of the committee's models (A)
   double message_reach;          // largest layers x cutoff of its message-passing models (A), else 0
@@ -64,6 +74,13 @@ class PairMLIP : public Pair {
   std::vector<int> type_species; // (ntypes + 1) model species index per LAMMPS type, -1 = NULL
 
   void allocate();
+  // The parts of settings(): the model files (and `options`); the models loaded (returns a note
+  // on the device for the log); the default chunk; the neighbour list's and ghosts' reach; the log.
+  std::vector<std::string> parse_settings(int narg, char **arg);
+  std::string load_models(const std::vector<std::string> &files);
+  int default_chunk(bool one_call) const;
+  void set_reach();
+  void log_settings(const std::string &device_note, bool one_call, bool chunk_given, bool malloc_tuned);
   std::vector<int> map_types(const mlip::Model &model, const std::string &file, char **elements);
   // member: 0 = the model that drives the dynamics, k > 0 = the committee's k-th other model.
   void evaluate_chunk(const int *first, const int *last);
@@ -98,14 +115,13 @@ class PairMLIP : public Pair {
                         const mlip::EdgeForces &forces);
   void end_deviation();
 
+  void init_cuda_graph(bool one_call, bool chunk_given);
   // Message passing by per-layer ghost exchange (pair_mlip_exchange.cpp): a one-cutoff ghost
   // shell, features forward-communicated between layers, their gradients reverse-communicated.
-  void init_exchange();
-  void init_cuda_graph(bool one_call, bool chunk_given);
   void compute_exchanging();
   bool exchanging() const;
   // The model on a graph of all local atoms (the centres) and ghosts; node_atom (host): the
-  // atom of each node; chunk_end: where each chunk of centres ends (empty: chunk_size each).
+  // atom of each node; chunk_end: where each chunk of centres ends (empty: options.chunk each).
   // Shared with mlip/kk.
   mlip::ModelOutput evaluate_exchanging(const mlip::GraphView &graph, const int *node_atom,
                                         std::vector<int64_t> chunk_end = {});

@@ -134,7 +134,7 @@ void Committee::end_step(bigint step, const double *columns, bool rank0)
 void PairMLIP::load_committee(const std::vector<std::string> &files, const std::string &device)
 {
   Committee &c = impl->committee;
-  c.reset(impl->options);
+  c.reset(options);
   for (std::size_t k = 1; k < files.size(); k++) {
     MlipMember m;
     m.file = files[k];
@@ -146,7 +146,6 @@ void PairMLIP::load_committee(const std::vector<std::string> &files, const std::
     c.add(std::move(m));
   }
   const int models = c.size();
-  comm_reverse = models > 1 ? 3 * models : 0;
   nextra = models > 1 ? Committee::n_columns : 0;
   pvector = nextra > 0 ? c.stats() : nullptr;
   init_deviation();    // now: dump custom looks d_mlip_devi_f up when it is defined
@@ -207,18 +206,6 @@ void PairMLIP::add_to_deviation(int member, const int *node_atom, int64_t n_cent
   impl->committee.add_outputs(member, node_atom, n_centers, n_nodes, energy, ef);
 }
 
-int PairMLIP::pack_reverse_comm(int n, int first, double *buf)
-{
-  if (impl->exchange.reversing) return impl->exchange.pack_reverse(n, first, buf);
-  return impl->committee.pack_reverse(n, first, buf);
-}
-
-void PairMLIP::unpack_reverse_comm(int n, int *list, double *buf)
-{
-  if (impl->exchange.reversing) return impl->exchange.add_reverse(n, list, buf);
-  impl->committee.unpack_reverse(n, list, buf);
-}
-
 /* ----------------------------------------------------------------------
    end_deviation: ghost forces to their owners, per-atom deviations, statistics over all ranks,
    the file's line (rank 0) and compute pair's vector
@@ -228,7 +215,7 @@ void PairMLIP::end_deviation()
 {
   Committee &c = impl->committee;
   if (!c.reporting()) return;
-  reverse_comm_of(comm, this, 0);
+  reverse_comm(c);
   const int models = c.size();
   const int nlocal = atom->nlocal;
   const std::vector<double> deviation = c.atom_deviation(nlocal);

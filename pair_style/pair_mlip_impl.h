@@ -1,8 +1,8 @@
 /* -*- c++ -*- ----------------------------------------------------------
    mlip: machine-learning interatomic potentials for LAMMPS.
-   PairMLIP's LibTorch-side state and its parts: the committee (pair_mlip_deviation.cpp), the
-   ghost exchange (pair_mlip_exchange.cpp) and the timers (pair_mlip.cpp); not a LAMMPS style
-   header, so LibTorch stays out of force.cpp.
+   PairMLIP's LibTorch-side state and its parts, each a class that owns its state: the committee
+   (pair_mlip_deviation.cpp), the ghost exchange (pair_mlip_exchange.cpp) and the timers
+   (pair_mlip.cpp); not a LAMMPS style header, so LibTorch stays out of force.cpp.
 ------------------------------------------------------------------------- */
 
 #ifndef LMP_PAIR_MLIP_IMPL_H
@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "pair_mlip.h"
+#include "pointers.h"
 
 #include "pair_mlip_keywords.h"
 
@@ -25,6 +26,27 @@
 
 namespace LAMMPS_NS {
 
+// A job of PairMLIP that moves per-atom values between atoms and their ghosts with LAMMPS's
+// communication (the ghost exchange, the committee). For it PairMLIP::forward_comm(job) or
+// reverse_comm(job) runs one communication, and LAMMPS's pack/unpack callbacks on the pair style
+// come here while it lasts. Buffers hold doubles. A job that only reverse-communicates (the
+// committee) keeps the forward defaults: nothing to send.
+class PairCommJob {
+ public:
+  // Forward: the owners' values list[0..n) into buf (returns the doubles written), then the
+  // ghosts' [first, first + n) from it.
+  virtual int pack_forward(int /*n*/, const int * /*list*/, double * /*buf*/) const { return 0; }
+  virtual void unpack_forward(int /*n*/, int /*first*/, const double * /*buf*/) {}
+  // Reverse: the ghosts' values [first, first + n) into buf, then added to their owners' list[0..n).
+  virtual int pack_reverse(int n, int first, double *buf) const = 0;
+  virtual void unpack_reverse(int n, const int *list, const double *buf) = 0;
+
+ protected:
+  // Jobs are members of PairMLIP::Impl, never owned through this interface (and a virtual
+  // destructor here would clash with that of LAMMPS's Pointers, which may throw).
+  ~PairCommJob() = default;
+};
+
 // A model of a committee beyond the first (pair_style mlip m0.pt m1.pt ...): evaluated only on
 // the steps that report the model deviation.
 struct MlipMember {
@@ -38,7 +60,7 @@ struct MlipMember {
 // The committee's other models and the deviation they report (pair_mlip_deviation.cpp): the
 // sums of each model's forces, virial and energy on a reporting step, the statistics of the
 // last report (compute pair's vector) and the file it goes to.
-class Committee {
+class Committee : public PairCommJob {
  public:
   static constexpr int n_columns = 7;    // after the step: virial max, min, mean; force max, min, mean; energy
 
@@ -60,9 +82,10 @@ class Committee {
   // One graph's energies (n_centers), node forces and virial of model k, LAMMPS units.
   void add_outputs(int k, const int *node_atom, int64_t n_centers, int64_t n_nodes, const double *energy,
                    const mlip::EdgeForces &forces);
-  // Reverse communication of the models' forces on ghosts (3 x size() values per atom).
-  int pack_reverse(int n, int first, double *buf) const;
-  void unpack_reverse(int n, const int *list, const double *buf);
+  // Reverse communication of the models' forces on ghosts: reverse_width() values per atom.
+  int reverse_width() const { return size() > 1 ? 3 * size() : 0; }
+  int pack_reverse(int n, int first, double *buf) const override;
+  void unpack_reverse(int n, const int *list, const double *buf) override;
   // After the reverse communication: the force deviation of the first nlocal atoms.
   std::vector<double> atom_deviation(int nlocal) const;
   const std::vector<double> &virials() const { return virial_; }    // (size(), 9), this rank
@@ -87,29 +110,43 @@ class Committee {
   FILE *out_ = nullptr;              // rank 0
 };
 
-// Message passing by per-layer ghost exchange (pair_mlip_exchange.cpp; 'exchange yes'): the
-// per-atom feature buffer that forward and reverse communication move between layers.
-class GhostExchange {
+// Message passing by per-layer ghost exchange (pair_mlip_exchange.cpp; 'exchange yes'): whether
+// the model's features are exchanged, and the per-atom feature buffer that forward and reverse
+// communication move between layers, alive for one communication.
+class GhostExchange : public PairCommJob, protected Pointers {
  public:
   using Asked = mlip_pair::Options::Exchange;
-  Asked asked = Asked::automatic;
-  bool on = false;                   // decided by PairMLIP::init_exchange()
-  int width = 0;                     // D: values per atom and exchange (doubles in LAMMPS's buffers)
-  bool reversing = false;            // a reverse communication of features is under way
+  explicit GhostExchange(LAMMPS *lmp) : Pointers(lmp) {}
+  // settings(): whether to exchange the features of `model` (loaded from `file`), as `asked` or by
+  // default; an error (error->all) where 'exchange yes' cannot be had. `committee`: more than one
+  // model; `kokkos_device`: mlip/kk on a device backend.
+  void init(Asked asked, const mlip::Model &model, const std::string &file, bool committee, bool kokkos_device);
+  bool on() const { return on_; }
+  int width() const { return width_; }    // D: values per atom and exchange (0 when off)
+  // The model on a graph whose centres are all local atoms and whose other nodes are ghosts
+  // (node_atom, host: the atom of each node), layer by layer, the layers' features communicated
+  // through `pair`; chunk_end: where each chunk of centres ends.
+  mlip::ModelOutput evaluate(PairMLIP &pair, const mlip::Model &model, const mlip::GraphView &graph,
+                             const int *node_atom, const std::vector<int64_t> &chunk_end);
 
+  int pack_forward(int n, const int *list, double *buf) const override;
+  void unpack_forward(int n, int first, const double *buf) override;
+  int pack_reverse(int n, int first, double *buf) const override;
+  void unpack_reverse(int n, const int *list, const double *buf) override;
+
+ private:
+  void check_available(int exchange_layers, int layers, const std::string &file, bool committee,
+                       bool kokkos_device);
   // Rows of the graph's nodes [first, first + rows) into the buffer of nall atoms (zero elsewhere),
   // which takes the rows' dtype (the model's: float32 features are kept as float32).
   void to_atoms(const torch::Tensor &rows, const int *node_atom, int64_t first, int nall);
   // The buffer's rows of the graph's nodes [first, first + count), in its dtype; frees the buffer
   // (it holds every atom's features: no need to keep it through the layers' evaluation).
   torch::Tensor from_atoms(const int *node_atom, int64_t first, int64_t count);
-  int pack_forward(int n, const int *list, double *buf) const;
-  void unpack_forward(int n, int first, const double *buf);
-  int pack_reverse(int n, int first, double *buf) const;
-  void add_reverse(int n, const int *list, const double *buf);
 
- private:
-  torch::Tensor features_;           // (nall, D), CPU
+  bool on_ = false;
+  int width_ = 0;
+  torch::Tensor features_;           // (nall, D), CPU, during one communication
 };
 
 // Seconds per part of compute() over the steps of the current run (always summed; reported with
@@ -131,11 +168,11 @@ class PairTimers {
   bigint run_first_ = -1, run_last_ = -1;    // the run the timers belong to
 };
 
-// PairMLIP's LibTorch-side state: the model, the graph (buffers reused from step to step), the
-// keywords, and the three jobs above.
+// PairMLIP's LibTorch-side state: the model, the graph (buffers reused from step to step), and
+// the three jobs above.
 struct PairMLIP::Impl {
+  explicit Impl(LAMMPS *lmp) : exchange(lmp) {}
   std::unique_ptr<mlip::Model> model;
-  mlip_pair::Options options;
   mlip::ChunkGraph graph;
   int graph_member = 0;              // the committee member whose cutoff and species built `graph`
   std::vector<int> order;            // message-passing chunks: local atoms, chunk after chunk

@@ -17,7 +17,7 @@ namespace mlip_pair {
 // What the keywords after the model files ask for (a new pair_style command starts anew).
 struct Options {
   enum class Exchange { automatic, yes, no };
-  int chunk = 0;                          // 0: the pair style's default for the model
+  int chunk = 0;                          // 0: not given (PairMLIP::settings() sets the default for the model)
   bool timing = false;
   std::string device;                     // "" if not given
   bool cuda_graph = false;

@@ -54,8 +54,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Where the views of DeviceType live, as a LibTorch device: the host, or the GPU Kokkos runs on
-// (-k on g N gives each rank one). The CUDA branch has not been compiled yet: no Kokkos with
-// CUDA could be built here (README "GPUs").
+// (-k on g N gives each rank one). The CUDA branch compiles (scripts/check-kokkos-cuda.sh) but
+// has not run yet: no whole Kokkos with CUDA could be built here (docs/gpu.md).
 template <class DeviceType> torch::Device tensor_device()
 {
   if (std::is_same<typename DeviceType::memory_space, Kokkos::HostSpace>::value) return torch::kCPU;
@@ -184,8 +184,8 @@ template <class DeviceType> void PairMLIPKokkos<DeviceType>::compute(int eflag_i
     Kokkos::deep_copy(d_atom_node, -1);
   }
   grow(d_atom_species, nall, "mlip/kk:atom_species");
-  grow(d_node_atom, nall + chunk_size, "mlip/kk:node_atom");
-  grow(d_node_species, nall + chunk_size, "mlip/kk:node_species");
+  grow(d_node_atom, nall + options.chunk, "mlip/kk:node_atom");
+  grow(d_node_species, nall + options.chunk, "mlip/kk:node_species");
   // The model that drives the dynamics; on a step that reports the deviation, the committee.
   begin_deviation();
   const bool reporting = deviation_step();
@@ -237,8 +237,8 @@ template <class DeviceType> void PairMLIPKokkos<DeviceType>::evaluate_member(int
   } else if (info.layers > 1) {
     evaluate_sources(m, 0, list->inum + list->gnum, true);
   } else {
-    for (int first = 0; first < list->inum; first += chunk_size)
-      evaluate_sources(m, first, std::min(chunk_size, list->inum - first), false);
+    for (int first = 0; first < list->inum; first += options.chunk)
+      evaluate_sources(m, first, std::min(options.chunk, list->inum - first), false);
   }
 }
 
@@ -376,7 +376,7 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int member, int first, int cou
         }
       });
   check_distances_on_device(n_edges);
-  if (timing) {
+  if (options.timing) {
     Kokkos::fence();
     add_time(GRAPH, std::chrono::duration<double>(Clock::now() - t0).count());
     t0 = Clock::now();
@@ -414,7 +414,7 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int member, int first, int cou
   } catch (const c10::Error &e) {
     error->one(FLERR, std::string("pair_style mlip/kk: model evaluation failed: ") + e.what_without_backtrace());
   }
-  if (timing) {
+  if (options.timing) {
     Kokkos::fence();
     add_time(MODEL, std::chrono::duration<double>(Clock::now() - t0).count());
     t0 = Clock::now();
@@ -437,7 +437,7 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int member, int first, int cou
 
   // Ready for the next chunk or model: no atom has a node.
   Kokkos::parallel_for(Range(0, n_nodes), KOKKOS_LAMBDA(int k) { atom_node(node_atom(k)) = -1; });
-  if (timing) {
+  if (options.timing) {
     Kokkos::fence();
     add_time(FORCES, std::chrono::duration<double>(Clock::now() - t0).count());
   }

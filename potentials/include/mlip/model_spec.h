@@ -15,7 +15,7 @@ namespace mlip {
 /// `hyperparameters` holds the architecture's own keys (see each builder); keys it does not know
 /// are an error naming them, missing ones take documented defaults.
 struct ModelSpec {
-  std::string architecture;           // "se_e2_a" or "painn"
+  std::string architecture;           // "se_e2_a", "painn" or "mace" (mlip::architectures())
   std::vector<std::string> species;   // element symbols, model species index = position
   double cutoff = 6.0;                // Å
   std::string dtype = "float64";      // float32 | float64
