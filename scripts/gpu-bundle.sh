@@ -17,7 +17,8 @@
 #   googletest-src.tar.gz  googletest sources (Debian's /usr/src/googletest), likewise
 #   headers/               header-only libraries with their CMake package files, unpacked from
 #                          Debian packages (CLI11, nlohmann-json, fmt), the data readers' C
-#                          libraries (xxhash, LMDB, SQLite: headers and .so), and NCCL's nccl.h
+#                          libraries (xxhash, LMDB, SQLite: headers, .so and pkg-config files,
+#                          made relocatable), and NCCL's nccl.h
 #   lammps-src.tar.xz      the LAMMPS source mlip builds against (third_party/lammps-source),
 #                          trimmed to what the build uses: cmake/, src/ (core with its bundled
 #                          fmt and JSON headers, MOLECULE, ML-SNAP, PLUGIN, KOKKOS, STUBS)
@@ -64,7 +65,13 @@ say "header-only libraries (Debian packages): CLI11, nlohmann-json, fmt"
 say "C libraries of the data readers (Debian packages, headers and shared libraries): xxhash, LMDB, SQLite"
 (cd "$work" && apt-get download -q libxxhash-dev libxxhash0 liblmdb-dev liblmdb0 libsqlite3-dev libsqlite3-0 >/dev/null)
 for deb in "$work"/*.deb; do dpkg -x "$deb" "$out/headers"; done
-rm -rf "$out/headers/usr/share/doc" "$out/headers/usr/lib/x86_64-linux-gnu/pkgconfig"
+rm -rf "$out/headers/usr/share/doc"
+# common/CMakeLists.txt finds xxhash and LMDB by their pkg-config files: they say prefix=/usr,
+# which becomes the folder they are in, three levels up (usr/lib/x86_64-linux-gnu/pkgconfig ->
+# usr; pkg-config's own ${pcfiledir}), so that they name the bundle's files wherever it is unpacked.
+pc_dir=$out/headers/usr/lib/x86_64-linux-gnu/pkgconfig
+sed -i -E 's#^([A-Za-z_]+)=/usr(/|$)#\1=${pcfiledir}/../../..\2#' "$pc_dir"/*.pc
+! grep -l '/usr' "$pc_dir"/*.pc || { say "a pkg-config file above still names /usr"; exit 1; }
 nccl_h=""
 for d in "${CUDAToolkit_ROOT:-/usr/local/cuda}/include" /usr/include; do
   [[ -f $d/nccl.h ]] && { nccl_h=$d; break; }

