@@ -23,13 +23,18 @@
 //
 // Hyperparameters (mace-torch's names and defaults): num_channels (128), max_L (1), max_ell (3),
 // correlation (3), num_interactions (2), num_radial_basis (8), num_cutoff_basis (5),
-// radial_MLP ([64, 64, 64]), MLP_irreps ("16x0e"), avg_num_neighbors (0: from the training data).
+// radial_MLP ([64, 64, 64]), MLP_irreps ("16x0e"), avg_num_neighbors (0: from the training data),
+// interaction_first (RealAgnosticInteractionBlock; RealAgnosticResidualInteractionBlock takes the
+// first layer's skip into the product, as later layers do), and the variants of mace_radial.h:
+// gate (silu), bessel_weights (n pi / r_max), distance_transform (None; Agnesi with `agnesi`
+// {q, p, a}), apply_cutoff (true), pair_repulsion (false; ZBL with `zbl` {a_exp, a_prefactor}).
 // r_max is the model's cutoff.
 #include <cmath>
 #include <map>
 #include <sstream>
 
 #include "builder.h"
+#include "mace_radial.h"
 #include "mlip/o3.h"
 
 namespace mlip {
@@ -41,6 +46,9 @@ struct Shape {
   int64_t C = 128, N = 1;
   int Lh = 1, Ls = 3, corr = 3, layers = 2, nb = 8, p = 5, mlp = 16;
   std::vector<int64_t> radial;
+  bool residual_first = false;  // interaction_first: mace-torch's residual block (its skip in the product)
+  detail::MaceRadial basis;     // radial basis, ZBL, gate (mace_radial.h)
+  bool residual(int t) const { return t > 0 || residual_first; }
   int64_t hidden_width() const { return C * (Lh + 1) * (Lh + 1); }
   std::vector<int> in_ls(int t) const { return t == 0 ? std::vector<int>{0} : range(Lh); }
   std::vector<int> out_ls(int t) const { return t == layers - 1 ? std::vector<int>{0} : range(Lh); }
@@ -246,6 +254,11 @@ Shape read_shape(const ModelSpec& spec, nlohmann::json& resolved_out, double& av
   s.radial = hp.get<std::vector<int64_t>>("radial_MLP", {64, 64, 64});
   const auto mlp_irreps = hp.get<std::string>("MLP_irreps", "16x0e");
   const double avg = hp.get<double>("avg_num_neighbors", 0.0);
+  const auto first = hp.get<std::string>("interaction_first", "RealAgnosticInteractionBlock");
+  if (first != "RealAgnosticInteractionBlock" && first != "RealAgnosticResidualInteractionBlock")
+    hp.fail("interaction_first", "must be RealAgnosticInteractionBlock or RealAgnosticResidualInteractionBlock");
+  s.residual_first = first == "RealAgnosticResidualInteractionBlock";
+  s.basis = detail::read_mace_radial(hp, s.nb, s.p);
   const nlohmann::json resolved = hp.finish();
   resolved_out = resolved;
   if (s.C < 1) hp.fail("num_channels", "must be >= 1");
@@ -274,24 +287,15 @@ Shape read_shape(const ModelSpec& spec, nlohmann::json& resolved_out, double& av
 
 // mp_edges and mp_embed.
 std::string edges_source(const Shape& s, double cutoff) {
-  const double pi = 3.141592653589793;
   std::ostringstream src;
-  const std::string opts = "dtype=edge_vectors.dtype, device=edge_vectors.device";
-  // mp_edges: radial basis with envelope (E, nb) and harmonics (E, (max_ell+1)^2) of the vector
+  // mp_edges: the radial terms (mace_radial.h) and harmonics (E, (max_ell+1)^2) of the vector
   // from the neighbour to the centre (mace-torch's sender -> receiver).
-  const double pp = s.p;
   src << "def mp_edges(self, edge_vectors: Tensor) -> Tuple[Tensor, Tensor]:\n"
       << "    r = torch.sqrt((edge_vectors * edge_vectors).sum(1)).unsqueeze(1)\n"
-      << "    k = torch.arange(1, " << s.nb + 1 << ", " << opts << ") * " << num(pi / cutoff) << "\n"
-      << "    bessel = " << num(std::sqrt(2.0 / cutoff)) << " * (torch.sin(k * r) / r)\n"
-      << "    x = r / " << num(cutoff) << "\n"
-      << "    env = 1.0 - " << num((pp + 1) * (pp + 2) / 2) << " * torch.pow(x, " << s.p << ") + "
-      << num(pp * (pp + 2)) << " * torch.pow(x, " << s.p + 1 << ") - " << num(pp * (pp + 1) / 2)
-      << " * torch.pow(x, " << s.p + 2 << ")\n"
-      << "    env = env * (r < " << num(cutoff) << ").to(r.dtype)\n"
+      << detail::mace_edges_source(s.basis, cutoff)
       << "    u = edge_vectors / r\n"
       << o3::spherical_harmonics_source(s.Ls, "-u[:, 0]", "-u[:, 1]", "-u[:, 2]", "sh")
-      << "    return bessel * env, sh\n";
+      << "    return radial, sh\n";
   // mp_embed: (e, h, attrs): accumulated readout energies, features (scalars first, the rest
   // zero: the width stays that of the widest layer), one-hot species.
   src << "def mp_embed(self, species: Tensor) -> Tuple[Tensor, Tensor, Tensor]:\n"
@@ -305,7 +309,7 @@ std::string edges_source(const Shape& s, double cutoff) {
 }
 
 // Layer t: its parameters (e3nn's layouts) and tables, and mp_node_t and mp_layer_t.
-std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t) {
+std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t, double cutoff) {
   std::ostringstream src;
   const std::string p = "l" + std::to_string(t) + "_";
   const auto in = s.in_ls(t), outs = s.out_ls(t);
@@ -319,7 +323,7 @@ std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t) {
     b.normal(p + "mlp" + std::to_string(j) + "_w", {widths[j], widths[j + 1]}, 1.0);
   b.normal(p + "linear_w", {int64_t(paths.size()) * s.C * s.C}, 1.0);
   std::vector<int> skip_in;  // blocks (indices into the list) the skip connection maps
-  if (t == 0) {
+  if (!s.residual(t)) {
     b.normal(p + "skip_w", {int64_t(s.Ls + 1) * s.C * s.N * s.C}, 1.0);
   } else {
     for (std::size_t k = 0; k < in.size(); ++k)
@@ -351,18 +355,19 @@ std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t) {
   src << "def mp_layer_" << t << "(self, e: Tensor, h: Tensor, attrs: Tensor, up: Tensor, center: Tensor, "
       << "neighbor: Tensor, radial: Tensor, sh: Tensor, n_out: int) -> Tuple[Tensor, Tensor, Tensor]:\n";
   // The per-edge path weights: e3nn's FullyConnectedNet with normalised SiLU.
-  src << "    w = radial\n";
+  src << detail::mace_layer_radial_source(s.basis, cutoff) << "    w = w_in\n";
   for (std::size_t j = 0; j + 1 < widths.size(); ++j) {
     src << "    w = torch.matmul(w, self." << p << "mlp" << j << "_w * " << num(1.0 / std::sqrt(double(widths[j])))
         << ")\n";
     if (j + 2 < widths.size()) src << "    w = torch.silu(w) * " << num(o3::kSiluNorm) << "\n";
   }
+  if (!s.basis.apply_cutoff) src << "    w = w * env\n";
   src << "    attrs_out = attrs.narrow(0, 0, n_out)\n"
       << message_source(b, s, t, p);
   src << "    mb = []\n";
   for (int l = 0; l <= s.Ls; ++l)
     src << "    mb.append(msg.narrow(1, " << offset_of(l) << ", " << 2 * l + 1 << "))\n";
-  if (t == 0) {
+  if (!s.residual(t)) {
     std::vector<int> all;
     for (int l = 0; l <= s.Ls; ++l) all.push_back(l);
     src << skip_blocks("mb", "mb2", "self." + p + "skip_w", all, "attrs_out", s, true)
@@ -372,7 +377,7 @@ std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t) {
   }
   src << contraction_source(b, s, t, p)
       << linear_blocks("prod", "hb", "self." + p + "prod_w", int(outs.size()), s.C);
-  if (t > 0) {
+  if (s.residual(t)) {
     src << "    hin = []\n";
     for (const int l : in)
       src << "    hin.append(h.narrow(0, 0, n_out).narrow(1, " << s.C * offset_of(l) << ", " << s.C * (2 * l + 1)
@@ -389,9 +394,10 @@ std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t) {
   src << "    h2 = torch.cat(flat, 1)\n"
       << "    h0 = hb[0].reshape(n_out, " << s.C << ")\n";
   if (nonlinear)
-    src << "    ro = torch.matmul(torch.silu(torch.matmul(h0, self." << p << "ro1_w.view(" << s.C << ", " << s.mlp
-        << ")) * " << num(1.0 / std::sqrt(double(s.C))) << ") * " << num(o3::kSiluNorm) << ", self." << p
-        << "ro2_w.view(" << s.mlp << ", 1)) * " << num(1.0 / std::sqrt(double(s.mlp))) << "\n";
+    src << "    ro = torch.matmul("
+        << detail::mace_gate(s.basis, "torch.matmul(h0, self." + p + "ro1_w.view(" + std::to_string(s.C) + ", " +
+                                          std::to_string(s.mlp) + ")) * " + num(1.0 / std::sqrt(double(s.C))))
+        << ", self." << p << "ro2_w.view(" << s.mlp << ", 1)) * " << num(1.0 / std::sqrt(double(s.mlp))) << "\n";
   else
     src << "    ro = torch.matmul(h0, self." << p << "ro_w.view(" << s.C << ", 1)) * "
         << num(1.0 / std::sqrt(double(s.C))) << "\n";
@@ -439,12 +445,14 @@ BuiltModel build_mace(const ModelSpec& spec) {
 
   std::ostringstream src;
   src << edges_source(s, spec.cutoff);
-  for (int t = 0; t < s.layers; ++t) src << layer_source(b, s, t);
+  detail::mace_radial_buffers(b, s.basis, spec.species);
+  for (int t = 0; t < s.layers; ++t) src << layer_source(b, s, t, spec.cutoff);
   src << "def mp_readout(self, species: Tensor, e: Tensor, edge_index: Tensor, edge_vectors: Tensor, "
       << "n_centers: int) -> Tensor:\n"
       << "    cs = species[:n_centers]\n"
-      << detail::add_repulsion(b, spec)
-      << "    return e.narrow(0, 0, n_centers).squeeze(1) * self.energy_scale[cs] + self.energy_shift[cs]"
+      << detail::add_repulsion(b, spec) << detail::mace_zbl_source(b, s.basis, spec.species)
+      << "    return " << (s.basis.zbl ? "(e.narrow(0, 0, n_centers).squeeze(1) + e_zbl)" : "e.narrow(0, 0, n_centers).squeeze(1)")
+      << " * self.energy_scale[cs] + self.energy_shift[cs]"
       << (spec.repulsion == "none" ? "" : " + e_rep") << "\n";
 
   src << forward_source(s);

@@ -19,4 +19,8 @@ const std::string& element_symbol(int atomic_number);
 /// Standard atomic weight of element `atomic_number` (g/mol = LAMMPS metal units' mass).
 double atomic_mass(int atomic_number);
 
+/// Covalent radius of element `atomic_number` in Å (Cordero et al., Dalton Trans. 2008, as ASE's
+/// ase.data.covalent_radii tabulates them, 2.0 where there is none): MACE's ZBL and Agnesi radii.
+double covalent_radius(int atomic_number);
+
 }  // namespace mlip
