@@ -1,26 +1,33 @@
 #!/usr/bin/env python3
 """Turn a model saved by mace-torch into an mlip model file (model.pt).
 
-    python python/mace_to_mlip.py MACE.model -o model.pt [--mlip-trainer build/bin/mlip-trainer]
+    python python/mace_to_mlip.py MACE.model -o model.pt [--head NAME] [--mlip-trainer build/bin/mlip-trainer]
 
 MACE.model is what `mace_run_train` saves (a pickled torch module, e.g. MACE_run-123.model or a
-foundation model such as MACE-MP / MACE-OFF that you have on disk), or the TorchScript file of its
-`create_lammps_model` (*-lammps.pt). The mlip model computes the same function (architecture
-`mace`, potentials/src/mace.cpp) and works wherever an mlip model does: pair_style mlip,
-mlip-trainer test / deviation, fine-tuning (training.init_from) and the ASE calculator.
+foundation model such as MACE-MP-0 / MPA-0 / OMAT-0 / OFF that you have on disk), or the
+TorchScript file of its `create_lammps_model` (*-lammps.pt). The mlip model computes the same
+function (architecture `mace`, potentials/src/mace.cpp) and works wherever an mlip model does:
+pair_style mlip, mlip-trainer test / deviation, fine-tuning (training.init_from), the ASE calculator.
 
 Unpickling a mace-torch model needs Python with torch, e3nn and mace-torch (pip install
-mace-torch); nothing else of mlip does. The script reads the hyperparameters off the model's
-tensors, writes them and the weights next to the output (OUTPUT.spec.json, OUTPUT.weights.pt) and
-runs `mlip-trainer import` on them. With --check (default when mlip's ASE calculator and operator
-library are found) it then evaluates both models on a small random structure and prints the
-largest differences.
+mace-torch); nothing else of mlip does. The script reads every hyperparameter that changes the
+model's function off the model, and either reproduces it or refuses the model in one line naming
+it. It writes the hyperparameters and weights next to the output (OUTPUT.spec.json,
+OUTPUT.weights.pt) and runs `mlip-trainer import` on them. Then (unless --no-check) it evaluates
+both models on four structures (a molecule with a close pair, a periodic box, a triclinic cell,
+each with up to four of the model's elements) and compares energies, forces and stress; above the
+tolerance (relative, float64 1e-8, float32 1e-4) it says so and exits 2 (the model file stays, for
+inspection).
 
-Supported: mace-torch's default model (`--model MACE`, ScaleShiftMACE or MACE): one head, Bessel
-radial basis without distance transform, a plain first interaction (RealAgnosticInteractionBlock)
-and residual ones after it (RealAgnosticResidualInteractionBlock), element-dependent symmetric
-contractions with e3nn's (not the reduced) coupling coefficients, no ZBL pair repulsion, no
-embeddings of charges or spins. Anything else is refused with the reason.
+Reproduced: ScaleShiftMACE and MACE; the interaction blocks RealAgnostic{,Residual,Density,
+DensityResidual}InteractionBlock first and RealAgnostic{Residual,DensityResidual}InteractionBlock
+after; the gates silu, tanh, abs and None; Bessel frequencies as the model has them; the Agnesi
+distance transform; ZBL pair repulsion; apply_cutoff; element-agnostic products; the last readout
+only; one head of a multi-head model (--head; default as mace-torch's calculator: the only head,
+else the one named "default"); float32 kept as float32 (--dtype to change). Refused, each naming
+what: other model classes, interaction blocks or readouts, radial bases other than Bessel, other
+distance transforms, charge/spin embeddings, edge irreps, SO(3) harmonics, correlation that differs
+between layers, the reduced (cuequivariance) coupling coefficients, biases.
 """
 import argparse
 import json
@@ -37,9 +44,20 @@ SYMBOLS = ("X H He Li Be B C N O F Ne Na Mg Al Si P S Cl Ar K Ca Sc Ti V Cr Mn F
            "Rb Sr Y Zr Nb Mo Tc Ru Rh Pd Ag Cd In Sn Sb Te I Xe Cs Ba La Ce Pr Nd Pm Sm Eu Gd Tb Dy Ho Er Tm Yb "
            "Lu Hf Ta W Re Os Ir Pt Au Hg Tl Pb Bi Po At Rn Fr Ra Ac Th Pa U Np Pu Am Cm Bk Cf Es Fm Md No Lr Rf "
            "Db Sg Bh Hs Mt Ds Rg Cn Nh Fl Mc Lv Ts Og").split()
+FIRST_BLOCKS = ("RealAgnosticInteractionBlock", "RealAgnosticResidualInteractionBlock",
+                "RealAgnosticDensityInteractionBlock", "RealAgnosticDensityResidualInteractionBlock")
+LATER_BLOCKS = ("RealAgnosticResidualInteractionBlock", "RealAgnosticDensityResidualInteractionBlock")
+# e3nn's normalize2mom constants of mace-torch's gates (potentials/src/mace_radial.cpp has the same).
+GATES = {"silu": (torch.nn.functional.silu, 1.6791767923989418), "tanh": (torch.tanh, 1.5937334472592695),
+         "abs": (torch.abs, 1.001110600838467), "None": (lambda x: x, 1.0)}
+TOLERANCE = {"float64": 1e-8, "float32": 1e-4}
 
 
 class Refused(Exception):
+    pass
+
+
+class CheckFailed(Exception):
     pass
 
 
@@ -77,40 +95,63 @@ def tensors(model):
     return {k: v.detach().to(torch.float64) for k, v in model.state_dict().items()}
 
 
+def model_dtype(model):
+    kinds = {p.dtype for p in model.parameters()}
+    if kinds == {torch.float32}:
+        return "float32"
+    if kinds == {torch.float64}:
+        return "float64"
+    raise Refused(f"parameters of dtypes {sorted(str(k) for k in kinds)}: expected all float32 or all float64")
+
+
+def flag(model, name, default):
+    value = getattr(model, name, default)
+    return default if value is None else value
+
+
 def check_supported(model, sd):
+    """Everything mlip does not compute, refused in one line naming it."""
     name = kind(model)
     if name not in ("MACE", "ScaleShiftMACE"):
-        raise Refused(f"model class {name}: only MACE and ScaleShiftMACE (mace-torch's --model MACE) are supported")
+        raise Refused(f"model class {name}: only MACE and ScaleShiftMACE are supported")
     blocks = [kind(m) for m in children(model.interactions)]
-    if blocks[0] != "RealAgnosticInteractionBlock" or any(b != "RealAgnosticResidualInteractionBlock" for b in blocks[1:]):
-        raise Refused(f"interaction blocks {blocks}: supported is RealAgnosticInteractionBlock first, then "
-                      "RealAgnosticResidualInteractionBlock (mace-torch's --model MACE)")
-    for attr, why in (("pair_repulsion_fn", "ZBL pair repulsion"), ("joint_embedding", "charge/spin embeddings"),
-                      ("distance_transform", "a distance transform")):
-        if hasattr(model, attr) or hasattr(model.radial_embedding, attr):
-            raise Refused(f"the model uses {why}, which mlip's mace does not have")
-    check_coupling(sd)
-    if getattr(model, "use_agnostic_product", False):
-        raise Refused("the model uses an element-agnostic product")
-    if kind(model.radial_embedding.bessel_fn) != "BesselBasis":
-        raise Refused(f"radial basis {kind(model.radial_embedding.bessel_fn)}: only BesselBasis is supported")
-    e0 = sd["atomic_energies_fn.atomic_energies"]
-    if e0.dim() > 1 and min(e0.shape) > 1:
-        raise Refused("the model has several heads; mlip imports single-head models")
-    for t in range(len(children(model.interactions))):
+    if blocks[0] not in FIRST_BLOCKS or any(b not in LATER_BLOCKS for b in blocks[1:]):
+        raise Refused(f"interaction blocks {blocks}: mlip has {', '.join(FIRST_BLOCKS)} first and "
+                      f"{', '.join(LATER_BLOCKS)} after")
+    if hasattr(model, "joint_embedding") or hasattr(model, "embedding_readout"):
+        raise Refused("the model embeds charges/spins (embedding_specs), which mlip's mace does not have")
+    for attr, what in (("use_so3", "SO(3) (all-even) spherical harmonics"),
+                       ("use_edge_irreps_first", "edge irreps in the first layer")):
+        if flag(model, attr, False):
+            raise Refused(f"the model uses {what} ({attr}), which mlip's mace does not have")
+    if flag(model, "edge_irreps", None) is not None:
+        raise Refused(f"the model has edge_irreps {model.edge_irreps}; mlip's mace maps to the node irreps")
+    readouts = [kind(m) for m in children(model.readouts)]
+    if any(r not in ("LinearReadoutBlock", "NonLinearReadoutBlock") for r in readouts):
+        raise Refused(f"readout blocks {readouts}: mlip has LinearReadoutBlock and NonLinearReadoutBlock")
+    radial = model.radial_embedding
+    if kind(radial.bessel_fn) != "BesselBasis":
+        raise Refused(f"radial basis {kind(radial.bessel_fn)}: only BesselBasis is supported")
+    if hasattr(radial, "distance_transform") and kind(radial.distance_transform) != "AgnesiTransform":
+        raise Refused(f"distance transform {kind(radial.distance_transform)}: mlip has AgnesiTransform")
+    for t in range(len(blocks)):
         if f"interactions.{t}.linear_up.bias" in sd and sd[f"interactions.{t}.linear_up.bias"].numel():
             raise Refused("linear layers with biases are not supported")
+    if len(readouts) < len(blocks) and not flag(model, "use_last_readout_only", False):
+        raise Refused(f"{len(readouts)} readouts for {len(blocks)} interactions")
+    check_coupling(sd, model_dtype(model))
 
 
-def check_coupling(sd):
+def check_coupling(sd, dtype):
     """The symmetric contractions' coefficients must be e3nn's (mace-torch's default), not the
     reduced ones of cuequivariance (use_reduced_cg with cuequivariance installed): compared with
-    mace-torch's own e3nn computation."""
+    mace-torch's own e3nn computation, to the model's rounding."""
     from e3nn import o3
     from mace.tools.cg import U_matrix_real
     u1 = sd["products.0.symmetric_contractions.contractions.0.U_matrix_1"]
     max_ell = int(round(u1.shape[-2] ** 0.5)) - 1
     coupling = o3.Irreps("+".join(f"{l}{'e' if l % 2 == 0 else 'o'}" for l in range(max_ell + 1)))
+    atol = 1e-12 if dtype == "float64" else 1e-6
     for key, U in sd.items():
         if ".U_matrix_" not in key:
             continue
@@ -118,21 +159,90 @@ def check_coupling(sd):
         L = (U.shape[0] - 1) // 2 if U.dim() == nu + 2 else 0
         ref = U_matrix_real(coupling, o3.Irreps(f"{L}{'e' if L % 2 == 0 else 'o'}"), nu, use_cueq_cg=False,
                             dtype=torch.float64)[-1]
-        if ref.shape != U.shape or not torch.allclose(ref, U, rtol=0, atol=1e-12):
+        if ref.shape != U.shape or not torch.allclose(ref, U, rtol=0, atol=atol):
             raise Refused(f"{key}: the coupling coefficients are not e3nn's (a model with reduced, cuequivariance "
                           "coefficients?); mlip computes e3nn's")
 
 
-def hyperparameters(model, sd):
+def read_gate(model, width):
+    """The last readout's nonlinearity, recognised by evaluating it (pickled or TorchScript)."""
+    act = children(model.readouts)[-1].non_linearity
+    x = torch.linspace(-3, 3, 13, dtype=next(model.parameters()).dtype).unsqueeze(1).repeat(1, width)
+    try:
+        y = act(x).to(torch.float64)
+    except Exception as e:  # noqa: BLE001 - any failure is a refusal
+        raise Refused(f"the readout's gate could not be evaluated ({e})") from e
+    tol = 1e-12 if x.dtype == torch.float64 else 1e-5
+    for name, (f, cst) in GATES.items():
+        if torch.allclose(y, f(x.to(torch.float64)) * cst, rtol=0, atol=tol):
+            return name
+    raise Refused("the readout's gate is none of mace-torch's silu, tanh, abs, None")
+
+
+def read_radial(model, sd, hp):
+    """Bessel frequencies, Agnesi transform, apply_cutoff, ZBL: mace_radial.h's hyperparameters."""
+    import ase.data
+    radial = model.radial_embedding
+    hp["bessel_weights"] = sd["radial_embedding.bessel_fn.bessel_weights"].tolist()
+    r_max = float(sd["r_max"].item())
+    prefactor = float(sd["radial_embedding.bessel_fn.prefactor"].item())
+    if abs(prefactor - (2.0 / r_max) ** 0.5) > 1e-6 * prefactor:
+        raise Refused(f"the Bessel prefactor {prefactor} is not sqrt(2 / r_max)")
+    radii = torch.tensor(ase.data.covalent_radii, dtype=torch.float64)
+    if hasattr(radial, "distance_transform"):
+        hp["distance_transform"] = "Agnesi"
+        hp["agnesi"] = {k: float(sd[f"radial_embedding.distance_transform.{k}"].item()) for k in ("q", "p", "a")}
+        check_radii(sd["radial_embedding.distance_transform.covalent_radii"], radii, "Agnesi")
+    hp["apply_cutoff"] = bool(flag(radial, "apply_cutoff", True))
+    if hasattr(model, "pair_repulsion_fn"):
+        hp["pair_repulsion"] = True
+        c = sd["pair_repulsion_fn.c"]
+        if not torch.allclose(c, torch.tensor([0.1818, 0.5099, 0.2802, 0.02817], dtype=torch.float64), atol=1e-6):
+            raise Refused(f"ZBL coefficients {c.tolist()} are not mace-torch's")
+        if int(sd["pair_repulsion_fn.p"].item()) != hp["num_cutoff_basis"]:
+            raise Refused("the ZBL envelope's order differs from num_polynomial_cutoff")
+        hp["zbl"] = {"a_exp": float(sd["pair_repulsion_fn.a_exp"].item()),
+                     "a_prefactor": float(sd["pair_repulsion_fn.a_prefactor"].item())}
+        check_radii(sd["pair_repulsion_fn.covalent_radii"], radii, "ZBL")
+
+
+def check_radii(theirs, ours, what):
+    if theirs.shape != ours.shape or not torch.allclose(theirs, ours, atol=1e-6):
+        raise Refused(f"the {what} covalent radii are not ASE's (mlip uses ase.data.covalent_radii)")
+
+
+def heads_of(model):
+    heads = list(getattr(model, "heads", None) or ["Default"])
+    return heads
+
+
+def choose_head(model, head):
+    """The head's index: the one asked for, the only one, or the one named "default" (as mace-torch's
+    calculator chooses)."""
+    heads = heads_of(model)
+    if head is not None:
+        if head not in heads:
+            raise Refused(f"head '{head}' is not one of the model's heads {heads}")
+        return heads.index(head)
+    if len(heads) == 1:
+        return 0
+    default = [k for k, h in enumerate(heads) if h.lower() == "default"]
+    if not default:
+        raise Refused(f"the model has heads {heads} and none is 'default': choose one with --head")
+    return default[0]
+
+
+def hyperparameters(model, sd, head, dtype):
     Z = [int(z) for z in sd["atomic_numbers"].tolist()]
     N = len(Z)
     C = sd["node_embedding.linear.weight"].numel() // N
-    layers = len(children(model.interactions))
+    blocks = children(model.interactions)
+    layers = len(blocks)
+    H = len(heads_of(model))
     contractions = [k for k in sd if k.startswith("products.0.symmetric_contractions.contractions.")
                     and k.endswith(".U_matrix_1")]
     u1 = sd["products.0.symmetric_contractions.contractions.0.U_matrix_1"]
-    D = u1.shape[-2]
-    max_ell = int(round(D ** 0.5)) - 1
+    max_ell = int(round(u1.shape[-2] ** 0.5)) - 1
     correlation = [len([k for k in sd if k.startswith(f"products.{t}.symmetric_contractions.contractions.0.U_matrix_")])
                    for t in range(layers)]
     if len(set(correlation)) != 1:
@@ -148,24 +258,45 @@ def hyperparameters(model, sd):
         "num_radial_basis": sd["radial_embedding.bessel_fn.bessel_weights"].numel(),
         "num_cutoff_basis": int(sd["radial_embedding.cutoff_fn.p"].item()),
         "radial_MLP": [int(s[1]) for s in mlp[:-1]],
-        "avg_num_neighbors": float(children(model.interactions)[0].avg_num_neighbors),
+        "avg_num_neighbors": float(blocks[0].avg_num_neighbors),
+        "interaction_first": kind(blocks[0]),
     }
     if layers > 1:
-        hp["MLP_irreps"] = f"{sd[f'readouts.{layers - 1}.linear_2.weight'].numel()}x0e"
-    for block in children(model.interactions):
+        hp["interaction"] = kind(blocks[1])
+        width = sd[f"readouts.{len(children(model.readouts)) - 1}.linear_2.weight"].numel() // H
+        hp["MLP_irreps"] = f"{width // H}x0e"
+        hp["gate"] = read_gate(model, width)
+    for block in blocks:
         if float(block.avg_num_neighbors) != hp["avg_num_neighbors"]:
             raise Refused("avg_num_neighbors differs between layers")
-    spec = {
-        "architecture": "mace",
-        "species": [SYMBOLS[z] for z in Z],
-        "cutoff": float(sd["r_max"].item()),
-        "dtype": "float64",
-        "hyperparameters": hp,
-    }
-    return spec
+    read_radial(model, sd, hp)
+    return {"architecture": "mace", "species": [SYMBOLS[z] for z in Z], "cutoff": float(sd["r_max"].item()),
+            "dtype": dtype, "hyperparameters": hp}
 
 
-def weights(model, sd, spec):
+def readout_weights(model, sd, spec, head, w):
+    """The readouts of one head: e3nn Linear layouts (C, H) and (C, H M), (H M, H); the last
+    one's hidden units of the other heads are masked out in mace-torch (mask_head), and its
+    fan-in normalisation is over all H M units (hence 1/sqrt(H) on the head's M)."""
+    hp = spec["hyperparameters"]
+    layers, C, H = hp["num_interactions"], hp["num_channels"], len(heads_of(model))
+    last_only = flag(model, "use_last_readout_only", False)
+    for t in range(layers):
+        p = f"l{t}_"
+        r = (0 if last_only else t)
+        if t == layers - 1 and layers > 1:
+            M = int(hp["MLP_irreps"][:-3])
+            w1 = sd[f"readouts.{r}.linear_1.weight"].reshape(C, H * M)
+            w2 = sd[f"readouts.{r}.linear_2.weight"].reshape(H * M, H)
+            w[p + "ro1_w"] = w1[:, head * M:(head + 1) * M].reshape(-1)
+            w[p + "ro2_w"] = w2[head * M:(head + 1) * M, head] / H ** 0.5
+        elif last_only:
+            w[p + "ro_w"] = torch.zeros(C, dtype=torch.float64)  # no readout here
+        else:
+            w[p + "ro_w"] = sd[f"readouts.{t}.linear.weight"].reshape(C, H)[:, head].contiguous()
+
+
+def weights(model, sd, spec, head):
     hp = spec["hyperparameters"]
     layers, corr, N = hp["num_interactions"], hp["correlation"], len(spec["species"])
     w = {"embedding_w": sd["node_embedding.linear.weight"]}
@@ -176,6 +307,8 @@ def weights(model, sd, spec):
         while f"{i}conv_tp_weights.layer{j}.weight" in sd:
             w[f"{p}mlp{j}_w"] = sd[f"{i}conv_tp_weights.layer{j}.weight"]
             j += 1
+        if f"{i}density_fn.layer0.weight" in sd:
+            w[p + "density_w"] = sd[f"{i}density_fn.layer0.weight"]
         w[p + "linear_w"] = sd[i + "linear.weight"]
         w[p + "skip_w"] = sd[i + "skip_tp.weight"]
         w[p + "prod_w"] = sd[pr + "linear.weight"]
@@ -187,15 +320,16 @@ def weights(model, sd, spec):
                 U = sd[q + f"U_matrix_{nu}"]
                 if not torch.any(U != 0):
                     continue  # a coupling with no path: mlip has no weights there
-                w[f"{p}sc{L}_w{nu}"] = sd[key]
-        if t == layers - 1 and layers > 1:
-            w[p + "ro1_w"] = sd[f"readouts.{t}.linear_1.weight"]
-            w[p + "ro2_w"] = sd[f"readouts.{t}.linear_2.weight"]
-        else:
-            w[p + "ro_w"] = sd[f"readouts.{t}.linear.weight"]
-    e0 = sd["atomic_energies_fn.atomic_energies"].reshape(-1)
-    scale = sd.get("scale_shift.scale", torch.tensor(1.0)).reshape(-1)[0]
-    shift = sd.get("scale_shift.shift", torch.tensor(0.0)).reshape(-1)[0]
+                wt = sd[key]
+                if wt.shape[0] == 1 and N > 1:  # an element-agnostic product: the same weights for all
+                    wt = wt.expand(N, -1, -1)
+                w[f"{p}sc{L}_w{nu}"] = wt
+    readout_weights(model, sd, spec, head, w)
+    e0 = sd["atomic_energies_fn.atomic_energies"]
+    e0 = e0[head] if e0.dim() == 2 else e0.reshape(-1)
+    scale = sd.get("scale_shift.scale", torch.tensor(1.0)).reshape(-1)
+    shift = sd.get("scale_shift.shift", torch.tensor(0.0)).reshape(-1)
+    scale, shift = scale[head if scale.numel() > 1 else 0], shift[head if shift.numel() > 1 else 0]
     w["energy_shift"] = e0 + shift
     w["energy_scale"] = torch.full((N,), float(scale), dtype=torch.float64)
     w["avg_num_neighbors"] = torch.tensor([hp["avg_num_neighbors"]], dtype=torch.float64)
@@ -212,63 +346,125 @@ def find_trainer(given):
     raise Refused("mlip-trainer not found: give --mlip-trainer PATH")
 
 
-def check(mace_path, mlip_path, ops, species):
-    """Both models on one random periodic structure: largest energy and force differences."""
+def check_structures(species, seed=0):
+    """A molecule with one close pair (ZBL's range), a periodic box and a triclinic cell, with up
+    to four of the model's elements, atoms on jittered grids (no pair closer than about 1 Å but the
+    close one)."""
+    import ase.data
     import numpy as np
     from ase import Atoms
+    rng = np.random.default_rng(seed)
+    pick = [species[k * len(species) // min(4, len(species))] for k in range(min(4, len(species)))]
+
+    def grid(n, spacing):
+        g = np.array([[i, j, k] for i in range(n) for j in range(n) for k in range(n)], dtype=float) * spacing
+        return g + rng.uniform(-0.25, 0.25, g.shape) * spacing
+
+    symbols = [pick[k % len(pick)] for k in range(8)]
+    mol = Atoms(symbols, positions=grid(2, 2.2))
+    a, b = (ase.data.atomic_numbers[s] for s in symbols[:2])
+    close = 0.6 * (ase.data.covalent_radii[a] + ase.data.covalent_radii[b])
+    mol.positions[1] = mol.positions[0] + close * np.array([0.6, 0.8, 0.0])
+    box = Atoms([pick[k % len(pick)] for k in range(27)], positions=grid(3, 2.3), cell=np.eye(3) * 6.9, pbc=True)
+    tri = Atoms([pick[(k + 1) % len(pick)] for k in range(12)], cell=[[5.0, 0, 0], [1.2, 4.6, 0], [-0.7, 0.9, 4.8]],
+                pbc=True)
+    tri.set_scaled_positions(grid(3, 1.0 / 3)[rng.choice(27, 12, replace=False)])
+    small = Atoms([pick[-1], pick[0]], positions=[[0, 0, 0], [1.1, 0.7, 0.4]], cell=np.eye(3) * 3.1, pbc=True)
+    return {"molecule": mol, "periodic": box, "triclinic": tri, "small-cell": small}
+
+
+def compare(ref, ours, e0, periodic):
+    """Relative differences: the interaction energy (total minus the E0s), forces, stress."""
+    import numpy as np
+    out = {}
+    er, eo = ref.get_potential_energy() - e0, ours.get_potential_energy() - e0
+    out["energy"] = abs(er - eo) / max(abs(er), 1e-3 * len(ref))
+    pairs = [("forces", ref.get_forces(), ours.get_forces())]
+    if periodic:
+        pairs.append(("stress", ref.get_stress(), ours.get_stress()))
+    for what, a, b in pairs:
+        out[what] = float(np.abs(a - b).max() / max(np.abs(a).max(), 1e-6))
+    return out
+
+
+def check(mace_path, mlip_path, ops, spec, weights_dict, head_name):
+    """Both models on check_structures(): the largest relative difference of each quantity."""
     from mace.calculators import MACECalculator
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from mlip_ase import MLIPCalculator
-    rng = np.random.default_rng(0)
-    n = 12
-    atoms = Atoms(symbols=[species[k % len(species)] for k in range(n)], cell=np.eye(3) * 6.0, pbc=True)
-    atoms.positions = rng.uniform(0, 6.0, (n, 3))
-    ref = atoms.copy()
-    ref.calc = MACECalculator(model_paths=mace_path, device="cpu", default_dtype="float64")
-    ours = atoms.copy()
-    ours.calc = MLIPCalculator(mlip_path, ops_library=ops)
-    de = abs(ref.get_potential_energy() - ours.get_potential_energy())
-    df = float(np.abs(ref.get_forces() - ours.get_forces()).max())
-    return de, df
+    ref_calc = MACECalculator(model_paths=mace_path, device="cpu", default_dtype=spec["dtype"], head=head_name)
+    ours_calc = MLIPCalculator(mlip_path, ops_library=ops)
+    e0 = dict(zip(spec["species"], (weights_dict["energy_shift"]).tolist()))
+    worst = {}
+    for name, atoms in check_structures(spec["species"]).items():
+        ref, ours = atoms.copy(), atoms.copy()
+        ref.calc, ours.calc = ref_calc, ours_calc
+        for what, rel in compare(ref, ours, sum(e0[s] for s in atoms.get_chemical_symbols()), atoms.pbc.any()).items():
+            if rel > worst.get(what, (-1.0, ""))[0]:
+                worst[what] = (rel, name)
+    return worst
+
+
+def convert(args):
+    model = load(args.model)
+    sd = tensors(model)
+    check_supported(model, sd)
+    head = choose_head(model, args.head)
+    dtype = args.dtype or model_dtype(model)
+    spec = hyperparameters(model, sd, head, dtype)
+    w = weights(model, sd, spec, head)
+    spec_path, weights_path = args.output + ".spec.json", args.output + ".weights.pt"
+    with open(spec_path, "w") as f:
+        json.dump(spec, f, indent=1)
+    torch.save(w, weights_path)
+    trainer = find_trainer(args.mlip_trainer)
+    run = subprocess.run([trainer, "import", spec_path, weights_path, "-o", args.output], capture_output=True, text=True)
+    sys.stdout.write(run.stdout)
+    if run.returncode != 0:
+        raise Refused(f"mlip-trainer import failed: {run.stderr.strip()}")
+    return spec, w, heads_of(model)[head]
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", help="mace-torch model (.model, or the *-lammps.pt of create_lammps_model)")
     ap.add_argument("-o", "--output", default="model.pt", help="mlip model file to write")
+    ap.add_argument("--head", help="the head of a multi-head model (default: the only one, or 'default')")
+    ap.add_argument("--dtype", choices=("float32", "float64"), help="the mlip model's dtype (default: the model's)")
     ap.add_argument("--mlip-trainer", help="mlip-trainer executable (default: on PATH or build/bin)")
-    ap.add_argument("--ops", help="libmlip_ops.so, for --check (default: build/lib)")
-    ap.add_argument("--check", action=argparse.BooleanOptionalAction, default=None,
-                    help="compare both models on a random structure (default: when possible)")
+    ap.add_argument("--ops", help="libmlip_ops.so, for the check (default: build/lib)")
+    ap.add_argument("--check", action=argparse.BooleanOptionalAction, default=True,
+                    help="compare both models on four structures and fail above the tolerance (default: on)")
     args = ap.parse_args(argv)
     try:
         torch.set_default_dtype(torch.float64)
-        model = load(args.model)
-        sd = tensors(model)
-        check_supported(model, sd)
-        spec = hyperparameters(model, sd)
-        w = weights(model, sd, spec)
-        spec_path, weights_path = args.output + ".spec.json", args.output + ".weights.pt"
-        with open(spec_path, "w") as f:
-            json.dump(spec, f, indent=1)
-        torch.save(w, weights_path)
-        trainer = find_trainer(args.mlip_trainer)
-        run = subprocess.run([trainer, "import", spec_path, weights_path, "-o", args.output],
-                             capture_output=True, text=True)
-        sys.stdout.write(run.stdout)
-        if run.returncode != 0:
-            raise Refused(f"mlip-trainer import failed: {run.stderr.strip()}")
+        try:
+            spec, w, head_name = convert(args)
+        except (KeyError, AttributeError, IndexError, ValueError, TypeError, RuntimeError) as e:
+            raise Refused(f"{args.model}: a layout this importer does not know ({type(e).__name__}: {e})") from e
+        hp = spec["hyperparameters"]
+        print(f"{args.model} -> {args.output}: mace, {len(spec['species'])} species, r_max {spec['cutoff']} A, "
+              f"{hp['num_channels']} channels, max_L {hp['max_L']}, max_ell {hp['max_ell']}, correlation "
+              f"{hp['correlation']}, {hp['num_interactions']} interactions, {spec['dtype']}, head {head_name}")
+        if args.check:
+            ops = args.ops or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "lib",
+                                           "libmlip_ops.so")
+            if not os.path.isfile(ops):
+                raise Refused(f"the check needs mlip's operator library: {ops} not found (give --ops, or --no-check)")
+            worst = check(args.model, args.output, ops, spec, w, head_name)
+            tol = TOLERANCE[spec["dtype"]]
+            print("check against mace-torch (largest relative difference, where): " +
+                  ", ".join(f"{k} {v:.2g} ({n})" for k, (v, n) in worst.items()) + f"; tolerance {tol:g}")
+            bad = [k for k, (v, _) in worst.items() if not v <= tol]
+            if bad:
+                raise CheckFailed(f"{args.output} differs from mace-torch in {', '.join(bad)} above {tol:g}: "
+                                  "do not use it (and please report the model's shape)")
     except Refused as e:
-        print(f"mace_to_mlip: {e}", file=sys.stderr)
+        print(f"mace_to_mlip: refused: {e}", file=sys.stderr)
         return 1
-    hp = spec["hyperparameters"]
-    print(f"{args.model} -> {args.output}: mace, species {' '.join(spec['species'])}, r_max {spec['cutoff']} A, "
-          f"{hp['num_channels']} channels, max_L {hp['max_L']}, max_ell {hp['max_ell']}, correlation "
-          f"{hp['correlation']}, {hp['num_interactions']} interactions")
-    ops = args.ops or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "lib", "libmlip_ops.so")
-    if args.check or (args.check is None and os.path.isfile(ops)):
-        de, df = check(args.model, args.output, ops, spec["species"])
-        print(f"check on a random 12-atom periodic structure: |dE| {de:.3g} eV, max |dF| {df:.3g} eV/A")
+    except CheckFailed as e:
+        print(f"mace_to_mlip: check failed: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

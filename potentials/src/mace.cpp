@@ -25,7 +25,10 @@
 // correlation (3), num_interactions (2), num_radial_basis (8), num_cutoff_basis (5),
 // radial_MLP ([64, 64, 64]), MLP_irreps ("16x0e"), avg_num_neighbors (0: from the training data),
 // interaction_first (RealAgnosticInteractionBlock; RealAgnosticResidualInteractionBlock takes the
-// first layer's skip into the product, as later layers do), and the variants of mace_radial.h:
+// first layer's skip into the product, as later layers do) and interaction
+// (RealAgnosticResidualInteractionBlock; the Density variants of both divide the messages by
+// 1 + sum_j tanh(radial_ij . w / sqrt(nb))^2 instead of avg_num_neighbors: MACE-MP-0b3, MPA-0,
+// OMAT-0), and the variants of mace_radial.h:
 // gate (silu), bessel_weights (n pi / r_max), distance_transform (None; Agnesi with `agnesi`
 // {q, p, a}), apply_cutoff (true), pair_repulsion (false; ZBL with `zbl` {a_exp, a_prefactor}).
 // r_max is the model's cutoff.
@@ -47,8 +50,10 @@ struct Shape {
   int Lh = 1, Ls = 3, corr = 3, layers = 2, nb = 8, p = 5, mlp = 16;
   std::vector<int64_t> radial;
   bool residual_first = false;  // interaction_first: mace-torch's residual block (its skip in the product)
+  bool density_first = false, density_rest = false;  // the Density blocks' normalisation
   detail::MaceRadial basis;     // radial basis, ZBL, gate (mace_radial.h)
   bool residual(int t) const { return t > 0 || residual_first; }
+  bool density(int t) const { return t == 0 ? density_first : density_rest; }
   int64_t hidden_width() const { return C * (Lh + 1) * (Lh + 1); }
   std::vector<int> in_ls(int t) const { return t == 0 ? std::vector<int>{0} : range(Lh); }
   std::vector<int> out_ls(int t) const { return t == layers - 1 ? std::vector<int>{0} : range(Lh); }
@@ -129,7 +134,16 @@ std::string message_source(detail::ModuleBuilder& b, const Shape& s, int t, cons
         << int64_t(k0) * s.C * s.C << ", " << int64_t(count) * s.C * s.C << ").view(" << count << ", " << s.C
         << ", " << s.C << ")]) * " << num(1.0 / std::sqrt(double(count * s.C))) << ")\n";
   }
-  src << "    msg = torch.cat(out, 1) / self.avg_num_neighbors\n";
+  if (!s.density(t)) {
+    src << "    msg = torch.cat(out, 1) / self.avg_num_neighbors\n";
+    return src.str();
+  }
+  // mace-torch's Density blocks: a one-layer net of the radial features per edge, squared, tanh,
+  // summed per centre (times the envelope where apply_cutoff is off).
+  src << "    dens = torch.tanh(torch.pow(torch.matmul(w_in, self." << p << "density_w) * "
+      << num(1.0 / std::sqrt(double(s.nb))) << ", 2))" << (s.basis.apply_cutoff ? "" : " * env") << "\n"
+      << "    dens = torch.zeros([n_out, 1], dtype=dens.dtype, device=dens.device).index_add(0, center, dens)\n"
+      << "    msg = torch.cat(out, 1) / (dens + 1.0).unsqueeze(2)\n";
   return src.str();
 }
 
@@ -255,9 +269,17 @@ Shape read_shape(const ModelSpec& spec, nlohmann::json& resolved_out, double& av
   const auto mlp_irreps = hp.get<std::string>("MLP_irreps", "16x0e");
   const double avg = hp.get<double>("avg_num_neighbors", 0.0);
   const auto first = hp.get<std::string>("interaction_first", "RealAgnosticInteractionBlock");
-  if (first != "RealAgnosticInteractionBlock" && first != "RealAgnosticResidualInteractionBlock")
-    hp.fail("interaction_first", "must be RealAgnosticInteractionBlock or RealAgnosticResidualInteractionBlock");
-  s.residual_first = first == "RealAgnosticResidualInteractionBlock";
+  const auto rest = hp.get<std::string>("interaction", "RealAgnosticResidualInteractionBlock");
+  const std::vector<std::string> firsts{"RealAgnosticInteractionBlock", "RealAgnosticResidualInteractionBlock",
+                                        "RealAgnosticDensityInteractionBlock",
+                                        "RealAgnosticDensityResidualInteractionBlock"};
+  if (std::find(firsts.begin(), firsts.end(), first) == firsts.end())
+    hp.fail("interaction_first", "must be one of RealAgnostic{,Residual,Density,DensityResidual}InteractionBlock");
+  if (rest != firsts[1] && rest != firsts[3])
+    hp.fail("interaction", "must be RealAgnosticResidualInteractionBlock or RealAgnosticDensityResidualInteractionBlock");
+  s.residual_first = first.find("Residual") != std::string::npos;
+  s.density_first = first.find("Density") != std::string::npos;
+  s.density_rest = rest.find("Density") != std::string::npos;
   s.basis = detail::read_mace_radial(hp, s.nb, s.p);
   const nlohmann::json resolved = hp.finish();
   resolved_out = resolved;
@@ -322,6 +344,7 @@ std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t, double
   for (std::size_t j = 0; j + 1 < widths.size(); ++j)
     b.normal(p + "mlp" + std::to_string(j) + "_w", {widths[j], widths[j + 1]}, 1.0);
   b.normal(p + "linear_w", {int64_t(paths.size()) * s.C * s.C}, 1.0);
+  if (s.density(t)) b.normal(p + "density_w", {s.nb, 1}, 1.0);
   std::vector<int> skip_in;  // blocks (indices into the list) the skip connection maps
   if (!s.residual(t)) {
     b.normal(p + "skip_w", {int64_t(s.Ls + 1) * s.C * s.N * s.C}, 1.0);
