@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[a], "--profile") && a + 1 < argc) profile = argv[++a];
     else {
       std::fprintf(stderr,
-                   "usage: %s [--threads N] [--repeats N] [--arch se_e2_a|painn] [--dtype float32|float64] "
+                   "usage: %s [--threads N] [--repeats N] [--arch se_e2_a|painn|mace] [--dtype float32|float64] "
                    "[--atoms 1536|12288] [--chunk N] [--profile PREFIX]\n",
                    argv[0]);
       return 2;
@@ -124,7 +124,11 @@ int main(int argc, char** argv) {
     std::string name;
     nlohmann::json hp;
   };
-  const std::vector<Arch> archs = {{"se_e2_a", nlohmann::json::object()}, {"painn", nlohmann::json::object()}};
+  // mace: the shape of bench_mace.sh's comparison with mace-torch (32 channels, max_L 1, correlation 3).
+  const std::vector<Arch> archs = {
+      {"se_e2_a", nlohmann::json::object()},
+      {"painn", nlohmann::json::object()},
+      {"mace", {{"num_channels", 32}, {"max_L", 1}, {"correlation", 3}, {"avg_num_neighbors", 30.0}}}};
   const double cutoff = 6.0;
   for (int reps : {2, 4}) {
     if (only_atoms > 0 && static_cast<std::size_t>(only_atoms) != frame.size() * reps * reps * reps) continue;

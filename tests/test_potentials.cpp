@@ -662,6 +662,49 @@ TEST(SymmetricContraction, KernelsAndDerivativesMatchTheReference) {
   }
 }
 
+// MACE's operators on threads: values, gradients (the kernels, no graph) and second derivatives
+// on 1, 2 and 3 threads are bitwise the same, with edges in no particular order, a channel count
+// that is no multiple of the channel blocks, and float32 and float64.
+TEST(MaceOperators, ThreadsGiveBitwiseTheResultOfOneThread) {
+  const int threads = at::get_num_threads();
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    SCOPED_TRACE(dtype);
+    torch::manual_seed(8);
+    const auto opt = torch::dtype(dtype);
+    const int64_t nodes = 211, n_out = 150, A = 4, C = 20, K = 9, P = 4, edges = 3000, S = 3;
+    const torch::Tensor path = torch::tensor({0, 1, 1, 1, 2, 3, 3, 3, 3}, torch::kInt64);
+    const torch::Tensor center = torch::randint(0, n_out, {edges}, torch::kInt64);
+    const torch::Tensor neighbor = torch::randint(0, nodes, {edges}, torch::kInt64);
+    const torch::Tensor mono = torch::tensor({0, 5, 5, 3, 5, 5, 1, 1, 5, 2, 4, 5, 0, 0, 0, 1, 2, 3, 4, 4, 2},
+                                             torch::kInt64).view({7, 3});
+    const torch::Tensor species = torch::randint(0, S, {nodes}, torch::kInt64);
+    const std::vector<torch::Tensor> inputs = {torch::randn({nodes, A, C}, opt), torch::randn({edges, A, K}, opt),
+                                               torch::randn({edges, P, C}, opt), torch::randn({nodes, 5, C}, opt),
+                                               torch::randn({S, 7, 4, C}, opt)};
+    std::vector<std::vector<torch::Tensor>> runs;
+    for (const int t : {1, 2, 3}) {
+      at::set_num_threads(t);
+      std::vector<torch::Tensor> in, out;
+      for (const auto& x : inputs) in.push_back(x.clone().requires_grad_(true));
+      const torch::Tensor msg = equivariant_message(in[0], in[1], in[2], path, center, neighbor, n_out);
+      const torch::Tensor b = symmetric_contraction(in[3], in[4], mono, species);
+      const torch::Tensor loss = (msg * msg).sum() + (b * b * b).sum();
+      const auto g = torch::autograd::grad({loss}, in, {}, true, true);
+      torch::Tensor q = torch::zeros({}, opt);
+      for (const auto& gk : g) q = q + (gk * gk).sum();
+      const auto h = torch::autograd::grad({q}, in);  // second derivatives, on the kernels
+      out = {msg.detach(), b.detach()};
+      for (const auto& gk : g) out.push_back(gk.detach());
+      for (const auto& hk : h) out.push_back(hk);
+      runs.push_back(out);
+    }
+    for (std::size_t r = 1; r < runs.size(); ++r)
+      for (std::size_t k = 0; k < runs[0].size(); ++k)
+        EXPECT_TRUE(torch::equal(runs[r][k], runs[0][k])) << "threads run " << r << ", output " << k;
+  }
+  at::set_num_threads(threads);
+}
+
 TEST(VectorMessage, BadIndicesAndShapesAreErrors) {
   const auto opt = torch::dtype(torch::kFloat64);
   const torch::Tensor phi = torch::ones({4, 6}, opt), w = torch::ones({3, 6}, opt), v = torch::ones({4, 3, 2}, opt);

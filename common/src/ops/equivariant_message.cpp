@@ -2,8 +2,11 @@
 #include "mlip/ops/equivariant_message.h"
 #include "mlip/ops/operators.h"
 
+#include <algorithm>
+#include <algorithm>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -23,58 +26,63 @@ template <typename T> struct Operands {
   const int64_t *path, *center, *neighbor;
 };
 
-// msg[c, k, :] += w[e, path[k], :] * sum_a s[e, a, k] x[j, a, :] for edges [0, n).
-template <typename T> MLIP_KERNEL void message_edges(const Operands<T>& o, int64_t n, T* msg) {
+// msg[c, k, :] += w[e, path[k], :] * sum_a s[e, a, k] x[j, a, :] for edge e.
+template <typename T> MLIP_KERNEL void message_edge(const Operands<T>& o, int64_t e, T* msg) {
   const int64_t A = o.a, C = o.c, K = o.k, P = o.p;
-  for (int64_t e = 0; e < n; ++e) {
-    const T* xj = o.x + o.neighbor[e] * A * C;
-    const T* se = o.s + e * A * K;
-    const T* we = o.w + e * P * C;
-    T* mc = msg + o.center[e] * K * C;
-    for (int64_t k = 0; k < K; ++k) {
-      const T* wk = we + o.path[k] * C;
-      T* out = mc + k * C;
-      for (int64_t a = 0; a < A; ++a) {
-        const T sk = se[a * K + k];
-        if (sk == T(0)) continue;
-        const T* xa = xj + a * C;
+  const T* xj = o.x + o.neighbor[e] * A * C;
+  const T* se = o.s + e * A * K;
+  const T* we = o.w + e * P * C;
+  T* mc = msg + o.center[e] * K * C;
+  for (int64_t k = 0; k < K; ++k) {
+    const T* wk = we + o.path[k] * C;
+    T* out = mc + k * C;
+    for (int64_t a = 0; a < A; ++a) {
+      const T sk = se[a * K + k];
+      if (sk == T(0)) continue;
+      const T* xa = xj + a * C;
 #pragma omp simd
-        for (int64_t u = 0; u < C; ++u) out[u] += wk[u] * (sk * xa[u]);
-      }
+      for (int64_t u = 0; u < C; ++u) out[u] += wk[u] * (sk * xa[u]);
     }
   }
 }
 
-// The gradients of x, s and w given g (n_out, K, C), in one pass over edges [0, n).
+// Edges [0, n) in order, or the n edges listed in `edges` (a group of centres' edges, in order).
+template <typename T> MLIP_KERNEL void message_edges(const Operands<T>& o, const int64_t* edges, int64_t n, T* msg) {
+  for (int64_t i = 0; i < n; ++i) message_edge(o, edges ? edges[i] : i, msg);
+}
+
+// The gradients of s and w of edges [e0, e1) given g (n_out, K, C), and each edge's share of x's
+// gradient, sum_k s[e, a, k] g[c, k, :] w[e, path[k], :], in row e - e0 of cx (A x C per edge).
 template <typename T>
-MLIP_KERNEL void gradient_edges(const Operands<T>& o, int64_t n, const T* g, T* gx, T* gs, T* gw, T* scratch) {
+MLIP_KERNEL void edge_gradients(const Operands<T>& o, int64_t e0, int64_t e1, const T* g, T* gs, T* gw, T* cx,
+                                T* scratch) {
   const int64_t A = o.a, C = o.c, K = o.k, P = o.p;
-  for (int64_t e = 0; e < n; ++e) {
-    const int64_t j = o.neighbor[e];
-    const T* xj = o.x + j * A * C;
+  for (int64_t e = e0; e < e1; ++e) {
+    const T* xj = o.x + o.neighbor[e] * A * C;
     const T* se = o.s + e * A * K;
     const T* we = o.w + e * P * C;
     const T* gc = g + o.center[e] * K * C;
-    T* gxj = gx + j * A * C;
+    T* cxe = cx + (e - e0) * A * C;
     T* gse = gs + e * A * K;
     T* gwe = gw + e * P * C;
+    for (int64_t i = 0; i < A * C; ++i) cxe[i] = T(0);
     for (int64_t k = 0; k < K; ++k) {
       const T* wk = we + o.path[k] * C;
       const T* gk = gc + k * C;
       T* gwk = gwe + o.path[k] * C;
-      T* t = scratch;  // g * w
+      T* t = scratch;      // g * w
       T* m = scratch + C;  // sum_a s x
 #pragma omp simd
       for (int64_t u = 0; u < C; ++u) t[u] = gk[u] * wk[u], m[u] = T(0);
       for (int64_t a = 0; a < A; ++a) {
         const T sk = se[a * K + k];
         const T* xa = xj + a * C;
-        T* gxa = gxj + a * C;
+        T* ca = cxe + a * C;
         T dot = 0;
 #pragma omp simd reduction(+ : dot)
         for (int64_t u = 0; u < C; ++u) {
           dot += t[u] * xa[u];
-          gxa[u] += t[u] * sk;
+          ca[u] += t[u] * sk;
           m[u] += sk * xa[u];
         }
         gse[a * K + k] = dot;
@@ -85,10 +93,31 @@ MLIP_KERNEL void gradient_edges(const Operands<T>& o, int64_t n, const T* g, T* 
   }
 }
 
+// gx[j] += cx[e - e0] for the edges [e0, e1) whose neighbour j is in [j0, j1), in edge order.
+template <typename T>
+MLIP_KERNEL void add_shares(const Operands<T>& o, int64_t e0, int64_t e1, int64_t j0, int64_t j1, const T* cx, T* gx) {
+  const int64_t AC = o.a * o.c;
+  for (int64_t e = e0; e < e1; ++e) {
+    const int64_t j = o.neighbor[e];
+    if (j < j0 || j >= j1) continue;
+    const T* ce = cx + (e - e0) * AC;
+    T* gxj = gx + j * AC;
+#pragma omp simd
+    for (int64_t i = 0; i < AC; ++i) gxj[i] += ce[i];
+  }
+}
+
 #define MLIP_DEFINE_KERNELS(T)                                                                              \
-  MLIP_CLONES void message_kernel(const Operands<T>& o, int64_t n, T* msg) { message_edges<T>(o, n, msg); } \
-  MLIP_CLONES void gradient_kernel(const Operands<T>& o, int64_t n, const T* g, T* gx, T* gs, T* gw, T* scratch) { \
-    gradient_edges<T>(o, n, g, gx, gs, gw, scratch);                                                         \
+  MLIP_CLONES void message_kernel(const Operands<T>& o, const int64_t* edges, int64_t n, T* msg) {           \
+    message_edges<T>(o, edges, n, msg);                                                                      \
+  }                                                                                                          \
+  MLIP_CLONES void edge_gradient_kernel(const Operands<T>& o, int64_t e0, int64_t e1, const T* g, T* gs, T* gw, \
+                                        T* cx, T* scratch) {                                                 \
+    edge_gradients<T>(o, e0, e1, g, gs, gw, cx, scratch);                                                    \
+  }                                                                                                          \
+  MLIP_CLONES void add_shares_kernel(const Operands<T>& o, int64_t e0, int64_t e1, int64_t j0, int64_t j1,     \
+                                     const T* cx, T* gx) {                                                   \
+    add_shares<T>(o, e0, e1, j0, j1, cx, gx);                                                                \
   }
 MLIP_DEFINE_KERNELS(double)
 MLIP_DEFINE_KERNELS(float)
@@ -131,13 +160,51 @@ template <typename T> Operands<T> operands_of(CT x, CT s, CT w, CT path, CT cent
           center.data_ptr<int64_t>(), neighbor.data_ptr<int64_t>()};
 }
 
+// Threads: each node's sum stays in one thread and in edge order, so results are bitwise those of
+// one thread whatever the thread count. The forward groups edges by centre (a stable counting
+// sort) and splits the groups between LibTorch's threads.
+struct Groups {
+  std::vector<int64_t> edges, first;  // the edges of node v: edges[first[v] .. first[v + 1])
+};
+
+Groups group_edges(const int64_t* node, int64_t n_edges, int64_t n_nodes) {
+  Groups g;
+  g.first.assign(n_nodes + 1, 0);
+  for (int64_t e = 0; e < n_edges; ++e) ++g.first[node[e] + 1];
+  for (int64_t v = 0; v < n_nodes; ++v) g.first[v + 1] += g.first[v];
+  g.edges.resize(n_edges);
+  std::vector<int64_t> next(g.first.begin(), g.first.end() - 1);
+  for (int64_t e = 0; e < n_edges; ++e) g.edges[next[node[e]]++] = e;
+  return g;
+}
+
+bool threaded(int64_t n_edges) { return at::get_num_threads() > 1 && !at::in_parallel_region() && n_edges >= 256; }
+
+// fn(edges, count) on the groups' edges, split between threads in node ranges of about equal edges.
+template <typename Fn> void for_groups(const Groups& g, Fn fn) {
+  const int64_t n_nodes = int64_t(g.first.size()) - 1, n_edges = g.first.back();
+  const int64_t parts = 4 * at::get_num_threads();
+  auto node_at = [&](int64_t p) {  // the first node whose edges start at or after part p's share
+    if (p >= parts) return n_nodes;
+    return int64_t(std::lower_bound(g.first.begin(), g.first.end() - 1, p * n_edges / parts) - g.first.begin());
+  };
+  at::parallel_for(0, parts, 1, [&](int64_t p0, int64_t p1) {
+    const int64_t v0 = node_at(p0), v1 = node_at(p1);
+    if (v1 > v0) fn(g.edges.data() + g.first[v0], g.first[v1] - g.first[v0]);
+  });
+}
+
 Tensor message_cpu(CT x_in, CT s_in, CT w_in, CT path_in, CT center_in, CT neighbor_in, int64_t n_out) {
   check(x_in, s_in, w_in, path_in, center_in, neighbor_in, n_out);
   const Tensor x = x_in.contiguous(), s = s_in.contiguous(), w = w_in.contiguous(), path = path_in.contiguous(),
                center = center_in.contiguous(), neighbor = neighbor_in.contiguous();
   Tensor msg = torch::zeros({n_out, s.size(2), x.size(2)}, x.options());
+  const int64_t E = s.size(0);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "equivariant_message", [&] {
-    message_kernel(operands_of<scalar_t>(x, s, w, path, center, neighbor), s.size(0), msg.data_ptr<scalar_t>());
+    const auto o = operands_of<scalar_t>(x, s, w, path, center, neighbor);
+    if (!threaded(E)) return message_kernel(o, nullptr, E, msg.data_ptr<scalar_t>());
+    for_groups(group_edges(o.center, E, n_out),
+               [&](const int64_t* edges, int64_t n) { message_kernel(o, edges, n, msg.data_ptr<scalar_t>()); });
   });
   return msg;
 }
@@ -156,11 +223,27 @@ std::vector<Tensor> gradients_cpu(CT g_in, CT x_in, CT s_in, CT w_in, CT path_in
   const Tensor g = g_in.contiguous(), x = x_in.contiguous(), s = s_in.contiguous(), w = w_in.contiguous(),
                path = path_in.contiguous(), center = center_in.contiguous(), neighbor = neighbor_in.contiguous();
   Tensor gx = torch::zeros_like(x), gs = torch::empty_like(s), gw = torch::zeros_like(w);
-  Tensor scratch = torch::empty({2 * x.size(2)}, x.options());
+  const int64_t E = s.size(0), N = x.size(0), A = x.size(1), C = x.size(2);
+  // Edges in blocks whose shares of gx (A x C each) stay in cache: the edges' gradients and shares
+  // split between threads by edges, then the shares added into gx by neighbour ranges in edge
+  // order, so every sum has one order whatever the number of threads.
+  // (Results do not depend on the block: a small one on one thread keeps the shares in L1.)
+  const int64_t block = at::get_num_threads() == 1
+                            ? 16
+                            : std::max<int64_t>(64, (int64_t(1) << 20) / (A * C * int64_t(x.element_size())));
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "equivariant_message_backward", [&] {
-    gradient_kernel(operands_of<scalar_t>(x, s, w, path, center, neighbor), s.size(0), g.data_ptr<scalar_t>(),
-                    gx.data_ptr<scalar_t>(), gs.data_ptr<scalar_t>(), gw.data_ptr<scalar_t>(),
-                    scratch.data_ptr<scalar_t>());
+    const auto o = operands_of<scalar_t>(x, s, w, path, center, neighbor);
+    const scalar_t* gp = g.data_ptr<scalar_t>();
+    scalar_t *gxp = gx.data_ptr<scalar_t>(), *gsp = gs.data_ptr<scalar_t>(), *gwp = gw.data_ptr<scalar_t>();
+    std::vector<scalar_t> cx(std::min(block, E) * A * C);
+    for (int64_t b0 = 0; b0 < E; b0 += block) {
+      const int64_t b1 = std::min(E, b0 + block);
+      at::parallel_for(b0, b1, 16, [&](int64_t e0, int64_t e1) {
+        std::vector<scalar_t> scratch(2 * C);
+        edge_gradient_kernel(o, e0, e1, gp, gsp, gwp, cx.data() + (e0 - b0) * A * C, scratch.data());
+      });
+      at::parallel_for(0, N, 1, [&](int64_t j0, int64_t j1) { add_shares_kernel(o, b0, b1, j0, j1, cx.data(), gxp); });
+    }
   });
   return {gx, gs, gw};
 }

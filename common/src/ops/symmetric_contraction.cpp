@@ -2,8 +2,10 @@
 #include "mlip/ops/symmetric_contraction.h"
 #include "mlip/ops/operators.h"
 
+#include <algorithm>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -27,16 +29,22 @@ template <typename T> MLIP_KERNEL const T* row(const T* xn, int64_t i, int64_t D
   return i == D ? ones : xn + i * C;
 }
 
-template <typename T> MLIP_KERNEL void contract_nodes(const Operands<T>& o, int64_t n, T* b, T* scratch) {
+// A range of nodes [i0, i1) and of monomials [q0, q1) (a range computes exactly its part of the
+// whole: the weights' gradient of monomial q sums over nodes only).
+struct Range {
+  int64_t i0, i1, q0, q1;
+};
+
+template <typename T> MLIP_KERNEL void contract_nodes(const Operands<T>& o, Range r, T* b, T* scratch) {
   const int64_t D = o.d, C = o.c, Q = o.q, M = o.m;
   T* ones = scratch;
   T* t = scratch + C;
   for (int64_t u = 0; u < C; ++u) ones[u] = T(1);
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = r.i0; i < r.i1; ++i) {
     const T* xn = o.x + i * D * C;
     const T* zs = o.z + o.species[i] * Q * M * C;
     T* bn = b + i * M * C;
-    for (int64_t q = 0; q < Q; ++q) {
+    for (int64_t q = r.q0; q < r.q1; ++q) {
       const int64_t* mq = o.mono + 3 * q;
       const T *a = row(xn, mq[0], D, C, ones), *b2 = row(xn, mq[1], D, C, ones), *c = row(xn, mq[2], D, C, ones);
 #pragma omp simd
@@ -52,27 +60,25 @@ template <typename T> MLIP_KERNEL void contract_nodes(const Operands<T>& o, int6
   }
 }
 
-// Gradients of x and z given g (n, M, C).
-template <typename T>
-MLIP_KERNEL void gradient_nodes(const Operands<T>& o, int64_t n, const T* g, T* gx, T* gz, T* scratch) {
+// Gradients of x (kX: per node) and of z (kZ: per species, summed over nodes in order) given g
+// (n, M, C).
+template <typename T, bool kX, bool kZ>
+MLIP_KERNEL void gradient_nodes(const Operands<T>& o, Range r, const T* g, T* gx, T* gz, T* scratch) {
   const int64_t D = o.d, C = o.c, Q = o.q, M = o.m;
   T* ones = scratch;
   T* t = scratch + C;
   T* gt = scratch + 2 * C;
   T* sink = scratch + 3 * C;  // gradient of the constant 1: discarded
   for (int64_t u = 0; u < C; ++u) ones[u] = T(1);
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = r.i0; i < r.i1; ++i) {
     const T* xn = o.x + i * D * C;
     T* gxn = gx + i * D * C;
     const T* zs = o.z + o.species[i] * Q * M * C;
     T* gzs = gz + o.species[i] * Q * M * C;
     const T* gn = g + i * M * C;
-    for (int64_t q = 0; q < Q; ++q) {
+    for (int64_t q = r.q0; q < r.q1; ++q) {
       const int64_t* mq = o.mono + 3 * q;
       const T *a = row(xn, mq[0], D, C, ones), *b = row(xn, mq[1], D, C, ones), *c = row(xn, mq[2], D, C, ones);
-      T* ga = mq[0] == D ? sink : gxn + mq[0] * C;
-      T* gb = mq[1] == D ? sink : gxn + mq[1] * C;
-      T* gc = mq[2] == D ? sink : gxn + mq[2] * C;
       const T* zq = zs + q * M * C;
       T* gzq = gzs + q * M * C;
 #pragma omp simd
@@ -83,17 +89,22 @@ MLIP_KERNEL void gradient_nodes(const Operands<T>& o, int64_t n, const T* g, T* 
         T* gzm = gzq + m * C;
 #pragma omp simd
         for (int64_t u = 0; u < C; ++u) {
-          gt[u] += gm[u] * zm[u];
-          gzm[u] += gm[u] * t[u];
+          if constexpr (kX) gt[u] += gm[u] * zm[u];
+          if constexpr (kZ) gzm[u] += gm[u] * t[u];
         }
       }
-      // Each factor separately: a monomial may repeat a component (x_i^2), so ga and gb may alias.
+      if constexpr (kX) {
+        T* ga = mq[0] == D ? sink : gxn + mq[0] * C;
+        T* gb = mq[1] == D ? sink : gxn + mq[1] * C;
+        T* gc = mq[2] == D ? sink : gxn + mq[2] * C;
+        // Each factor separately: a monomial may repeat a component (x_i^2), so ga and gb may alias.
 #pragma omp simd
-      for (int64_t u = 0; u < C; ++u) ga[u] += gt[u] * b[u] * c[u];
+        for (int64_t u = 0; u < C; ++u) ga[u] += gt[u] * b[u] * c[u];
 #pragma omp simd
-      for (int64_t u = 0; u < C; ++u) gb[u] += gt[u] * a[u] * c[u];
+        for (int64_t u = 0; u < C; ++u) gb[u] += gt[u] * a[u] * c[u];
 #pragma omp simd
-      for (int64_t u = 0; u < C; ++u) gc[u] += gt[u] * a[u] * b[u];
+        for (int64_t u = 0; u < C; ++u) gc[u] += gt[u] * a[u] * b[u];
+      }
     }
   }
 }
@@ -101,8 +112,9 @@ MLIP_KERNEL void gradient_nodes(const Operands<T>& o, int64_t n, const T* g, T* 
 // The backward of the backward along (hx, hz): with t the monomial, dt its change along hx,
 // gt = sum_m g z and ht = sum_m g hz, the gradients of <hx, gx> + <hz, gz> are
 //   d/dg = z dt + hz t,  d/dz = g dt,  d/dx = gt (second derivatives of t along hx) + ht (dt/dx).
-template <typename T>
-MLIP_KERNEL void second_nodes(const Operands<T>& o, int64_t n, const T* g, const T* hx, const T* hz, T* dg, T* dx,
+// kN: dg and dx (per node); kZ: dz (per species, summed over nodes in order).
+template <typename T, bool kN, bool kZ>
+MLIP_KERNEL void second_nodes(const Operands<T>& o, Range r, const T* g, const T* hx, const T* hz, T* dg, T* dx,
                               T* dz, T* scratch) {
   const int64_t D = o.d, C = o.c, Q = o.q, M = o.m;
   T* ones = scratch;
@@ -110,20 +122,17 @@ MLIP_KERNEL void second_nodes(const Operands<T>& o, int64_t n, const T* g, const
   T* sink = scratch + 2 * C;
   T *t = scratch + 3 * C, *dt = scratch + 4 * C, *gt = scratch + 5 * C, *ht = scratch + 6 * C;
   for (int64_t u = 0; u < C; ++u) ones[u] = T(1), zeros[u] = T(0);
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = r.i0; i < r.i1; ++i) {
     const T *xn = o.x + i * D * C, *hxn = hx + i * D * C;
     T* dxn = dx + i * D * C;
     const int64_t zo = o.species[i] * Q * M * C;
     const T *gn = g + i * M * C;
     T* dgn = dg + i * M * C;
-    for (int64_t q = 0; q < Q; ++q) {
+    for (int64_t q = r.q0; q < r.q1; ++q) {
       const int64_t* mq = o.mono + 3 * q;
       const T *a = row(xn, mq[0], D, C, ones), *b = row(xn, mq[1], D, C, ones), *c = row(xn, mq[2], D, C, ones);
       const T *ha = row(hxn, mq[0], D, C, zeros), *hb = row(hxn, mq[1], D, C, zeros),
               *hc = row(hxn, mq[2], D, C, zeros);
-      T* da = mq[0] == D ? sink : dxn + mq[0] * C;
-      T* db = mq[1] == D ? sink : dxn + mq[1] * C;
-      T* dc = mq[2] == D ? sink : dxn + mq[2] * C;
       const T *zq = o.z + zo + q * M * C, *hzq = hz + zo + q * M * C;
       T* dzq = dz + zo + q * M * C;
 #pragma omp simd
@@ -137,33 +146,54 @@ MLIP_KERNEL void second_nodes(const Operands<T>& o, int64_t n, const T* g, const
         T *dgm = dgn + m * C, *dzm = dzq + m * C;
 #pragma omp simd
         for (int64_t u = 0; u < C; ++u) {
-          gt[u] += gm[u] * zm[u];
-          ht[u] += gm[u] * hzm[u];
-          dgm[u] += zm[u] * dt[u] + hzm[u] * t[u];
-          dzm[u] += gm[u] * dt[u];
+          if constexpr (kN) {
+            gt[u] += gm[u] * zm[u];
+            ht[u] += gm[u] * hzm[u];
+            dgm[u] += zm[u] * dt[u] + hzm[u] * t[u];
+          }
+          if constexpr (kZ) dzm[u] += gm[u] * dt[u];
         }
       }
-      // One factor at a time: slots may alias (x_i^2).
+      if constexpr (kN) {
+        T* da = mq[0] == D ? sink : dxn + mq[0] * C;
+        T* db = mq[1] == D ? sink : dxn + mq[1] * C;
+        T* dc = mq[2] == D ? sink : dxn + mq[2] * C;
+        // One factor at a time: slots may alias (x_i^2).
 #pragma omp simd
-      for (int64_t u = 0; u < C; ++u) da[u] += gt[u] * (hb[u] * c[u] + b[u] * hc[u]) + ht[u] * b[u] * c[u];
+        for (int64_t u = 0; u < C; ++u) da[u] += gt[u] * (hb[u] * c[u] + b[u] * hc[u]) + ht[u] * b[u] * c[u];
 #pragma omp simd
-      for (int64_t u = 0; u < C; ++u) db[u] += gt[u] * (ha[u] * c[u] + a[u] * hc[u]) + ht[u] * a[u] * c[u];
+        for (int64_t u = 0; u < C; ++u) db[u] += gt[u] * (ha[u] * c[u] + a[u] * hc[u]) + ht[u] * a[u] * c[u];
 #pragma omp simd
-      for (int64_t u = 0; u < C; ++u) dc[u] += gt[u] * (ha[u] * b[u] + a[u] * hb[u]) + ht[u] * a[u] * b[u];
+        for (int64_t u = 0; u < C; ++u) dc[u] += gt[u] * (ha[u] * b[u] + a[u] * hb[u]) + ht[u] * a[u] * b[u];
+      }
     }
   }
 }
 
 #define MLIP_DEFINE_KERNELS(T)                                                                                  \
-  MLIP_CLONES void contract_kernel(const Operands<T>& o, int64_t n, T* b, T* scratch) {                         \
-    contract_nodes<T>(o, n, b, scratch);                                                                        \
+  MLIP_CLONES void contract_kernel(const Operands<T>& o, Range r, T* b, T* scratch) {                           \
+    contract_nodes<T>(o, r, b, scratch);                                                                        \
   }                                                                                                             \
-  MLIP_CLONES void gradient_kernel(const Operands<T>& o, int64_t n, const T* g, T* gx, T* gz, T* scratch) {     \
-    gradient_nodes<T>(o, n, g, gx, gz, scratch);                                                                \
+  MLIP_CLONES void gradient_kernel(const Operands<T>& o, Range r, const T* g, T* gx, T* gz, T* scratch) {       \
+    gradient_nodes<T, true, true>(o, r, g, gx, gz, scratch);                                                    \
   }                                                                                                             \
-  MLIP_CLONES void second_kernel(const Operands<T>& o, int64_t n, const T* g, const T* hx, const T* hz, T* dg, T* dx, \
+  MLIP_CLONES void gradient_x_kernel(const Operands<T>& o, Range r, const T* g, T* gx, T* gz, T* scratch) {     \
+    gradient_nodes<T, true, false>(o, r, g, gx, gz, scratch);                                                   \
+  }                                                                                                             \
+  MLIP_CLONES void gradient_z_kernel(const Operands<T>& o, Range r, const T* g, T* gx, T* gz, T* scratch) {     \
+    gradient_nodes<T, false, true>(o, r, g, gx, gz, scratch);                                                   \
+  }                                                                                                             \
+  MLIP_CLONES void second_kernel(const Operands<T>& o, Range r, const T* g, const T* hx, const T* hz, T* dg, T* dx, \
                                  T* dz, T* scratch) {                                                           \
-    second_nodes<T>(o, n, g, hx, hz, dg, dx, dz, scratch);                                                      \
+    second_nodes<T, true, true>(o, r, g, hx, hz, dg, dx, dz, scratch);                                          \
+  }                                                                                                             \
+  MLIP_CLONES void second_n_kernel(const Operands<T>& o, Range r, const T* g, const T* hx, const T* hz, T* dg,   \
+                                   T* dx, T* dz, T* scratch) {                                                  \
+    second_nodes<T, true, false>(o, r, g, hx, hz, dg, dx, dz, scratch);                                         \
+  }                                                                                                             \
+  MLIP_CLONES void second_z_kernel(const Operands<T>& o, Range r, const T* g, const T* hx, const T* hz, T* dg,   \
+                                   T* dx, T* dz, T* scratch) {                                                  \
+    second_nodes<T, false, true>(o, r, g, hx, hz, dg, dx, dz, scratch);                                         \
   }
 MLIP_DEFINE_KERNELS(double)
 MLIP_DEFINE_KERNELS(float)
@@ -201,15 +231,38 @@ template <typename T> Operands<T> operands_of(CT x, CT z, CT mono, CT species) {
           mono.data_ptr<int64_t>(), species.data_ptr<int64_t>()};
 }
 
+// Threads: what belongs to a node (b, gx; dg, dx) splits by nodes, what sums over nodes (gz, dz)
+// by monomials, every sum in one thread and in node order: bitwise the results of one thread.
+bool threaded(int64_t n) { return at::get_num_threads() > 1 && !at::in_parallel_region() && n >= 16; }
+
+// fn(range, scratch) on node ranges (all monomials), each call with `rows` x C of scratch.
+template <typename T, typename Fn> void over_nodes(int64_t n, int64_t Q, int64_t C, int64_t rows, Fn fn) {
+  at::parallel_for(0, n, 8, [&](int64_t i0, int64_t i1) {
+    std::vector<T> scratch(rows * C);
+    fn(Range{i0, i1, 0, Q}, scratch.data());
+  });
+}
+
+// fn(range, scratch) on monomial ranges (all nodes).
+template <typename T, typename Fn> void over_monomials(int64_t n, int64_t Q, int64_t C, int64_t rows, Fn fn) {
+  at::parallel_for(0, Q, 4, [&](int64_t q0, int64_t q1) {
+    std::vector<T> scratch(rows * C);
+    fn(Range{0, n, q0, q1}, scratch.data());
+  });
+}
+
 Tensor contract_cpu(CT x_in, CT z_in, CT mono_in, CT species_in) {
   check(x_in, z_in, mono_in, species_in);
   const Tensor x = x_in.contiguous(), z = z_in.contiguous(), mono = mono_in.contiguous(),
                species = species_in.contiguous();
   Tensor b = torch::zeros({x.size(0), z.size(2), x.size(2)}, x.options());
-  Tensor scratch = torch::empty({2 * x.size(2)}, x.options());
+  const int64_t n = x.size(0), C = x.size(2), Q = z.size(1);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction", [&] {
-    contract_kernel(operands_of<scalar_t>(x, z, mono, species), x.size(0), b.data_ptr<scalar_t>(),
-                    scratch.data_ptr<scalar_t>());
+    const auto o = operands_of<scalar_t>(x, z, mono, species);
+    auto run = [&](Range r, scalar_t* scratch) { contract_kernel(o, r, b.data_ptr<scalar_t>(), scratch); };
+    if (threaded(n)) return over_nodes<scalar_t>(n, Q, C, 2, run);
+    std::vector<scalar_t> scratch(2 * C);
+    run(Range{0, n, 0, Q}, scratch.data());
   });
   return b;
 }
@@ -245,10 +298,16 @@ std::vector<Tensor> gradients_cpu(CT g_in, CT x_in, CT z_in, CT mono_in, CT spec
   const Tensor g = g_in.contiguous(), x = x_in.contiguous(), z = z_in.contiguous(), mono = mono_in.contiguous(),
                species = species_in.contiguous();
   Tensor gx = torch::zeros_like(x), gz = torch::zeros_like(z);
-  Tensor scratch = torch::empty({4 * x.size(2)}, x.options());
+  const int64_t n = x.size(0), C = x.size(2), Q = z.size(1);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction_backward", [&] {
-    gradient_kernel(operands_of<scalar_t>(x, z, mono, species), x.size(0), g.data_ptr<scalar_t>(),
-                    gx.data_ptr<scalar_t>(), gz.data_ptr<scalar_t>(), scratch.data_ptr<scalar_t>());
+    const auto o = operands_of<scalar_t>(x, z, mono, species);
+    scalar_t *gp = g.data_ptr<scalar_t>(), *gxp = gx.data_ptr<scalar_t>(), *gzp = gz.data_ptr<scalar_t>();
+    if (threaded(n)) {
+      over_nodes<scalar_t>(n, Q, C, 4, [&](Range r, scalar_t* t) { gradient_x_kernel(o, r, gp, gxp, gzp, t); });
+      return over_monomials<scalar_t>(n, Q, C, 4, [&](Range r, scalar_t* t) { gradient_z_kernel(o, r, gp, gxp, gzp, t); });
+    }
+    std::vector<scalar_t> scratch(4 * C);
+    gradient_kernel(o, Range{0, n, 0, Q}, gp, gxp, gzp, scratch.data());
   });
   return {gx, gz};
 }
@@ -260,11 +319,19 @@ std::vector<Tensor> second_cpu(CT g_in, CT x_in, CT z_in, CT mono_in, CT species
   const Tensor hx = hx_in.defined() ? hx_in.contiguous() : torch::zeros_like(x);
   const Tensor hz = hz_in.defined() ? hz_in.contiguous() : torch::zeros_like(z);
   Tensor dg = torch::zeros_like(g), dx = torch::zeros_like(x), dz = torch::zeros_like(z);
-  Tensor scratch = torch::empty({7 * x.size(2)}, x.options());
+  const int64_t n = x.size(0), C = x.size(2), Q = z.size(1);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction_second", [&] {
-    second_kernel(operands_of<scalar_t>(x, z, mono, species), x.size(0), g.data_ptr<scalar_t>(),
-                  hx.data_ptr<scalar_t>(), hz.data_ptr<scalar_t>(), dg.data_ptr<scalar_t>(), dx.data_ptr<scalar_t>(),
-                  dz.data_ptr<scalar_t>(), scratch.data_ptr<scalar_t>());
+    const auto o = operands_of<scalar_t>(x, z, mono, species);
+    const scalar_t *gp = g.data_ptr<scalar_t>(), *hxp = hx.data_ptr<scalar_t>(), *hzp = hz.data_ptr<scalar_t>();
+    scalar_t *dgp = dg.data_ptr<scalar_t>(), *dxp = dx.data_ptr<scalar_t>(), *dzp = dz.data_ptr<scalar_t>();
+    if (threaded(n)) {
+      over_nodes<scalar_t>(n, Q, C, 7,
+                           [&](Range r, scalar_t* t) { second_n_kernel(o, r, gp, hxp, hzp, dgp, dxp, dzp, t); });
+      return over_monomials<scalar_t>(
+          n, Q, C, 7, [&](Range r, scalar_t* t) { second_z_kernel(o, r, gp, hxp, hzp, dgp, dxp, dzp, t); });
+    }
+    std::vector<scalar_t> scratch(7 * C);
+    second_kernel(o, Range{0, n, 0, Q}, gp, hxp, hzp, dgp, dxp, dzp, scratch.data());
   });
   return {dg, dx, dz};
 }

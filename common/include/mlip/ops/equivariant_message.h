@@ -16,8 +16,9 @@
 // center, neighbor) -> [gx, gs, gw], a CPU kernel too; the message being trilinear, the backward of
 // that backward (a force loss) is these two operators again with one operand substituted, so
 // every order of derivatives runs on the kernels. Other devices (CUDA) run the aten formulations.
-// The gradient kernel makes one serial pass (scatters into neighbours): LAMMPS and the trainer run
-// one thread per rank.
+// With several LibTorch threads both kernels split their work by the node each sum goes into (the
+// gradient in two passes: the edges' own gradients, then the neighbours'), each sum in edge order:
+// the results are bitwise those of one thread.
 //
 // Registered when this library is loaded (part of mlip::model); Python needs
 // torch.ops.load_library("<build>/lib/libmlip_ops.so") before torch.jit.load of a model using it.

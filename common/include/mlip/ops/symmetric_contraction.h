@@ -16,6 +16,9 @@
 // CPU kernel too, whose own backward (a force loss) is a third CPU kernel (the monomials' second
 // derivatives along the incoming direction); third and higher derivatives, and other devices
 // (CUDA), differentiate the aten formulation.
+// With several LibTorch threads the kernels split what belongs to a node (b, gx) by nodes and
+// what sums over nodes (the weights' gradient) by monomials, every sum in node order: the results
+// are bitwise those of one thread.
 //
 // Registered when this library is loaded (part of mlip::model); Python needs
 // torch.ops.load_library("<build>/lib/libmlip_ops.so") before torch.jit.load of a model using it.
