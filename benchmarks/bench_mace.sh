@@ -7,25 +7,27 @@
 # correlation 3, 2 interactions, r_max 5 A, 8 Bessel functions, radial MLP [64, 64, 64], float64,
 # on water (data/water-deepmd, 192-atom frames; energies and forces).
 #
-# 1. Training throughput, frames/s, 1 thread: mace_run_train and mlip-trainer (architecture mace,
-#    the same hyperparameters, batch 4 frames, Adam), each for EPOCHS (2) epochs over the first
+# 1. Training throughput, frames/s, at equal cores: mace_run_train on 1 and 2 torch threads, and
+#    mlip-trainer (architecture mace, the same hyperparameters, batch 4 frames, Adam) on 1 rank x 1
+#    thread, 1 rank x 2 threads and 2 ranks x 1 thread, each for EPOCHS (2) epochs over the first
 #    TRAIN_FRAMES (40) frames of data_0 (10% held out by each for validation, as each does it).
 #    mace-torch: the time between its epoch lines less its validation pass (timed before the
-#    first epoch); mlip: its throughput line (validation excluded). mlip also on 2 MPI ranks;
-#    mace-torch's multi-process training needs torchrun and is not run here.
+#    first epoch); mlip: its throughput line (validation excluded). mace-torch's multi-process
+#    training needs torchrun and is not run here.
 # 2. MD speed and memory on the model mace-torch trained in (1), imported into mlip by
 #    python/mace_to_mlip.py (the import checks that both give the same energy on a random
-#    structure): liquid water of 1152 and 10368 atoms (frame 0 of data_0, replicated).
-#    mlip: LAMMPS, pair_style mlip (per-layer ghost exchange), NVE, 1 and 2 MPI ranks x 1 thread,
-#    us/atom-step of the MD loop, peak RSS of the largest rank. mace-torch: its fastest CPU route
+#    structure): liquid water of 1152, 3456 and 10368 atoms (frame 0 of data_0, replicated).
+#    mlip: LAMMPS, pair_style mlip (per-layer ghost exchange), NVE, 1 rank x 1 thread, 1 rank x
+#    2 threads and 2 ranks x 1 thread, us/atom-step of the MD loop, peak RSS of the largest rank.
+#    mace-torch (not at 10368 atoms: about all of this machine's memory): its fastest CPU route
 #    that can be had here is its ASE calculator (its LAMMPS route, ML-IAP, needs a LAMMPS built
 #    with Python and ML-IAP, which this build has not): one energy-and-forces call per step on
 #    the same structure, wall us/atom per call (the first call, which compiles, left out), with
 #    1 and 2 torch threads (no MPI), peak RSS of the process. The two sides differ in how the
 #    step is made (LAMMPS's neighbour lists and integration against ASE's neighbour list and no
 #    integration), as stated beside the table.
-# REPEATS (3) of each measurement of (1) and (2) (1 for mace-torch at 10368 atoms in (2): one
-#    call takes minutes).
+# REPEATS (3) of each measurement of (1) and (2) (mace-torch: 3 calls per repeat at 1152 atoms,
+#    1 at 3456).
 # 3. Memory of a large model: mlip, a 128-channel, max_L 2, float32 MACE (the other
 #    hyperparameters as above; weights after one epoch on 4 frames: memory does not depend on
 #    them), water of 10368 atoms, 1 and 2 ranks, default chunks, 5 MD steps: peak RSS of the
@@ -71,9 +73,10 @@ write("train.xyz", read("all.xyz", index=f":{sys.argv[1]}"), format="extxyz")
 EOF
 sed -e 's/REF_energy/energy/' -e 's/REF_forces/forces/g' train.xyz > train-mlip.xyz
 
-# mace_train NAME FRAMES EPOCHS: mace_run_train, 1 thread, the model of the header (NAME.model)
+# mace_train NAME FRAMES EPOCHS [THREADS]: mace_run_train on THREADS (1) torch threads, the model of
+# the header (NAME.model)
 mace_train() {
-  OMP_NUM_THREADS=1 "$mace_bin/mace_run_train" --name "$1" --train_file "$2" --valid_fraction 0.1 \
+  OMP_NUM_THREADS=${4:-1} "$mace_bin/mace_run_train" --name "$1" --train_file "$2" --valid_fraction 0.1 \
     --energy_key REF_energy --forces_key REF_forces --E0s average --model MACE --num_channels "$CHANNELS" \
     --max_L 1 --max_ell 3 --correlation 3 --num_interactions 2 --r_max 5.0 --num_radial_basis 8 \
     --batch_size 4 --valid_batch_size 4 --max_num_epochs "$3" --device cpu --default_dtype float64 --seed 1 \
@@ -143,24 +146,28 @@ if has_part train; then
   row code ranks threads repeat frames_per_s frames seconds
   mlip_config mlip-train.yaml "$work/train-mlip.xyz" "epochs: $EPOCHS" "optimizer: {type: adam, lr: 1.0e-2, amsgrad: true}"
   for repeat in $(seq 1 "$REPEATS"); do
-    echo "== mace-torch: $EPOCHS epochs on $TRAIN_FRAMES frames, 1 thread (repeat $repeat)" >&2
-    mace_train "mace-$repeat" train.xyz "$EPOCHS"
-    read -r rate frames seconds < <(mace_rate "mace-$repeat.log" "$TRAIN_FRAMES")
-    mace_rates+=("$rate")
-    row mace-torch 1 1 "$repeat" "$rate" "$frames" "$seconds"
-    echo "mace-torch training: $rate frames/s ($frames frames in $seconds s)" >&2
-    for ranks in 1 2; do
-      echo "== mlip-trainer: $EPOCHS epochs on $TRAIN_FRAMES frames, $ranks rank(s) x 1 thread (repeat $repeat)" >&2
-      log=mlip-train-$ranks-$repeat.log
-      OMP_NUM_THREADS=1 mpirun --oversubscribe -np "$ranks" "$build/bin/mlip-trainer" train mlip-train.yaml --threads 1 \
-        --set output.dir="$work/mlip-run-$ranks-$repeat" > "$log" 2>&1 || { tail -20 "$log" >&2; exit 1; }
+    for threads in 1 2; do
+      echo "== mace-torch: $EPOCHS epochs on $TRAIN_FRAMES frames, $threads thread(s) (repeat $repeat)" >&2
+      mace_train "mace-$threads-$repeat" train.xyz "$EPOCHS" "$threads"
+      read -r rate frames seconds < <(mace_rate "mace-$threads-$repeat.log" "$TRAIN_FRAMES")
+      (( threads == 1 )) && mace_rates+=("$rate")
+      row mace-torch 1 "$threads" "$repeat" "$rate" "$frames" "$seconds"
+      echo "mace-torch training, $threads thread(s): $rate frames/s ($frames frames in $seconds s)" >&2
+    done
+    for layout in "1 1" "1 2" "2 1"; do
+      read -r ranks threads <<< "$layout"
+      echo "== mlip-trainer: $EPOCHS epochs on $TRAIN_FRAMES frames, $ranks rank(s) x $threads thread(s) (repeat $repeat)" >&2
+      log=mlip-train-$ranks-$threads-$repeat.log
+      OMP_NUM_THREADS=$threads mpirun --oversubscribe -np "$ranks" "$build/bin/mlip-trainer" train mlip-train.yaml \
+        --threads "$threads" --set output.dir="$work/mlip-run-$ranks-$threads-$repeat" > "$log" 2>&1 ||
+        { tail -20 "$log" >&2; exit 1; }
       keep_log "$log"
       rate=$(grep -o 'throughput [0-9.]* frames/s' "$log" | tail -1 | awk '{print $2}')
-      row mlip "$ranks" 1 "$repeat" "$rate" - -
-      echo "mlip training, $ranks rank(s): $rate frames/s" >&2
+      row mlip "$ranks" "$threads" "$repeat" "$rate" - -
+      echo "mlip training, $ranks rank(s) x $threads thread(s): $rate frames/s" >&2
     done
   done
-  mace_model=$work/mace-1.model
+  mace_model=$work/mace-1-1.model
 fi
 
 # ---- 2. MD on the model mace-torch trained, imported
@@ -176,26 +183,27 @@ grep check import.log >&2
 table=md
 row code atoms ranks threads repeat us_per_atom_step peak_rss_mib
 water_md_input md.in
-for reps in "3 2 1" "6 3 3"; do
+for reps in "3 2 1" "3 3 2" "6 3 3"; do
   # shellcheck disable=SC2086
   "$build/bin/mlip_test_inputs" water water.data $reps > /dev/null
   atoms=$(awk '/ atoms/ {print $1; exit}' water.data)
-  steps=$((atoms > 5000 ? 5 : 20))
+  steps=$((atoms > 5000 ? 3 : atoms > 2000 ? 5 : 20))
   "$py" - water.data water.xyz <<'EOF'
 import sys
 from ase.io import read, write
 write(sys.argv[2], read(sys.argv[1], format="lammps-data", atom_style="atomic", Z_of_type={1: 8, 2: 1}), format="extxyz")
 EOF
   for repeat in $(seq 1 "$REPEATS"); do
-    for ranks in 1 2; do
+    for layout in "1 1" "1 2" "2 1"; do
+      read -r ranks threads <<< "$layout"
       water_md_vars water.data "mlip model.pt" "$steps"
-      log=md-$atoms-$ranks-$repeat.log
-      "$py" "$src/benchmarks/peak_rss.py" rss.txt mpirun --oversubscribe -np "$ranks" "$build/bin/lmp" -nocite \
-        -screen none -log "$log" -in md.in "${md_vars[@]}" || { tail -5 "$log" >&2; exit 1; }
+      log=md-$atoms-$ranks-$threads-$repeat.log
+      OMP_NUM_THREADS=$threads "$py" "$src/benchmarks/peak_rss.py" rss.txt mpirun --oversubscribe -np "$ranks" \
+        "$build/bin/lmp" -nocite -screen none -log "$log" -in md.in "${md_vars[@]}" || { tail -5 "$log" >&2; exit 1; }
       keep_log "$log"
-      row mlip "$atoms" "$ranks" 1 "$repeat" "$(us_per_atom_step "$log")" "$(awk '{printf "%.0f", $2 / 1024}' rss.txt)"
+      row mlip "$atoms" "$ranks" "$threads" "$repeat" "$(us_per_atom_step "$log")" "$(awk '{printf "%.0f", $2 / 1024}' rss.txt)"
     done
-    (( atoms > 5000 && repeat > 1 )) && continue
+    (( atoms > 5000 )) && continue  # mace-torch needs about 2 GB per 1000 atoms: not at 10368 here
     for threads in 1 2; do
       "$py" "$src/benchmarks/peak_rss.py" rss.txt "$py" - "$mace_model" water.xyz "$threads" > mace-md.txt <<'EOF'
 import sys, time
@@ -206,7 +214,7 @@ torch.set_num_threads(int(sys.argv[3]))
 atoms = read(sys.argv[2])
 atoms.calc = MACECalculator(model_paths=sys.argv[1], device="cpu", default_dtype="float64")
 atoms.get_forces()                       # the first call compiles
-calls = 3 if len(atoms) < 5000 else 1
+calls = 3 if len(atoms) < 2000 else 1
 start = time.perf_counter()
 for k in range(calls):
     atoms.positions[0, 0] += 1e-4        # a new configuration each call
