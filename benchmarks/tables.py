@@ -260,7 +260,8 @@ def mace_train(run):
 def mace_md(run):
     rows = read_tsv(run / "md.tsv")
     for r in rows:
-        r["label"] = (f"mlip (LAMMPS), {r['ranks']} rank{'s' if r['ranks'] != '1' else ''}" if r["code"] == "mlip"
+        r["label"] = (f"mlip (LAMMPS), {r['ranks']} rank{'s' if r['ranks'] != '1' else ''} x {r['threads']} "
+                      f"thread{'s' if r['threads'] != '1' else ''}" if r["code"] == "mlip"
                       else f"mace-torch (ASE), {r['threads']} thread{'s' if r['threads'] != '1' else ''}")
     speed = grid(rows, "label", ("atoms",), "us_per_atom_step", ref_row="mace-torch (ASE), 1 thread",
                  col_name=lambda c: f"{c[0]} atoms, us/atom-step")
