@@ -61,6 +61,9 @@ REPEATS=${REPEATS:-3}
 PARTS=${PARTS:-train md memory accuracy}
 WALL_MINUTES=${WALL_MINUTES:-15}
 has_part() { [[ " $PARTS " == *" $1 "* ]]; }
+# bind THREADS: mpirun's binding option: a rank of several threads must not be bound to one core
+# (Open MPI's default for 2 or fewer ranks)
+bind() { (( $1 == 1 )) || echo --bind-to none; }
 export TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 PYTHONWARNINGS=ignore
 cd "$work"
 
@@ -158,7 +161,8 @@ if has_part train; then
       read -r ranks threads <<< "$layout"
       echo "== mlip-trainer: $EPOCHS epochs on $TRAIN_FRAMES frames, $ranks rank(s) x $threads thread(s) (repeat $repeat)" >&2
       log=mlip-train-$ranks-$threads-$repeat.log
-      OMP_NUM_THREADS=$threads mpirun --oversubscribe -np "$ranks" "$build/bin/mlip-trainer" train mlip-train.yaml \
+      # shellcheck disable=SC2046
+      OMP_NUM_THREADS=$threads mpirun --oversubscribe $(bind "$threads") -np "$ranks" "$build/bin/mlip-trainer" train mlip-train.yaml \
         --threads "$threads" --set output.dir="$work/mlip-run-$ranks-$threads-$repeat" > "$log" 2>&1 ||
         { tail -20 "$log" >&2; exit 1; }
       keep_log "$log"
@@ -198,7 +202,8 @@ EOF
       read -r ranks threads <<< "$layout"
       water_md_vars water.data "mlip model.pt" "$steps"
       log=md-$atoms-$ranks-$threads-$repeat.log
-      OMP_NUM_THREADS=$threads "$py" "$src/benchmarks/peak_rss.py" rss.txt mpirun --oversubscribe -np "$ranks" \
+      # shellcheck disable=SC2046
+      OMP_NUM_THREADS=$threads "$py" "$src/benchmarks/peak_rss.py" rss.txt mpirun --oversubscribe $(bind "$threads") -np "$ranks" \
         "$build/bin/lmp" -nocite -screen none -log "$log" -in md.in "${md_vars[@]}" || { tail -5 "$log" >&2; exit 1; }
       keep_log "$log"
       row mlip "$atoms" "$ranks" "$threads" "$repeat" "$(us_per_atom_step "$log")" "$(awk '{printf "%.0f", $2 / 1024}' rss.txt)"
