@@ -252,7 +252,8 @@ def gpu_training(run):
 def mace_train(run):
     rows = read_tsv(run / "train.tsv")
     for r in rows:
-        r["label"] = f"{r['code']}, {r['ranks']} rank{'s' if r['ranks'] != '1' else ''} x {r['threads']} thread"
+        r["label"] = (f"{r['code']}, {r['ranks']} rank{'s' if r['ranks'] != '1' else ''} x {r['threads']} "
+                      f"thread{'s' if r['threads'] != '1' else ''}")
         r["what"] = "frames/s"
     return grid(rows, "label", ("what",), "frames_per_s", ref_row="mace-torch, 1 rank x 1 thread")
 

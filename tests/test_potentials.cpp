@@ -1208,6 +1208,26 @@ TEST(Potentials, BadHyperparametersAreNamed) {
     EXPECT_NE(std::string(e.what()).find("mace: hyperparameter 'max_L' must not exceed max_ell"), std::string::npos)
         << e.what();
   }
+  // mace-torch's variants (mace_radial.h): a value it does not have, or a setting of an option that
+  // is off, is named.
+  const std::vector<std::pair<nlohmann::json, std::string>> mace_cases = {
+      {{{"gate", "relu"}}, "hyperparameter 'gate' must be silu, tanh, abs or None"},
+      {{{"distance_transform", "Soft"}}, "hyperparameter 'distance_transform' must be None or Agnesi"},
+      {{{"bessel_weights", {1.0, 2.0}}}, "hyperparameter 'bessel_weights' must have num_radial_basis (8) values"},
+      {{{"interaction", "RealAgnosticInteractionBlock"}}, "hyperparameter 'interaction' must be"},
+      {{{"interaction_first", "RealAgnosticAttResidualInteractionBlock"}}, "hyperparameter 'interaction_first'"},
+      {{{"agnesi", {{"q", 1.0}}}}, "unknown hyperparameter 'agnesi'"},
+      {{{"zbl", {{"a_exp", 0.3}}}}, "unknown hyperparameter 'zbl'"}};
+  for (const auto& [hp, message] : mace_cases) {
+    spec.hyperparameters = hp;
+    spec.hyperparameters["num_channels"] = 4;
+    try {
+      build_model(spec);
+      ADD_FAILURE() << hp.dump() << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
 }
 
 // The ZBL prior: zero wherever the data was (so training is unchanged), the ZBL energy well below.

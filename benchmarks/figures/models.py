@@ -5,9 +5,8 @@ from figures import figure, g, ratio
 
 # the bench_pair run behind docs/benchmarks.md's pair tables; dirty until its clean rerun replaces it
 BENCH_PAIR = "bench_pair/2026-11-27-4c6c2fa"
-MACE_MD = "bench_mace/2026-11-26-e8cdcfa"     # md.tsv, memory.tsv
-MACE_TRAIN = "bench_mace/2026-11-26-949f3ca"  # train.tsv; accuracy.tsv after 12 minutes
-MACE_ACC = "bench_mace/2026-11-26-1e881ab"    # accuracy.tsv after 30 minutes
+MACE = "bench_mace/2026-11-27-4fff378"       # md.tsv, train.tsv: both sides at equal cores
+MACE_MEMORY = "bench_mace/2026-11-26-e8cdcfa"  # memory.tsv (the 128-channel model)
 NVE = "nve_drift/2026-11-26-91197ec"
 
 
@@ -109,74 +108,75 @@ def _(run):
 
 # --- MACE against mace-torch, the same model (bench_mace) ---
 
-def mace_md(run, code, atoms, cores, field="us_per_atom_step"):
-    """mlip on `cores` ranks of 1 thread, mace-torch on 1 process of `cores` threads"""
-    if code == "mlip":
-        return run.med("md", field, code=code, atoms=atoms, ranks=cores, threads=1)
-    return run.med("md", field, code=code, atoms=atoms, ranks=1, threads=cores)
+def mace_md(run, code, atoms, ranks, threads, field="us_per_atom_step"):
+    return run.med("md", field, code=code, atoms=atoms, ranks=ranks, threads=threads)
 
 
-for _atoms in (1152, 10368):
+for _atoms in (1152, 3456):
+    # equal cores: mlip on `cores` ranks of 1 thread, and on 1 rank of `cores` threads, against
+    # mace-torch on 1 process of `cores` threads
     for _cores in (1, 2):
-        figure(f"models-mace-md-{_atoms}-{_cores}", MACE_MD)(
-            lambda run, n=_atoms, c=_cores: times(mace_md(run, "mace-torch", n, c), mace_md(run, "mlip", n, c)))
-    figure(f"models-mace-memory-ratio-{_atoms}", MACE_MD)(
-        lambda run, n=_atoms: ratio(mace_md(run, "mace-torch", n, 1, "peak_rss_mib"),
-                                    mace_md(run, "mlip", n, 1, "peak_rss_mib"), 2))
+        figure(f"models-mace-md-{_atoms}-{_cores}", MACE)(
+            lambda run, n=_atoms, c=_cores: times(mace_md(run, "mace-torch", n, 1, c), mace_md(run, "mlip", n, c, 1)))
+    figure(f"models-mace-md-{_atoms}-threads", MACE)(
+        lambda run, n=_atoms: times(mace_md(run, "mace-torch", n, 1, 2), mace_md(run, "mlip", n, 1, 2)))
 
 
-@figure("models-mace-mlip-memory-10368", MACE_MD)
+@figure("models-mace-memory-ratio-3456", MACE)
 def _(run):
-    return f"{mace_md(run, 'mlip', 10368, 1, 'peak_rss_mib'):.0f} MiB"
+    return ratio(mace_md(run, "mace-torch", 3456, 1, 1, "peak_rss_mib"), mace_md(run, "mlip", 3456, 1, 1, "peak_rss_mib"), 2)
 
 
-@figure("models-mace-torch-memory-10368", MACE_MD)
+@figure("models-mace-mlip-memory-3456", MACE)
 def _(run):
-    return f"{mace_md(run, 'mace-torch', 10368, 1, 'peak_rss_mib') / 1024:.1f} GiB"
+    return f"{mace_md(run, 'mlip', 3456, 1, 1, 'peak_rss_mib'):.0f} MiB"
 
 
-@figure("models-mace-us-10368-1rank", MACE_MD)
+@figure("models-mace-torch-memory-3456", MACE)
 def _(run):
-    return f"{mace_md(run, 'mlip', 10368, 1):.0f}"
+    return f"{mace_md(run, 'mace-torch', 3456, 1, 1, 'peak_rss_mib') / 1024:.1f} GiB"
+
+
+@figure("models-mace-us-10368-1rank", MACE)
+def _(run):
+    return f"{mace_md(run, 'mlip', 10368, 1, 1):.0f}"
+
+
+@figure("models-mace-threads-10368", MACE)
+def _(run):
+    """2 threads in one rank against 1 (the operators and LibTorch's own on LibTorch's threads)"""
+    return times(mace_md(run, "mlip", 10368, 1, 1), mace_md(run, "mlip", 10368, 1, 2))
 
 
 for _ranks in (1, 2):
-    figure(f"models-mace-big-memory-{_ranks}", MACE_MD)(
+    figure(f"models-mace-big-memory-{_ranks}", MACE_MEMORY)(
         lambda run, k=_ranks: f"{run.med('memory', 'peak_rss_mib', atoms=10368, ranks=k):.0f} MiB")
 
 
-def train(run, code, ranks):
-    return run.med("train", "frames_per_s", code=code, ranks=ranks, threads=1)
+def train(run, code, ranks, threads):
+    return run.med("train", "frames_per_s", code=code, ranks=ranks, threads=threads)
 
 
-for _ranks in (1, 2):
-    figure(f"models-mace-train-{_ranks}", MACE_TRAIN)(
-        lambda run, k=_ranks: times(train(run, "mlip", k), train(run, "mace-torch", 1)))
-
-
-@figure("models-mace-train-mlip-rate", MACE_TRAIN)
+@figure("models-mace-train-1", MACE)
 def _(run):
-    return f"{g(train(run, 'mlip', 1))} frames/s"
+    return times(train(run, "mlip", 1, 1), train(run, "mace-torch", 1, 1))
 
 
-@figure("models-mace-train-torch-rate", MACE_TRAIN)
+@figure("models-mace-train-2", MACE)
 def _(run):
-    return f"{g(train(run, 'mace-torch', 1))} frames/s"
+    return times(train(run, "mlip", 2, 1), train(run, "mace-torch", 1, 2))
 
 
-def accuracy_figures(tag, run_name, energy):
-    """the wall time asked (WALL_MINUTES) and both codes' test errors after it (energy: and the
-    energy errors)"""
-    figure(f"models-mace-acc-{tag}-minutes", run_name)(
-        lambda run: run.match("command.txt", r"^WALL_MINUTES=(\d+)$") + " minutes")
-    for code in ("mlip", "mace-torch"):
-        name = code.replace("mace-torch", "torch")
-        figure(f"models-mace-acc-{tag}-{name}-force", run_name)(
-            lambda run, c=code: f"{run.med('accuracy', 'force_rmse_mev_per_a', code=c):.0f} meV/Å")
-        if energy:
-            figure(f"models-mace-acc-{tag}-{name}-energy", run_name)(
-                lambda run, c=code: f"{run.med('accuracy', 'energy_rmse_mev_per_atom', code=c):.0f} meV/atom")
+@figure("models-mace-train-2-threads", MACE)
+def _(run):
+    return times(train(run, "mlip", 1, 2), train(run, "mace-torch", 1, 2))
 
 
-accuracy_figures("long", MACE_ACC, energy=True)
-accuracy_figures("short", MACE_TRAIN, energy=False)
+@figure("models-mace-train-mlip-rate", MACE)
+def _(run):
+    return f"{g(train(run, 'mlip', 1, 1))} frames/s"
+
+
+@figure("models-mace-train-torch-rate", MACE)
+def _(run):
+    return f"{g(train(run, 'mace-torch', 1, 1))} frames/s"
