@@ -211,6 +211,14 @@ def default_check(work):
         print(f"FAIL: the default check on a right import: rc {rc}\n{out.getvalue()}")
         return False
     print("ok   default check: " + out.getvalue().strip().splitlines()[-1])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # a float32 model's check (against mace-torch in float64)
+        rc = mace_to_mlip.main([os.path.join(work, "float32.model"), "-o", os.path.join(work, "checked32.pt"),
+                                "--mlip-trainer", TRAINER, "--ops", OPS])
+    if rc != 0 or "in float64" not in out.getvalue():
+        print(f"FAIL: the default check of a float32 model: rc {rc}\n{out.getvalue()}")
+        return False
+    print("ok   default check, float32: " + out.getvalue().strip().splitlines()[-1])
     read_radial = mace_to_mlip.read_radial
 
     def wrong(model, sd, hp):
