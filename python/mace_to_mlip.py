@@ -215,8 +215,7 @@ def check_radii(theirs, ours, what):
 
 
 def heads_of(model):
-    heads = list(getattr(model, "heads", None) or ["Default"])
-    return heads
+    return list(getattr(model, "heads", None) or ["Default"])
 
 
 def choose_head(model, head):

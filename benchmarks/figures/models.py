@@ -157,26 +157,10 @@ def train(run, code, ranks, threads):
     return run.med("train", "frames_per_s", code=code, ranks=ranks, threads=threads)
 
 
-@figure("models-mace-train-1", MACE)
-def _(run):
-    return times(train(run, "mlip", 1, 1), train(run, "mace-torch", 1, 1))
+# training at equal cores: name -> (mlip's ranks, its threads, mace-torch's threads)
+for _name, (_ranks, _threads, _torch) in {"1": (1, 1, 1), "2": (2, 1, 2), "2-threads": (1, 2, 2)}.items():
+    figure(f"models-mace-train-{_name}", MACE)(
+        lambda run, k=_ranks, t=_threads, m=_torch: times(train(run, "mlip", k, t), train(run, "mace-torch", 1, m)))
 
-
-@figure("models-mace-train-2", MACE)
-def _(run):
-    return times(train(run, "mlip", 2, 1), train(run, "mace-torch", 1, 2))
-
-
-@figure("models-mace-train-2-threads", MACE)
-def _(run):
-    return times(train(run, "mlip", 1, 2), train(run, "mace-torch", 1, 2))
-
-
-@figure("models-mace-train-mlip-rate", MACE)
-def _(run):
-    return f"{g(train(run, 'mlip', 1, 1))} frames/s"
-
-
-@figure("models-mace-train-torch-rate", MACE)
-def _(run):
-    return f"{g(train(run, 'mace-torch', 1, 1))} frames/s"
+for _code, _name in (("mlip", "mlip"), ("mace-torch", "torch")):
+    figure(f"models-mace-train-{_name}-rate", MACE)(lambda run, c=_code: f"{g(train(run, c, 1, 1))} frames/s")

@@ -122,8 +122,8 @@ def compare(tag, src, dst, head=None):
     with open(dst + ".spec.json") as f:
         spec = json.load(f)
     w = torch.load(dst + ".weights.pt")
-    heads = mace_to_mlip.heads_of(torch.load(src, weights_only=False))
-    head = head or heads[mace_to_mlip.choose_head(torch.load(src, weights_only=False), None)]
+    model = torch.load(src, weights_only=False)
+    head = head or mace_to_mlip.heads_of(model)[mace_to_mlip.choose_head(model, None)]
     worst = mace_to_mlip.check(src, dst, OPS, spec, w, head, tolerance=TOLERANCE)
     line = ", ".join(f"{k} {v:.1e} / {b:.1e} ({n})" for k, (v, b, n) in worst.items())
     good = all(v <= b for v, b, _ in worst.values())
