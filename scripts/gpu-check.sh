@@ -97,6 +97,7 @@ use_bundle_mpi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_ALLOW_RUN_AS_ROOT=1
 export PRTE_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_ROOT=$deps/headers/nccl MLIP_SOURCE_DIR=$repo
 export MLIP_CUDA_GRAPH_LIBRARY=$build/lib/libmlip_cuda_graph.so OMP_NUM_THREADS=1
+export MLIP_CUDA_OPS_LIBRARY=$build/lib/libmlip_cuda_ops.so
 
 # run_logged NAME SECONDS COMMAND...: COMMAND under a timeout (no later than the budget allows),
 # output in $logs/NAME.log; on failure the log's last 40 lines go to failures.txt.
@@ -301,9 +302,10 @@ build_from_source() {
     -DMPI_C_COMPILER="$ompi/bin/mpicc" -DMPI_CXX_COMPILER="$ompi/bin/mpicxx" \
     -DMPIEXEC_EXECUTABLE="$ompi/bin/mpirun" -DMLIP_GTEST_SOURCE_DIR= -DMLIP_LAMMPS_JOBS="$jobs" \
     -DMLIP_NCCL=ON -DMLIP_WITH_HDF5=OFF || { record "build: configure failed (failures.txt)"; return 1; }
-  grep -E "mlip: LibTorch|NCCL backend|CUDA graph" "$logs/configure.log" | sed 's/^-- /build: /' | tee -a "$out/summary.txt"
+  grep -E "mlip: LibTorch|NCCL backend|CUDA graph|CUDA kernels" "$logs/configure.log" | sed 's/^-- /build: /' | tee -a "$out/summary.txt"
   local all=("${targets[@]}")
   grep -q 'CUDA graph recorder' "$logs/configure.log" && all+=(mlip_cuda_graph)
+  grep -q "operators' CUDA kernels" "$logs/configure.log" && all+=(mlip_cuda_ops)
   local limit=600
   [[ $step == build ]] && limit=7200   # scripts/gpu-bundle.sh here, on 2 cores
   CCACHE_BASEDIR=$repo run_logged build $limit cmake --build "$build" -j "$jobs" --target "${all[@]}" ||
@@ -341,13 +343,16 @@ stage_build() {
 #---------------------------------------------------------------------------------------------------
 stage_device() {
   local rc=0
-  gtest_each device 60 "$build/bin/test_device" 'Device.*:Architectures/DeviceModels.*:GraphCaptureGpu.*' || rc=$?
+  gtest_each device 60 "$build/bin/test_device" 'Device.*:Architectures/DeviceModels.*:GraphCaptureGpu.*:MaceKernelsGpu.*' || rc=$?
   record "tests test_device (GPU cases): $(gtest_counts "$logs/device.log")"
   local forces graphs
   forces=$(grep 'relative difference GPU vs CPU' "$logs/device.log" | grep -v 'CUDA graph' | sed 's/: relative difference GPU vs CPU:/:/' | paste -sd';' -)
   record "forces GPU vs CPU (float64, largest relative difference, limit 1e-8): ${forces:-not measured}"
   graphs=$(grep 'CUDA graph step' "$logs/device.log" | sed 's/relative difference GPU vs CPU: //' | paste -sd';' -)
   record "CUDA graph replays vs CPU (float64): ${graphs:-not measured}"
+  local kernels
+  kernels=$(grep 'MACE device kernels' "$logs/device.log" | sed 's/relative difference GPU vs CPU kernels: //' | paste -sd';' -)
+  record "MACE device kernels vs CPU kernels (limit 1e-12 float64, 1e-4 float32): ${kernels:-not measured}"
   return $rc
 }
 
@@ -444,16 +449,17 @@ stage_md_1m() {
   fi
 }
 
-# MACE's GPU memory bounded by 'chunk' (one call of all 10k atoms of the 128-channel model took
-# 139 GB on the H200 in the check of f7968e4)
-stage_md_mace_chunks() {
-  local rc=0 c
+# MACE on the operators' device kernels (libmlip_cuda_ops.so) with no chunk, against the aten
+# formulations (MLIP_KERNELS=aten) in chunks of 4096 atoms (one call of all 10k atoms of the
+# 128-channel model took 139 GB on the H200 in the check of f7968e4): time and GPU memory.
+stage_md_mace_kernels() {
+  local rc=0
   if [[ $dry == 1 ]]; then
-    bench md_mace_chunks 120 SIZES=1k MD_STEPS="1k=1" SE_E2A=0 MACE=1 CHUNK=256 || rc=$?
+    bench md_mace_kernels 120 SIZES=1k MD_STEPS="1k=1" SE_E2A=0 MACE=1 || rc=$?
+    bench md_mace_aten 120 SIZES=1k MD_STEPS="1k=1" SE_E2A=0 MACE=1 CHUNK=256 MLIP_KERNELS=aten || rc=$?
   else
-    for c in 1024 4096; do
-      bench "md_mace_chunk$c" 120 SIZES=10k MD_STEPS="10k=10" SE_E2A=0 MACE=1 CHUNK=$c || rc=$?
-    done
+    bench md_mace_kernels 150 SIZES=10k MD_STEPS="10k=10" SE_E2A=0 MACE=1 || rc=$?
+    bench md_mace_aten 120 SIZES=10k MD_STEPS="10k=10" SE_E2A=0 MACE=1 CHUNK=4096 MLIP_KERNELS=aten || rc=$?
   fi
   return $rc
 }
@@ -566,7 +572,7 @@ main() {
   stage pair_np2 30 stage_pair_np2
   stage md_more 40 stage_md_more
   stage md_1m 60 stage_md_1m
-  stage md_mace_chunks 60 stage_md_mace_chunks
+  stage md_mace_kernels 60 stage_md_mace_kernels
   record "mlip/kk on Kokkos CUDA: not built (no Kokkos for CUDA 13 can be had for the bundle)"
   record "total: $(($(now) - t_start)) s of the $budget s budget"
   say "stage times:"

@@ -28,6 +28,7 @@
 #include "mlip/ops/vector_message.h"
 #include "mlip/ops/equivariant_message.h"
 #include "mlip/ops/symmetric_contraction.h"
+#include "mlip/ops/operators.h"
 #include "support/reference.h"
 #include "support/source_dir.h"
 #include "support/temp_dir.h"
@@ -600,9 +601,16 @@ void expect_operator_matches_reference(const std::function<torch::Tensor(const s
 }
 
 // MACE's edge tensor product with the neighbour sum (mlip/ops/equivariant_message.h).
+// Each path: the CPU kernels, and the device kernels' per-element code run on the CPU (what a GPU
+// runs, mlip/ops/operators.h's KernelChoice).
+const std::vector<KernelChoice> kKernelPaths = {KernelChoice::usual, KernelChoice::device_kernels};
+
 TEST(EquivariantMessage, KernelsAndDerivativesMatchTheReference) {
-  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32})
+  for (const auto path_choice : kKernelPaths) {
     SCOPED_TRACE(dtype);
+    SCOPED_TRACE(path_choice == KernelChoice::usual ? "CPU kernels" : "device kernels");
+    const KernelChoiceScope use(path_choice);
     torch::manual_seed(6);
     const int64_t nodes = 23, n_out = 15, A = 4, C = 5, K = 9, P = 4, edges = 300;
     const auto opt = torch::dtype(dtype);
@@ -635,8 +643,11 @@ TEST(EquivariantMessage, KernelsAndDerivativesMatchTheReference) {
 // MACE's symmetric contraction on monomials formed in the kernel (mlip/ops/symmetric_contraction.h),
 // with monomials of degree 1, 2 and 3 and repeated factors (x_i^2, x_i^3).
 TEST(SymmetricContraction, KernelsAndDerivativesMatchTheReference) {
-  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32})
+  for (const auto path_choice : kKernelPaths) {
     SCOPED_TRACE(dtype);
+    SCOPED_TRACE(path_choice == KernelChoice::usual ? "CPU kernels" : "device kernels");
+    const KernelChoiceScope use(path_choice);
     torch::manual_seed(7);
     const int64_t n = 17, D = 5, C = 6, S = 3, M = 4;
     const torch::Tensor mono = torch::tensor({0, 5, 5, 3, 5, 5, 1, 1, 5, 2, 4, 5, 0, 0, 0, 1, 2, 3, 4, 4, 2},
@@ -659,6 +670,53 @@ TEST(SymmetricContraction, KernelsAndDerivativesMatchTheReference) {
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     EXPECT_NE(what.find("symmetric_contraction: a monomial index outside [0, 3]"), std::string::npos) << what;
+  }
+}
+
+// Forces alone (the gradient to x only, as MD asks) skip z's gradient; a force loss then still
+// gets the weights' gradient through the second derivatives, on either path.
+TEST(SymmetricContraction, ForcesAloneAndTheForceLossWeightGradient) {
+  torch::manual_seed(9);
+  const int64_t n = 19, D = 5, C = 6, S = 2, M = 4;
+  const torch::Tensor mono = torch::tensor({0, 5, 5, 3, 5, 5, 1, 1, 5, 2, 4, 5, 0, 0, 0, 1, 2, 3, 4, 4, 2},
+                                           torch::kInt64).view({7, 3});
+  const auto opt = torch::dtype(torch::kFloat64);
+  const torch::Tensor x0 = torch::randn({n, D, C}, opt), z0 = torch::randn({S, 7, M, C}, opt);
+  const torch::Tensor species = torch::randint(0, S, {n}, torch::kInt64);
+  auto run = [&](bool reference) {
+    const torch::Tensor x = x0.clone().requires_grad_(true), z = z0.clone().requires_grad_(true);
+    const torch::Tensor b = reference ? symmetric_contraction_reference(x, z, mono, species)
+                                      : symmetric_contraction(x, z, mono, species);
+    const torch::Tensor gx = torch::autograd::grad({(b * b).sum()}, {x}, {}, true, true)[0];
+    const torch::Tensor gz = torch::autograd::grad({(gx * gx).sum()}, {z})[0];
+    return std::make_pair(gx.detach(), gz);
+  };
+  const auto ref = run(true);
+  for (const auto path_choice : kKernelPaths) {
+    const KernelChoiceScope use(path_choice);
+    const auto got = run(false);
+    EXPECT_TRUE(torch::allclose(got.first, ref.first, 1e-12, 1e-12));
+    EXPECT_TRUE(torch::allclose(got.second, ref.second, 1e-11, 1e-11));
+  }
+}
+
+// A MACE model's energies, forces and virial on the device kernels' per-element code (run on the
+// CPU) equal those on the CPU kernels, and on the aten formulations.
+TEST(MaceOperators, ModelOnTheDeviceKernelsEqualsTheCpuKernels) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    SCOPED_TRACE(dtype);
+    const Model model = make_model(Case{"mace", dtype});
+    const Structure s = sample(4);
+    const auto cpu = evaluate_reference(model, s);
+    const double tol = dtype == torch::kFloat64 ? 1e-11 : 2e-5;
+    for (const auto path_choice : {KernelChoice::device_kernels, KernelChoice::aten}) {
+      const KernelChoiceScope use(path_choice);
+      const auto other = evaluate_reference(model, s);
+      EXPECT_NEAR(other.energy, cpu.energy, tol * std::abs(cpu.energy));
+      const double fscale = max_abs(cpu.forces);
+      for (std::size_t i = 0; i < s.size(); ++i)
+        for (int d = 0; d < 3; ++d) EXPECT_NEAR(other.forces[i][d], cpu.forces[i][d], 10 * tol * fscale);
+    }
   }
 }
 

@@ -3,7 +3,7 @@
 #include "mlip/ops/operators.h"
 
 #include <algorithm>
-#include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -12,6 +12,8 @@
 #include <torch/library.h>
 
 #include "cpu_kernels.h"
+#include "device_launch.h"
+#include "equivariant_message_elements.h"
 
 namespace mlip {
 namespace {
@@ -194,10 +196,8 @@ template <typename Fn> void for_groups(const Groups& g, Fn fn) {
   });
 }
 
-Tensor message_cpu(CT x_in, CT s_in, CT w_in, CT path_in, CT center_in, CT neighbor_in, int64_t n_out) {
-  check(x_in, s_in, w_in, path_in, center_in, neighbor_in, n_out);
-  const Tensor x = x_in.contiguous(), s = s_in.contiguous(), w = w_in.contiguous(), path = path_in.contiguous(),
-               center = center_in.contiguous(), neighbor = neighbor_in.contiguous();
+// The operands are checked and contiguous from here on.
+Tensor message_cpu(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t n_out) {
   Tensor msg = torch::zeros({n_out, s.size(2), x.size(2)}, x.options());
   const int64_t E = s.size(0);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "equivariant_message", [&] {
@@ -207,6 +207,46 @@ Tensor message_cpu(CT x_in, CT s_in, CT w_in, CT path_in, CT center_in, CT neigh
                [&](const int64_t* edges, int64_t n) { message_kernel(o, edges, n, msg.data_ptr<scalar_t>()); });
   });
   return msg;
+}
+
+// The device kernels (equivariant_message_elements.h) and the tables their sums walk: edges by
+// centre (the forward), by neighbour and outputs by path (the backward), on the operands' device.
+struct Tables {
+  Tensor by_center, center_first, by_neighbor, neighbor_first, by_path, path_first;
+};
+
+template <typename T>
+kernels::MessageArgs<T> device_args(CT x, CT s, CT w, const T* g, CT path, CT center, CT neighbor, const Tables& t) {
+  auto p = [](CT v) { return v.defined() ? v.data_ptr<int64_t>() : nullptr; };
+  return {x.size(1),          x.size(2),        s.size(2),          w.size(1),          x.data_ptr<T>(),
+          s.data_ptr<T>(),    w.data_ptr<T>(),  g,                  p(path),            p(center),
+          p(neighbor),        p(t.by_center),   p(t.center_first),  p(t.by_neighbor),   p(t.neighbor_first),
+          p(t.by_path),       p(t.path_first)};
+}
+
+Tensor message_device(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t n_out) {
+  Tables t;
+  std::tie(t.by_center, t.center_first) = detail::grouped_by(center, n_out);
+  Tensor msg = torch::empty({n_out, s.size(2), x.size(2)}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "equivariant_message", [&] {
+    const auto o = device_args<scalar_t>(x, s, w, nullptr, path, center, neighbor, t);
+    detail::run_elements(kernels::MessageForward<scalar_t>{o, msg.data_ptr<scalar_t>()}, msg.numel(), x.device());
+  });
+  return msg;
+}
+
+std::vector<Tensor> gradients_device(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
+  Tables t;
+  std::tie(t.by_neighbor, t.neighbor_first) = detail::grouped_by(neighbor, x.size(0));
+  std::tie(t.by_path, t.path_first) = detail::grouped_by(path, w.size(1));
+  Tensor gx = torch::empty_like(x), gs = torch::empty_like(s), gw = torch::empty_like(w);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "equivariant_message_backward", [&] {
+    const auto o = device_args<scalar_t>(x, s, w, g.data_ptr<scalar_t>(), path, center, neighbor, t);
+    detail::run_elements(kernels::MessageGradX<scalar_t>{o, gx.data_ptr<scalar_t>()}, gx.numel(), x.device());
+    detail::run_elements(kernels::MessageGradS<scalar_t>{o, gs.data_ptr<scalar_t>()}, gs.numel(), x.device());
+    detail::run_elements(kernels::MessageGradW<scalar_t>{o, gw.data_ptr<scalar_t>()}, gw.numel(), x.device());
+  });
+  return {gx, gs, gw};
 }
 
 // The gradients of x, s and w with aten operations (the CUDA formulation).
@@ -219,9 +259,7 @@ std::vector<Tensor> gradients_reference(CT g, CT x, CT s, CT w, CT path, CT cent
           torch::zeros_like(w).index_add(1, path, gm * m)};
 }
 
-std::vector<Tensor> gradients_cpu(CT g_in, CT x_in, CT s_in, CT w_in, CT path_in, CT center_in, CT neighbor_in) {
-  const Tensor g = g_in.contiguous(), x = x_in.contiguous(), s = s_in.contiguous(), w = w_in.contiguous(),
-               path = path_in.contiguous(), center = center_in.contiguous(), neighbor = neighbor_in.contiguous();
+std::vector<Tensor> gradients_cpu(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
   Tensor gx = torch::zeros_like(x), gs = torch::empty_like(s), gw = torch::zeros_like(w);
   const int64_t E = s.size(0), N = x.size(0), A = x.size(1), C = x.size(2);
   // Edges in blocks whose shares of gx (A x C each) stay in cache: the edges' gradients and shares
@@ -328,9 +366,23 @@ Tensor message_autograd(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64
   return EquivariantMessage::apply(x, s, w, path, center, neighbor, n_out)[0];
 }
 
-Tensor message_checked_reference(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t n_out) {
+// The operators' entries on every device: the checks, then the path (mlip/ops/operators.h's
+// KernelChoice) on contiguous operands.
+Tensor message_entry(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t n_out) {
   check(x, s, w, path, center, neighbor, n_out);
-  return equivariant_message_reference(x, s, w, path, center, neighbor, n_out);
+  const auto how = detail::kernel_path(x.device());
+  if (how == detail::KernelPath::aten) return equivariant_message_reference(x, s, w, path, center, neighbor, n_out);
+  const auto run = how == detail::KernelPath::cpu_kernels ? message_cpu : message_device;
+  return run(x.contiguous(), s.contiguous(), w.contiguous(), path.contiguous(), center.contiguous(),
+             neighbor.contiguous(), n_out);
+}
+
+std::vector<Tensor> gradients_entry(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
+  const auto how = detail::kernel_path(x.device());
+  if (how == detail::KernelPath::aten) return gradients_reference(g, x, s, w, path, center, neighbor);
+  const auto run = how == detail::KernelPath::cpu_kernels ? gradients_cpu : gradients_device;
+  return run(g.contiguous(), x.contiguous(), s.contiguous(), w.contiguous(), path.contiguous(), center.contiguous(),
+             neighbor.contiguous());
 }
 
 }  // namespace
@@ -355,13 +407,12 @@ TORCH_LIBRARY_FRAGMENT(mlip, m) {
         "Tensor neighbor) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(mlip, CPU, m) {
-  m.impl("equivariant_message", &mlip::message_cpu);
-  m.impl("equivariant_message_backward", &mlip::gradients_cpu);
+  m.impl("equivariant_message", &mlip::message_entry);
+  m.impl("equivariant_message_backward", &mlip::gradients_entry);
 }
-// No kernels of their own on GPUs yet: the aten formulations (the forward after the same checks).
 TORCH_LIBRARY_IMPL(mlip, CUDA, m) {
-  m.impl("equivariant_message", &mlip::message_checked_reference);
-  m.impl("equivariant_message_backward", &mlip::gradients_reference);
+  m.impl("equivariant_message", &mlip::message_entry);
+  m.impl("equivariant_message_backward", &mlip::gradients_entry);
 }
 TORCH_LIBRARY_IMPL(mlip, Autograd, m) {
   m.impl("equivariant_message", &mlip::message_autograd);

@@ -3,6 +3,7 @@
 #include "mlip/ops/operators.h"
 
 #include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -11,6 +12,8 @@
 #include <torch/library.h>
 
 #include "cpu_kernels.h"
+#include "device_launch.h"
+#include "symmetric_contraction_elements.h"
 
 namespace mlip {
 namespace {
@@ -251,10 +254,8 @@ template <typename T, typename Fn> void over_monomials(int64_t n, int64_t Q, int
   });
 }
 
-Tensor contract_cpu(CT x_in, CT z_in, CT mono_in, CT species_in) {
-  check(x_in, z_in, mono_in, species_in);
-  const Tensor x = x_in.contiguous(), z = z_in.contiguous(), mono = mono_in.contiguous(),
-               species = species_in.contiguous();
+// The operands are checked and contiguous from here on.
+Tensor contract_cpu(CT x, CT z, CT mono, CT species) {
   Tensor b = torch::zeros({x.size(0), z.size(2), x.size(2)}, x.options());
   const int64_t n = x.size(0), C = x.size(2), Q = z.size(1);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction", [&] {
@@ -294,9 +295,8 @@ std::vector<Tensor> gradients_reference(CT g, CT x, CT z, CT mono, CT species) {
   return {gxo.narrow(1, 0, D), gz};
 }
 
-std::vector<Tensor> gradients_cpu(CT g_in, CT x_in, CT z_in, CT mono_in, CT species_in) {
-  const Tensor g = g_in.contiguous(), x = x_in.contiguous(), z = z_in.contiguous(), mono = mono_in.contiguous(),
-               species = species_in.contiguous();
+// z's gradient only if need_z (else zeros: in MD, forces need x's alone).
+std::vector<Tensor> gradients_cpu(CT g, CT x, CT z, CT mono, CT species, bool need_z) {
   Tensor gx = torch::zeros_like(x), gz = torch::zeros_like(z);
   const int64_t n = x.size(0), C = x.size(2), Q = z.size(1);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction_backward", [&] {
@@ -304,20 +304,19 @@ std::vector<Tensor> gradients_cpu(CT g_in, CT x_in, CT z_in, CT mono_in, CT spec
     scalar_t *gp = g.data_ptr<scalar_t>(), *gxp = gx.data_ptr<scalar_t>(), *gzp = gz.data_ptr<scalar_t>();
     if (threaded(n)) {
       over_nodes<scalar_t>(n, Q, C, 4, [&](Range r, scalar_t* t) { gradient_x_kernel(o, r, gp, gxp, gzp, t); });
+      if (!need_z) return;
       return over_monomials<scalar_t>(n, Q, C, 4, [&](Range r, scalar_t* t) { gradient_z_kernel(o, r, gp, gxp, gzp, t); });
     }
     std::vector<scalar_t> scratch(4 * C);
-    gradient_kernel(o, Range{0, n, 0, Q}, gp, gxp, gzp, scratch.data());
+    if (need_z) return gradient_kernel(o, Range{0, n, 0, Q}, gp, gxp, gzp, scratch.data());
+    gradient_x_kernel(o, Range{0, n, 0, Q}, gp, gxp, gzp, scratch.data());
   });
   return {gx, gz};
 }
 
 // The second derivatives on the CPU: (d/dg, d/dx, d/dz) of <hx, gx> + <hz, gz>.
-std::vector<Tensor> second_cpu(CT g_in, CT x_in, CT z_in, CT mono_in, CT species_in, CT hx_in, CT hz_in) {
-  const Tensor g = g_in.contiguous(), x = x_in.contiguous(), z = z_in.contiguous(), mono = mono_in.contiguous(),
-               species = species_in.contiguous();
-  const Tensor hx = hx_in.defined() ? hx_in.contiguous() : torch::zeros_like(x);
-  const Tensor hz = hz_in.defined() ? hz_in.contiguous() : torch::zeros_like(z);
+// (hx, hz contiguous, zeros where the caller had none.)
+std::vector<Tensor> second_cpu(CT g, CT x, CT z, CT mono, CT species, CT hx, CT hz) {
   Tensor dg = torch::zeros_like(g), dx = torch::zeros_like(x), dz = torch::zeros_like(z);
   const int64_t n = x.size(0), C = x.size(2), Q = z.size(1);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction_second", [&] {
@@ -332,6 +331,59 @@ std::vector<Tensor> second_cpu(CT g_in, CT x_in, CT z_in, CT mono_in, CT species
     }
     std::vector<scalar_t> scratch(7 * C);
     second_kernel(o, Range{0, n, 0, Q}, gp, hxp, hzp, dgp, dxp, dzp, scratch.data());
+  });
+  return {dg, dx, dz};
+}
+
+// The device kernels (symmetric_contraction_elements.h) and the tables their sums walk: the
+// monomials' slots by component (x's gradients), the nodes by species (z's), on the operands' device.
+struct Tables {
+  Tensor by_slot, slot_first, by_species, species_first;
+  Tables(CT x, CT z, CT mono, CT species, bool slots, bool nodes) {
+    if (slots) std::tie(by_slot, slot_first) = detail::grouped_by(mono.reshape({-1}), x.size(1) + 1);
+    if (nodes) std::tie(by_species, species_first) = detail::grouped_by(species, z.size(0));
+  }
+};
+
+template <typename T>
+kernels::ContractionArgs<T> device_args(CT x, CT z, CT mono, CT species, const Tables& t, const T* g = nullptr,
+                                        const T* hx = nullptr, const T* hz = nullptr) {
+  auto p = [](CT v) { return v.defined() ? v.data_ptr<int64_t>() : nullptr; };
+  return {x.size(1),       x.size(2),        z.size(1), z.size(2),     x.data_ptr<T>(),     z.data_ptr<T>(),
+          g,               hx,               hz,        p(mono),       p(species),          p(t.by_slot),
+          p(t.slot_first), p(t.by_species),  p(t.species_first)};
+}
+
+Tensor contract_device(CT x, CT z, CT mono, CT species) {
+  const Tables t(x, z, mono, species, false, false);
+  Tensor b = torch::empty({x.size(0), z.size(2), x.size(2)}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction", [&] {
+    const auto o = device_args<scalar_t>(x, z, mono, species, t);
+    detail::run_elements(kernels::ContractForward<scalar_t>{o, b.data_ptr<scalar_t>()}, b.numel(), x.device());
+  });
+  return b;
+}
+
+std::vector<Tensor> gradients_device(CT g, CT x, CT z, CT mono, CT species, bool need_z) {
+  const Tables t(x, z, mono, species, true, need_z);
+  Tensor gx = torch::empty_like(x), gz = need_z ? torch::empty_like(z) : torch::zeros_like(z);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction_backward", [&] {
+    const auto o = device_args<scalar_t>(x, z, mono, species, t, g.data_ptr<scalar_t>());
+    detail::run_elements(kernels::ContractGradX<scalar_t>{o, gx.data_ptr<scalar_t>()}, gx.numel(), x.device());
+    if (need_z) detail::run_elements(kernels::ContractGradZ<scalar_t>{o, gz.data_ptr<scalar_t>()}, gz.numel(), x.device());
+  });
+  return {gx, gz};
+}
+
+std::vector<Tensor> second_device(CT g, CT x, CT z, CT mono, CT species, CT hx, CT hz) {
+  const Tables t(x, z, mono, species, true, true);
+  Tensor dg = torch::empty_like(g), dx = torch::empty_like(x), dz = torch::empty_like(z);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction_second", [&] {
+    const auto o = device_args<scalar_t>(x, z, mono, species, t, g.data_ptr<scalar_t>(), hx.data_ptr<scalar_t>(),
+                                         hz.data_ptr<scalar_t>());
+    detail::run_elements(kernels::ContractSecondG<scalar_t>{o, dg.data_ptr<scalar_t>()}, dg.numel(), x.device());
+    detail::run_elements(kernels::ContractSecondX<scalar_t>{o, dx.data_ptr<scalar_t>()}, dx.numel(), x.device());
+    detail::run_elements(kernels::ContractSecondZ<scalar_t>{o, dz.data_ptr<scalar_t>()}, dz.numel(), x.device());
   });
   return {dg, dx, dz};
 }
@@ -362,12 +414,25 @@ const auto& contract_op() {
 const auto& gradients_op() {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("mlip::symmetric_contraction_backward", "")
-                             .typed<std::vector<Tensor>(CT, CT, CT, CT, CT)>();
+                             .typed<std::vector<Tensor>(CT, CT, CT, CT, CT, bool)>();
   return op;
 }
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// The second derivatives (d/dg, d/dx, d/dz of <hx, gx> + <hz, gz>) on the operators' path, or by
+// differentiating the aten formulation where that is the path or a graph is asked for (third
+// derivatives).
+std::vector<Tensor> second_entry(CT g, CT x, CT z, CT mono, CT species, CT hx_in, CT hz_in) {
+  const auto how = detail::kernel_path(x.device());
+  if (at::GradMode::is_enabled() || how == detail::KernelPath::aten)
+    return second_reference(g, x, z, mono, species, hx_in, hz_in);
+  const Tensor hx = hx_in.defined() ? hx_in.contiguous() : torch::zeros_like(x);
+  const Tensor hz = hz_in.defined() ? hz_in.contiguous() : torch::zeros_like(z);
+  const auto run = how == detail::KernelPath::cpu_kernels ? second_cpu : second_device;
+  return run(g.contiguous(), x.contiguous(), z.contiguous(), mono.contiguous(), species.contiguous(), hx, hz);
+}
 
 class SymmetricContraction : public torch::autograd::Function<SymmetricContraction> {
  public:
@@ -379,27 +444,27 @@ class SymmetricContraction : public torch::autograd::Function<SymmetricContracti
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const auto v = ctx->get_saved_variables();
     if (!grad[0].defined()) return {{}, {}, {}, {}};
-    auto g = gradients_op().call(grad[0], v[0], v[1], v[2], v[3]);
+    // z's gradient only where asked for: forces (autograd.grad to the edge vectors) need x's alone.
+    auto g = gradients_op().call(grad[0], v[0], v[1], v[2], v[3], ctx->needs_input_grad(1));
     return {g[0], g[1], {}, {}};
   }
 };
 
-// The backward as a function of (g, x, z): its own backward is the second-order CPU kernel, or the
-// aten formulation differentiated where that kernel does not serve (other devices, a graph asked
-// for: third derivatives).
+// The backward as a function of (g, x, z) (gz zeros unless need_z); its own backward is
+// second_entry.
 class SymmetricContractionBackward : public torch::autograd::Function<SymmetricContractionBackward> {
  public:
-  static variable_list forward(AutogradContext* ctx, CT g, CT x, CT z, CT mono, CT species) {
+  static variable_list forward(AutogradContext* ctx, CT g, CT x, CT z, CT mono, CT species, bool need_z) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     ctx->save_for_backward({g, x, z, mono, species});
-    return gradients_op().call(g, x, z, mono, species);
+    ctx->saved_data["need_z"] = need_z;
+    return gradients_op().call(g, x, z, mono, species, need_z);
   }
   static variable_list backward(AutogradContext* ctx, variable_list h) {
     const auto v = ctx->get_saved_variables();
-    const bool kernel = !at::GradMode::is_enabled() && v[1].device().is_cpu();
-    auto d = kernel ? second_cpu(v[0], v[1], v[2], v[3], v[4], h[0], h[1])
-                    : second_reference(v[0], v[1], v[2], v[3], v[4], h[0], h[1]);
-    return {d[0], d[1], d[2], {}, {}};
+    const Tensor hz = ctx->saved_data["need_z"].toBool() ? h[1] : Tensor();
+    auto d = second_entry(v[0], v[1], v[2], v[3], v[4], h[0], hz);
+    return {d[0], d[1], d[2], {}, {}, {}};
   }
 };
 
@@ -407,13 +472,29 @@ Tensor contract_autograd(CT x, CT z, CT mono, CT species) {
   return SymmetricContraction::apply(x, z, mono, species)[0];
 }
 
-std::vector<Tensor> gradients_autograd(CT g, CT x, CT z, CT mono, CT species) {
-  return SymmetricContractionBackward::apply(g, x, z, mono, species);
+std::vector<Tensor> gradients_autograd(CT g, CT x, CT z, CT mono, CT species, bool need_z) {
+  return SymmetricContractionBackward::apply(g, x, z, mono, species, need_z);
 }
 
-Tensor contract_checked_reference(CT x, CT z, CT mono, CT species) {
+// The operators' entries on every device: the checks, then the path (mlip/ops/operators.h's
+// KernelChoice) on contiguous operands.
+Tensor contract_entry(CT x, CT z, CT mono, CT species) {
   check(x, z, mono, species);
-  return symmetric_contraction_reference(x, z, mono, species);
+  const auto how = detail::kernel_path(x.device());
+  if (how == detail::KernelPath::aten) return symmetric_contraction_reference(x, z, mono, species);
+  const auto run = how == detail::KernelPath::cpu_kernels ? contract_cpu : contract_device;
+  return run(x.contiguous(), z.contiguous(), mono.contiguous(), species.contiguous());
+}
+
+std::vector<Tensor> gradients_entry(CT g, CT x, CT z, CT mono, CT species, bool need_z) {
+  const auto how = detail::kernel_path(x.device());
+  if (how == detail::KernelPath::aten) {
+    auto r = gradients_reference(g, x, z, mono, species);
+    if (!need_z) r[1] = torch::zeros_like(z);
+    return r;
+  }
+  const auto run = how == detail::KernelPath::cpu_kernels ? gradients_cpu : gradients_device;
+  return run(g.contiguous(), x.contiguous(), z.contiguous(), mono.contiguous(), species.contiguous(), need_z);
 }
 
 }  // namespace
@@ -436,16 +517,16 @@ void link_symmetric_contraction_operator() {}
 
 TORCH_LIBRARY_FRAGMENT(mlip, m) {
   m.def("symmetric_contraction(Tensor x, Tensor z, Tensor mono, Tensor species) -> Tensor");
-  m.def("symmetric_contraction_backward(Tensor g, Tensor x, Tensor z, Tensor mono, Tensor species) -> Tensor[]");
+  m.def("symmetric_contraction_backward(Tensor g, Tensor x, Tensor z, Tensor mono, Tensor species, "
+        "bool need_z=True) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(mlip, CPU, m) {
-  m.impl("symmetric_contraction", &mlip::contract_cpu);
-  m.impl("symmetric_contraction_backward", &mlip::gradients_cpu);
+  m.impl("symmetric_contraction", &mlip::contract_entry);
+  m.impl("symmetric_contraction_backward", &mlip::gradients_entry);
 }
-// No kernels of their own on GPUs yet: the aten formulations (the forward after the same checks).
 TORCH_LIBRARY_IMPL(mlip, CUDA, m) {
-  m.impl("symmetric_contraction", &mlip::contract_checked_reference);
-  m.impl("symmetric_contraction_backward", &mlip::gradients_reference);
+  m.impl("symmetric_contraction", &mlip::contract_entry);
+  m.impl("symmetric_contraction_backward", &mlip::gradients_entry);
 }
 TORCH_LIBRARY_IMPL(mlip, Autograd, m) {
   m.impl("symmetric_contraction", &mlip::contract_autograd);

@@ -15,7 +15,10 @@
 // Its backward is a second operator, torch.ops.mlip.equivariant_message_backward(g, x, s, w, path,
 // center, neighbor) -> [gx, gs, gw], a CPU kernel too; the message being trilinear, the backward of
 // that backward (a force loss) is these two operators again with one operand substituted, so
-// every order of derivatives runs on the kernels. Other devices (CUDA) run the aten formulations.
+// every order of derivatives runs on the kernels. On a GPU the device kernels run
+// (equivariant_message_elements.h in libmlip_cuda_ops.so: one thread per output element, each sum
+// in edge order, memory of the operands' order), or the aten formulations (mlip/ops/operators.h's
+// KernelChoice).
 // With several LibTorch threads both kernels split their work by the node each sum goes into (the
 // gradient in two passes: the edges' own gradients, then the neighbours'), each sum in edge order:
 // the results are bitwise those of one thread.

@@ -7,12 +7,14 @@
 #pragma once
 
 #include <atomic>
+#include <string>
 
 namespace mlip {
 
 void link_operators();
 
 namespace detail {
+inline std::atomic<int> kernel_choice_set{-1};  // -1: the environment's (MLIP_KERNELS)
 // Raised while a CUDA graph is recorded (mlip/model/graph_capture.h); any thread (autograd's too).
 inline std::atomic<int> device_value_checks_paused{0};
 }  // namespace detail
@@ -30,5 +32,29 @@ class DeviceValueChecksPaused {
   DeviceValueChecksPaused(const DeviceValueChecksPaused&) = delete;
   DeviceValueChecksPaused& operator=(const DeviceValueChecksPaused&) = delete;
 };
+
+/// Where equivariant_message and symmetric_contraction run their work:
+///   usual          - the CPU kernels on the CPU; on a GPU the device kernels (libmlip_cuda_ops.so),
+///                    or the aten formulations where that library cannot be loaded (said once)
+///   device_kernels - the device kernels on any device (on the CPU a loop over the same per-element
+///                    code: how ctest checks the GPU's logic)
+///   aten           - the aten formulations on any device (the reference; benchmarks compare)
+/// The environment's MLIP_KERNELS=usual|device|aten sets it for a process; a scope for a while.
+enum class KernelChoice { usual = 0, device_kernels = 1, aten = 2 };
+KernelChoice kernel_choice();
+
+class KernelChoiceScope {
+ public:
+  explicit KernelChoiceScope(KernelChoice choice);
+  ~KernelChoiceScope();
+  KernelChoiceScope(const KernelChoiceScope&) = delete;
+  KernelChoiceScope& operator=(const KernelChoiceScope&) = delete;
+
+ private:
+  int before_;
+};
+
+/// Empty if the device kernels can run on a GPU, else why not.
+std::string device_kernels_unavailable();
 
 }  // namespace mlip

@@ -14,8 +14,11 @@
 // monomial in registers, one node at a time, and keeps only its inputs. Its backward is a second
 // operator, torch.ops.mlip.symmetric_contraction_backward(g, x, z, mono, species) -> [gx, gz], a
 // CPU kernel too, whose own backward (a force loss) is a third CPU kernel (the monomials' second
-// derivatives along the incoming direction); third and higher derivatives, and other devices
-// (CUDA), differentiate the aten formulation.
+// derivatives along the incoming direction); third and higher derivatives differentiate the aten
+// formulation. On a GPU the device kernels run (symmetric_contraction_elements.h in
+// libmlip_cuda_ops.so: forward, backward and the second derivatives, one thread per output element),
+// or the aten formulations (mlip/ops/operators.h's KernelChoice). The backward computes z's gradient
+// only where autograd asks for it (forces alone need x's).
 // With several LibTorch threads the kernels split what belongs to a node (b, gx) by nodes and
 // what sums over nodes (the weights' gradient) by monomials, every sum in node order: the results
 // are bitwise those of one thread.

@@ -1,0 +1,42 @@
+// libmlip_cuda_ops.so's kernels: one thread per element of each device kernel's functor
+// (device_kernels.h), the functors' code shared with the CPU's loop (ctest). No LibTorch here;
+// stream.cpp gives the stream.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "../equivariant_message_elements.h"
+#include "../symmetric_contraction_elements.h"
+
+namespace mlip::kernels {
+namespace {
+
+template <class F> __global__ void each_element(const F f, int64_t count) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) f(i);
+}
+
+template <class F> cudaError_t launch(const void* functor, int64_t count, cudaStream_t stream) {
+  constexpr int threads = 256;
+  // A grid-stride loop past 2^20 blocks (each thread then takes several elements).
+  const int64_t blocks = std::min<int64_t>((count + threads - 1) / threads, int64_t(1) << 20);
+  each_element<<<unsigned(blocks), threads, 0, stream>>>(*static_cast<const F*>(functor), count);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+// Kernel `id` in float64 (f64) or float32 on `stream`.
+cudaError_t launch_on_stream(int id, int f64, const void* functor, int64_t count, cudaStream_t stream) {
+  switch (id) {
+#define MLIP_KERNEL_CASE(name) \
+  case int(Kernel::name):      \
+    return f64 ? launch<name<double>>(functor, count, stream) : launch<name<float>>(functor, count, stream);
+    MLIP_DEVICE_KERNELS(MLIP_KERNEL_CASE)
+#undef MLIP_KERNEL_CASE
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace mlip::kernels

@@ -1,0 +1,43 @@
+// The operators' device kernels, written once for the host and the device: each kernel is a
+// functor whose operator()(i) computes element i of one output from the operands alone (no
+// atomics, every sum in one thread in a fixed order, so a run is deterministic). On a GPU,
+// libmlip_cuda_ops.so (cuda/launch.cu) runs one thread per element; on the CPU a loop runs the
+// same functors (ctest compares them with the CPU kernels and the aten formulations).
+//
+// This header is read by g++ (the operators) and by nvcc (the CUDA library): plain C++ and
+// pointers only, no LibTorch.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define MLIP_HD __host__ __device__ inline
+#else
+#define MLIP_HD inline
+#endif
+
+namespace mlip::kernels {
+
+// Every device kernel, once (the X-macro makes the ids and the CUDA library's dispatch).
+#define MLIP_DEVICE_KERNELS(X)                                                                             \
+  X(MessageForward) X(MessageGradX) X(MessageGradS) X(MessageGradW) X(ContractForward) X(ContractGradX)    \
+      X(ContractGradZ) X(ContractSecondG) X(ContractSecondX) X(ContractSecondZ)
+
+enum class Kernel : int {
+#define MLIP_KERNEL_ID(name) name,
+  MLIP_DEVICE_KERNELS(MLIP_KERNEL_ID)
+#undef MLIP_KERNEL_ID
+};
+
+// The C interface of libmlip_cuda_ops.so (loaded with dlopen: mlip itself links no CUDA library).
+// mlip_cuda_launch runs `count` elements of kernel `id` (float64 if f64, else float32) whose functor
+// is *functor, on the current LibTorch stream of `device`; it returns 0, or -1 with the reason in
+// mlip_cuda_error(). Version: the layout of the functors; a library of another version is refused.
+constexpr int kDeviceKernelsVersion = 1;
+extern "C" {
+using CudaLaunch = int (*)(int id, int f64, const void* functor, int64_t count, int device);
+using CudaError = const char* (*)();
+using CudaVersion = int (*)();
+}
+
+}  // namespace mlip::kernels

@@ -1,0 +1,118 @@
+#include "device_launch.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+namespace mlip {
+
+namespace {
+
+KernelChoice choice_from_environment() {
+  const char* env = std::getenv("MLIP_KERNELS");
+  if (env == nullptr || *env == '\0' || std::strcmp(env, "usual") == 0) return KernelChoice::usual;
+  if (std::strcmp(env, "device") == 0) return KernelChoice::device_kernels;
+  if (std::strcmp(env, "aten") == 0) return KernelChoice::aten;
+  TORCH_CHECK(false, "MLIP_KERNELS=", env, ": expected usual, device or aten");
+}
+
+std::string cuda_library_path() {
+  if (const char* env = std::getenv("MLIP_CUDA_OPS_LIBRARY"); env != nullptr && *env) return env;
+#ifdef MLIP_CUDA_OPS_LIBRARY
+  return MLIP_CUDA_OPS_LIBRARY;   // where this build put it
+#else
+  return "";
+#endif
+}
+
+// The library's launcher, or nullptr with the reason in `why`; loaded once, kept for the process.
+struct CudaLibrary {
+  kernels::CudaLaunch launch = nullptr;
+  kernels::CudaError error = nullptr;
+  std::string why;
+  CudaLibrary() {
+    const std::string path = cuda_library_path();
+    if (path.empty()) {
+      why = "this mlip was built without libmlip_cuda_ops.so (no CUDA compiler, or LibTorch without CUDA)";
+      return;
+    }
+    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* e = dlerror();
+      why = path + " cannot be loaded: " + (e ? e : "unknown error") + " (MLIP_CUDA_OPS_LIBRARY names another)";
+      return;
+    }
+    const auto version = reinterpret_cast<kernels::CudaVersion>(dlsym(lib, "mlip_cuda_version"));
+    launch = reinterpret_cast<kernels::CudaLaunch>(dlsym(lib, "mlip_cuda_launch"));
+    error = reinterpret_cast<kernels::CudaError>(dlsym(lib, "mlip_cuda_error"));
+    if (version == nullptr || launch == nullptr || error == nullptr || version() != kernels::kDeviceKernelsVersion) {
+      why = path + " is not the CUDA library of this mlip (another version)";
+      launch = nullptr;
+    }
+  }
+};
+
+const CudaLibrary& cuda_library() {
+  static const CudaLibrary lib;
+  return lib;
+}
+
+}  // namespace
+
+KernelChoice kernel_choice() {
+  const int c = detail::kernel_choice_set.load();
+  if (c >= 0) return static_cast<KernelChoice>(c);
+  static const KernelChoice from_env = choice_from_environment();
+  return from_env;
+}
+
+KernelChoiceScope::KernelChoiceScope(KernelChoice choice) : before_(detail::kernel_choice_set.load()) {
+  detail::kernel_choice_set.store(static_cast<int>(choice));
+}
+KernelChoiceScope::~KernelChoiceScope() { detail::kernel_choice_set.store(before_); }
+
+std::string device_kernels_unavailable() { return cuda_library().launch ? std::string() : cuda_library().why; }
+
+namespace detail {
+
+KernelPath kernel_path(const torch::Device& device) {
+  switch (kernel_choice()) {
+    case KernelChoice::aten:
+      return KernelPath::aten;
+    case KernelChoice::device_kernels:
+      return KernelPath::device_kernels;
+    case KernelChoice::usual:
+      break;
+  }
+  if (device.is_cpu()) return KernelPath::cpu_kernels;
+  if (cuda_library().launch) return KernelPath::device_kernels;
+  static const bool said = [] {
+    std::cerr << "mlip: the operators run their aten formulations on the GPU (more memory, slower): "
+              << cuda_library().why << "\n";
+    return true;
+  }();
+  (void)said;
+  return KernelPath::aten;
+}
+
+kernels::CudaLaunch cuda_launcher() {
+  TORCH_CHECK(cuda_library().launch != nullptr, "mlip's CUDA kernels: ", cuda_library().why);
+  return cuda_library().launch;
+}
+
+const char* cuda_launch_error() { return cuda_library().error ? cuda_library().error() : ""; }
+
+std::pair<torch::Tensor, torch::Tensor> grouped_by(const torch::Tensor& index, int64_t count) {
+  const torch::Tensor order = torch::argsort(index, /*stable=*/true);
+  // Counted by a scatter, not bincount, whose size check reads the device (no CUDA graph could
+  // record it).
+  const torch::Tensor first =
+      torch::zeros({count + 1}, index.options()).scatter_add_(0, index + 1, torch::ones_like(index)).cumsum(0);
+  return {order, first};
+}
+
+}  // namespace detail
+}  // namespace mlip

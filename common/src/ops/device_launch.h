@@ -1,0 +1,47 @@
+// Where an operator's work runs (mlip/ops/operators.h's KernelChoice) and the runner of the device
+// kernels (device_kernels.h): on a GPU through libmlip_cuda_ops.so, loaded on first use; on the CPU
+// as a loop over the same functors (what ctest runs).
+#pragma once
+
+#include <type_traits>
+
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+#include <torch/types.h>
+
+#include "device_kernels.h"
+#include "mlip/ops/operators.h"
+
+namespace mlip::detail {
+
+enum class KernelPath { cpu_kernels, device_kernels, aten };
+
+/// The path for operands on `device` under the current KernelChoice. On a GPU without
+/// libmlip_cuda_ops.so (a build without CUDA, or the library not found) the usual choice is the
+/// aten formulations, said once on stderr.
+KernelPath kernel_path(const torch::Device& device);
+
+/// libmlip_cuda_ops.so's launcher, or an error that says why it cannot be had.
+kernels::CudaLaunch cuda_launcher();
+const char* cuda_launch_error();
+
+/// Runs elements [0, count) of functor f on `device`.
+template <class F> void run_elements(const F& f, int64_t count, const torch::Device& device) {
+  if (count == 0) return;
+  if (device.is_cpu()) {
+    at::parallel_for(0, count, 2048, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) f(i);
+    });
+    return;
+  }
+  const bool f64 = std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(f.o.x)>>, double>;
+  const int rc = cuda_launcher()(int(F::id), f64, &f, count, device.index());
+  TORCH_CHECK(rc == 0, "mlip's CUDA kernel ", int(F::id), ": ", cuda_launch_error());
+}
+
+/// The edges (or nodes, slots) grouped by `index` in [0, count), each group in their order:
+/// (order, first) with the members of group v at order[first[v] .. first[v + 1]). Aten operations,
+/// on index's device.
+std::pair<torch::Tensor, torch::Tensor> grouped_by(const torch::Tensor& index, int64_t count);
+
+}  // namespace mlip::detail
