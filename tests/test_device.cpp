@@ -24,6 +24,8 @@
 #include "mlip/ops/equivariant_message.h"
 #include "mlip/ops/operators.h"
 #include "mlip/ops/symmetric_contraction.h"
+#include "mlip/ops/tabulated_embedding.h"
+#include "mlip/ops/vector_message.h"
 #include "support/gpu.h"
 #include "support/reference.h"
 #include "support/temp_dir.h"
@@ -230,30 +232,100 @@ std::vector<torch::Tensor> mace_operator_outputs(const std::vector<torch::Tensor
   return out;
 }
 
-TEST(MaceKernelsGpu, EqualTheCpuKernels) {
+std::vector<torch::Tensor> mace_inputs(torch::ScalarType dtype) {
+  torch::manual_seed(12);
+  const auto opt = torch::dtype(dtype);
+  const int64_t C = 32;
+  return {torch::randn({300, 4, C}, opt), torch::randn({9000, 4, 9}, opt), torch::randn({9000, 4, C}, opt),
+          torch::randn({300, 5, C}, opt), torch::randn({3, 7, 4, C}, opt)};
+}
+
+// The largest relative difference of b from a, output by output (each within `tol`).
+double worst_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b,
+                        const std::vector<std::string>& names, double tol) {
+  double worst = 0;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    const double d = (b[k] - a[k]).abs().max().item<double>() / a[k].abs().max().item<double>();
+    EXPECT_LE(d, tol) << names[k];
+    worst = std::max(worst, d);
+  }
+  return worst;
+}
+
+const std::vector<std::string> kMaceOutputs = {"message", "contraction", "d/dx", "d/ds", "d/dw", "d/dx'", "d/dz",
+                                               "2nd d/dx", "2nd d/ds", "2nd d/dw", "2nd d/dx'", "2nd d/dz"};
+
+TEST(DeviceKernelsGpu, MaceOperatorsEqualTheCpuKernels) {
   if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   ASSERT_EQ(device_kernels_unavailable(), "");
   const torch::Device gpu = choose_device("cuda", 0, "test");
   for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
-    torch::manual_seed(12);
-    const auto opt = torch::dtype(dtype);
-    const int64_t C = 32;
-    const std::vector<torch::Tensor> inputs = {torch::randn({300, 4, C}, opt), torch::randn({9000, 4, 9}, opt),
-                                               torch::randn({9000, 4, C}, opt), torch::randn({300, 5, C}, opt),
-                                               torch::randn({3, 7, 4, C}, opt)};
-    const auto cpu = mace_operator_outputs(inputs, torch::kCPU);
-    const auto dev = mace_operator_outputs(inputs, gpu);
-    const char* names[] = {"message", "contraction", "d/dx", "d/ds", "d/dw", "d/dx'", "d/dz",
-                           "2nd d/dx", "2nd d/ds", "2nd d/dw", "2nd d/dx'", "2nd d/dz"};
-    double worst = 0;
-    for (std::size_t k = 0; k < cpu.size(); ++k) {
-      const double d = (dev[k] - cpu[k]).abs().max().item<double>() / cpu[k].abs().max().item<double>();
-      EXPECT_LE(d, dtype == torch::kFloat64 ? 1e-12 : 1e-4) << names[k];
-      worst = std::max(worst, d);
-    }
+    const auto inputs = mace_inputs(dtype);
+    const double worst = worst_difference(mace_operator_outputs(inputs, torch::kCPU),
+                                          mace_operator_outputs(inputs, gpu), kMaceOutputs,
+                                          dtype == torch::kFloat64 ? 1e-12 : 1e-4);
     // Read by scripts/gpu-check.sh for its summary.
     std::printf("MACE device kernels %s: relative difference GPU vs CPU kernels: %.3g (largest of values, gradients, "
                 "second derivatives)\n", dtype == torch::kFloat64 ? "float64" : "float32", worst);
+  }
+}
+
+// PaiNN's vector_message and the compressed model's tabulated_contraction on the GPU's device
+// kernels against the CPU kernels: values and the gradients MD takes, float64 and float32.
+std::vector<torch::Tensor> edge_operator_outputs(const std::vector<torch::Tensor>& inputs, const torch::Device& device) {
+  torch::manual_seed(13);
+  const int64_t nodes = 400, n_out = 300, edges = 12000, nets = 3;
+  const auto idx = torch::dtype(torch::kInt64);
+  const torch::Tensor center = std::get<0>(torch::sort(torch::randint(0, n_out, {edges}, idx))).to(device);
+  const torch::Tensor neighbor = torch::randint(0, nodes, {edges}, idx).to(device);
+  const torch::Tensor net = torch::randint(0, nets, {edges}, idx).to(device);
+  std::vector<torch::Tensor> in;
+  for (std::size_t k = 0; k < 6; ++k) in.push_back(inputs[k].to(device).requires_grad_(true));
+  const torch::Tensor table = inputs[6].to(device);
+  const auto [ds, dv] = vector_message(in[0], in[1], in[2], in[3], center, neighbor, n_out);
+  const torch::Tensor t = tabulated_contraction(in[4], in[5], center, net, table, 0.05, 0.5, n_out);
+  const torch::Tensor loss = (ds * ds).sum() + (dv * dv).sum() + (t * t).sum();
+  const auto g = torch::autograd::grad({loss}, in);   // no graph: the kernels' backward, as in MD
+  std::vector<torch::Tensor> out = {ds.detach().cpu(), dv.detach().cpu(), t.detach().cpu()};
+  for (const auto& gk : g) out.push_back(gk.cpu());
+  return out;
+}
+
+std::vector<torch::Tensor> edge_inputs(torch::ScalarType dtype) {
+  torch::manual_seed(14);
+  const auto opt = torch::dtype(dtype);
+  const int64_t F = 32, M = 64, edges = 12000;
+  return {torch::randn({400, 3 * F}, opt), torch::randn({edges, 3 * F}, opt), torch::randn({400, 3, F}, opt),
+          torch::randn({edges, 3}, opt),   torch::rand({edges}, opt) * 2.4,   torch::randn({edges, 4}, opt),
+          torch::randn({3, 50, 6, M}, opt)};
+}
+
+const std::vector<std::string> kEdgeOutputs = {"ds", "dv", "T", "d/dphi", "d/dw", "d/dv", "d/dunit", "d/dx", "d/denv"};
+
+TEST(DeviceKernelsGpu, PainnAndCompressedOperatorsEqualTheCpuKernels) {
+  if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  ASSERT_EQ(device_kernels_unavailable(), "");
+  const torch::Device gpu = choose_device("cuda", 0, "test");
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    const auto inputs = edge_inputs(dtype);
+    const double worst = worst_difference(edge_operator_outputs(inputs, torch::kCPU),
+                                          edge_operator_outputs(inputs, gpu), kEdgeOutputs,
+                                          dtype == torch::kFloat64 ? 1e-12 : 1e-4);
+    std::printf("PaiNN/compressed device kernels %s: relative difference GPU vs CPU kernels: %.3g (largest of values "
+                "and gradients)\n", dtype == torch::kFloat64 ? "float64" : "float32", worst);
+  }
+}
+
+// The GPU cases' comparisons, with the device kernels' code run by the CPU's loop: the same code
+// path but the launch, on every machine.
+TEST(DeviceKernels, TheGpuCasesComparisonsHoldOnTheCpuLoop) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    const double tol = dtype == torch::kFloat64 ? 1e-12 : 1e-4;
+    const auto mace = mace_inputs(dtype), edge = edge_inputs(dtype);
+    const auto mace_cpu = mace_operator_outputs(mace, torch::kCPU), edge_cpu = edge_operator_outputs(edge, torch::kCPU);
+    const KernelChoiceScope use(KernelChoice::device_kernels);
+    worst_difference(mace_cpu, mace_operator_outputs(mace, torch::kCPU), kMaceOutputs, tol);
+    worst_difference(edge_cpu, edge_operator_outputs(edge, torch::kCPU), kEdgeOutputs, tol);
   }
 }
 

@@ -39,6 +39,10 @@ namespace {
 namespace fs = std::filesystem;
 using testing::evaluate_reference;
 
+// Each path: the CPU kernels, and the device kernels' per-element code run on the CPU (what a GPU
+// runs, mlip/ops/operators.h's KernelChoice).
+const std::vector<KernelChoice> kKernelPaths = {KernelChoice::usual, KernelChoice::device_kernels};
+
 struct Case {
   std::string architecture;  // or "se_e2_a_two_side": se_e2_a with type_one_side: false
   torch::Dtype dtype;
@@ -413,7 +417,10 @@ TEST(MessagePassing, EmptyGraphStillExchanges) {
 // The compressed-model operator: the CPU kernels against the reference's ATen operations, forward
 // and backward (gradients of a random linear function of T), in both dtypes.
 TEST(TabulatedContraction, CpuKernelsMatchTheReference) {
-  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32})
+  for (const auto path_choice : kKernelPaths) {
+    SCOPED_TRACE(path_choice == KernelChoice::usual ? "CPU kernels" : "device kernels");
+    const KernelChoiceScope use(path_choice);
     torch::manual_seed(5);
     const int64_t n_edges = 300, n_centers = 17, n_nets = 3, bins = 40, m = 12;
     const double step = 0.05;
@@ -532,7 +539,10 @@ TEST(EdgeContraction, BadIndicesAndShapesAreErrors) {
 // kernel's gradients (a backward without a graph, as in MD) and second derivatives (a backward
 // with a graph, as a force loss needs), in both dtypes, with edges in random order.
 TEST(VectorMessage, KernelsAndDerivativesMatchTheReference) {
-  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32})
+  for (const auto path_choice : kKernelPaths) {
+    SCOPED_TRACE(path_choice == KernelChoice::usual ? "CPU kernels" : "device kernels");
+    const KernelChoiceScope use(path_choice);
     torch::manual_seed(5);
     const int64_t nodes = 31, n_out = 19, f = 7, edges = 600;
     const auto opt = torch::dtype(dtype);
@@ -601,10 +611,6 @@ void expect_operator_matches_reference(const std::function<torch::Tensor(const s
 }
 
 // MACE's edge tensor product with the neighbour sum (mlip/ops/equivariant_message.h).
-// Each path: the CPU kernels, and the device kernels' per-element code run on the CPU (what a GPU
-// runs, mlip/ops/operators.h's KernelChoice).
-const std::vector<KernelChoice> kKernelPaths = {KernelChoice::usual, KernelChoice::device_kernels};
-
 TEST(EquivariantMessage, KernelsAndDerivativesMatchTheReference) {
   for (const auto dtype : {torch::kFloat64, torch::kFloat32})
   for (const auto path_choice : kKernelPaths) {
@@ -700,12 +706,14 @@ TEST(SymmetricContraction, ForcesAloneAndTheForceLossWeightGradient) {
   }
 }
 
-// A MACE model's energies, forces and virial on the device kernels' per-element code (run on the
-// CPU) equal those on the CPU kernels, and on the aten formulations.
-TEST(MaceOperators, ModelOnTheDeviceKernelsEqualsTheCpuKernels) {
+// MACE's and PaiNN's energies and forces on the device kernels' per-element code (run on the CPU)
+// equal those on the CPU kernels, and on the aten formulations.
+TEST(DeviceKernels, ModelsOnThemEqualTheCpuKernels) {
+  for (const char* architecture : {"mace", "painn"})
   for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    SCOPED_TRACE(architecture);
     SCOPED_TRACE(dtype);
-    const Model model = make_model(Case{"mace", dtype});
+    const Model model = make_model(Case{architecture, dtype});
     const Structure s = sample(4);
     const auto cpu = evaluate_reference(model, s);
     const double tol = dtype == torch::kFloat64 ? 1e-11 : 2e-5;

@@ -21,7 +21,9 @@ namespace mlip::kernels {
 // Every device kernel, once (the X-macro makes the ids and the CUDA library's dispatch).
 #define MLIP_DEVICE_KERNELS(X)                                                                             \
   X(MessageForward) X(MessageGradX) X(MessageGradS) X(MessageGradW) X(ContractForward) X(ContractGradX)    \
-      X(ContractGradZ) X(ContractSecondG) X(ContractSecondX) X(ContractSecondZ)
+      X(ContractGradZ) X(ContractSecondG) X(ContractSecondX) X(ContractSecondZ) X(VectorForwardS)           \
+          X(VectorForwardV) X(VectorGradPhi) X(VectorGradW) X(VectorGradV) X(VectorGradUnit)                \
+              X(TabulatedForward) X(TabulatedBackward)
 
 enum class Kernel : int {
 #define MLIP_KERNEL_ID(name) name,
@@ -33,7 +35,7 @@ enum class Kernel : int {
 // mlip_cuda_launch runs `count` elements of kernel `id` (float64 if f64, else float32) whose functor
 // is *functor, on the current LibTorch stream of `device`; it returns 0, or -1 with the reason in
 // mlip_cuda_error(). Version: the layout of the functors; a library of another version is refused.
-constexpr int kDeviceKernelsVersion = 1;
+constexpr int kDeviceKernelsVersion = 2;
 extern "C" {
 using CudaLaunch = int (*)(int id, int f64, const void* functor, int64_t count, int device);
 using CudaError = const char* (*)();

@@ -34,7 +34,7 @@ template <class F> void run_elements(const F& f, int64_t count, const torch::Dev
     });
     return;
   }
-  const bool f64 = std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(f.o.x)>>, double>;
+  const bool f64 = std::is_same_v<typename decltype(f.o)::value_type, double>;
   const int rc = cuda_launcher()(int(F::id), f64, &f, count, device.index());
   TORCH_CHECK(rc == 0, "mlip's CUDA kernel ", int(F::id), ": ", cuda_launch_error());
 }

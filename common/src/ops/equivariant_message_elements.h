@@ -9,6 +9,7 @@ namespace mlip::kernels {
 
 // The operands (rows of contiguous arrays) and the index tables, on the kernels' device.
 template <typename T> struct MessageArgs {
+  using value_type = T;
   int64_t a, c, k, p;                       // components, channels, outputs, paths
   const T *x, *s, *w;                       // (N, A, C), (E, A, K), (E, P, C)
   const T* g;                               // the incoming gradient (n_out, K, C) (the backward)

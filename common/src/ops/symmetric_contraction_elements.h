@@ -9,6 +9,7 @@ namespace mlip::kernels {
 
 // The operands (rows of contiguous arrays) and the index tables, on the kernels' device.
 template <typename T> struct ContractionArgs {
+  using value_type = T;
   int64_t d, c, q, m;              // components, channels, monomials, outputs
   const T *x, *z;                  // (n, D, C), (S, Q, M, C)
   const T *g, *hx, *hz;            // the incoming gradient (n, M, C); the second derivative's

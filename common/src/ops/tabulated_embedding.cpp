@@ -3,7 +3,8 @@
 // The CPU kernels walk the edges once: per edge they evaluate the M polynomials of its bin
 // (Horner, contiguous in M so that the compiler vectorises it) and add env_e (x) G_e to its
 // centre's T (forward), or read its centre's dT back (backward). Nothing of size edges x M is
-// ever allocated. Other devices run the same arithmetic as ATen operations (the reference).
+// ever allocated. On a GPU the device kernels (tabulated_embedding_elements.h) or the same
+// arithmetic as ATen operations (the reference), as mlip/ops/operators.h's KernelChoice says.
 #include "mlip/ops/tabulated_embedding.h"
 #include "mlip/ops/operators.h"
 
@@ -16,6 +17,8 @@
 #include <torch/library.h>
 
 #include "cpu_kernels.h"
+#include "device_launch.h"
+#include "tabulated_embedding_elements.h"
 
 namespace mlip {
 namespace {
@@ -39,16 +42,10 @@ void check_range(const torch::Tensor& x, int64_t n_bins, double step, double r_m
               ", a distance under ", r_min, " A): recompress with a smaller --min-distance, or use the uncompressed model");
 }
 
-template <typename T> struct Bin {
-  int64_t k;
-  T t;
-};
+using kernels::Bin;
 
 template <typename T> MLIP_KERNEL Bin<T> locate(T x, double inv_step, int64_t n_bins) {
-  const double u = static_cast<double>(x) * inv_step;
-  int64_t k = static_cast<int64_t>(u);   // 0 for -1 < u < 1
-  if (k >= n_bins) k = n_bins - 1;       // x at the table's top end
-  return {k, static_cast<T>(u - static_cast<double>(k))};
+  return kernels::locate_bin(x, inv_step, n_bins);
 }
 
 // G (and, if gp, dG/dx) of one edge: M values from its bin's 6 x M coefficients.
@@ -179,14 +176,9 @@ int64_t centre_start(const int64_t* center, int64_t n, int64_t at) {
   return at;
 }
 
-torch::Tensor forward_cpu(const torch::Tensor& x_in, const torch::Tensor& env_in, const torch::Tensor& center_in,
-                          const torch::Tensor& net_in, const torch::Tensor& table_in, double step, double r_min,
-                          int64_t n_centers) {
-  check_inputs(x_in, env_in, center_in, net_in, table_in);
-  check_range(x_in, table_in.size(1), step, r_min);
-  check_indices(center_in, net_in, n_centers, table_in.size(0));
-  const torch::Tensor x = x_in.contiguous(), env = env_in.contiguous(), table = table_in.contiguous();
-  const torch::Tensor center = center_in.contiguous(), net = net_in.contiguous();
+// The operands are checked and contiguous from here on.
+torch::Tensor forward_cpu(const torch::Tensor& x, const torch::Tensor& env, const torch::Tensor& center,
+                          const torch::Tensor& net, const torch::Tensor& table, double step, int64_t n_centers) {
   torch::Tensor out = torch::zeros({n_centers, 4, table.size(3)}, table.options());
   const Shape s = shape_of(x, table, step);
   const int64_t* c = center.data_ptr<int64_t>();
@@ -205,12 +197,10 @@ torch::Tensor forward_cpu(const torch::Tensor& x_in, const torch::Tensor& env_in
   return out;
 }
 
-std::tuple<torch::Tensor, torch::Tensor> backward_cpu(const torch::Tensor& grad_in, const torch::Tensor& x_in,
-                                                      const torch::Tensor& env_in, const torch::Tensor& center_in,
-                                                      const torch::Tensor& net_in, const torch::Tensor& table_in,
+std::tuple<torch::Tensor, torch::Tensor> backward_cpu(const torch::Tensor& grad, const torch::Tensor& x,
+                                                      const torch::Tensor& env, const torch::Tensor& center,
+                                                      const torch::Tensor& net, const torch::Tensor& table,
                                                       double step) {
-  const torch::Tensor grad = grad_in.contiguous(), x = x_in.contiguous(), env = env_in.contiguous();
-  const torch::Tensor center = center_in.contiguous(), net = net_in.contiguous(), table = table_in.contiguous();
   torch::Tensor grad_x = torch::empty_like(x), grad_env = torch::empty_like(env);
   const Shape s = shape_of(x, table, step);
   AT_DISPATCH_FLOATING_TYPES(table.scalar_type(), "tabulated_contraction_backward", [&] {
@@ -221,6 +211,43 @@ std::tuple<torch::Tensor, torch::Tensor> backward_cpu(const torch::Tensor& grad_
                           table.data_ptr<scalar_t>(), grad_x.data_ptr<scalar_t>(), grad_env.data_ptr<scalar_t>(),
                           g.data(), gp.data());
     });
+  });
+  return {grad_x, grad_env};
+}
+
+// The device kernels (tabulated_embedding_elements.h); the forward walks edges by centre.
+template <typename T>
+kernels::TableArgs<T> device_args(const torch::Tensor& x, const torch::Tensor& env, const torch::Tensor& center,
+                                  const torch::Tensor& net, const torch::Tensor& table, double step,
+                                  const T* grad = nullptr, const int64_t* by = nullptr, const int64_t* first = nullptr) {
+  return {table.size(1),      table.size(3),     1.0 / step,           x.data_ptr<T>(),
+          env.data_ptr<T>(),  table.data_ptr<T>(), grad,               center.data_ptr<int64_t>(),
+          net.data_ptr<int64_t>(), by,           first};
+}
+
+torch::Tensor forward_device(const torch::Tensor& x, const torch::Tensor& env, const torch::Tensor& center,
+                             const torch::Tensor& net, const torch::Tensor& table, double step, int64_t n_centers) {
+  const auto [by, first] = detail::grouped_by(center, n_centers);
+  torch::Tensor out = torch::empty({n_centers, 4, table.size(3)}, table.options());
+  AT_DISPATCH_FLOATING_TYPES(table.scalar_type(), "tabulated_contraction", [&] {
+    const auto o = device_args<scalar_t>(x, env, center, net, table, step, nullptr, by.data_ptr<int64_t>(),
+                                         first.data_ptr<int64_t>());
+    detail::run_elements(kernels::TabulatedForward<scalar_t>{o, out.data_ptr<scalar_t>()}, n_centers * table.size(3),
+                         x.device());
+  });
+  return out;
+}
+
+std::tuple<torch::Tensor, torch::Tensor> backward_device(const torch::Tensor& grad, const torch::Tensor& x,
+                                                         const torch::Tensor& env, const torch::Tensor& center,
+                                                         const torch::Tensor& net, const torch::Tensor& table,
+                                                         double step) {
+  torch::Tensor grad_x = torch::empty_like(x), grad_env = torch::empty_like(env);
+  AT_DISPATCH_FLOATING_TYPES(table.scalar_type(), "tabulated_contraction_backward", [&] {
+    const auto o = device_args<scalar_t>(x, env, center, net, table, step, grad.data_ptr<scalar_t>());
+    detail::run_elements(
+        kernels::TabulatedBackward<scalar_t>{o, grad_x.data_ptr<scalar_t>(), grad_env.data_ptr<scalar_t>()},
+        x.numel(), x.device());
   });
   return {grad_x, grad_env};
 }
@@ -266,6 +293,32 @@ torch::Tensor forward_reference(const torch::Tensor& x, const torch::Tensor& env
   const torch::Tensor g = EdgeCoefficients(x, net, table, step).value();
   return torch::zeros({n_centers, 4, table.size(3)}, table.options())
       .index_add(0, center, env.unsqueeze(2) * g.unsqueeze(1));
+}
+
+// The operator's entries on every device: the checks, then the path (mlip/ops/operators.h's
+// KernelChoice) on contiguous operands.
+torch::Tensor forward_entry(const torch::Tensor& x, const torch::Tensor& env, const torch::Tensor& center,
+                            const torch::Tensor& net, const torch::Tensor& table, double step, double r_min,
+                            int64_t n_centers) {
+  const auto how = detail::kernel_path(x.device());
+  if (how == detail::KernelPath::aten) return forward_reference(x, env, center, net, table, step, r_min, n_centers);
+  check_inputs(x, env, center, net, table);
+  check_range(x, table.size(1), step, r_min);
+  check_indices(center, net, n_centers, table.size(0));
+  const auto run = how == detail::KernelPath::cpu_kernels ? forward_cpu : forward_device;
+  return run(x.contiguous(), env.contiguous(), center.contiguous(), net.contiguous(), table.contiguous(), step,
+             n_centers);
+}
+
+std::tuple<torch::Tensor, torch::Tensor> backward_entry(const torch::Tensor& grad, const torch::Tensor& x,
+                                                        const torch::Tensor& env, const torch::Tensor& center,
+                                                        const torch::Tensor& net, const torch::Tensor& table,
+                                                        double step) {
+  const auto how = detail::kernel_path(x.device());
+  if (how == detail::KernelPath::aten) return backward_reference(grad, x, env, center, net, table, step);
+  const auto run = how == detail::KernelPath::cpu_kernels ? backward_cpu : backward_device;
+  return run(grad.contiguous(), x.contiguous(), env.contiguous(), center.contiguous(), net.contiguous(),
+             table.contiguous(), step);
 }
 
 c10::OperatorHandle find_op(const char* name, const char* overload = "") {
@@ -338,14 +391,11 @@ TORCH_LIBRARY(mlip, m) {
 }
 
 TORCH_LIBRARY_IMPL(mlip, CPU, m) {
-  m.impl("tabulated_contraction", &mlip::forward_cpu);
-  m.impl("tabulated_contraction_backward", &mlip::backward_cpu);
+  m.impl("tabulated_contraction", &mlip::forward_entry);
+  m.impl("tabulated_contraction_backward", &mlip::backward_entry);
 }
-
-// No kernel of their own on GPUs yet: the reference's ATen operations (never run on a GPU here).
 TORCH_LIBRARY_IMPL(mlip, CUDA, m) {
-  m.impl("tabulated_contraction", &mlip::forward_reference);
-  m.impl("tabulated_contraction_backward", &mlip::backward_reference);
+  m.impl("tabulated_contraction", &mlip::forward_entry);
+  m.impl("tabulated_contraction_backward", &mlip::backward_entry);
 }
-
 TORCH_LIBRARY_IMPL(mlip, Autograd, m) { m.impl("tabulated_contraction", &mlip::forward_autograd); }

@@ -6,7 +6,11 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <tuple>
+
 #include "cpu_kernels.h"
+#include "device_launch.h"
+#include "vector_message_elements.h"
 
 namespace mlip {
 namespace {
@@ -136,11 +140,8 @@ template <typename T> Edges<T> edges_of(CT phi, CT w, CT v, CT unit, CT center, 
           neighbor.data_ptr<int64_t>()};
 }
 
-std::tuple<Tensor, Tensor> message_cpu(CT phi_in, CT w_in, CT v_in, CT unit_in, CT center_in, CT neighbor_in,
-                                       int64_t n_out) {
-  check(phi_in, w_in, v_in, unit_in, center_in, neighbor_in, n_out);
-  const Tensor phi = phi_in.contiguous(), w = w_in.contiguous(), v = v_in.contiguous(), unit = unit_in.contiguous(),
-               center = center_in.contiguous(), neighbor = neighbor_in.contiguous();
+// The operands are checked and contiguous from here on.
+std::tuple<Tensor, Tensor> message_cpu(CT phi, CT w, CT v, CT unit, CT center, CT neighbor, int64_t n_out) {
   const int64_t f = phi.size(1) / 3;
   Tensor ds = torch::zeros({n_out, f}, phi.options()), dv = torch::zeros({n_out, 3, f}, phi.options());
   AT_DISPATCH_FLOATING_TYPES(phi.scalar_type(), "vector_message", [&] {
@@ -162,17 +163,54 @@ std::vector<Tensor> gradients_reference(CT gs, CT gv, CT phi, CT w, CT v, CT uni
           torch::zeros_like(v).index_add(0, neighbor, gvc * xvv.unsqueeze(1)), (gvc * xvs.unsqueeze(1)).sum(2)};
 }
 
-std::vector<Tensor> gradients_cpu(CT gs_in, CT gv_in, CT phi_in, CT w_in, CT v_in, CT unit_in, CT center_in,
-                                  CT neighbor_in) {
-  const Tensor gs = gs_in.contiguous(), gv = gv_in.contiguous(), phi = phi_in.contiguous(), w = w_in.contiguous(),
-               v = v_in.contiguous(), unit = unit_in.contiguous(), center = center_in.contiguous(),
-               neighbor = neighbor_in.contiguous();
+std::vector<Tensor> gradients_cpu(CT gs, CT gv, CT phi, CT w, CT v, CT unit, CT center, CT neighbor) {
   Tensor gphi = torch::zeros_like(phi), gw = torch::empty_like(w), gvin = torch::zeros_like(v),
          gunit = torch::empty_like(unit);
   AT_DISPATCH_FLOATING_TYPES(phi.scalar_type(), "vector_message_backward", [&] {
     gradient_kernel(edges_of<scalar_t>(phi, w, v, unit, center, neighbor), w.size(0), gs.data_ptr<scalar_t>(),
                     gv.data_ptr<scalar_t>(), gphi.data_ptr<scalar_t>(), gw.data_ptr<scalar_t>(),
                     gvin.data_ptr<scalar_t>(), gunit.data_ptr<scalar_t>());
+  });
+  return {gphi, gw, gvin, gunit};
+}
+
+// The device kernels (vector_message_elements.h) and the tables their sums walk: edges by centre
+// (the forward), by neighbour (the backward), on the operands' device.
+template <typename T>
+kernels::VectorArgs<T> device_args(CT phi, CT w, CT v, CT unit, CT center, CT neighbor, CT by, CT first,
+                                   const T* gs = nullptr, const T* gv = nullptr) {
+  const bool forward = gs == nullptr;
+  const int64_t* p = by.data_ptr<int64_t>();
+  const int64_t* q = first.data_ptr<int64_t>();
+  return {phi.size(1) / 3,         phi.data_ptr<T>(),    w.data_ptr<T>(),   v.data_ptr<T>(), unit.data_ptr<T>(),
+          gs,                      gv,                   center.data_ptr<int64_t>(), neighbor.data_ptr<int64_t>(),
+          forward ? p : nullptr,   forward ? q : nullptr, forward ? nullptr : p, forward ? nullptr : q};
+}
+
+std::tuple<Tensor, Tensor> message_device(CT phi, CT w, CT v, CT unit, CT center, CT neighbor, int64_t n_out) {
+  const auto [by, first] = detail::grouped_by(center, n_out);
+  const int64_t f = phi.size(1) / 3;
+  Tensor ds = torch::empty({n_out, f}, phi.options()), dv = torch::empty({n_out, 3, f}, phi.options());
+  AT_DISPATCH_FLOATING_TYPES(phi.scalar_type(), "vector_message", [&] {
+    const auto o = device_args<scalar_t>(phi, w, v, unit, center, neighbor, by, first);
+    detail::run_elements(kernels::VectorForwardS<scalar_t>{o, ds.data_ptr<scalar_t>()}, ds.numel(), phi.device());
+    detail::run_elements(kernels::VectorForwardV<scalar_t>{o, dv.data_ptr<scalar_t>()}, dv.numel(), phi.device());
+  });
+  return {ds, dv};
+}
+
+std::vector<Tensor> gradients_device(CT gs, CT gv, CT phi, CT w, CT v, CT unit, CT center, CT neighbor) {
+  const auto [by, first] = detail::grouped_by(neighbor, phi.size(0));
+  Tensor gphi = torch::empty_like(phi), gw = torch::empty_like(w), gvin = torch::empty_like(v),
+         gunit = torch::empty_like(unit);
+  AT_DISPATCH_FLOATING_TYPES(phi.scalar_type(), "vector_message_backward", [&] {
+    const auto o = device_args<scalar_t>(phi, w, v, unit, center, neighbor, by, first, gs.data_ptr<scalar_t>(),
+                                         gv.data_ptr<scalar_t>());
+    const auto at = phi.device();
+    detail::run_elements(kernels::VectorGradPhi<scalar_t>{o, gphi.data_ptr<scalar_t>()}, gphi.numel(), at);
+    detail::run_elements(kernels::VectorGradW<scalar_t>{o, gw.data_ptr<scalar_t>()}, gw.numel(), at);
+    detail::run_elements(kernels::VectorGradV<scalar_t>{o, gvin.data_ptr<scalar_t>()}, gvin.numel(), at);
+    detail::run_elements(kernels::VectorGradUnit<scalar_t>{o, gunit.data_ptr<scalar_t>()}, gunit.numel(), at);
   });
   return {gphi, gw, gvin, gunit};
 }
@@ -187,8 +225,8 @@ const auto& message_op() {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Backward: the CPU kernel, or the aten formulation when the backward itself is differentiated
-// (create_graph) or runs on another device.
+// Backward: the kernels of the operator's path, or the aten formulation when the backward itself is
+// differentiated (create_graph).
 class VectorMessage : public torch::autograd::Function<VectorMessage> {
  public:
   static variable_list forward(AutogradContext* ctx, CT phi, CT w, CT v, CT unit, CT center, CT neighbor,
@@ -204,9 +242,15 @@ class VectorMessage : public torch::autograd::Function<VectorMessage> {
     const int64_t n_out = ctx->saved_data["n_out"].toInt(), f = s[0].size(1) / 3;
     const Tensor gs_full = grad[0].defined() ? grad[0] : torch::zeros({n_out, f}, s[0].options());
     const Tensor gv_full = grad[1].defined() ? grad[1] : torch::zeros({n_out, 3, f}, s[0].options());
-    const bool kernel = !at::GradMode::is_enabled() && s[0].device().is_cpu();
-    auto g = kernel ? gradients_cpu(gs_full, gv_full, s[0], s[1], s[2], s[3], s[4], s[5])
-                    : gradients_reference(gs_full, gv_full, s[0], s[1], s[2], s[3], s[4], s[5]);
+    const auto how = detail::kernel_path(s[0].device());
+    std::vector<Tensor> g;
+    if (at::GradMode::is_enabled() || how == detail::KernelPath::aten) {
+      g = gradients_reference(gs_full, gv_full, s[0], s[1], s[2], s[3], s[4], s[5]);
+    } else {
+      const auto run = how == detail::KernelPath::cpu_kernels ? gradients_cpu : gradients_device;
+      g = run(gs_full.contiguous(), gv_full.contiguous(), s[0].contiguous(), s[1].contiguous(), s[2].contiguous(),
+              s[3].contiguous(), s[4].contiguous(), s[5].contiguous());
+    }
     return {g[0], g[1], g[2], g[3], {}, {}, {}};
   }
 };
@@ -216,10 +260,15 @@ std::tuple<Tensor, Tensor> message_autograd(CT phi, CT w, CT v, CT unit, CT cent
   return {out[0], out[1]};
 }
 
-std::tuple<Tensor, Tensor> message_checked_reference(CT phi, CT w, CT v, CT unit, CT center, CT neighbor,
-                                                     int64_t n_out) {
+// The operator's entry on every device: the checks, then the path (mlip/ops/operators.h's
+// KernelChoice) on contiguous operands.
+std::tuple<Tensor, Tensor> message_entry(CT phi, CT w, CT v, CT unit, CT center, CT neighbor, int64_t n_out) {
   check(phi, w, v, unit, center, neighbor, n_out);
-  return vector_message_reference(phi, w, v, unit, center, neighbor, n_out);
+  const auto how = detail::kernel_path(phi.device());
+  if (how == detail::KernelPath::aten) return vector_message_reference(phi, w, v, unit, center, neighbor, n_out);
+  const auto run = how == detail::KernelPath::cpu_kernels ? message_cpu : message_device;
+  return run(phi.contiguous(), w.contiguous(), v.contiguous(), unit.contiguous(), center.contiguous(),
+             neighbor.contiguous(), n_out);
 }
 
 }  // namespace
@@ -246,7 +295,6 @@ TORCH_LIBRARY_FRAGMENT(mlip, m) {
   m.def("vector_message(Tensor phi, Tensor w, Tensor v, Tensor unit, Tensor center, Tensor neighbor, int n_out) -> "
         "(Tensor, Tensor)");
 }
-TORCH_LIBRARY_IMPL(mlip, CPU, m) { m.impl("vector_message", &mlip::message_cpu); }
-// No kernel of its own on GPUs yet: the aten formulation after the same checks (never run on a GPU here).
-TORCH_LIBRARY_IMPL(mlip, CUDA, m) { m.impl("vector_message", &mlip::message_checked_reference); }
+TORCH_LIBRARY_IMPL(mlip, CPU, m) { m.impl("vector_message", &mlip::message_entry); }
+TORCH_LIBRARY_IMPL(mlip, CUDA, m) { m.impl("vector_message", &mlip::message_entry); }
 TORCH_LIBRARY_IMPL(mlip, Autograd, m) { m.impl("vector_message", &mlip::message_autograd); }

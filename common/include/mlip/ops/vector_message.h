@@ -14,8 +14,9 @@
 // about 20 passes over such arrays. Here the CPU kernel makes one pass over the edges each way; the
 // operator keeps only its inputs. Its backward (gradients of phi, w, v and unit) is the CPU kernel
 // when no graph is asked for (MD, a force evaluation), and the aten formulation otherwise (a force
-// loss in training differentiates it again), so derivatives of any order are available. Other
-// devices (CUDA) run the aten formulation both ways. The gradient kernel makes one serial pass
+// loss in training differentiates it again), so derivatives of any order are available. On a GPU
+// the device kernels run both ways (vector_message_elements.h in libmlip_cuda_ops.so), or the aten
+// formulation (mlip/ops/operators.h's KernelChoice). The gradient kernel makes one serial pass
 // (the scatter into neighbours has no owner per thread): LAMMPS and the trainer run one thread per
 // rank.
 //

@@ -8,6 +8,8 @@
 
 #include "../equivariant_message_elements.h"
 #include "../symmetric_contraction_elements.h"
+#include "../tabulated_embedding_elements.h"
+#include "../vector_message_elements.h"
 
 namespace mlip::kernels {
 namespace {

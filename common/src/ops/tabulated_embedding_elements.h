@@ -1,0 +1,91 @@
+// tabulated_contraction's device kernels (mlip/ops/tabulated_embedding.h), for the host and the
+// device (device_kernels.h): each thread evaluates its edges' quintics in registers; nothing of
+// size edges x M is stored.
+#pragma once
+
+#include "device_kernels.h"
+
+namespace mlip::kernels {
+
+constexpr int64_t kTableCoefficients = 6;   // quintic
+
+// The bin of x and the offset in it (the CPU kernels' locate, tabulated_embedding.cpp).
+template <typename T> struct Bin {
+  int64_t k;
+  T t;
+};
+template <typename T> MLIP_HD Bin<T> locate_bin(T x, double inv_step, int64_t n_bins) {
+  const double u = static_cast<double>(x) * inv_step;
+  int64_t k = static_cast<int64_t>(u);   // 0 for -1 < u < 1
+  if (k >= n_bins) k = n_bins - 1;       // x at the table's top end
+  return {k, static_cast<T>(u - static_cast<double>(k))};
+}
+
+template <typename T> struct TableArgs {
+  using value_type = T;
+  int64_t n_bins, m;                   // bins, columns M
+  double inv_step;
+  const T *x, *env, *table, *grad;     // (E,), (E, 4), (nets, bins, 6, M), incoming (n_centers, 4, M)
+  const int64_t *center, *net;         // (E,)
+  const int64_t *by_center, *center_first;  // edges of centre c: by_center[center_first[c] .. center_first[c + 1])
+
+  // The 6 coefficients of column mm of edge e's bin, t in the bin.
+  MLIP_HD const T* coefficients(int64_t e, int64_t mm, T* t) const {
+    const Bin<T> b = locate_bin(x[e], inv_step, n_bins);
+    *t = b.t;
+    return table + (net[e] * n_bins + b.k) * kTableCoefficients * m + mm;
+  }
+  MLIP_HD T value(const T* c, T t) const {
+    return c[0] + t * (c[m] + t * (c[2 * m] + t * (c[3 * m] + t * (c[4 * m] + t * c[5 * m]))));
+  }
+  MLIP_HD T slope(const T* c, T t) const {
+    return static_cast<T>(inv_step) *
+           (c[m] + t * (2 * c[2 * m] + t * (3 * c[3 * m] + t * (4 * c[4 * m] + t * 5 * c[5 * m]))));
+  }
+};
+
+// out[c, a, mm] = sum_{e of c} env[e, a] G(x_e)[mm] for a = 0..3; elements (n_centers, M).
+template <typename T> struct TabulatedForward {
+  static constexpr Kernel id = Kernel::TabulatedForward;
+  TableArgs<T> o;
+  T* out;
+  MLIP_HD void operator()(int64_t i) const {
+    const int64_t mm = i % o.m, c = i / o.m;
+    T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int64_t k = o.center_first[c]; k < o.center_first[c + 1]; ++k) {
+      const int64_t e = o.by_center[k];
+      T t;
+      const T* coefficients = o.coefficients(e, mm, &t);   // sets t first
+      const T g = o.value(coefficients, t);
+      const T* w = o.env + 4 * e;
+      s0 += w[0] * g, s1 += w[1] * g, s2 += w[2] * g, s3 += w[3] * g;
+    }
+    T* row = out + c * 4 * o.m + mm;
+    row[0] = s0, row[o.m] = s1, row[2 * o.m] = s2, row[3 * o.m] = s3;
+  }
+};
+
+// grad_env[e, a] = sum_mm grad[c, a, mm] G_mm, grad_x[e] = sum_mm (sum_a env[e, a] grad[c, a, mm]) G'_mm;
+// elements (E,).
+template <typename T> struct TabulatedBackward {
+  static constexpr Kernel id = Kernel::TabulatedBackward;
+  TableArgs<T> o;
+  T *grad_x, *grad_env;
+  MLIP_HD void operator()(int64_t e) const {
+    const T* d = o.grad + o.center[e] * 4 * o.m;
+    const T* w = o.env + 4 * e;
+    T e0 = 0, e1 = 0, e2 = 0, e3 = 0, dx = 0;
+    for (int64_t mm = 0; mm < o.m; ++mm) {
+      T t;
+      const T* c = o.coefficients(e, mm, &t);
+      const T g = o.value(c, t), gp = o.slope(c, t);
+      const T d0 = d[mm], d1 = d[o.m + mm], d2 = d[2 * o.m + mm], d3 = d[3 * o.m + mm];
+      e0 += d0 * g, e1 += d1 * g, e2 += d2 * g, e3 += d3 * g;
+      dx += (w[0] * d0 + w[1] * d1 + w[2] * d2 + w[3] * d3) * gp;
+    }
+    grad_env[4 * e] = e0, grad_env[4 * e + 1] = e1, grad_env[4 * e + 2] = e2, grad_env[4 * e + 3] = e3;
+    grad_x[e] = dx;
+  }
+};
+
+}  // namespace mlip::kernels
