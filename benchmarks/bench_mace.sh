@@ -34,13 +34,15 @@
 #    largest rank and us/atom-step. mlip only (no mace-torch figure at this size).
 # 4. Test errors after the same wall time: both train the model of (1) on the 80 frames of data_0
 #    (10% held out by each for validation) for WALL_MINUTES (15), at the same time, one core each
-#    (1 thread; the two runs share the machine's memory bandwidth), each with its own schedule:
-#    mace-torch its defaults (Adam with AMSGrad, lr 0.01, reduce-on-plateau, no EMA) for as many
-#    epochs as fit (estimated from the throughput of (1), or MACE_RATE frames/s without it);
-#    mlip the same optimiser with a cosine schedule to 1e-4 over training.max_minutes, EMA 0.99.
-#    Both with batch 4, loss weights 1 (energy per atom) and 100 (forces). Then energy RMSE per
-#    atom and force RMSE on the 80 frames of data_2, which neither saw, through each code's ASE
-#    calculator (benchmarks/test_errors.py).
+#    (1 thread; the two runs share the machine's memory bandwidth), each with its own recommended
+#    recipe: mace-torch Adam with AMSGrad, lr 0.01, reduce-on-plateau and EMA 0.99 (--ema, as its
+#    docs recommend) for as many epochs as fit (estimated from the throughput of (1), or MACE_RATE
+#    frames/s without it); mlip the same optimiser with a cosine schedule to 1e-4 over
+#    training.max_minutes, EMA 0.99. Both with batch 4, loss weights 1 (energy per atom) and 100
+#    (forces). Then energy RMSE per atom and force RMSE on the 80 frames of data_2, which neither
+#    saw, through each code's ASE calculator (benchmarks/test_errors.py), beside the E0-only
+#    baseline (per-element energies fitted by least squares to the training frames, zero forces).
+#    ACC_REPEATS (REPEATS) runs, each side with seeds 1, 2, 3...
 # PARTS ("train md memory accuracy") picks which parts run; (2) trains mace-torch once for its
 # model when (1) does not run.
 #
@@ -76,14 +78,14 @@ write("train.xyz", read("all.xyz", index=f":{sys.argv[1]}"), format="extxyz")
 EOF
 sed -e 's/REF_energy/energy/' -e 's/REF_forces/forces/g' train.xyz > train-mlip.xyz
 
-# mace_train NAME FRAMES EPOCHS [THREADS]: mace_run_train on THREADS (1) torch threads, the model of
-# the header (NAME.model)
+# mace_train NAME FRAMES EPOCHS [THREADS [ARGUMENTS...]]: mace_run_train on THREADS (1) torch
+# threads, the model of the header (NAME.model); ARGUMENTS come last (they win over the defaults)
 mace_train() {
   OMP_NUM_THREADS=${4:-1} "$mace_bin/mace_run_train" --name "$1" --train_file "$2" --valid_fraction 0.1 \
     --energy_key REF_energy --forces_key REF_forces --E0s average --model MACE --num_channels "$CHANNELS" \
     --max_L 1 --max_ell 3 --correlation 3 --num_interactions 2 --r_max 5.0 --num_radial_basis 8 \
     --batch_size 4 --valid_batch_size 4 --max_num_epochs "$3" --device cpu --default_dtype float64 --seed 1 \
-    --eval_interval 1 --num_workers 0 --lr 0.01 --energy_weight 1 --forces_weight 100 > "$1.log" 2>&1 ||
+    --eval_interval 1 --num_workers 0 --lr 0.01 --energy_weight 1 --forces_weight 100 "${@:5}" > "$1.log" 2>&1 ||
     { tail -20 "$1.log" >&2; exit 1; }
   keep_log "$1.log"
 }
@@ -135,7 +137,7 @@ data:
   batch: {frames: 4}
   cache_dir: $work/cache
 training:
-  seed: 1
+  seed: ${SEED:-1}
   loss: {energy: {start: 1.0, limit: 1.0}, forces: {start: 100.0, limit: 100.0}}
 EOF
   printf '  %s\n' "$@" >> "$file"
@@ -264,7 +266,7 @@ fi
 # ---- 4. test errors after the same wall time
 if has_part accuracy; then
   table=accuracy
-  row code minutes epochs energy_rmse_mev_per_atom force_rmse_mev_per_a
+  row code repeat minutes epochs energy_rmse_mev_per_atom force_rmse_mev_per_a
   "$py" "$src/benchmarks/deepmd_to_extxyz.py" acc-train.xyz "$src/data/water-deepmd/data_0" > /dev/null
   "$py" "$src/benchmarks/deepmd_to_extxyz.py" acc-test.xyz "$src/data/water-deepmd/data_2" > /dev/null
   if [[ -n ${ACC_FRAMES:-} ]]; then  # a smaller run (a check of this script)
@@ -277,26 +279,30 @@ if has_part accuracy; then
   rate=${MACE_RATE:-0.25}
   (( ${#mace_rates[@]} )) && rate=$(median_of "${mace_rates[@]}")
   epochs=$("$py" -c "print(max(1, int($WALL_MINUTES * 60 * $rate / ($n_train - round(0.1 * $n_train)))))")
-  mlip_config acc.yaml "$work/acc-train-mlip.xyz" "epochs: 100000" "max_minutes: $WALL_MINUTES" \
-    "optimizer: {type: adam, lr: 1.0e-2, amsgrad: true}" "lr_schedule: {type: cosine, final_lr: 1.0e-4}" \
-    "ema_decay: 0.99"
-  sed -i "s|mlip-run|acc-run|" acc.yaml
-  echo "== same wall time, $WALL_MINUTES min each, side by side: mace-torch $epochs epochs, mlip max_minutes" >&2
-  start=$(date +%s)
-  ( mace_train mace-acc acc-train.xyz "$epochs"; echo $(( $(date +%s) - start )) > mace-acc.seconds ) &
-  mace_pid=$!
-  OMP_NUM_THREADS=1 "$build/bin/mlip-trainer" train acc.yaml --threads 1 > mlip-acc.log 2>&1 ||
-    { tail -20 mlip-acc.log >&2; exit 1; }
-  echo $(( $(date +%s) - start )) > mlip-acc.seconds
-  wait "$mace_pid"  # not a bare wait: that also waits for the output tees of bench_init
-  keep_log mlip-acc.log
-  mlip_epochs=$(( $(wc -l < acc-run/metrics.csv) - 1 ))
-  "$py" "$src/benchmarks/test_errors.py" acc-test.xyz "$work/mace-acc.model" "$work/acc-run/model.pt" \
-    "$build/lib/libmlip_ops.so" > acc-errors.txt
-  keep_log acc-errors.txt
-  read -r mace_e mace_f mlip_e mlip_f < <(tail -1 acc-errors.txt)
-  row mace-torch "$(awk '{printf "%.1f", $1 / 60}' mace-acc.seconds)" "$epochs" "$mace_e" "$mace_f"
-  row mlip "$(awk '{printf "%.1f", $1 / 60}' mlip-acc.seconds)" "$mlip_epochs" "$mlip_e" "$mlip_f"
+  for repeat in $(seq "${ACC_REPEATS:-$REPEATS}"); do
+    SEED=$repeat mlip_config acc.yaml "$work/acc-train-mlip.xyz" "epochs: 100000" "max_minutes: $WALL_MINUTES" \
+      "optimizer: {type: adam, lr: 1.0e-2, amsgrad: true}" "lr_schedule: {type: cosine, final_lr: 1.0e-4}" \
+      "ema_decay: 0.99"
+    sed -i "s|mlip-run|acc-run-$repeat|" acc.yaml
+    echo "== same wall time ($repeat), $WALL_MINUTES min each, side by side: mace-torch $epochs epochs, mlip max_minutes" >&2
+    start=$(date +%s)
+    ( mace_train "mace-acc-$repeat" acc-train.xyz "$epochs" 1 --ema --ema_decay 0.99 --seed "$repeat"
+      echo $(( $(date +%s) - start )) > "mace-acc-$repeat.seconds" ) &
+    mace_pid=$!
+    OMP_NUM_THREADS=1 "$build/bin/mlip-trainer" train acc.yaml --threads 1 > "mlip-acc-$repeat.log" 2>&1 ||
+      { tail -20 "mlip-acc-$repeat.log" >&2; exit 1; }
+    echo $(( $(date +%s) - start )) > "mlip-acc-$repeat.seconds"
+    wait "$mace_pid"  # not a bare wait: that also waits for the output tees of bench_init
+    keep_log "mlip-acc-$repeat.log"
+    mlip_epochs=$(( $(wc -l < "acc-run-$repeat/metrics.csv") - 1 ))
+    "$py" "$src/benchmarks/test_errors.py" acc-test.xyz "$work/mace-acc-$repeat.model" "$work/acc-run-$repeat/model.pt" \
+      "$build/lib/libmlip_ops.so" acc-train.xyz > "acc-errors-$repeat.txt"
+    keep_log "acc-errors-$repeat.txt"
+    read -r mace_e mace_f mlip_e mlip_f base_e base_f < <(tail -1 "acc-errors-$repeat.txt")
+    row mace-torch "$repeat" "$(awk '{printf "%.1f", $1 / 60}' "mace-acc-$repeat.seconds")" "$epochs" "$mace_e" "$mace_f"
+    row mlip "$repeat" "$(awk '{printf "%.1f", $1 / 60}' "mlip-acc-$repeat.seconds")" "$mlip_epochs" "$mlip_e" "$mlip_f"
+    row E0-baseline "$repeat" 0 0 "$base_e" "$base_f"
+  done
 fi
 
 echo "== results: $results" >&2

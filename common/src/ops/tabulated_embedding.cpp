@@ -9,6 +9,7 @@
 #include "mlip/ops/operators.h"
 
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -227,7 +228,8 @@ kernels::TableArgs<T> device_args(const torch::Tensor& x, const torch::Tensor& e
 
 torch::Tensor forward_device(const torch::Tensor& x, const torch::Tensor& env, const torch::Tensor& center,
                              const torch::Tensor& net, const torch::Tensor& table, double step, int64_t n_centers) {
-  const auto [by, first] = detail::grouped_by(center, n_centers);
+  torch::Tensor by, first;  // (no structured bindings: lambdas capture them from C++20 only)
+  std::tie(by, first) = detail::grouped_by(center, n_centers);
   torch::Tensor out = torch::empty({n_centers, 4, table.size(3)}, table.options());
   AT_DISPATCH_FLOATING_TYPES(table.scalar_type(), "tabulated_contraction", [&] {
     const auto o = device_args<scalar_t>(x, env, center, net, table, step, nullptr, by.data_ptr<int64_t>(),

@@ -188,7 +188,8 @@ kernels::VectorArgs<T> device_args(CT phi, CT w, CT v, CT unit, CT center, CT ne
 }
 
 std::tuple<Tensor, Tensor> message_device(CT phi, CT w, CT v, CT unit, CT center, CT neighbor, int64_t n_out) {
-  const auto [by, first] = detail::grouped_by(center, n_out);
+  torch::Tensor by, first;  // (no structured bindings: lambdas capture them from C++20 only)
+  std::tie(by, first) = detail::grouped_by(center, n_out);
   const int64_t f = phi.size(1) / 3;
   Tensor ds = torch::empty({n_out, f}, phi.options()), dv = torch::empty({n_out, 3, f}, phi.options());
   AT_DISPATCH_FLOATING_TYPES(phi.scalar_type(), "vector_message", [&] {
@@ -200,7 +201,8 @@ std::tuple<Tensor, Tensor> message_device(CT phi, CT w, CT v, CT unit, CT center
 }
 
 std::vector<Tensor> gradients_device(CT gs, CT gv, CT phi, CT w, CT v, CT unit, CT center, CT neighbor) {
-  const auto [by, first] = detail::grouped_by(neighbor, phi.size(0));
+  torch::Tensor by, first;  // (no structured bindings: lambdas capture them from C++20 only)
+  std::tie(by, first) = detail::grouped_by(neighbor, phi.size(0));
   Tensor gphi = torch::empty_like(phi), gw = torch::empty_like(w), gvin = torch::empty_like(v),
          gunit = torch::empty_like(unit);
   AT_DISPATCH_FLOATING_TYPES(phi.scalar_type(), "vector_message_backward", [&] {
