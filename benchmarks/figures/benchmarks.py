@@ -113,3 +113,28 @@ def _(run):
     parts = [(r["step"].split("/")[-1], float(r["seconds"]) / 60) for r in run.rows("setup")]
     each = ", ".join(f"{step} {minutes:.1f}" for step, minutes in parts)
     return f"{sum(m for _, m in parts):.1f} min ({each})"
+
+
+# --- MACE against mace-torch: test errors after the same wall time, each side's recipe ---
+MACE_ACCURACY = "bench_mace/2026-11-27-6d3a8a1"
+
+
+def accuracy(run, code, field):
+    return run.med("accuracy", field, code=code)
+
+
+@figure("mace-acc-force", MACE_ACCURACY)
+def _(run):
+    f = lambda code: accuracy(run, code, "force_rmse_mev_per_a")
+    return f"{g(f('mlip'))} against {g(f('mace-torch'))} meV/Å (zero forces: {g(f('E0-baseline'))})"
+
+
+@figure("mace-acc-energy", MACE_ACCURACY)
+def _(run):
+    e = lambda code: accuracy(run, code, "energy_rmse_mev_per_atom")
+    return f"{g(e('mlip'))} against {g(e('mace-torch'))} meV/atom"
+
+
+@figure("mace-acc-e0", MACE_ACCURACY)
+def _(run):
+    return f"{g(accuracy(run, 'E0-baseline', 'energy_rmse_mev_per_atom'))} meV/atom"

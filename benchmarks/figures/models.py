@@ -164,3 +164,9 @@ for _name, (_ranks, _threads, _torch) in {"1": (1, 1, 1), "2": (2, 1, 2), "2-thr
 
 for _code, _name in (("mlip", "mlip"), ("mace-torch", "torch")):
     figure(f"models-mace-train-{_name}-rate", MACE)(lambda run, c=_code: f"{g(train(run, c, 1, 1))} frames/s")
+
+
+@figure("models-mace-acc-force", "bench_mace/2026-11-27-6d3a8a1")
+def _(run):
+    f = lambda code: run.med("accuracy", "force_rmse_mev_per_a", code=code)
+    return f"{g(f('mlip'))} against {g(f('mace-torch'))} meV/Å"
