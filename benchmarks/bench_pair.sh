@@ -21,7 +21,7 @@
 #
 # Environment: SIZES ("1k 10k 100k"), RANKS ("1 2"), CHUNKS ("64 256 1024 4096": scanned on the
 # SCAN_SIZE (10k) water box, 1 rank, SCAN_STEPS (3) steps), CHUNK (chunk for the main runs; default: the pair style's default),
-# FLOAT32 (1: also the float32 model at 10k), KOKKOS (1: also pair_style mlip/kk, run with
+# FLOAT32 (1: also the float32 model at the FLOAT32_SIZES, default 10k), KOKKOS (1: also pair_style mlip/kk, run with
 # -k on t 1 -sf kk, next to each mlip float64 run), SNAP (0: no snap runs), KEEP (1: keep the work
 # directory), REPEATS (1: how many times the main runs go round, each round through every run
 # before the next). SIZES may include 1m (about a million atoms, one step: the memory bound).
@@ -62,6 +62,7 @@ SCAN_SIZE=${SCAN_SIZE:-10k}
 SCAN_STEPS=${SCAN_STEPS:-3}
 CHUNK=${CHUNK:-}
 FLOAT32=${FLOAT32:-1}
+FLOAT32_SIZES=${FLOAT32_SIZES:-10k}
 KOKKOS=${KOKKOS:-1}
 SNAP=${SNAP:-1}
 PAINN=${PAINN:-1}
@@ -271,7 +272,7 @@ for size in $SIZES; do
         "steps=${mlip_steps[$size]}"
       lmp_extra=()
     fi
-    if [[ $FLOAT32 == 1 && $size == 10k ]]; then
+    if [[ $FLOAT32 == 1 && " $FLOAT32_SIZES " == *" $size "* ]]; then
       run "mlip se_e2_a f32$on" "$np" in.mlip "data=water-$size.data" model=water32.pt "options=$options" \
         "steps=${mlip_steps[$size]}"
       if [[ $COMPRESSED == 1 ]]; then

@@ -54,6 +54,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <utility>
 
 #if defined(__linux__)
@@ -206,6 +208,7 @@ void PairMLIP::settings(int narg, char **arg)
                       kokkosable && execution_space == Device);
   init_cuda_graph(one_call, chunk_given);
   if (!chunk_given) options.chunk = default_chunk(one_call);
+  init_sizer(one_call && !chunk_given);
   set_reach();
   // LAMMPS's buffers, per atom: the widest communication of a job (ghost features, committee forces).
   comm_forward = impl->exchange.width();
@@ -253,6 +256,17 @@ std::string PairMLIP::load_models(const std::vector<std::string> &files)
   return device_note;
 }
 
+// On a GPU without 'chunk': calls sized by the free memory, where the memory can be known
+// (libmlip_cuda_ops.so), the model call is not recorded as a CUDA graph (one call of all local atoms)
+// and the model is not exchanging ghost features (its chunks are its own).
+void PairMLIP::init_sizer(bool wanted)
+{
+  impl->sizer.reset();
+  impl->sizing_reported = false;
+  if (wanted && !options.cuda_graph && !exchanging() && mlip::device_memory(impl->model->device()))
+    impl->sizer = std::make_unique<mlip::ChunkSizer>();
+}
+
 int PairMLIP::default_chunk(bool one_call) const
 {
   return one_call ? default_chunk_gpu
@@ -286,7 +300,9 @@ void PairMLIP::log_settings(const std::string &device_note, bool one_call, bool 
                  meta.architecture, model_file, joined(meta.species), meta.cutoff, meta.message_passing_layers,
                  meta.dtype, meta.digest_checked ? "file digest checked" : "no file digest (written by an older mlip)");
   utils::logmesg(lmp, "pair_style mlip: model on {}{}\n", device_note,
-                 one_call && !chunk_given ? ", all local atoms in one call (set a limit with 'chunk N')" : "");
+                 impl->sizer ? ", local atoms per call sized by the GPU's free memory (set a limit with 'chunk N')"
+                 : one_call && !chunk_given ? ", all local atoms in one call (set a limit with 'chunk N')"
+                                            : "");
   if (malloc_tuned)
     utils::logmesg(lmp, "pair_style mlip: malloc keeps freed memory (mmap threshold 1 GiB, no trimming) "
                         "so that model buffers are reused between steps\n");
@@ -470,22 +486,60 @@ void PairMLIP::compute(int eflag, int vflag)
     const auto t0 = Clock::now();
     s.order.assign(list->ilist, list->ilist + list->inum);
     const double *const *x = atom->x;
-    mlip::split_compact(s.order, options.chunk, [x](int i) { return x[i]; }, s.chunk_end);
+    const int chunk = s.sizer ? static_cast<int>(s.sizer->chunk(list->inum, available_memory())) : options.chunk;
+    mlip::split_compact(s.order, chunk, [x](int i) { return x[i]; }, s.chunk_end);
     add_time(GRAPH, seconds_since(t0));
-    for (std::size_t c = 0; c < s.chunk_end.size(); c++) {
-      const int first = c == 0 ? 0 : s.chunk_end[c - 1];
-      evaluate_chunk(s.order.data() + first, s.order.data() + s.chunk_end[c]);
-    }
+    for (std::size_t c = 0; c < s.chunk_end.size(); c++)
+      evaluate_centres(s.order.data(), c == 0 ? 0 : s.chunk_end[c - 1], s.chunk_end[c]);
   } else {
-    // Chunks bound the memory of one model call and keep its working set in cache; they are
-    // of equal size (1152 atoms in chunks of at most 1024: two of 576, not 1024 and 128).
-    const int n_chunks = list->inum / options.chunk + (list->inum % options.chunk != 0 ? 1 : 0);
-    const int size = n_chunks > 0 ? list->inum / n_chunks + (list->inum % n_chunks != 0 ? 1 : 0) : 1;
-    for (int first = 0; first < list->inum; first += size)
-      evaluate_chunk(list->ilist + first, list->ilist + std::min(list->inum, first + size));
+    evaluate_centres(list->ilist, 0, list->inum);
   }
   end_deviation();
   end_compute();
+}
+
+// The centres atoms[first, last) in calls of at most 'chunk' atoms, of equal size (1152 atoms in
+// chunks of at most 1024: two of 576, not 1024 and 128), so that one call's memory is bounded and its
+// working set stays in cache; on a GPU without 'chunk', in calls sized by the free memory, a call
+// that still runs out of memory split in two and tried again (mlip/model/device_memory.h).
+void PairMLIP::evaluate_centres(const int *atoms, int first, int last)
+{
+  Impl &s = *impl;
+  if (s.sizer) {
+    const int64_t limit = s.sizer->limit();
+    mlip::evaluate_within_memory(
+        first, last, *s.sizer, [this] { return available_memory(); },
+        [&](int64_t a, int64_t b) { evaluate_chunk(atoms + a, atoms + b); });
+    report_sizing(limit, last - first);
+    return;
+  }
+  const int n = last - first;
+  const int n_chunks = n / options.chunk + (n % options.chunk != 0 ? 1 : 0);
+  const int size = n_chunks > 0 ? n / n_chunks + (n % n_chunks != 0 ? 1 : 0) : 1;
+  for (int a = first; a < last; a += size) evaluate_chunk(atoms + a, atoms + std::min(last, a + size));
+}
+
+// The bytes a call on the GPU may take now.
+int64_t PairMLIP::available_memory() const
+{
+  const auto m = mlip::device_memory(impl->model->device());
+  return m ? m->available() : std::numeric_limits<int64_t>::max() / 2;
+}
+
+// Says (rank 0) what the model's calls take once that is known, and again after a call ran out of
+// memory (`limit_before`: the sizer's limit before this compute()).
+void PairMLIP::report_sizing(int64_t limit_before, int64_t centres)
+{
+  Impl &s = *impl;
+  const bool first_seen = s.sizer->seen() && !s.sizing_reported;
+  if (comm->me != 0 || (!first_seen && s.sizer->limit() == limit_before)) return;
+  s.sizing_reported = s.sizer->seen();
+  const int64_t available = available_memory();
+  utils::logmesg(lmp, "pair_style mlip: model calls on the GPU take {:.1f} KiB per centre atom ({:.0f} bytes per edge); "
+                      "{} of {} local atoms per call in {:.2f} GiB available{}\n",
+                 s.sizer->bytes_per_centre() / 1024.0, s.sizer->bytes_per_edge(),
+                 s.sizer->chunk(centres, available), centres, static_cast<double>(available) / (1 << 30),
+                 s.sizer->limit() > 0 ? fmt::format(" (at most {} after running out of memory)", s.sizer->limit()) : "");
 }
 
 // The centres [first, last) through the model, and through the committee's other models on a
@@ -639,9 +693,18 @@ void PairMLIP::evaluate_graph(int member)
   const mlip::GraphView view = mlip::graph_view(s.graph);
   mlip::Model &m = *this->member(member).model;
   mlip::ModelOutput out;
-  guarded(error, false, "model evaluation failed", [&] {
-    out = member == 0 && s.capture ? s.capture->evaluate(view) : mlip::evaluate_graph(m, view);
-  });
+  const bool sized = member == 0 && s.sizer;   // its memory measured; out of memory: split and retried
+  std::optional<mlip::DeviceMemory> before;
+  if (sized) {
+    mlip::reset_peak_memory(m.device());
+    before = mlip::device_memory(m.device());
+  }
+  guarded(
+      error, false, "model evaluation failed",
+      [&] { out = member == 0 && s.capture ? s.capture->evaluate(view) : mlip::evaluate_graph(m, view); }, sized);
+  if (before)
+    if (const auto after = mlip::device_memory(m.device()))
+      s.sizer->observe(g.n_centers, g.n_edges, after->peak - before->allocated);
   add_time(MODEL, seconds_since(t0));
   t0 = Clock::now();
   mlip::EdgeForceRequest request;
@@ -760,4 +823,8 @@ void PairMLIP::report_timing()
   if (impl->capture)
     utils::logmesg(lmp, "pair_style mlip timing: CUDA graph recorded {} time(s) on rank 0 so far\n",
                    impl->capture->recordings());
+  if (impl->sizer && impl->sizer->seen())
+    utils::logmesg(lmp, "pair_style mlip timing: GPU memory of a model call on rank 0: {:.1f} KiB per centre atom, "
+                        "{:.0f} bytes per edge (the most seen)\n",
+                   impl->sizer->bytes_per_centre() / 1024.0, impl->sizer->bytes_per_edge());
 }

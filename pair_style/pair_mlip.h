@@ -79,10 +79,14 @@ class PairMLIP : public Pair {
   std::vector<std::string> parse_settings(int narg, char **arg);
   std::string load_models(const std::vector<std::string> &files);
   int default_chunk(bool one_call) const;
+  void init_sizer(bool wanted);
+  int64_t available_memory() const;
+  void report_sizing(int64_t limit_before, int64_t centres);
   void set_reach();
   void log_settings(const std::string &device_note, bool one_call, bool chunk_given, bool malloc_tuned);
   std::vector<int> map_types(const mlip::Model &model, const std::string &file, char **elements);
   // member: 0 = the model that drives the dynamics, k > 0 = the committee's k-th other model.
+  void evaluate_centres(const int *atoms, int first, int last);
   void evaluate_chunk(const int *first, const int *last);
   void build_graph(const int *first, const int *last, int member, bool one_hop = false);
   void evaluate_graph(int member);

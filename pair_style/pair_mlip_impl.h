@@ -16,6 +16,7 @@
 
 #include "mlip/graph/chunk_graph.h"
 #include "mlip/error.h"
+#include "mlip/model/device_memory.h"
 #include "mlip/model/graph_capture.h"
 #include "mlip/model/model.h"
 
@@ -182,6 +183,10 @@ struct PairMLIP::Impl {
   PairTimers timers;
   // 'cuda_graph yes': the model call recorded as a CUDA graph and replayed (mlip/model/graph_capture.h).
   std::unique_ptr<mlip::GraphCapture> capture;
+  // On a GPU without 'chunk N': local atoms per call from the device's free memory and the bytes
+  // the calls were seen to take (mlip/model/device_memory.h); null otherwise.
+  std::unique_ptr<mlip::ChunkSizer> sizer;
+  bool sizing_reported = false;
 };
 
 // Comm::forward_comm(Pair *) / reverse_comm(Pair *) since LAMMPS 2022; *_comm_pair before.
@@ -202,8 +207,10 @@ template <typename C> void reverse_comm_of(C *comm, Pair *pair, long)
   comm->reverse_comm_pair(pair);
 }
 
-// Every LibTorch or mlip failure surfaces through here, keeping its message and adding context.
-template <typename F> void guarded(Error *error, bool all_ranks, const std::string &what, F &&body)
+// Every LibTorch or mlip failure surfaces through here, keeping its message and adding context;
+// with `pass_out_of_memory`, a GPU out-of-memory error goes on to the caller (which splits the call).
+template <typename F>
+void guarded(Error *error, bool all_ranks, const std::string &what, F &&body, bool pass_out_of_memory = false)
 {
   try {
     body();
@@ -211,6 +218,7 @@ template <typename F> void guarded(Error *error, bool all_ranks, const std::stri
     const std::string msg = "pair_style mlip: " + what + ": " + e.what();
     all_ranks ? error->all(FLERR, msg) : error->one(FLERR, msg);
   } catch (const c10::Error &e) {
+    if (pass_out_of_memory && mlip::is_out_of_memory(e)) throw;
     const std::string msg = "pair_style mlip: " + what + ": " + e.what_without_backtrace();
     all_ranks ? error->all(FLERR, msg) : error->one(FLERR, msg);
   }

@@ -19,7 +19,7 @@
 #              at once, a core each) and on the GPU
 #   pair_np2   PairMLIPGpu.* on 2 ranks sharing the GPU
 #   md_more    compressed se_e2_a, float32 and PaiNN at 10k atoms
-#   md_1m      100k and about a million atoms, chunked (32768 atoms per model call)
+#   md_1m      100k and about a million atoms, float64 and float32, calls sized by the free memory
 # A stage starts only if the budget (MLIP_GPU_CHECK_BUDGET, 450 s from the start) leaves it the
 # time it is expected to need; else the summary says it was skipped and why. Every command runs
 # under its own timeout, so one hung test cannot take the rest. A failure goes on to the next
@@ -440,13 +440,22 @@ stage_md_more() {
   fi
 }
 stage_md_1m() {
+  local rc=0
   if [[ $dry == 1 ]]; then
-    bench md_1m 120 SIZES=1k MD_STEPS="1k=1" CHUNK=256
+    bench md_1m 120 SIZES=1k MD_STEPS="1k=1" CHUNK=256 || rc=$?
   else
-    # 32768 atoms per model call: about 35 GB of GPU memory in float64 (one call of all 100k atoms
-    # took 93 GB on the H200, more than an H100 has; chunks of 65536 at 1M atoms took 82 GB)
-    bench md_1m 240 SIZES="100k 1m" CHUNK=32768
+    # No chunk: the pair style sizes its calls by the GPU's free memory and the bytes its first call
+    # took (one call of all 100k float64 atoms took 93 GB on the H200; chunks of 32768 about 35 GB)
+    bench md_1m 300 SIZES="100k 1m" FLOAT32=1 FLOAT32_SIZES="100k 1m" || rc=$?
   fi
+  sizing md_1m
+  return $rc
+}
+
+# sizing NAME: the pair style's lines on the GPU memory its calls took, from bench NAME's logs
+sizing() {
+  local line
+  while read -r line; do record "memory: $line"; done < <(grep -rhoE 'model calls on the GPU take.*|GPU memory of a model call.*' "$logs/lammps-$1" 2>/dev/null | sort | uniq -c | sed 's/^ *//')
 }
 
 # MACE on the operators' device kernels (libmlip_cuda_ops.so) with no chunk, against the aten
@@ -459,6 +468,7 @@ stage_md_mace_kernels() {
     bench md_mace_aten 120 SIZES=1k MD_STEPS="1k=1" SE_E2A=0 MACE=1 CHUNK=256 MLIP_KERNELS=aten || rc=$?
   else
     bench md_mace_kernels 150 SIZES=10k MD_STEPS="10k=10" SE_E2A=0 MACE=1 || rc=$?
+    sizing md_mace_kernels
     bench md_mace_aten 120 SIZES=10k MD_STEPS="10k=10" SE_E2A=0 MACE=1 CHUNK=4096 MLIP_KERNELS=aten || rc=$?
   fi
   return $rc

@@ -14,10 +14,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "mlip/model/device.h"
+#include "mlip/model/device_memory.h"
 #include "mlip/error.h"
 #include "mlip/model/graph_capture.h"
 #include "mlip/model/model.h"
@@ -331,3 +333,97 @@ TEST(DeviceKernels, TheGpuCasesComparisonsHoldOnTheCpuLoop) {
 
 }  // namespace
 }  // namespace mlip
+
+// ---------------------------------------------------------------------------------------------
+// GPU memory and the calls sized by it (mlip/model/device_memory.h): the sizer's logic and the
+// split-and-retry of a call that runs out of memory, driven here with figures of the test's own.
+
+TEST(DeviceMemory, TheFirstCallIsSmallThenTheMeasuredBytesDecide) {
+  mlip::ChunkSizer sizer(0.5, 1000);
+  EXPECT_FALSE(sizer.seen());
+  EXPECT_EQ(sizer.chunk(10000, int64_t(1) << 40), 1000);   // nothing seen yet: the first call's size
+  EXPECT_EQ(sizer.chunk(300, int64_t(1) << 40), 300);
+  // 1000 centres with 40 edges each took 1000 bytes per edge: 40 kB per centre.
+  sizer.observe(1000, 40000, 40000000);
+  EXPECT_DOUBLE_EQ(sizer.bytes_per_edge(), 1000.0);
+  EXPECT_DOUBLE_EQ(sizer.bytes_per_centre(), 40000.0);
+  EXPECT_EQ(sizer.chunk(10000, 1000000000), 10000);          // all fit in half of 1 GB
+  EXPECT_EQ(sizer.chunk(100000, 1000000000), 12500);         // 0.5 GB / 40 kB
+  EXPECT_EQ(sizer.chunk(100000, 10), 1);                      // never less than one
+  // A denser call with fewer bytes per edge: the most bytes per edge stays, the density is the last.
+  sizer.observe(1000, 80000, 40000000);
+  EXPECT_DOUBLE_EQ(sizer.bytes_per_edge(), 1000.0);
+  EXPECT_EQ(sizer.chunk(100000, 1000000000), 6250);
+  sizer.out_of_memory(5000);
+  EXPECT_EQ(sizer.limit(), 2500);
+  EXPECT_EQ(sizer.chunk(100000, 1000000000), 2500);
+  sizer.out_of_memory(8000);                                  // an older, larger failure does not raise it
+  EXPECT_EQ(sizer.limit(), 2500);
+}
+
+namespace {
+[[noreturn]] void throw_out_of_memory() {
+  TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 2.00 GiB (test)");
+}
+}  // namespace
+
+TEST(DeviceMemory, OutOfMemoryErrorsAreKnownByTypeAndByTorchScriptsMessage) {
+  try {
+    throw_out_of_memory();
+  } catch (const std::exception& e) {
+    EXPECT_TRUE(mlip::is_out_of_memory(e));
+  }
+  EXPECT_TRUE(mlip::is_out_of_memory(std::runtime_error("The following operation failed in the TorchScript "
+                                                        "interpreter.\nRuntimeError: CUDA out of memory. Tried")));
+  EXPECT_FALSE(mlip::is_out_of_memory(std::runtime_error("index out of range")));
+  EXPECT_FALSE(mlip::device_memory(torch::kCPU).has_value());   // the CPU has no figures
+}
+
+TEST(DeviceMemory, ACallThatRunsOutOfMemoryIsSplitAndEveryCentreEvaluatedOnce) {
+  // A "device" on which a call of more than 300 centres runs out of memory.
+  mlip::ChunkSizer sizer(0.8, 1000);
+  std::vector<int> evaluated(2000, 0);
+  std::vector<int64_t> sizes;
+  auto evaluate = [&](int64_t a, int64_t b) {
+    if (b - a > 300) throw_out_of_memory();
+    sizes.push_back(b - a);
+    for (int64_t i = a; i < b; ++i) evaluated[static_cast<std::size_t>(i)]++;
+  };
+  const auto plenty = [] { return int64_t(1) << 40; };
+  mlip::evaluate_within_memory(0, 2000, sizer, plenty, evaluate);
+  EXPECT_TRUE(std::all_of(evaluated.begin(), evaluated.end(), [](int n) { return n == 1; }));
+  EXPECT_EQ(sizer.limit(), 250);   // 1000 -> 500 -> 250 (the first call and its halves ran out)
+  for (int64_t n : sizes) EXPECT_LE(n, 300);
+  // The next step starts at the limit: no call runs out again.
+  sizes.clear();
+  std::fill(evaluated.begin(), evaluated.end(), 0);
+  mlip::evaluate_within_memory(0, 2000, sizer, plenty, evaluate);
+  EXPECT_TRUE(std::all_of(evaluated.begin(), evaluated.end(), [](int n) { return n == 1; }));
+  EXPECT_EQ(sizes, std::vector<int64_t>(8, 250));
+  // Other errors, and a single centre that does not fit, are the caller's.
+  EXPECT_THROW(mlip::evaluate_within_memory(0, 10, sizer, plenty, [](int64_t, int64_t) { throw std::runtime_error("bad"); }),
+               std::runtime_error);
+  EXPECT_THROW(mlip::evaluate_within_memory(0, 10, sizer, plenty, [](int64_t, int64_t) { throw_out_of_memory(); }),
+               c10::OutOfMemoryError);
+}
+
+TEST(DeviceMemoryGpu, FiguresFollowAnAllocation) {
+  if (const std::string why = mlip::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const torch::Device gpu(torch::kCUDA, 0);
+  mlip::reset_peak_memory(gpu);
+  const auto before = mlip::device_memory(gpu);
+  ASSERT_TRUE(before.has_value()) << mlip::device_kernels_unavailable();
+  EXPECT_GT(before->total, before->free);
+  {
+    const torch::Tensor t = torch::ones({int64_t(64) << 20}, torch::TensorOptions().device(gpu).dtype(torch::kFloat64));
+    const auto during = mlip::device_memory(gpu);
+    EXPECT_GE(during->allocated - before->allocated, int64_t(512) << 20);
+  }
+  const auto after = mlip::device_memory(gpu);
+  EXPECT_GE(after->peak - before->allocated, int64_t(512) << 20);   // the tensor's 512 MiB at the peak
+  EXPECT_GE(after->cached, int64_t(512) << 20);                     // freed into LibTorch's cache
+  mlip::release_cached_memory();
+  EXPECT_LT(mlip::device_memory(gpu)->cached, int64_t(512) << 20);
+  std::printf("device memory: %.1f GiB total, %.1f GiB free\n", double(after->total) / (1 << 30),
+              double(mlip::device_memory(gpu)->free) / (1 << 30));
+}

@@ -1130,6 +1130,13 @@ TEST_F(PairMLIPGpu, SeE2AMatchesCpu) {
   expect_gpu_matches(water_setup(80, 52), model_path("se_e2_a") + " chunk 7", "* * O H H");
 }
 
+// Without 'chunk' the calls are sized by the GPU's free memory: the first call takes 1024 of the
+// 1200 local atoms (two calls of 600), later ones as many as the measured bytes allow.
+TEST_F(PairMLIPGpu, CallsSizedByFreeMemoryMatchCpu) {
+  expect_gpu_matches(water_setup(150, 58) + "replicate 2 2 2\n", model_path("se_e2_a"), "* * O H H", 3);
+  expect_gpu_matches(water_setup(150, 59) + "replicate 2 2 2\n", model_path("painn"), "* * O H H", 3);
+}
+
 TEST_F(PairMLIPGpu, MessagePassingMatchesCpu) {
   expect_gpu_matches(water_setup(80, 53), model_path("painn"), "* * O H H");
 }

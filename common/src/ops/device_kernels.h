@@ -34,12 +34,19 @@ enum class Kernel : int {
 // The C interface of libmlip_cuda_ops.so (loaded with dlopen: mlip itself links no CUDA library).
 // mlip_cuda_launch runs `count` elements of kernel `id` (float64 if f64, else float32) whose functor
 // is *functor, on the current LibTorch stream of `device`; it returns 0, or -1 with the reason in
-// mlip_cuda_error(). Version: the layout of the functors; a library of another version is refused.
-constexpr int kDeviceKernelsVersion = 2;
+// mlip_cuda_error(). mlip_cuda_memory fills bytes[kMemoryFields] of `device` (the driver's free and
+// total, LibTorch's caching allocator's reserved, allocated and peak allocated since
+// mlip_cuda_reset_peak); mlip_cuda_release_cache gives the allocator's unused blocks back to the
+// driver. Version: the layout of the functors and this interface; another version is refused.
+constexpr int kDeviceKernelsVersion = 3;
+enum MemoryField : int { kFree, kTotal, kReserved, kAllocated, kPeakAllocated, kMemoryFields };
 extern "C" {
 using CudaLaunch = int (*)(int id, int f64, const void* functor, int64_t count, int device);
 using CudaError = const char* (*)();
 using CudaVersion = int (*)();
+using CudaMemory = int (*)(int device, int64_t* bytes);
+using CudaResetPeak = int (*)(int device);
+using CudaReleaseCache = int (*)();
 }
 
 }  // namespace mlip::kernels

@@ -32,6 +32,7 @@ std::string cuda_library_path() {
 struct CudaLibrary {
   kernels::CudaLaunch launch = nullptr;
   kernels::CudaError error = nullptr;
+  void* handle = nullptr;
   std::string why;
   CudaLibrary() {
     const std::string path = cuda_library_path();
@@ -51,7 +52,9 @@ struct CudaLibrary {
     if (version == nullptr || launch == nullptr || error == nullptr || version() != kernels::kDeviceKernelsVersion) {
       why = path + " is not the CUDA library of this mlip (another version)";
       launch = nullptr;
+      return;
     }
+    handle = lib;
   }
 };
 
@@ -105,6 +108,10 @@ KernelPath kernel_path(const torch::Device& device) {
 kernels::CudaLaunch cuda_launcher() {
   TORCH_CHECK(cuda_library().launch != nullptr, "mlip's CUDA kernels: ", cuda_library().why);
   return cuda_library().launch;
+}
+
+void* cuda_symbol(const char* name) {
+  return cuda_library().handle != nullptr ? dlsym(cuda_library().handle, name) : nullptr;
 }
 
 const char* cuda_launch_error() { return cuda_library().error ? cuda_library().error() : ""; }

@@ -24,6 +24,9 @@ KernelPath kernel_path(const torch::Device& device);
 /// libmlip_cuda_ops.so's launcher, or an error that says why it cannot be had.
 kernels::CudaLaunch cuda_launcher();
 const char* cuda_launch_error();
+/// Another function of libmlip_cuda_ops.so's C interface (device_kernels.h), or nullptr where the
+/// library cannot be had.
+void* cuda_symbol(const char* name);
 
 /// Runs elements [0, count) of functor f on `device`.
 template <class F> void run_elements(const F& f, int64_t count, const torch::Device& device) {

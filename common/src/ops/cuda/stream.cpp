@@ -1,10 +1,12 @@
 // libmlip_cuda_ops.so's C interface (device_kernels.h): the device kernels (launch.cu) on LibTorch's
 // current stream of the device, so they order with the model's other operations and with CUDA
 // graph recording.
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
 #include <exception>
+#include <stdexcept>
 #include <string>
 
 #include "../device_kernels.h"
@@ -30,6 +32,49 @@ __attribute__((visibility("default"))) int mlip_cuda_launch(int id, int f64, con
     const cudaError_t rc = mlip::kernels::launch_on_stream(id, f64, functor, count, stream);
     if (rc == cudaSuccess) return 0;
     last_error = std::string("launch failed: ") + cudaGetErrorString(rc);
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  }
+  return -1;
+}
+
+__attribute__((visibility("default"))) int mlip_cuda_memory(int device, int64_t* bytes) {
+  try {
+    const auto index = static_cast<c10::DeviceIndex>(device);
+    int before = 0;
+    if (cudaGetDevice(&before) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) throw std::runtime_error("no device");
+    size_t free = 0, total = 0;
+    const cudaError_t rc = cudaMemGetInfo(&free, &total);
+    cudaSetDevice(before);
+    if (rc != cudaSuccess) throw std::runtime_error(std::string("cudaMemGetInfo: ") + cudaGetErrorString(rc));
+    constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    bytes[mlip::kernels::kFree] = static_cast<int64_t>(free);
+    bytes[mlip::kernels::kTotal] = static_cast<int64_t>(total);
+    bytes[mlip::kernels::kReserved] = stats.reserved_bytes[all].current;
+    bytes[mlip::kernels::kAllocated] = stats.allocated_bytes[all].current;
+    bytes[mlip::kernels::kPeakAllocated] = stats.allocated_bytes[all].peak;
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  }
+  return -1;
+}
+
+__attribute__((visibility("default"))) int mlip_cuda_reset_peak(int device) {
+  try {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  }
+  return -1;
+}
+
+__attribute__((visibility("default"))) int mlip_cuda_release_cache() {
+  try {
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    return 0;
   } catch (const std::exception& e) {
     last_error = e.what();
   }

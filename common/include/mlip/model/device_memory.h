@@ -1,0 +1,97 @@
+// GPU memory as the pair style sizes its model calls by it: how much a device has free, how much
+// one call took, and the number of centre atoms per call that fits (ChunkSizer). A user never has to
+// find `chunk N` by trial: a call that still runs out of memory is split in two and tried again
+// (evaluate_within_memory), and the sizer remembers.
+//
+// The figures come from libmlip_cuda_ops.so (the driver's free memory and LibTorch's caching
+// allocator's statistics); on the CPU, or without that library, device_memory() has none and the
+// sizer's logic is driven by the tests with figures of their own.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+
+#include <torch/types.h>
+
+namespace mlip {
+
+struct DeviceMemory {
+  int64_t free = 0;       // the driver's free bytes
+  int64_t total = 0;      // the device's bytes
+  int64_t cached = 0;     // held by LibTorch's caching allocator but not in use (reusable)
+  int64_t allocated = 0;  // in LibTorch's tensors now
+  int64_t peak = 0;       // the most in LibTorch's tensors since reset_peak_memory()
+  int64_t available() const { return free + cached; }
+};
+
+/// The memory of `device` now; none on the CPU or where libmlip_cuda_ops.so cannot be had.
+std::optional<DeviceMemory> device_memory(const torch::Device& device);
+/// Starts DeviceMemory::peak anew on `device` (a no-op where device_memory() has none).
+void reset_peak_memory(const torch::Device& device);
+/// Gives LibTorch's cached, unused GPU memory back to the driver (after an out-of-memory error).
+void release_cached_memory();
+
+/// Whether `e` is a device out-of-memory error (c10::OutOfMemoryError, or a TorchScript error
+/// that carries one's message).
+bool is_out_of_memory(const std::exception& e);
+
+/// Centre atoms per model call from the memory a device has and the memory the model's calls were
+/// seen to take: bytes per edge of a call (the most seen, so the estimate errs large) times edges
+/// per centre of a call (the last seen: the density and, for message-passing models, the halo).
+class ChunkSizer {
+ public:
+  /// `headroom`: the share of the available memory a call may take; `first`: centres of the first
+  /// call, before anything was seen (big enough to measure, small enough to fit).
+  explicit ChunkSizer(double headroom = 0.8, int64_t first = 1024) : headroom_(headroom), first_(first) {}
+
+  /// Centres per call for `centres` local atoms with `available` bytes free for the call, at
+  /// least 1; all of them when they fit.
+  int64_t chunk(int64_t centres, int64_t available) const;
+  /// One call's centres, edges, and the bytes it took at its peak.
+  void observe(int64_t centres, int64_t edges, int64_t bytes);
+  /// A call of `centres` ran out of memory: from now on calls take at most half of them.
+  void out_of_memory(int64_t centres);
+
+  bool seen() const { return bytes_per_edge_ > 0; }
+  double bytes_per_edge() const { return bytes_per_edge_; }
+  double bytes_per_centre() const { return bytes_per_edge_ * edges_per_centre_; }
+  int64_t limit() const { return limit_; }   // from out-of-memory errors (0: none)
+
+ private:
+  double headroom_;
+  int64_t first_;
+  double bytes_per_edge_ = 0;
+  double edges_per_centre_ = 0;
+  int64_t limit_ = 0;
+};
+
+/// evaluate(first, last) over centres [first, last) in calls of the sizer's chunk, in order; a call
+/// that runs out of device memory (is_out_of_memory) is split in two and tried again, down to one
+/// centre (then the error is thrown). evaluate must have added nothing when it throws: the retried
+/// call adds it. `available()` gives the bytes free for calls now.
+template <class Evaluate, class Available>
+void evaluate_within_memory(int64_t first, int64_t last, ChunkSizer& sizer, Available&& available,
+                            Evaluate&& evaluate) {
+  int64_t size = sizer.chunk(last - first, available());
+  // Equal calls (1152 atoms in calls of at most 1024: two of 576, not 1024 and 128).
+  const int64_t calls = (last - first + size - 1) / std::max<int64_t>(size, 1);
+  if (calls > 0) size = (last - first + calls - 1) / calls;
+  for (int64_t begin = first; begin < last;) {
+    const int64_t end = std::min(last, begin + size);
+    try {
+      evaluate(begin, end);
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e) || end - begin == 1) throw;
+      sizer.out_of_memory(end - begin);
+      release_cached_memory();
+      size = std::max<int64_t>(1, (end - begin) / 2);
+      continue;   // this call again, in halves
+    }
+    begin = end;
+  }
+}
+
+}  // namespace mlip

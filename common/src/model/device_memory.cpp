@@ -1,0 +1,73 @@
+#include "mlip/model/device_memory.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <c10/util/Exception.h>
+
+#include "../ops/device_launch.h"
+
+namespace mlip {
+
+namespace {
+
+template <class F> F cuda_function(const char* name) { return reinterpret_cast<F>(detail::cuda_symbol(name)); }
+
+}  // namespace
+
+std::optional<DeviceMemory> device_memory(const torch::Device& device) {
+  if (!device.is_cuda()) return std::nullopt;
+  static const auto query = cuda_function<kernels::CudaMemory>("mlip_cuda_memory");
+  int64_t bytes[kernels::kMemoryFields] = {};
+  if (query == nullptr || query(device.has_index() ? device.index() : 0, bytes) != 0) return std::nullopt;
+  DeviceMemory m;
+  m.free = bytes[kernels::kFree];
+  m.total = bytes[kernels::kTotal];
+  m.cached = std::max<int64_t>(0, bytes[kernels::kReserved] - bytes[kernels::kAllocated]);
+  m.allocated = bytes[kernels::kAllocated];
+  m.peak = bytes[kernels::kPeakAllocated];
+  return m;
+}
+
+void reset_peak_memory(const torch::Device& device) {
+  if (!device.is_cuda()) return;
+  static const auto reset = cuda_function<kernels::CudaResetPeak>("mlip_cuda_reset_peak");
+  if (reset != nullptr) reset(device.has_index() ? device.index() : 0);
+}
+
+void release_cached_memory() {
+  static const auto release = cuda_function<kernels::CudaReleaseCache>("mlip_cuda_release_cache");
+  if (release != nullptr) release();
+}
+
+bool is_out_of_memory(const std::exception& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
+  // The TorchScript interpreter passes an operator's error on with its own traceback added.
+  return std::strstr(e.what(), "CUDA out of memory") != nullptr;
+}
+
+int64_t ChunkSizer::chunk(int64_t centres, int64_t available) const {
+  int64_t n = centres;
+  if (!seen()) {
+    n = std::min(n, first_);
+  } else {
+    const double fits = std::floor(headroom_ * static_cast<double>(available) / std::max(bytes_per_centre(), 1.0));
+    n = static_cast<int64_t>(std::min(static_cast<double>(n), fits));
+  }
+  if (limit_ > 0) n = std::min(n, limit_);
+  return std::max<int64_t>(n, 1);
+}
+
+void ChunkSizer::observe(int64_t centres, int64_t edges, int64_t bytes) {
+  if (centres <= 0 || bytes <= 0) return;
+  const double e = static_cast<double>(std::max<int64_t>(edges, 1));
+  bytes_per_edge_ = std::max(bytes_per_edge_, static_cast<double>(bytes) / e);
+  edges_per_centre_ = e / static_cast<double>(centres);
+}
+
+void ChunkSizer::out_of_memory(int64_t centres) {
+  const int64_t half = std::max<int64_t>(1, centres / 2);
+  limit_ = limit_ > 0 ? std::min(limit_, half) : half;
+}
+
+}  // namespace mlip
