@@ -427,6 +427,52 @@ TEST(Training, ConcatenatedFramesEqualOneBatch) {
   }
 }
 
+// training.data_on_device: auto keeps the frames on a GPU when they take at most half of its free
+// memory, never copies a streamed set whole when the free memory is unknown, and builds batches on
+// the host on the CPU; true is an error that names both sizes when the frames do not fit.
+TEST(Training, DataKeptOnTheDeviceOnlyWhenItFits) {
+  const std::optional<int64_t> gib40 = int64_t(40) << 30, unknown;
+  const int64_t gib10 = int64_t(10) << 30, gib30 = int64_t(30) << 30;
+  EXPECT_TRUE(choose_data_residency("auto", "c.yaml", true, false, gib10, gib40).on_device);
+  EXPECT_TRUE(choose_data_residency("auto", "c.yaml", true, true, gib10, gib40).on_device);   // a pack that fits
+  const DataResidency big = choose_data_residency("auto", "c.yaml", true, true, gib30, gib40);
+  EXPECT_FALSE(big.on_device);
+  EXPECT_NE(big.why.find("more than half of the GPU's 40.00 GiB free"), std::string::npos) << big.why;
+  EXPECT_FALSE(choose_data_residency("auto", "c.yaml", true, true, gib10, unknown).on_device);
+  EXPECT_TRUE(choose_data_residency("auto", "c.yaml", true, false, gib10, unknown).on_device);
+  EXPECT_FALSE(choose_data_residency("auto", "c.yaml", false, false, 0, unknown).on_device);
+  EXPECT_FALSE(choose_data_residency("false", "c.yaml", true, false, gib10, gib40).on_device);
+  EXPECT_TRUE(choose_data_residency("true", "c.yaml", true, true, gib30, gib40).on_device);
+  EXPECT_TRUE(choose_data_residency("true", "c.yaml", false, true, gib30, unknown).on_device);
+  try {
+    choose_data_residency("true", "c.yaml", true, false, int64_t(50) << 30, gib40);
+    ADD_FAILURE() << "no error";
+  } catch (const mlip::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("c.yaml: training.data_on_device true: the training and validation frames "
+                                         "take about 50.00 GiB on the device, more than its 40.00 GiB free"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The estimate of the frames' bytes on a device: exact for frames all alike (a sample of 64 of
+// 200 scaled by the atoms), and the bytes of the tensors a batch of one frame holds.
+TEST(Training, ResidentBytesScaleWithTheFrames) {
+  auto xyz = read_extxyz(mlip::testing::source_dir() + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+                         ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
+  const SpeciesMap species({"H", "C", "O"});
+  std::vector<Frame> one_frame = {make_frame(xyz[0], 4.0)};
+  const BatchTensors b = to_tensors(make_batch({&one_frame[0]}, species), torch::kFloat64);
+  int64_t bytes = 0;
+  for (const torch::Tensor* t : {&b.species, &b.edge_index, &b.edge_vectors, &b.frame_of_atom, &b.frame_of_edge,
+                                 &b.atoms_per_frame, &b.energy, &b.has_energy, &b.forces, &b.has_forces_atom,
+                                 &b.virial, &b.has_virial, &b.weight})
+    bytes += (t->numel() * static_cast<int64_t>(t->element_size()) + 511) / 512 * 512;
+  EXPECT_EQ(resident_bytes(*memory_source(one_frame), species, torch::kFloat64), bytes);
+  const std::vector<Frame> many(200, one_frame[0]);
+  EXPECT_EQ(resident_bytes(*memory_source(many), species, torch::kFloat64), 200 * bytes);
+}
+
 // Device and communication settings: bad values name the file and key; a GPU asked for where
 // there is none, or NCCL without a GPU, is a clear error before any training.
 TEST(Training, DeviceAndCommunicationErrors) {

@@ -14,6 +14,7 @@
 
 #include "checkpoint.h"
 #include "mlip/model/device.h"
+#include "mlip/model/device_memory.h"
 #include "mlip/error.h"
 #include "mlip/data/io.h"
 #include "prefetch.h"
@@ -44,6 +45,57 @@ BatchTensors host_batch(const FrameSource& frames, const std::vector<int64_t>& i
                         torch::Dtype dtype) {
   std::vector<Frame> storage;
   return to_tensors(make_batch(frames.frames(idx, storage), species), dtype);
+}
+
+namespace {
+
+// A tensor's bytes as LibTorch's GPU allocator holds them (blocks of 512 bytes).
+int64_t allocated_bytes(const torch::Tensor& t) {
+  const int64_t bytes = t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+  return (bytes + 511) / 512 * 512;
+}
+
+std::string gib(int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1 << 30)); }
+
+}  // namespace
+
+int64_t resident_bytes(const FrameSource& frames, const SpeciesMap& species, torch::Dtype dtype) {
+  const std::size_t n = frames.size();
+  if (n == 0) return 0;
+  const std::size_t k = std::min<std::size_t>(n, 64);
+  int64_t bytes = 0, sampled_atoms = 0, atoms = 0;
+  for (std::size_t j = 0; j < k; ++j) {
+    const auto i = static_cast<int64_t>(j * n / k);
+    const BatchTensors b = host_batch(frames, {i}, species, dtype);
+    for (const torch::Tensor* t : {&b.species, &b.edge_index, &b.edge_vectors, &b.frame_of_atom, &b.frame_of_edge,
+                                   &b.atoms_per_frame, &b.energy, &b.has_energy, &b.forces, &b.has_forces_atom,
+                                   &b.virial, &b.has_virial, &b.weight})
+      bytes += allocated_bytes(*t);
+    sampled_atoms += b.n_atoms;
+  }
+  for (std::size_t i = 0; i < n; ++i) atoms += frames.atoms(i);
+  return static_cast<int64_t>(static_cast<double>(bytes) * static_cast<double>(atoms) /
+                              static_cast<double>(std::max<int64_t>(sampled_atoms, 1)));
+}
+
+DataResidency choose_data_residency(const std::string& setting, const std::string& file, bool cuda, bool streamed,
+                                    int64_t bytes, std::optional<int64_t> available) {
+  const std::string size = "about " + gib(bytes);
+  if (setting == "false") return {false, "training.data_on_device false"};
+  if (setting == "true") {
+    if (available && bytes > *available)
+      throw Error(fmt::format("{}: training.data_on_device true: the training and validation frames take {} on the "
+                              "device, more than its {} free: set it to auto or false (batches copied per step)",
+                              file, size, gib(*available)));
+    return {true, "training.data_on_device true, " + size};
+  }
+  if (!cuda) return {false, "on the CPU"};
+  if (available)
+    return *available >= 2 * bytes
+               ? DataResidency{true, fmt::format("{}, at most half of the GPU's {} free", size, gib(*available))}
+               : DataResidency{false, fmt::format("{}, more than half of the GPU's {} free", size, gib(*available))};
+  return streamed ? DataResidency{false, "streamed from disk, and the GPU's free memory is unknown"}
+                  : DataResidency{true, size + "; the GPU's free memory is unknown"};
 }
 
 Trainer::Trainer(Config config, std::string config_text, Communicator& comm)
@@ -82,12 +134,8 @@ void Trainer::setup_device() {
       log("communication: gradients over MPI, not NCCL: some ranks share a GPU or run on the CPU");
     }
   }
-  data_on_device_ = config_.data_on_device == "true" || (config_.data_on_device == "auto" && device_.is_cuda());
-  log(fmt::format("device: rank 0 on {}{}; {}; gradients summed by {} in buckets of <= {} MB{}", note,
-                  comm_.size() > 1 ? " (each rank: its node-local rank's GPU)" : "",
-                  data_on_device_ ? "training data kept on the device"
-                  : device_.is_cuda() ? "batches copied to the device per step" : "batches built per step",
-                  gradient_comm().name(), config_.bucket_mb,
+  log(fmt::format("device: rank 0 on {}{}; gradients summed by {} in buckets of <= {} MB{}", note,
+                  comm_.size() > 1 ? " (each rank: its node-local rank's GPU)" : "", gradient_comm().name(), config_.bucket_mb,
                   device_.is_cuda() ? fmt::format("; TF32 {}, deterministic kernels {}, sums in {}",
                                                   config_.tf32 ? "on" : "off", config_.deterministic ? "on" : "off",
                                                   config_.accumulate_dtype)
@@ -167,6 +215,7 @@ void Trainer::setup_model_and_statistics() {
   if (!config_.init_from.empty()) init_from_source();
 
   model_.module.to(device_);
+  choose_where_data_lives();
   if (data_on_device_) {
     // One frame per entry, on the device for good: batches are put together there (concat).
     for (auto [frames, cache] : {std::pair{data_.train.get(), &resident_train_}, {data_.validation.get(), &resident_validation_}}) {
@@ -191,6 +240,30 @@ void Trainer::setup_model_and_statistics() {
                                        at::get_num_threads());
   const int64_t steps_per_epoch = (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate;
   schedule_ = std::make_unique<Schedule>(config_, steps_per_epoch * config_.epochs);
+}
+
+// training.data_on_device for this data and device; every rank decides alike (the same frames,
+// the least free memory of the ranks).
+void Trainer::choose_where_data_lives() {
+  const bool streamed = data_.train->streamed() || data_.validation->streamed();
+  const int64_t bytes = config_.data_on_device == "false" || (config_.data_on_device == "auto" && !device_.is_cuda())
+                            ? 0
+                            : resident_bytes(*data_.train, *species_, dtype_) +
+                                  resident_bytes(*data_.validation, *species_, dtype_);
+  std::optional<int64_t> available;
+  if (const auto m = device_memory(device_)) {
+    std::vector<double> each(static_cast<std::size_t>(comm_.size()), 0.0);   // every rank's, summed into place
+    each[static_cast<std::size_t>(comm_.rank())] = static_cast<double>(m->available());
+    comm_.allreduce_sum(each.data(), each.size());
+    available = static_cast<int64_t>(*std::min_element(each.begin(), each.end()));
+  }
+  const DataResidency where = choose_data_residency(config_.data_on_device, config_.file, device_.is_cuda(), streamed,
+                                                    bytes, available);
+  data_on_device_ = where.on_device;
+  log(fmt::format("data: {} ({})", data_on_device_ ? "frames kept on the device"
+                                   : device_.is_cuda() ? "batches copied to the device per step"
+                                                       : "batches built per step",
+                  where.why));
 }
 
 // Data that cannot teach the model what the config asks: frames without a single pair within the

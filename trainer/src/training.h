@@ -252,6 +252,7 @@ class Trainer {
   void refit_energy_shift();
   void freeze_descriptor();
   void warn_about_data() const;
+  void choose_where_data_lives();
   /// The batches of frames idx(0), idx(1), ..., idx(count - 1) of `frames`, in order (an empty
   /// idx(k) is no batch): put together from `resident` when the data stays on the device, else
   /// built ahead on the host (data.prefetch).
@@ -285,7 +286,7 @@ class Trainer {
   torch::Dtype dtype_;
   torch::Device device_ = torch::kCPU;
   torch::Dtype accumulate_ = torch::kFloat64;
-  bool data_on_device_ = false;                 // training.data_on_device, resolved for device_
+  bool data_on_device_ = false;                 // training.data_on_device, resolved for device_ and the data
   std::unique_ptr<Communicator> nccl_;          // gradients of a multi-GPU run (else comm_)
   std::unique_ptr<GradientReducer> reducer_;
   std::vector<BatchTensors> resident_train_, resident_validation_;  // per frame, on device_
@@ -298,6 +299,22 @@ class Trainer {
   StepTimes times_;
   std::chrono::steady_clock::time_point start_;
 };
+
+/// Where the training data lives (training.data_on_device resolved) and why, for the log.
+struct DataResidency {
+  bool on_device = false;
+  std::string why;
+};
+/// training.data_on_device (`setting`: auto, true, false) for data of about `bytes` as per-frame
+/// tensors on the device, with `available` bytes free there (none where it cannot be known: the
+/// CPU, or a GPU without libmlip_cuda_ops.so). auto keeps the data on a GPU when it takes at most half
+/// of the free memory (unknown: when it is not streamed from disk); true keeps it there, and is an
+/// error (mlip::Error naming `file` and both sizes) when it does not fit.
+DataResidency choose_data_residency(const std::string& setting, const std::string& file, bool cuda, bool streamed,
+                                    int64_t bytes, std::optional<int64_t> available);
+/// About how many bytes the frames of `frames` take as per-frame tensors on a device: a sample of
+/// up to 64 frames spread over the set, scaled by the atoms of all.
+int64_t resident_bytes(const FrameSource& frames, const SpeciesMap& species, torch::Dtype dtype);
 
 /// The frames idx of `frames` as one batch of host tensors.
 BatchTensors host_batch(const FrameSource& frames, const std::vector<int64_t>& idx, const SpeciesMap& species,
