@@ -13,12 +13,17 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <random>
+#include <set>
+#include <tuple>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "mlip/model/device.h"
+#include "mlip/model/device_graph.h"
+#include "mlip/graph/chunk_graph.h"
 #include "mlip/model/device_memory.h"
 #include "mlip/error.h"
 #include "mlip/model/graph_capture.h"
@@ -426,4 +431,114 @@ TEST(DeviceMemoryGpu, FiguresFollowAnAllocation) {
   EXPECT_LT(mlip::device_memory(gpu)->cached, int64_t(512) << 20);
   std::printf("device memory: %.1f GiB total, %.1f GiB free\n", double(after->total) / (1 << 30),
               double(mlip::device_memory(gpu)->free) / (1 << 30));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The neighbour graph built on the device (mlip/model/device_graph.h), on the CPU's loop here:
+// ChunkGraph's graph of the same atoms (the host path), edge for edge, for local models and the
+// halos of message-passing ones; atoms the model skips take no part.
+
+namespace {
+
+struct Atoms {
+  std::vector<double> x;         // (n, 3)
+  std::vector<int64_t> species;  // (n), -1: skipped
+};
+
+// n atoms in a box of side `side` at least 0.7 A apart (a liquid's density at 10 atoms per nm^3 x 10),
+// one in 7 skipped by the model.
+Atoms random_atoms(int n, double side, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, side);
+  Atoms a;
+  while (static_cast<int>(a.species.size()) < n) {
+    const double p[3] = {u(rng), u(rng), u(rng)};
+    bool close = false;
+    for (std::size_t j = 0; j < a.species.size() && !close; ++j) {
+      double r2 = 0;
+      for (int d = 0; d < 3; ++d) r2 += (a.x[3 * j + d] - p[d]) * (a.x[3 * j + d] - p[d]);
+      close = r2 < 0.49;
+    }
+    if (close) continue;
+    a.x.insert(a.x.end(), p, p + 3);
+    a.species.push_back(a.species.size() % 7 == 3 ? -1 : static_cast<int64_t>(a.species.size() % 2));
+  }
+  return a;
+}
+
+// (centre atom, neighbour atom, r) of every edge of a graph, sorted.
+using Edge = std::tuple<int64_t, int64_t, double, double, double>;
+std::vector<Edge> edges_of(const std::vector<int64_t>& node_atom, const int64_t* index, int64_t n_edges,
+                           const double* r) {
+  std::vector<Edge> e;
+  for (int64_t k = 0; k < n_edges; ++k)
+    e.emplace_back(node_atom[static_cast<std::size_t>(index[k])], node_atom[static_cast<std::size_t>(index[n_edges + k])],
+                   r[3 * k], r[3 * k + 1], r[3 * k + 2]);
+  std::sort(e.begin(), e.end());
+  return e;
+}
+
+}  // namespace
+
+TEST(DeviceGraph, EqualsTheHostGraphOfTheSameAtoms) {
+  const Atoms a = random_atoms(700, 16.0, 5);
+  const int n = static_cast<int>(a.species.size()), n_local = 400;
+  const double cutoff = 3.0;
+  const torch::Tensor x = torch::tensor(a.x, torch::kFloat64).view({n, 3});
+  const torch::Tensor species = torch::tensor(a.species, torch::kInt64);
+  for (int hops : {1, 2, 3}) {
+    const mlip::DeviceGraph d = mlip::build_device_graph(x, species, n_local, cutoff, hops);
+    mlip::ChunkGraph h;
+    std::vector<int> centres(static_cast<std::size_t>(n_local));
+    std::iota(centres.begin(), centres.end(), 0);
+    h.build(
+        centres.data(), centres.data() + n_local, n, cutoff, [&](int i) { return static_cast<int>(a.species[i]); },
+        [&](int i, auto&& visit) {
+          for (int j = 0; j < n; ++j)
+            if (j != i) visit(j, a.x[3 * j] - a.x[3 * i], a.x[3 * j + 1] - a.x[3 * i + 1], a.x[3 * j + 2] - a.x[3 * i + 2]);
+        },
+        hops);
+    ASSERT_EQ(d.n_centers, h.n_centers) << hops << " hops";
+    ASSERT_EQ(d.n_edges(), h.n_edges) << hops << " hops";
+    ASSERT_GT(h.n_edges, 1000);
+    const std::vector<int64_t> d_atoms(d.node_atom.data_ptr<int64_t>(), d.node_atom.data_ptr<int64_t>() + d.n_nodes());
+    const std::vector<int64_t> h_atoms(h.node_atom.begin(), h.node_atom.end());
+    // Centres in atom order first (ChunkGraph's too), then the same other atoms.
+    EXPECT_TRUE(std::equal(d_atoms.begin(), d_atoms.begin() + d.n_centers, h_atoms.begin()));
+    EXPECT_EQ(std::set<int64_t>(d_atoms.begin(), d_atoms.end()), std::set<int64_t>(h_atoms.begin(), h_atoms.end()));
+    for (int64_t k = 0; k < d.n_nodes(); ++k)
+      EXPECT_EQ(d.species[k].item<int64_t>(), a.species[static_cast<std::size_t>(d_atoms[static_cast<std::size_t>(k)])]);
+    EXPECT_EQ(edges_of(d_atoms, d.edge_index.data_ptr<int64_t>(), d.n_edges(), d.edge_vectors.data_ptr<double>()),
+              edges_of(h_atoms, h.edge_index.data(), h.n_edges, h.edge_vectors.data()))
+        << hops << " hops";
+  }
+  // No atoms, no centres, atoms far apart (a grid of many empty cells).
+  EXPECT_EQ(mlip::build_device_graph(torch::zeros({0, 3}, torch::kFloat64), torch::zeros({0}, torch::kInt64), 0, 3.0, 1)
+                .n_edges(),
+            0);
+  const torch::Tensor far = torch::tensor({0.0, 0.0, 0.0, 1000.0, 1000.0, 1000.0, 1.0, 0.0, 0.0}, torch::kFloat64).view({3, 3});
+  const mlip::DeviceGraph sparse = mlip::build_device_graph(far, torch::zeros({3}, torch::kInt64), 1, 3.0, 1);
+  EXPECT_EQ(sparse.n_centers, 1);
+  EXPECT_EQ(sparse.n_edges(), 1);
+  EXPECT_EQ(sparse.n_nodes(), 2);
+}
+
+TEST(DeviceGraphGpu, TheGpuBuildsTheCpusGraph) {
+  if (const std::string why = mlip::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const Atoms a = random_atoms(3000, 30.0, 6);
+  const int n = static_cast<int>(a.species.size());
+  const torch::Tensor x = torch::tensor(a.x, torch::kFloat64).view({n, 3});
+  const torch::Tensor species = torch::tensor(a.species, torch::kInt64);
+  for (int hops : {1, 3}) {
+    const mlip::DeviceGraph cpu = mlip::build_device_graph(x, species, 2000, 4.0, hops);
+    const mlip::DeviceGraph gpu = mlip::build_device_graph(x.cuda(), species.cuda(), 2000, 4.0, hops);
+    EXPECT_EQ(gpu.n_centers, cpu.n_centers);
+    // The same order on every device: equal, not just the same edges.
+    EXPECT_TRUE(torch::equal(gpu.node_atom.cpu(), cpu.node_atom));
+    EXPECT_TRUE(torch::equal(gpu.species.cpu(), cpu.species));
+    EXPECT_TRUE(torch::equal(gpu.edge_index.cpu(), cpu.edge_index));
+    EXPECT_TRUE(torch::equal(gpu.edge_vectors.cpu(), cpu.edge_vectors));
+    std::printf("device graph: %lld edges, %lld nodes, %d hops: GPU = CPU\n", static_cast<long long>(cpu.n_edges()),
+                static_cast<long long>(cpu.n_nodes()), hops);
+  }
 }

@@ -1,0 +1,40 @@
+// The neighbour graph built where the model runs: positions go to the device once, and the cell
+// list, the halo of message-passing models and the edge list in the model's layout are made
+// there (the device kernels of src/ops/graph_elements.h; on the CPU the same functors in a loop,
+// which ctest checks against ChunkGraph). Nothing of the size of the edges crosses to the host.
+//
+// The graph is ChunkGraph's for the centres [0, n_local) (those the model takes): centres are
+// nodes [0, n_centers) in atom order, then the other atoms within `hops` hops of a centre; the
+// atoms within hops - 1 send messages along all their edges (their neighbourhoods must be
+// complete: LAMMPS's ghost shell). Edges come by centre atom, each centre's in a fixed order.
+#pragma once
+
+#include <cstdint>
+
+#include <torch/types.h>
+
+#include "mlip/model/model.h"
+
+namespace mlip {
+
+struct DeviceGraph {
+  torch::Tensor species;        // (n_nodes) int64
+  torch::Tensor edge_index;     // (2, n_edges) int64, contiguous
+  torch::Tensor edge_vectors;   // (n_edges, 3) float64, Å
+  torch::Tensor node_atom;      // (n_nodes) int64: the atom of each node
+  int64_t n_centers = 0;
+
+  int64_t n_nodes() const { return node_atom.numel(); }
+  int64_t n_edges() const { return edge_vectors.size(0); }
+  /// The graph as evaluate_graph() takes it (valid while this graph lives).
+  GraphView view() const;
+};
+
+/// The graph of `positions` ((n, 3) float64, on the device the graph is built on) with `species`
+/// ((n) int64 model species, -1 for atoms the model skips, same device): centres the atoms
+/// [0, n_local) the model takes, edges strictly within `cutoff`, `hops` the model's
+/// message-passing depth (1 for local models).
+DeviceGraph build_device_graph(const torch::Tensor& positions, const torch::Tensor& species, int64_t n_local,
+                               double cutoff, int hops);
+
+}  // namespace mlip

@@ -1,0 +1,128 @@
+#include "mlip/model/device_graph.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "../ops/device_launch.h"
+#include "../ops/graph_elements.h"
+
+namespace mlip {
+
+namespace {
+
+using kernels::CellGrid;
+
+// The cell list of x: cells at least `cutoff` wide over the atoms' bounding box (wider where that
+// would make more than about 8 cells per atom), atoms grouped by cell in index order.
+struct Cells {
+  CellGrid<double> grid{};
+  torch::Tensor cell, by_cell, cell_first;   // kept alive for grid's pointers
+};
+
+Cells make_cells(const torch::Tensor& x, const torch::Tensor& species, double cutoff) {
+  const int64_t n = x.size(0);
+  Cells c;
+  CellGrid<double>& g = c.grid;
+  g.x = x.data_ptr<double>();
+  g.species = species.data_ptr<int64_t>();
+  g.cut2 = cutoff * cutoff;
+  const torch::Tensor bounds = torch::stack({std::get<0>(x.min(0)), std::get<0>(x.max(0))}).cpu();   // 6 numbers
+  const auto b = bounds.accessor<double, 2>();
+  const int64_t most = 8 * n + 64;
+  int64_t total = 1;
+  for (double width = cutoff;; width *= 2) {
+    total = 1;
+    for (int d = 0; d < 3; ++d) {
+      const double cells = std::floor((b[1][d] - b[0][d]) / width);
+      g.dims[d] = std::clamp<int64_t>(static_cast<int64_t>(std::min(cells, 1e9)), 1, most);
+      total *= g.dims[d];
+      if (total > most) break;
+    }
+    if (total <= most) break;
+  }
+  for (int d = 0; d < 3; ++d) {
+    const double extent = b[1][d] - b[0][d];
+    g.lo[d] = b[0][d];
+    g.inv_size[d] = extent > 0 ? static_cast<double>(g.dims[d]) / extent : 0.0;
+  }
+  c.cell = torch::empty({n}, species.options());
+  detail::run_elements(kernels::GraphCellOf<double>{g, c.cell.data_ptr<int64_t>()}, n, x.device());
+  std::tie(c.by_cell, c.cell_first) = detail::grouped_by(c.cell, total);
+  g.by_cell = c.by_cell.data_ptr<int64_t>();
+  g.cell_first = c.cell_first.data_ptr<int64_t>();
+  return c;
+}
+
+// reach[h]: the atoms within h hops of a centre (reach[0]: the centres), h = 0 .. hops.
+std::vector<torch::Tensor> reach(const CellGrid<double>& g, const torch::Tensor& centres, int hops) {
+  std::vector<torch::Tensor> r = {centres};
+  for (int h = 1; h <= hops; ++h) {
+    torch::Tensor next = torch::empty_like(centres);
+    detail::run_elements(kernels::GraphReach<double>{g, r.back().data_ptr<bool>(), next.data_ptr<bool>()},
+                         centres.numel(), centres.device());
+    r.push_back(next);
+  }
+  return r;
+}
+
+}  // namespace
+
+GraphView DeviceGraph::view() const {
+  GraphView v;
+  v.species = species.data_ptr<int64_t>();
+  v.n_nodes = n_nodes();
+  v.edge_index = edge_index.data_ptr<int64_t>();
+  v.edge_index_stride = n_edges();
+  v.edge_vectors = edge_vectors.data_ptr<double>();
+  v.n_edges = n_edges();
+  v.n_centers = n_centers;
+  v.device = edge_vectors.device();
+  return v;
+}
+
+DeviceGraph build_device_graph(const torch::Tensor& positions, const torch::Tensor& species, int64_t n_local,
+                               double cutoff, int hops) {
+  TORCH_CHECK(positions.dim() == 2 && positions.size(1) == 3 && positions.scalar_type() == torch::kFloat64,
+              "build_device_graph: positions must be (n, 3) float64");
+  TORCH_CHECK(species.numel() == positions.size(0) && species.scalar_type() == torch::kInt64 &&
+                  species.device() == positions.device(),
+              "build_device_graph: species must be (n) int64 on the positions' device");
+  const torch::Tensor x = positions.contiguous(), s = species.contiguous();
+  const int64_t n = x.size(0);
+  const auto index = s.options();
+  DeviceGraph graph;
+  const torch::Tensor centres = (torch::arange(n, index) < n_local) & (s >= 0);
+  if (n == 0) {
+    graph.species = graph.node_atom = torch::empty({0}, index);
+    graph.edge_index = torch::empty({2, 0}, index);
+    graph.edge_vectors = torch::empty({0, 3}, x.options());
+    return graph;
+  }
+  const Cells cells = make_cells(x, s, cutoff);
+  const std::vector<torch::Tensor> r = reach(cells.grid, centres, std::max(hops, 1));
+  const torch::Tensor& from = r[r.size() - 2];   // within hops - 1: they send along all their edges
+  // Nodes: the centres in atom order, then the other atoms reached.
+  graph.node_atom = torch::cat({centres.nonzero().view(-1), (r.back() & ~centres).nonzero().view(-1)});
+  graph.n_centers = centres.sum().item<int64_t>();
+  const torch::Tensor node_of = torch::full({n}, -1, index).index_put_(
+      {graph.node_atom}, torch::arange(graph.node_atom.numel(), index));
+  graph.species = s.index_select(0, graph.node_atom);
+  // Edges: counted per atom, then listed from each atom's first slot.
+  torch::Tensor count = torch::empty({n}, index);
+  detail::run_elements(kernels::GraphCountEdges<double>{cells.grid, from.data_ptr<bool>(), count.data_ptr<int64_t>()},
+                       n, x.device());
+  const torch::Tensor ends = count.cumsum(0);
+  const int64_t n_edges = ends[n - 1].item<int64_t>();
+  const torch::Tensor first = ends - count;
+  graph.edge_index = torch::empty({2, n_edges}, index);
+  graph.edge_vectors = torch::empty({n_edges, 3}, x.options());
+  int64_t* edges = graph.edge_index.data_ptr<int64_t>();
+  detail::run_elements(kernels::GraphListEdges<double>{cells.grid, from.data_ptr<bool>(), first.data_ptr<int64_t>(),
+                                                       node_of.data_ptr<int64_t>(), edges, edges + n_edges,
+                                                       graph.edge_vectors.data_ptr<double>()},
+                       n, x.device());
+  return graph;
+}
+
+}  // namespace mlip

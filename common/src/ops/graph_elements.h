@@ -1,0 +1,108 @@
+// The neighbour graph's device kernels (mlip/model/device_graph.h), one element each, for the host
+// and the device (device_kernels.h): atoms binned into cells at least a cutoff wide, each atom's
+// neighbours found in its 27 cells in a fixed order (cells in order, atoms of a cell by index), so
+// the graph is the same on every run and every device.
+#pragma once
+
+#include "device_kernels.h"
+
+namespace mlip::kernels {
+
+// Positions and the cell list over them. T is the positions' type (float64: LAMMPS's).
+template <typename T> struct CellGrid {
+  using value_type = T;
+  const T* x;                          // (n, 3) positions, Å (ghosts as images: no wrapping here)
+  const int64_t* species;              // (n) model species, -1 for atoms the model skips
+  T lo[3], inv_size[3];                // the grid's corner and 1 / cell width per axis
+  int64_t dims[3];                     // cells per axis
+  const int64_t *by_cell, *cell_first; // atoms of cell c: by_cell[cell_first[c] .. cell_first[c + 1])
+  T cut2;                              // cutoff squared: edges strictly inside it
+
+  MLIP_HD int64_t coord(int64_t i, int d) const {
+    const T u = (x[3 * i + d] - lo[d]) * inv_size[d];
+    const int64_t c = u > T(0) ? static_cast<int64_t>(u) : 0;
+    return c < dims[d] ? c : dims[d] - 1;
+  }
+  MLIP_HD int64_t cell_of(int64_t i) const { return (coord(i, 0) * dims[1] + coord(i, 1)) * dims[2] + coord(i, 2); }
+
+  // visit(j, dx, dy, dz) for each atom j != i the model takes within the cutoff of i; a visit that
+  // returns true stops the search.
+  template <class Visit> MLIP_HD void for_each_neighbor(int64_t i, Visit&& visit) const {
+    const int64_t c0 = coord(i, 0), c1 = coord(i, 1), c2 = coord(i, 2);
+    for (int64_t a = c0 - 1; a <= c0 + 1; ++a) {
+      if (a < 0 || a >= dims[0]) continue;
+      for (int64_t b = c1 - 1; b <= c1 + 1; ++b) {
+        if (b < 0 || b >= dims[1]) continue;
+        for (int64_t c = c2 - 1; c <= c2 + 1; ++c) {
+          if (c < 0 || c >= dims[2]) continue;
+          const int64_t cell = (a * dims[1] + b) * dims[2] + c;
+          for (int64_t k = cell_first[cell]; k < cell_first[cell + 1]; ++k) {
+            const int64_t j = by_cell[k];
+            if (j == i || species[j] < 0) continue;
+            const T dx = x[3 * j] - x[3 * i], dy = x[3 * j + 1] - x[3 * i + 1], dz = x[3 * j + 2] - x[3 * i + 2];
+            if (dx * dx + dy * dy + dz * dz < cut2 && visit(j, dx, dy, dz)) return;
+          }
+        }
+      }
+    }
+  }
+};
+
+// cell[i]: the cell of atom i; elements (n).
+template <typename T> struct GraphCellOf {
+  static constexpr Kernel id = Kernel::GraphCellOf;
+  CellGrid<T> o;
+  int64_t* cell;
+  MLIP_HD void operator()(int64_t i) const { cell[i] = o.cell_of(i); }
+};
+
+// out[i]: atom i is reached (in[i]), or the model takes it and a reached atom is within the
+// cutoff: one message-passing hop further; elements (n).
+template <typename T> struct GraphReach {
+  static constexpr Kernel id = Kernel::GraphReach;
+  CellGrid<T> o;
+  const bool* in;
+  bool* out;
+  MLIP_HD void operator()(int64_t i) const {
+    bool reached = in[i];
+    if (!reached && o.species[i] >= 0)
+      o.for_each_neighbor(i, [&](int64_t j, T, T, T) { return reached = in[j]; });
+    out[i] = reached;
+  }
+};
+
+// count[i]: edges of atom i when it sends (from[i]), else 0; elements (n).
+template <typename T> struct GraphCountEdges {
+  static constexpr Kernel id = Kernel::GraphCountEdges;
+  CellGrid<T> o;
+  const bool* from;
+  int64_t* count;
+  MLIP_HD void operator()(int64_t i) const {
+    int64_t n = 0;
+    if (from[i]) o.for_each_neighbor(i, [&](int64_t, T, T, T) { return ++n, false; });
+    count[i] = n;
+  }
+};
+
+// The edges of atom i from first[i] on: centre and neighbour nodes, r_ij; elements (n).
+template <typename T> struct GraphListEdges {
+  static constexpr Kernel id = Kernel::GraphListEdges;
+  CellGrid<T> o;
+  const bool* from;
+  const int64_t *first, *node_of;  // node_of: each atom's node (-1: none)
+  int64_t *center, *neighbor;      // (E) each
+  T* vectors;                      // (E, 3)
+  MLIP_HD void operator()(int64_t i) const {
+    if (!from[i]) return;
+    int64_t k = first[i];
+    o.for_each_neighbor(i, [&](int64_t j, T dx, T dy, T dz) {
+      center[k] = node_of[i];
+      neighbor[k] = node_of[j];
+      vectors[3 * k] = dx, vectors[3 * k + 1] = dy, vectors[3 * k + 2] = dz;
+      ++k;
+      return false;
+    });
+  }
+};
+
+}  // namespace mlip::kernels
