@@ -204,11 +204,15 @@ void PairMLIP::settings(int narg, char **arg)
   const bool chunk_given = options.chunk > 0;
   // mlip/kk sizes its device views by the chunk: it keeps the CPU defaults.
   const bool one_call = !impl->model->device().is_cpu() && !kokkosable;
+  // The device graph carries the halo of message-passing models: no exchange unless asked.
+  if (options.device_graph && options.exchange == mlip_pair::Options::Exchange::automatic)
+    options.exchange = mlip_pair::Options::Exchange::no;
   impl->exchange.init(options.exchange, *impl->model, model_file, committee_size() > 1,
                       kokkosable && execution_space == Device);
   init_cuda_graph(one_call, chunk_given);
+  init_device_graph(chunk_given);
   if (!chunk_given) options.chunk = default_chunk(one_call);
-  init_sizer(one_call && !chunk_given);
+  init_sizer(one_call && !chunk_given && !options.device_graph);
   set_reach();
   // LAMMPS's buffers, per atom: the widest communication of a job (ghost features, committee forces).
   comm_forward = impl->exchange.width();
@@ -477,7 +481,9 @@ void PairMLIP::compute(int eflag, int vflag)
 {
   begin_compute(eflag, vflag);
   begin_deviation();
-  if (exchanging()) {
+  if (options.device_graph) {
+    compute_device_graph();
+  } else if (exchanging()) {
     compute_exchanging();
   } else if (layers > 1) {
     // Each chunk brings its own (L-1)-hop halo of complete neighbourhoods; compact chunks keep
@@ -713,7 +719,7 @@ void PairMLIP::evaluate_graph(int member)
   mlip::EdgeForces ef;
   guarded(error, false, "forces", [&] { ef = mlip::edge_forces(view, out.edge_grad, request); });
   to_lammps_units(out, ef);
-  if (member == 0) add_outputs(out.atom_energy.data_ptr<double>(), ef);
+  if (member == 0) add_outputs(out.atom_energy.data_ptr<double>(), ef, g.node_atom.data(), g.n_centers);
   if (deviation_step())
     add_to_deviation(member, g.node_atom.data(), g.n_centers, static_cast<int64_t>(g.node_atom.size()),
                      out.atom_energy.data_ptr<double>(), ef);
@@ -725,18 +731,17 @@ void PairMLIP::evaluate_graph(int member)
    3x3; per node: edge i->j's to j) to LAMMPS's atoms; forces on ghost atoms are reverse-communicated
 ------------------------------------------------------------------------- */
 
-void PairMLIP::add_outputs(const double *energy, const mlip::EdgeForces &ef)
+void PairMLIP::add_outputs(const double *energy, const mlip::EdgeForces &ef, const int *node_atom, int64_t n_centers)
 {
-  const mlip::ChunkGraph &g = impl->graph;
-  const int64_t n_nodes = static_cast<int64_t>(g.node_atom.size());
+  const int64_t n_nodes = ef.forces.size(0);
   if (eflag_global)
-    for (int64_t c = 0; c < g.n_centers; c++) eng_vdwl += energy[c];
+    for (int64_t c = 0; c < n_centers; c++) eng_vdwl += energy[c];
   if (eflag_atom)
-    for (int64_t c = 0; c < g.n_centers; c++) eatom[g.node_atom[c]] += energy[c];
+    for (int64_t c = 0; c < n_centers; c++) eatom[node_atom[c]] += energy[c];
   double *const *f = atom->f;
   const double *node_force = ef.forces.data_ptr<double>();
   for (int64_t n = 0; n < n_nodes; n++)
-    for (int k = 0; k < 3; k++) f[g.node_atom[n]][k] += node_force[3 * n + k];
+    for (int k = 0; k < 3; k++) f[node_atom[n]][k] += node_force[3 * n + k];
   using mlip_outputs::row_major_index;
   if (vflag_global) {
     const double *w = ef.virial.data_ptr<double>();
@@ -746,7 +751,7 @@ void PairMLIP::add_outputs(const double *energy, const mlip::EdgeForces &ef)
   const double *node_virial = ef.node_virial.data_ptr<double>();
   for (int64_t n = 0; n < n_nodes; n++) {
     const double *w = node_virial + 9 * n;
-    const int a = g.node_atom[n];
+    const int a = node_atom[n];
     if (vflag_atom)
       for (int k = 0; k < 6; k++) vatom[a][k] += w[row_major_index(k)];
     if (cvflag_atom)

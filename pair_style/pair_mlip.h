@@ -90,7 +90,7 @@ class PairMLIP : public Pair {
   void evaluate_chunk(const int *first, const int *last);
   void build_graph(const int *first, const int *last, int member, bool one_hop = false);
   void evaluate_graph(int member);
-  void add_outputs(const double *energy, const mlip::EdgeForces &forces);
+  void add_outputs(const double *energy, const mlip::EdgeForces &forces, const int *node_atom, int64_t n_centers);
   // Atoms closer than this (A) mean a broken simulation: an error naming both (with their IDs).
   static constexpr double min_distance = 0.1;
   void check_distances();
@@ -123,6 +123,9 @@ class PairMLIP : public Pair {
   // Message passing by per-layer ghost exchange (pair_mlip_exchange.cpp): a one-cutoff ghost
   // shell, features forward-communicated between layers, their gradients reverse-communicated.
   void compute_exchanging();
+  void compute_device_graph();
+  void init_device_graph(bool chunk_given);
+  void check_device_distances();
   bool exchanging() const;
   // The model on a graph of all local atoms (the centres) and ghosts; node_atom (host): the
   // atom of each node; chunk_end: where each chunk of centres ends (empty: options.chunk each).

@@ -192,7 +192,7 @@ void PairMLIP::compute_exchanging()
   mlip::EdgeForces ef;
   guarded(error, false, "forces", [&] { ef = mlip::edge_forces(view, out.edge_grad, request); });
   to_lammps_units(out, ef);
-  add_outputs(out.atom_energy.data_ptr<double>(), ef);
+  add_outputs(out.atom_energy.data_ptr<double>(), ef, s.graph.node_atom.data(), s.graph.n_centers);
   add_time(FORCES, std::chrono::duration<double>(Clock::now() - t0).count());
 }
 

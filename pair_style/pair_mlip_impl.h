@@ -16,6 +16,7 @@
 
 #include "mlip/graph/chunk_graph.h"
 #include "mlip/error.h"
+#include "mlip/model/device_graph.h"
 #include "mlip/model/device_memory.h"
 #include "mlip/model/graph_capture.h"
 #include "mlip/model/model.h"
@@ -187,6 +188,10 @@ struct PairMLIP::Impl {
   // the calls were seen to take (mlip/model/device_memory.h); null otherwise.
   std::unique_ptr<mlip::ChunkSizer> sizer;
   bool sizing_reported = false;
+  // 'graph device': the graph built on the model's device (pair_mlip_device_graph.cpp).
+  mlip::DeviceGraph device_graph;
+  std::vector<int64_t> atom_species;  // (local + ghost atoms) model species, -1 for NULL types
+  std::vector<int> node_atom;         // device_graph's node_atom, on the host
 };
 
 // Comm::forward_comm(Pair *) / reverse_comm(Pair *) since LAMMPS 2022; *_comm_pair before.

@@ -53,8 +53,9 @@ const std::vector<Keyword> &keywords()
 {
   static const std::vector<Keyword> table = {
       {"chunk", "N",
-       "64 (local models), 1024 (compressed se_e2_a), 128 (message passing, ghost exchange or halo), all local atoms "
-       "(GPU)",
+       "64 (local models), 1024 (compressed se_e2_a), 128 (message passing, ghost exchange or halo); on a GPU sized "
+       "by the free memory ([gpu.md](gpu.md)), all local atoms with `cuda_graph yes`, `graph device` or the ghost "
+       "exchange",
        "most local atoms per model call: bounds the memory of a call", false,
        [](const std::string &v, Options &o) { o.chunk = positive_int("chunk", v); }},
       {"timing", "yes|no", "no",
@@ -69,6 +70,15 @@ const std::vector<Keyword> &keywords()
        "graph grouped and padded to static sizes (+10%, multiples of 32; recorded anew when outgrown). se_e2_a "
        "models (plain or compressed) only; not with `chunk`, the ghost exchange or `mlip/kk`",
        false, [](const std::string &v, Options &o) { o.cuda_graph = yes_no("cuda_graph", v); }},
+      {"graph", "host|device", "host",
+       "where the neighbour graph is built each step: `device` copies the positions to the model's device once and "
+       "builds the cell list, the halo and the edge list there, and the forces and virials too (one copy back); all "
+       "local atoms in one call; not with `chunk`, `cuda_graph`, the ghost exchange, several models or `mlip/kk`",
+       false,
+       [](const std::string &v, Options &o) {
+         if (v != "host" && v != "device") bad_value("graph", v, "'host' or 'device'");
+         o.device_graph = v == "device";
+       }},
       {"exchange", "yes|no", "yes for models that define their layers (PaiNN written by this version), else no",
        "message-passing models: exchange the ghosts' features between layers instead of a halo of layers x cutoff",
        false,

@@ -21,6 +21,7 @@ struct Options {
   bool timing = false;
   std::string device;                     // "" if not given
   bool cuda_graph = false;
+  bool device_graph = false;              // graph device: built where the model runs
   Exchange exchange = Exchange::automatic;
   int out_freq = 0;                       // committees: 100 unless given
   std::string out_file = "model_devi.out";

@@ -670,7 +670,7 @@ TEST(PairMLIP, BadInputGivesClearErrors) {
   EXPECT_TRUE(has(error_of("pair_style mlip " + bad_file, "* * O H H"), "not a readable TorchScript model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H C"), "element 'C' for atom type 3 is not in model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H"), "followed by 3 element names"));
-  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, timing, device, cuda_graph, exchange, out_freq"));
+  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, timing, device, cuda_graph, graph, exchange, out_freq"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device gpu", "* * O H H"),
                   "pair_style mlip: unknown device 'gpu' (known: cpu, cuda, cuda:N, auto)"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device cuda:x", "* * O H H"), "expected cuda:N"));
@@ -1101,6 +1101,37 @@ TEST(PairMLIP, DeviceCpuAndAutoWithoutGpu) {
 
 // pair_style mlip on the rank's GPU against the same on the CPU (float64): energies, forces,
 // per-atom energies and virials, and a short NVE trajectory. Skipped without a GPU.
+// 'graph device' (pair_mlip_device_graph.cpp): the graph built from the positions by the device
+// kernels (here their CPU loop), forces and virials summed there, equals the host graph from
+// LAMMPS's neighbour list: local, message-passing (halo instead of the exchange) and MACE models,
+// through a few steps, with per-atom energies and virials.
+TEST(PairMLIP, DeviceGraphEqualsTheHostGraph) {
+  for (const char* name : {"se_e2_a", "painn", "mace"}) {
+    const std::string model = model_path(name);
+    const std::string setup = water_setup(80, 60);
+    const Snapshot host = snapshot(false, setup, "pair_style mlip " + model + "\npair_coeff * * O H H", 3);
+    const Snapshot device = snapshot(false, setup, "pair_style mlip " + model + " graph device\npair_coeff * * O H H", 3);
+    ASSERT_FALSE(host.f.empty()) << name;
+    ASSERT_EQ(device.f.size(), host.f.size()) << name;
+    EXPECT_NEAR(device.pe, host.pe, 1e-10 * std::abs(host.pe)) << name;
+    expect_same(device.pressure, host.pressure, 1e-10, "pressure");
+    expect_same(device.f, host.f, 1e-10, "forces");
+    expect_same(device.pe_atom, host.pe_atom, 1e-10, "pe/atom");
+    expect_same(device.stress, host.stress, 1e-10, "stress/atom");
+    expect_same(device.cstress, host.cstress, 1e-10, "centroid/stress/atom");
+    expect_same(device.x, host.x, 1e-10, "positions after the run");
+  }
+  const std::string model = model_path("se_e2_a");
+  const std::string chunk = error_of("pair_style mlip " + model + " graph device chunk 8", "* * O H H");
+  EXPECT_NE(chunk.find("graph device is not for 'chunk'"), std::string::npos) << chunk;
+  const std::string exchange = error_of("pair_style mlip " + model_path("painn") + " graph device exchange yes", "* * O H H");
+  EXPECT_NE(exchange.find("graph device is not for the ghost exchange"), std::string::npos) << exchange;
+  const std::string committee = error_of("pair_style mlip " + model + " " + model + " graph device", "* * O H H");
+  EXPECT_NE(committee.find("graph device is not for several models"), std::string::npos) << committee;
+  const std::string value = error_of("pair_style mlip " + model + " graph gpu", "* * O H H");
+  EXPECT_NE(value.find("keyword 'graph' must be 'host' or 'device', not 'gpu'"), std::string::npos) << value;
+}
+
 class PairMLIPGpu : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -1135,6 +1166,13 @@ TEST_F(PairMLIPGpu, SeE2AMatchesCpu) {
 TEST_F(PairMLIPGpu, CallsSizedByFreeMemoryMatchCpu) {
   expect_gpu_matches(water_setup(150, 58) + "replicate 2 2 2\n", model_path("se_e2_a"), "* * O H H", 3);
   expect_gpu_matches(water_setup(150, 59) + "replicate 2 2 2\n", model_path("painn"), "* * O H H", 3);
+}
+
+// 'graph device' on the GPU against the host graph on the CPU.
+TEST_F(PairMLIPGpu, DeviceGraphMatchesCpu) {
+  expect_gpu_matches(water_setup(150, 61) + "replicate 2 2 2\n", model_path("se_e2_a"), "* * O H H", 3, 1e-8, " graph device");
+  expect_gpu_matches(water_setup(80, 62), model_path("painn"), "* * O H H", 3, 1e-8, " graph device");
+  expect_gpu_matches(water_setup(80, 63), model_path("mace"), "* * O H H", 3, 1e-8, " graph device");
 }
 
 TEST_F(PairMLIPGpu, MessagePassingMatchesCpu) {

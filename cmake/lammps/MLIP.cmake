@@ -25,7 +25,7 @@ add_subdirectory(${MLIP_ROOT}/common ${CMAKE_BINARY_DIR}/mlip-common)
 function(mlip_add_package)
   mlip_lammps_definitions(${LAMMPS_SOURCE_DIR} lammps_defs)
   set(sources ${MLIP_ROOT}/pair_style/pair_mlip.cpp ${MLIP_ROOT}/pair_style/pair_mlip_deviation.cpp
-              ${MLIP_ROOT}/pair_style/pair_mlip_exchange.cpp
+              ${MLIP_ROOT}/pair_style/pair_mlip_exchange.cpp ${MLIP_ROOT}/pair_style/pair_mlip_device_graph.cpp
               ${MLIP_ROOT}/pair_style/pair_mlip_keywords.cpp)
   if(PKG_KOKKOS)
     # pair_style mlip/kk, mlip/kk/device, mlip/kk/host (pair_mlip_kokkos.h).

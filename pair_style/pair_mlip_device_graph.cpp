@@ -1,0 +1,117 @@
+/* ----------------------------------------------------------------------
+   mlip: machine-learning interatomic potentials for LAMMPS.
+
+   'pair_style mlip model.pt graph device': the MD step's graph made where the model runs. The
+   positions (local and ghost atoms) and their species go to the device once; the cell list, the
+   halo of a message-passing model (atoms within L-1 hops send along all their edges) and the edge
+   list are built there (mlip/model/device_graph.h), the model runs on them, and the forces and
+   virials are summed there too (mlip::edge_forces); energies, node forces and virials come back
+   once. LAMMPS's neighbour list is not read. On the CPU the same code runs (the device kernels'
+   loop): what the tests compare with the host graph.
+------------------------------------------------------------------------- */
+
+#include "pair_mlip.h"
+#include "pair_mlip_impl.h"
+
+#include "atom.h"
+#include "comm.h"
+#include "error.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+using namespace LAMMPS_NS;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0)
+{
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}    // namespace
+
+/* ----------------------------------------------------------------------
+   init_device_graph: 'graph device' takes every local atom in one call on one model
+------------------------------------------------------------------------- */
+
+void PairMLIP::init_device_graph(bool chunk_given)
+{
+  if (!options.device_graph) return;
+  const char *why = chunk_given ? "'chunk' (all local atoms are one call)"
+                    : options.cuda_graph ? "cuda_graph yes"
+                    : exchanging()       ? "the ghost exchange (drop 'exchange yes': the graph carries the halo)"
+                    : committee_size() > 1 ? "several models"
+                    : kokkosable           ? "mlip/kk"
+                                           : nullptr;
+  if (why) error->all(FLERR, std::string("pair_style mlip: graph device is not for ") + why);
+  if (comm->me == 0)
+    utils::logmesg(lmp, "pair_style mlip: graph device: the neighbour graph{} is built on {} from the positions, "
+                        "forces and virials summed there\n",
+                   layers > 1 ? fmt::format(" with its halo of {} x {} A", layers - 1, cutoff) : "",
+                   impl->model->device().str());
+}
+
+/* ----------------------------------------------------------------------
+   compute_device_graph: positions there, graph, model, forces, and back
+------------------------------------------------------------------------- */
+
+void PairMLIP::compute_device_graph()
+{
+  Impl &s = *impl;
+  auto t0 = Clock::now();
+  const torch::Device device = s.model->device();
+  const int n = atom->nlocal + atom->nghost;
+  s.atom_species.resize(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; i++) s.atom_species[i] = type_species[atom->type[i]];
+  torch::Tensor x = torch::from_blob(atom->x[0], {n, 3}, torch::kFloat64).to(device);
+  if (distance_unit != 1.0) x = x * (1.0 / distance_unit);    // the graph is in A, as the model
+  const torch::Tensor species = torch::from_blob(s.atom_species.data(), {n}, torch::kInt64).to(device);
+  guarded(error, false, "graph device", [&] {
+    s.device_graph = mlip::build_device_graph(x, species, atom->nlocal, cutoff, std::max(layers, 1));
+  });
+  const mlip::DeviceGraph &g = s.device_graph;
+  add_time(GRAPH, seconds_since(t0));
+  if (g.n_centers == 0) return;
+
+  t0 = Clock::now();
+  const mlip::GraphView view = g.view();
+  mlip::ModelOutput out;
+  guarded(error, false, "model evaluation failed", [&] { out = mlip::evaluate_graph(*s.model, view); });
+  add_time(MODEL, seconds_since(t0));
+  t0 = Clock::now();
+  mlip::EdgeForceRequest request;
+  request.virial = vflag_global != 0;
+  request.node_virial = vflag_atom || cvflag_atom;
+  mlip::EdgeForces ef;
+  guarded(error, false, "forces", [&] {
+    ef = mlip::edge_forces(view, out.edge_grad, request);
+    to_lammps_units(out, ef);
+    // Back to the host, once each.
+    out.atom_energy = out.atom_energy.cpu();
+    ef.forces = ef.forces.cpu();
+    if (ef.virial.defined()) ef.virial = ef.virial.cpu();
+    if (ef.node_virial.defined()) ef.node_virial = ef.node_virial.cpu();
+  });
+  check_device_distances();
+  const torch::Tensor node_atom = g.node_atom.cpu();
+  s.node_atom.assign(node_atom.data_ptr<int64_t>(), node_atom.data_ptr<int64_t>() + node_atom.numel());
+  add_outputs(out.atom_energy.data_ptr<double>(), ef, s.node_atom.data(), g.n_centers);
+  add_time(FORCES, seconds_since(t0));
+}
+
+// check_distances() for the device graph: its shortest edge, read after the model call.
+void PairMLIP::check_device_distances()
+{
+  const mlip::DeviceGraph &g = impl->device_graph;
+  if (g.n_edges() == 0) return;
+  const torch::Tensor r2 = g.edge_vectors.square().sum(1);
+  const int64_t e = r2.argmin().item<int64_t>();
+  const double r = std::sqrt(r2[e].item<double>());
+  if (r >= min_distance) return;
+  const torch::Tensor ends = g.node_atom.index_select(0, g.edge_index.select(1, e)).cpu();
+  close_atoms_error(static_cast<int>(ends[0].item<int64_t>()), static_cast<int>(ends[1].item<int64_t>()), r);
+}
