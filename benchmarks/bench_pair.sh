@@ -35,7 +35,8 @@
 # to each float64 run, and in float32 where FLOAT32 runs).
 # DEVICE (cuda, cuda:N or auto: pair_style mlip runs its model there, 'device DEVICE'; the mlip
 # rows are labelled with it; scripts/gpu-check.sh uses it). CUDA_GRAPH (1, with DEVICE: also each
-# se_e2_a run with 'cuda_graph yes', the model call recorded as a CUDA graph, next to it).
+# se_e2_a run with 'cuda_graph yes', the model call recorded as a CUDA graph, next to it). GRAPH (host;
+# device: every mlip run with 'graph device', the graph built on the model's device; no CUDA graphs).
 # THREADS (LibTorch threads per rank, OMP_NUM_THREADS; default 1). MD_STEPS ("10k=50 100k=20": MD
 # steps per size instead of the defaults below). SE_E2A (0: no
 # plain se_e2_a float64 rows, for runs of the other rows alone). ROWS_OUT (a file each row is
@@ -220,6 +221,12 @@ on=""
 if [[ -n $DEVICE ]]; then
   options="$options device $DEVICE"
   on=" on $DEVICE"
+fi
+GRAPH=${GRAPH:-host}
+if [[ $GRAPH == device ]]; then
+  options="$options graph device"
+  on="$on, device graph"
+  CUDA_GRAPH=0
 fi
 
 if [[ -n $CHUNKS ]]; then

@@ -14,6 +14,8 @@
 #   train      training frames/s on water (examples/configs/water-se_e2_a.yaml), batch 1, 4, 16
 #   md         MD us/atom-step at 10k and 100k water atoms, with and without cuda_graph yes, and
 #              the peak GPU memory of each run (benchmarks/bench_pair.sh)
+#   md_device_graph  the same with the graph built on the GPU ('graph device'): se_e2_a plain and
+#              compressed, float64 and float32, PaiNN, at 10k and 100k atoms
 #   train_gpu  the trainer's GPU test (resume, data on the device, GPU = CPU in float64)
 #   stream     training streamed from a pack against the same frames in memory, on the CPUs (pairs
 #              at once, a core each) and on the GPU
@@ -432,6 +434,16 @@ stage_md() {
     bench md 300 SIZES="10k 100k" MD_STEPS="10k=20 100k=10" CUDA_GRAPH=1
   fi
 }
+# The MD step's graph built on the GPU ('graph device'): se_e2_a plain and compressed in float64 and
+# float32, PaiNN, at 10k and 100k atoms, against the host-graph rows of stage md.
+stage_md_device_graph() {
+  if [[ $dry == 1 ]]; then
+    bench md_device_graph 240 SIZES=1k MD_STEPS="1k=2" GRAPH=device COMPRESSED=1 PAINN=1 PAINN_CHUNKS=
+  else
+    bench md_device_graph 300 SIZES="10k 100k" MD_STEPS="10k=20 100k=10" GRAPH=device COMPRESSED=1 FLOAT32=1 \
+      FLOAT32_SIZES="10k 100k" PAINN=1 PAINN_CHUNKS=
+  fi
+}
 stage_md_more() {
   if [[ $dry == 1 ]]; then
     bench md_more 240 SIZES=1k MD_STEPS="1k=2" SE_E2A=0 COMPRESSED=1 PAINN=1 PAINN_CHUNKS= MACE=1
@@ -577,6 +589,7 @@ main() {
   stage pair_np1 30 stage_pair_np1
   stage train 40 stage_train
   stage md 60 stage_md
+  stage md_device_graph 60 stage_md_device_graph
   stage train_gpu 40 stage_train_gpu
   stage stream 150 stage_stream
   stage pair_np2 30 stage_pair_np2
