@@ -529,6 +529,57 @@ TEST(GradientReducer, BucketsCoverEveryParameterOnceInReverseOrder) {
   EXPECT_NEAR(reducer.gradient_norm(), std::sqrt(norm), 1e-12 * std::sqrt(norm));
 }
 
+// training.optimizer.fused (ATen's fused Adam kernels, the default on GPUs) trains as
+// torch::optim's Adam and AdamW (AMSGrad, weight decay) up to rounding, and a fused run interrupted
+// and resumed from its checkpoint (the moments and counts are the optimizer's state) equals the
+// uninterrupted one bitwise.
+TEST(Training, FusedAdamTrainsAsTorchOptimAndResumesBitwise) {
+  TempDir dir("mlip_test_fused_adam");
+  SerialCommunicator comm;
+  auto params = [&](const std::string& name, std::vector<std::string> overrides, int stop_after = 0) {
+    const std::string out = (dir.path / name).string();
+    const std::string cfg = tiny_config(dir, out, 3);
+    overrides.push_back("training.device=cpu");
+    Trainer t(read_config(cfg, overrides), "", comm);
+    t.run(false, stop_after);
+    if (stop_after > 0) {
+      Trainer r(read_config(cfg, overrides), "", comm);
+      r.run(true);
+    }
+    return checkpoint_parameters(fs::path(out) / "checkpoints" / "epoch-000003");
+  };
+  const std::vector<std::vector<std::string>> variants = {
+      {}, {"training.optimizer.type=adamw", "training.optimizer.weight_decay=0.01", "training.optimizer.amsgrad=true"}};
+  for (std::size_t v = 0; v < variants.size(); ++v) {
+    auto with = [&](const std::string& fused) {
+      std::vector<std::string> o = variants[v];
+      o.push_back("training.optimizer.fused=" + fused);
+      return o;
+    };
+    const std::string tag = std::to_string(v);
+    const auto plain = params("plain" + tag, with("false"));
+    const auto fused = params("fused" + tag, with("true"));
+    const auto split = params("split" + tag, with("true"), 2);
+    ASSERT_FALSE(plain.empty());
+    ASSERT_EQ(plain.size(), fused.size());
+    double largest = 0;
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+      const double scale = std::max(plain[i].abs().max().item<double>(), 1e-3);
+      largest = std::max(largest, (fused[i] - plain[i]).abs().max().item<double>() / scale);
+      EXPECT_TRUE(torch::equal(fused[i], split[i])) << "variant " << v << ", resumed, parameter " << i;
+    }
+    EXPECT_LE(largest, 1e-10) << "variant " << v;
+    std::printf("fused Adam, variant %zu: largest parameter difference from torch::optim after 3 epochs %.3g "
+                "(relative)\n", v, largest);
+    // The fused step is not torch::optim's in another guise: something moved.
+    EXPECT_FALSE(torch::equal(plain[0], checkpoint_parameters(fs::path(dir.path / ("fused" + tag)) / "checkpoints" /
+                                                               "epoch-000001")[0]));
+  }
+  EXPECT_NE(error_of(tiny_config(dir, (dir.path / "e").string(), 1), {"training.optimizer.fused=maybe"})
+                .find("training.optimizer.fused must be auto, true or false, not 'maybe'"),
+            std::string::npos);
+}
+
 // The trainer on a GPU (skipped without one): interrupted + resumed equals uninterrupted bitwise
 // (training.deterministic), data kept on the device equals batches copied per step bitwise, and
 // the GPU run follows the CPU run (float64) to round-off.

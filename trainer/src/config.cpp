@@ -341,7 +341,10 @@ static void read_optimization(Section& training, Config& c) {
   c.lr = opt.get<double>("lr", c.lr);
   c.weight_decay = opt.get<double>("weight_decay", c.weight_decay);
   c.amsgrad = opt.get<bool>("amsgrad", c.amsgrad);
+  c.fused = opt.get<std::string>("fused", c.fused);
   opt.finish();
+  if (c.fused != "auto" && c.fused != "true" && c.fused != "false")
+    opt.fail(opt.node()["fused"], "training.optimizer.fused must be auto, true or false, not '" + c.fused + "'");
   if (c.optimizer != "adam" && c.optimizer != "adamw") {
     opt.fail(opt.node()["type"], "training.optimizer.type must be adam or adamw, not '" + c.optimizer + "'");
   }

@@ -61,6 +61,7 @@ struct Config {
   double lr = 1e-3;
   double weight_decay = 0.0;
   bool amsgrad = false;                 // Adam's AMSGrad variant (mace-torch's default)
+  std::string fused = "auto";           // ATen's fused Adam kernels: auto (= on GPUs) | true | false
   ScheduleConfig schedule;
   std::string loss = "mse";             // mse | huber
   double huber_delta = 0.01;

@@ -236,6 +236,10 @@ void Trainer::setup_model_and_statistics() {
     optimizer_ = std::make_unique<torch::optim::Adam>(
         params_, torch::optim::AdamOptions(config_.lr).weight_decay(config_.weight_decay).amsgrad(config_.amsgrad));
   }
+  fused_.reset();
+  if (config_.fused == "true" || (config_.fused == "auto" && device_.is_cuda()))
+    fused_ = std::make_unique<FusedAdam>(*optimizer_, config_.optimizer == "adamw");
+  if (fused_) log(fmt::format("optimizer: {} by ATen's fused kernel (training.optimizer.fused)", config_.optimizer));
   sampler_ = std::make_unique<Sampler>(*data_.train, config_.batch_frames, config_.batch_atoms, config_.seed,
                                        at::get_num_threads());
   const int64_t steps_per_epoch = (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate;
@@ -335,7 +339,10 @@ void Trainer::step_optimizer() {
   }
   const double lr = schedule_->lr(state_.step);
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-  optimizer_->step();
+  if (fused_)
+    fused_->step();
+  else
+    optimizer_->step();
   optimizer_->zero_grad();
   if (!ema_.empty()) {
     torch::NoGradGuard no_grad;  // EMA update

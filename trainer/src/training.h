@@ -18,6 +18,7 @@
 #include "communicator.h"
 #include "config.h"
 #include "frame_source.h"
+#include "fused_adam.h"
 #include "gradient_reducer.h"
 #include "mlip/data/dataset.h"
 #include "mlip/potentials.h"
@@ -293,6 +294,7 @@ class Trainer {
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> ema_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<FusedAdam> fused_;            // optimizer_'s steps by ATen's fused kernels (optimizer.fused)
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Schedule> schedule_;
   TrainState state_;

@@ -1,0 +1,90 @@
+#include "fused_adam.h"
+
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <ATen/ops/_fused_adam.h>
+#include <ATen/ops/_fused_adamw.h>
+#include <ATen/ops/_foreach_add.h>
+
+namespace mlip::trainer {
+
+namespace {
+
+// Adam's and AdamW's options alike.
+struct Hyper {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool amsgrad;
+};
+
+template <class Options> Hyper hyper_of(const Options& o) {
+  return {o.lr(), std::get<0>(o.betas()), std::get<1>(o.betas()), o.eps(), o.weight_decay(), o.amsgrad()};
+}
+
+// The tensors of the parameters of one device and dtype, as the fused kernels take them.
+struct Lists {
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+};
+
+}  // namespace
+
+// The optimizer's state of p, made as torch::optim::Adam makes it where there is none yet.
+torch::optim::AdamParamState& FusedAdam::state_of(const torch::Tensor& p, bool amsgrad) {
+  auto& states = optimizer_.state();
+  auto it = states.find(p.unsafeGetTensorImpl());
+  if (it == states.end()) {
+    auto state = std::make_unique<torch::optim::AdamParamState>();
+    state->step(0);
+    state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    if (amsgrad) state->max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    it = states.emplace(p.unsafeGetTensorImpl(), std::move(state)).first;
+  }
+  return static_cast<torch::optim::AdamParamState&>(*it->second);
+}
+
+// The kernels' step count of p (advanced with each step), renewed from the state when they part
+// (a checkpoint loaded, a new state).
+torch::Tensor& FusedAdam::count_of(const torch::Tensor& p, torch::optim::AdamParamState& state) {
+  Count& c = counts_[p.unsafeGetTensorImpl()];
+  if (c.host != state.step() || !c.on_device.defined()) {
+    c.on_device = torch::full({}, static_cast<double>(state.step()), p.options().dtype(torch::kFloat32));
+    c.host = state.step();
+  }
+  ++c.host;   // what step() makes it
+  return c.on_device;
+}
+
+void FusedAdam::step() {
+  auto& group = optimizer_.param_groups().at(0);
+  const Hyper h = adamw_ ? hyper_of(static_cast<const torch::optim::AdamWOptions&>(group.options()))
+                         : hyper_of(static_cast<const torch::optim::AdamOptions&>(group.options()));
+  std::map<std::pair<int, int>, Lists> lists;   // by (device, dtype)
+  torch::NoGradGuard no_grad;
+  for (const torch::Tensor& p : group.params()) {
+    if (!p.grad().defined()) continue;
+    auto& state = state_of(p, h.amsgrad);
+    Lists& l = lists[{static_cast<int>(p.device().type()) * 256 + p.device().index(), static_cast<int>(p.scalar_type())}];
+    l.steps.push_back(count_of(p, state));
+    state.step(state.step() + 1);
+    l.params.push_back(p);
+    l.grads.push_back(p.grad());
+    l.exp_avgs.push_back(state.exp_avg());
+    l.exp_avg_sqs.push_back(state.exp_avg_sq());
+    if (h.amsgrad) l.max_exp_avg_sqs.push_back(state.max_exp_avg_sq());
+  }
+  for (auto& entry : lists) {
+    Lists& l = entry.second;
+    at::_foreach_add_(l.steps, 1);   // the kernels take the count of this step
+    if (adamw_)
+      at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps, h.lr, h.beta1, h.beta2,
+                        h.weight_decay, h.eps, h.amsgrad, /*maximize=*/false);
+    else
+      at::_fused_adam_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps, h.lr, h.beta1, h.beta2,
+                       h.weight_decay, h.eps, h.amsgrad, /*maximize=*/false);
+  }
+}
+
+}  // namespace mlip::trainer

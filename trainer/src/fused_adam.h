@@ -1,0 +1,35 @@
+// Adam and AdamW steps by ATen's fused kernels (_fused_adam_, _fused_adamw_): one kernel over all
+// parameters of a dtype on a GPU, instead of a handful per parameter (batch-1 training on a GPU is
+// bound by kernel launches), a vectorised loop on the CPU. The moments and step counts stay the
+// torch::optim optimizer's own state, so checkpoints are the same with or without it.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+
+namespace mlip::trainer {
+
+class FusedAdam {
+ public:
+  /// `optimizer`: a torch::optim::Adam or AdamW (decoupled weight decay) whose step() this replaces.
+  FusedAdam(torch::optim::Optimizer& optimizer, bool adamw) : optimizer_(optimizer), adamw_(adamw) {}
+  /// One step with the options of the optimizer's (single) parameter group, its lr included.
+  void step();
+
+ private:
+  struct Count {
+    torch::Tensor on_device;   // float32 scalar on the parameter's device: the fused kernels' count
+    int64_t host = -1;         // the state's step when on_device was last in agreement with it
+  };
+  torch::optim::AdamParamState& state_of(const torch::Tensor& p, bool amsgrad);
+  torch::Tensor& count_of(const torch::Tensor& p, torch::optim::AdamParamState& state);
+
+  torch::optim::Optimizer& optimizer_;
+  bool adamw_;
+  std::unordered_map<const void*, Count> counts_;
+};
+
+}  // namespace mlip::trainer
