@@ -210,9 +210,9 @@ void PairMLIP::settings(int narg, char **arg)
   impl->exchange.init(options.exchange, *impl->model, model_file, committee_size() > 1,
                       kokkosable && execution_space == Device);
   init_cuda_graph(one_call, chunk_given);
-  init_device_graph(chunk_given);
-  if (!chunk_given) options.chunk = default_chunk(one_call);
-  init_sizer(one_call && !chunk_given && !options.device_graph);
+  init_device_graph();
+  if (!chunk_given) options.chunk = options.device_graph ? default_chunk_gpu : default_chunk(one_call);
+  init_sizer(one_call && !chunk_given);
   set_reach();
   // LAMMPS's buffers, per atom: the widest communication of a job (ghost features, committee forces).
   comm_forward = impl->exchange.width();

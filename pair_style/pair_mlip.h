@@ -23,6 +23,7 @@ PairStyle(mlip,PairMLIP);
 
 namespace mlip {
 class Model;
+class DeviceGraphBuilder;
 struct EdgeForces;
 struct GraphView;
 struct ModelOutput;
@@ -124,7 +125,8 @@ class PairMLIP : public Pair {
   // shell, features forward-communicated between layers, their gradients reverse-communicated.
   void compute_exchanging();
   void compute_device_graph();
-  void init_device_graph(bool chunk_given);
+  void init_device_graph();
+  void evaluate_device_chunk(const mlip::DeviceGraphBuilder &cells, int64_t first, int64_t last);
   void check_device_distances();
   bool exchanging() const;
   // The model on a graph of all local atoms (the centres) and ghosts; node_atom (host): the

@@ -6,7 +6,9 @@
    halo of a message-passing model (atoms within L-1 hops send along all their edges) and the edge
    list are built there (mlip/model/device_graph.h), the model runs on them, and the forces and
    virials are summed there too (mlip::edge_forces); energies, node forces and virials come back
-   once. LAMMPS's neighbour list is not read. On the CPU the same code runs (the device kernels'
+   once. LAMMPS's neighbour list is not read. The atoms are binned once a step; the local atoms go
+   through the model in calls sized by the GPU's free memory (mlip/model/device_memory.h) or of at
+   most 'chunk' atoms, each with its own graph. On the CPU the same code runs (the device kernels'
    loop): what the tests compare with the host graph.
 ------------------------------------------------------------------------- */
 
@@ -20,6 +22,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
+#include <optional>
 
 using namespace LAMMPS_NS;
 
@@ -35,15 +39,14 @@ double seconds_since(Clock::time_point t0)
 }    // namespace
 
 /* ----------------------------------------------------------------------
-   init_device_graph: 'graph device' takes every local atom in one call on one model
+   init_device_graph: 'graph device' takes the plain style's one model
 ------------------------------------------------------------------------- */
 
-void PairMLIP::init_device_graph(bool chunk_given)
+void PairMLIP::init_device_graph()
 {
   if (!options.device_graph) return;
-  const char *why = chunk_given ? "'chunk' (all local atoms are one call)"
-                    : options.cuda_graph ? "cuda_graph yes"
-                    : exchanging()       ? "the ghost exchange (drop 'exchange yes': the graph carries the halo)"
+  const char *why = options.cuda_graph ? "cuda_graph yes"
+                    : exchanging()     ? "the ghost exchange (drop 'exchange yes': the graph carries the halo)"
                     : committee_size() > 1 ? "several models"
                     : kokkosable           ? "mlip/kk"
                                            : nullptr;
@@ -56,13 +59,14 @@ void PairMLIP::init_device_graph(bool chunk_given)
 }
 
 /* ----------------------------------------------------------------------
-   compute_device_graph: positions there, graph, model, forces, and back
+   compute_device_graph: positions there once, the cell list, then the local atoms in calls
+   (sized by the free memory on a GPU without 'chunk', else of at most 'chunk' atoms)
 ------------------------------------------------------------------------- */
 
 void PairMLIP::compute_device_graph()
 {
   Impl &s = *impl;
-  auto t0 = Clock::now();
+  const auto t0 = Clock::now();
   const torch::Device device = s.model->device();
   const int n = atom->nlocal + atom->nghost;
   s.atom_species.resize(static_cast<std::size_t>(n));
@@ -70,9 +74,39 @@ void PairMLIP::compute_device_graph()
   torch::Tensor x = torch::from_blob(atom->x[0], {n, 3}, torch::kFloat64).to(device);
   if (distance_unit != 1.0) x = x * (1.0 / distance_unit);    // the graph is in A, as the model
   const torch::Tensor species = torch::from_blob(s.atom_species.data(), {n}, torch::kInt64).to(device);
-  guarded(error, false, "graph device", [&] {
-    s.device_graph = mlip::build_device_graph(x, species, atom->nlocal, cutoff, std::max(layers, 1));
-  });
+  std::unique_ptr<mlip::DeviceGraphBuilder> cells;
+  guarded(error, false, "graph device", [&] { cells = std::make_unique<mlip::DeviceGraphBuilder>(x, species, cutoff); });
+  add_time(GRAPH, seconds_since(t0));
+  const int nlocal = atom->nlocal;
+  if (s.sizer) {
+    const int64_t limit = s.sizer->limit();
+    mlip::evaluate_within_memory(
+        0, nlocal, *s.sizer, [this] { return available_memory(); },
+        [&](int64_t a, int64_t b) { evaluate_device_chunk(*cells, a, b); });
+    report_sizing(limit, nlocal);
+    return;
+  }
+  const int n_chunks = nlocal / options.chunk + (nlocal % options.chunk != 0 ? 1 : 0);
+  const int size = n_chunks > 0 ? nlocal / n_chunks + (nlocal % n_chunks != 0 ? 1 : 0) : 1;
+  for (int a = 0; a < nlocal; a += size) evaluate_device_chunk(*cells, a, std::min(nlocal, a + size));
+}
+
+// The local atoms [first, last) as centres: graph, model and forces on the device, the outputs
+// back; under the sizer, the call's memory measured, and nothing added when it runs out.
+void PairMLIP::evaluate_device_chunk(const mlip::DeviceGraphBuilder &cells, int64_t first, int64_t last)
+{
+  Impl &s = *impl;
+  auto t0 = Clock::now();
+  const torch::Device device = s.model->device();
+  const bool sized = static_cast<bool>(s.sizer);
+  std::optional<mlip::DeviceMemory> before;
+  if (sized) {
+    mlip::reset_peak_memory(device);
+    before = mlip::device_memory(device);
+  }
+  s.device_graph = mlip::DeviceGraph{};
+  guarded(
+      error, false, "graph device", [&] { s.device_graph = cells.build(first, last, std::max(layers, 1)); }, sized);
   const mlip::DeviceGraph &g = s.device_graph;
   add_time(GRAPH, seconds_since(t0));
   if (g.n_centers == 0) return;
@@ -80,26 +114,34 @@ void PairMLIP::compute_device_graph()
   t0 = Clock::now();
   const mlip::GraphView view = g.view();
   mlip::ModelOutput out;
-  guarded(error, false, "model evaluation failed", [&] { out = mlip::evaluate_graph(*s.model, view); });
+  guarded(
+      error, false, "model evaluation failed", [&] { out = mlip::evaluate_graph(*s.model, view); }, sized);
   add_time(MODEL, seconds_since(t0));
   t0 = Clock::now();
   mlip::EdgeForceRequest request;
   request.virial = vflag_global != 0;
   request.node_virial = vflag_atom || cvflag_atom;
   mlip::EdgeForces ef;
-  guarded(error, false, "forces", [&] {
-    ef = mlip::edge_forces(view, out.edge_grad, request);
-    to_lammps_units(out, ef);
-    // Back to the host, once each.
-    out.atom_energy = out.atom_energy.cpu();
-    ef.forces = ef.forces.cpu();
-    if (ef.virial.defined()) ef.virial = ef.virial.cpu();
-    if (ef.node_virial.defined()) ef.node_virial = ef.node_virial.cpu();
-  });
+  guarded(
+      error, false, "forces",
+      [&] {
+        ef = mlip::edge_forces(view, out.edge_grad, request);
+        to_lammps_units(out, ef);
+        // Back to the host, once each.
+        out.atom_energy = out.atom_energy.cpu();
+        ef.forces = ef.forces.cpu();
+        if (ef.virial.defined()) ef.virial = ef.virial.cpu();
+        if (ef.node_virial.defined()) ef.node_virial = ef.node_virial.cpu();
+      },
+      sized);
+  if (before)
+    if (const auto after = mlip::device_memory(device))
+      s.sizer->observe(g.n_centers, g.n_edges(), after->peak - before->allocated);
   check_device_distances();
   const torch::Tensor node_atom = g.node_atom.cpu();
   s.node_atom.assign(node_atom.data_ptr<int64_t>(), node_atom.data_ptr<int64_t>() + node_atom.numel());
   add_outputs(out.atom_energy.data_ptr<double>(), ef, s.node_atom.data(), g.n_centers);
+  s.device_graph = mlip::DeviceGraph{};   // its memory free for the next call
   add_time(FORCES, seconds_since(t0));
 }
 

@@ -54,8 +54,7 @@ const std::vector<Keyword> &keywords()
   static const std::vector<Keyword> table = {
       {"chunk", "N",
        "64 (local models), 1024 (compressed se_e2_a), 128 (message passing, ghost exchange or halo); on a GPU sized "
-       "by the free memory ([gpu.md](gpu.md)), all local atoms with `cuda_graph yes`, `graph device` or the ghost "
-       "exchange",
+       "by the free memory ([gpu.md](gpu.md)), all local atoms with `cuda_graph yes` or the ghost exchange",
        "most local atoms per model call: bounds the memory of a call", false,
        [](const std::string &v, Options &o) { o.chunk = positive_int("chunk", v); }},
       {"timing", "yes|no", "no",
@@ -72,8 +71,9 @@ const std::vector<Keyword> &keywords()
        false, [](const std::string &v, Options &o) { o.cuda_graph = yes_no("cuda_graph", v); }},
       {"graph", "host|device", "host",
        "where the neighbour graph is built each step: `device` copies the positions to the model's device once and "
-       "builds the cell list, the halo and the edge list there, and the forces and virials too (one copy back); all "
-       "local atoms in one call; not with `chunk`, `cuda_graph`, the ghost exchange, several models or `mlip/kk`",
+       "builds the cell list, the halo and the edge list there, and the forces and virials too (one copy back); calls "
+       "sized by the free memory, or of at most `chunk` atoms; not with `cuda_graph`, the ghost exchange, several "
+       "models or `mlip/kk`",
        false,
        [](const std::string &v, Options &o) {
          if (v != "host" && v != "device") bad_value("graph", v, "'host' or 'device'");

@@ -486,13 +486,14 @@ TEST(DeviceGraph, EqualsTheHostGraphOfTheSameAtoms) {
   const double cutoff = 3.0;
   const torch::Tensor x = torch::tensor(a.x, torch::kFloat64).view({n, 3});
   const torch::Tensor species = torch::tensor(a.species, torch::kInt64);
-  for (int hops : {1, 2, 3}) {
-    const mlip::DeviceGraph d = mlip::build_device_graph(x, species, n_local, cutoff, hops);
+  const mlip::DeviceGraphBuilder cells(x, species, cutoff);
+  for (auto [first, last, hops] : {std::tuple{0, n_local, 1}, {0, n_local, 2}, {0, n_local, 3}, {150, 300, 1}, {150, 300, 2}}) {
+    const mlip::DeviceGraph d = cells.build(first, last, hops);
     mlip::ChunkGraph h;
-    std::vector<int> centres(static_cast<std::size_t>(n_local));
-    std::iota(centres.begin(), centres.end(), 0);
+    std::vector<int> centres(static_cast<std::size_t>(last - first));
+    std::iota(centres.begin(), centres.end(), first);
     h.build(
-        centres.data(), centres.data() + n_local, n, cutoff, [&](int i) { return static_cast<int>(a.species[i]); },
+        centres.data(), centres.data() + centres.size(), n, cutoff, [&](int i) { return static_cast<int>(a.species[i]); },
         [&](int i, auto&& visit) {
           for (int j = 0; j < n; ++j)
             if (j != i) visit(j, a.x[3 * j] - a.x[3 * i], a.x[3 * j + 1] - a.x[3 * i + 1], a.x[3 * j + 2] - a.x[3 * i + 2]);
@@ -512,6 +513,7 @@ TEST(DeviceGraph, EqualsTheHostGraphOfTheSameAtoms) {
               edges_of(h_atoms, h.edge_index.data(), h.n_edges, h.edge_vectors.data()))
         << hops << " hops";
   }
+  EXPECT_EQ(mlip::build_device_graph(x, species, n_local, cutoff, 2).n_edges(), cells.build(0, n_local, 2).n_edges());
   // No atoms, no centres, atoms far apart (a grid of many empty cells).
   EXPECT_EQ(mlip::build_device_graph(torch::zeros({0, 3}, torch::kFloat64), torch::zeros({0}, torch::kInt64), 0, 3.0, 1)
                 .n_edges(),

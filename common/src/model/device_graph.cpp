@@ -9,20 +9,19 @@
 
 namespace mlip {
 
-namespace {
-
 using kernels::CellGrid;
 
 // The cell list of x: cells at least `cutoff` wide over the atoms' bounding box (wider where that
 // would make more than about 8 cells per atom), atoms grouped by cell in index order.
-struct Cells {
+struct DeviceGraphBuilder::Cells {
   CellGrid<double> grid{};
   torch::Tensor cell, by_cell, cell_first;   // kept alive for grid's pointers
 };
 
-Cells make_cells(const torch::Tensor& x, const torch::Tensor& species, double cutoff) {
+namespace {
+
+void make_cells(DeviceGraphBuilder::Cells& c, const torch::Tensor& x, const torch::Tensor& species, double cutoff) {
   const int64_t n = x.size(0);
-  Cells c;
   CellGrid<double>& g = c.grid;
   g.x = x.data_ptr<double>();
   g.species = species.data_ptr<int64_t>();
@@ -51,7 +50,6 @@ Cells make_cells(const torch::Tensor& x, const torch::Tensor& species, double cu
   std::tie(c.by_cell, c.cell_first) = detail::grouped_by(c.cell, total);
   g.by_cell = c.by_cell.data_ptr<int64_t>();
   g.cell_first = c.cell_first.data_ptr<int64_t>();
-  return c;
 }
 
 // reach[h]: the atoms within h hops of a centre (reach[0]: the centres), h = 0 .. hops.
@@ -81,48 +79,62 @@ GraphView DeviceGraph::view() const {
   return v;
 }
 
-DeviceGraph build_device_graph(const torch::Tensor& positions, const torch::Tensor& species, int64_t n_local,
-                               double cutoff, int hops) {
+DeviceGraphBuilder::DeviceGraphBuilder(const torch::Tensor& positions, const torch::Tensor& species, double cutoff) {
   TORCH_CHECK(positions.dim() == 2 && positions.size(1) == 3 && positions.scalar_type() == torch::kFloat64,
-              "build_device_graph: positions must be (n, 3) float64");
+              "DeviceGraphBuilder: positions must be (n, 3) float64");
   TORCH_CHECK(species.numel() == positions.size(0) && species.scalar_type() == torch::kInt64 &&
                   species.device() == positions.device(),
-              "build_device_graph: species must be (n) int64 on the positions' device");
-  const torch::Tensor x = positions.contiguous(), s = species.contiguous();
-  const int64_t n = x.size(0);
-  const auto index = s.options();
+              "DeviceGraphBuilder: species must be (n) int64 on the positions' device");
+  x_ = positions.contiguous();
+  species_ = species.contiguous();
+  if (x_.size(0) == 0) return;
+  cells_ = std::make_unique<Cells>();
+  make_cells(*cells_, x_, species_, cutoff);
+}
+
+DeviceGraphBuilder::~DeviceGraphBuilder() = default;
+
+DeviceGraph DeviceGraphBuilder::build(int64_t first, int64_t last, int hops) const {
+  const int64_t n = x_.size(0);
+  const auto index = species_.options();
   DeviceGraph graph;
-  const torch::Tensor centres = (torch::arange(n, index) < n_local) & (s >= 0);
-  if (n == 0) {
+  if (!cells_) {
     graph.species = graph.node_atom = torch::empty({0}, index);
     graph.edge_index = torch::empty({2, 0}, index);
-    graph.edge_vectors = torch::empty({0, 3}, x.options());
+    graph.edge_vectors = torch::empty({0, 3}, x_.options());
     return graph;
   }
-  const Cells cells = make_cells(x, s, cutoff);
-  const std::vector<torch::Tensor> r = reach(cells.grid, centres, std::max(hops, 1));
+  const torch::Tensor atom = torch::arange(n, index);
+  const torch::Tensor centres = (atom >= first) & (atom < last) & (species_ >= 0);
+  const CellGrid<double>& grid = cells_->grid;
+  const std::vector<torch::Tensor> r = reach(grid, centres, std::max(hops, 1));
   const torch::Tensor& from = r[r.size() - 2];   // within hops - 1: they send along all their edges
   // Nodes: the centres in atom order, then the other atoms reached.
   graph.node_atom = torch::cat({centres.nonzero().view(-1), (r.back() & ~centres).nonzero().view(-1)});
   graph.n_centers = centres.sum().item<int64_t>();
   const torch::Tensor node_of = torch::full({n}, -1, index).index_put_(
       {graph.node_atom}, torch::arange(graph.node_atom.numel(), index));
-  graph.species = s.index_select(0, graph.node_atom);
+  graph.species = species_.index_select(0, graph.node_atom);
   // Edges: counted per atom, then listed from each atom's first slot.
   torch::Tensor count = torch::empty({n}, index);
-  detail::run_elements(kernels::GraphCountEdges<double>{cells.grid, from.data_ptr<bool>(), count.data_ptr<int64_t>()},
-                       n, x.device());
+  detail::run_elements(kernels::GraphCountEdges<double>{grid, from.data_ptr<bool>(), count.data_ptr<int64_t>()}, n,
+                       x_.device());
   const torch::Tensor ends = count.cumsum(0);
   const int64_t n_edges = ends[n - 1].item<int64_t>();
-  const torch::Tensor first = ends - count;
+  const torch::Tensor starts = ends - count;
   graph.edge_index = torch::empty({2, n_edges}, index);
-  graph.edge_vectors = torch::empty({n_edges, 3}, x.options());
+  graph.edge_vectors = torch::empty({n_edges, 3}, x_.options());
   int64_t* edges = graph.edge_index.data_ptr<int64_t>();
-  detail::run_elements(kernels::GraphListEdges<double>{cells.grid, from.data_ptr<bool>(), first.data_ptr<int64_t>(),
+  detail::run_elements(kernels::GraphListEdges<double>{grid, from.data_ptr<bool>(), starts.data_ptr<int64_t>(),
                                                        node_of.data_ptr<int64_t>(), edges, edges + n_edges,
                                                        graph.edge_vectors.data_ptr<double>()},
-                       n, x.device());
+                       n, x_.device());
   return graph;
+}
+
+DeviceGraph build_device_graph(const torch::Tensor& positions, const torch::Tensor& species, int64_t n_local,
+                               double cutoff, int hops) {
+  return DeviceGraphBuilder(positions, species, cutoff).build(0, n_local, hops);
 }
 
 }  // namespace mlip

@@ -3,13 +3,14 @@
 // there (the device kernels of src/ops/graph_elements.h; on the CPU the same functors in a loop,
 // which ctest checks against ChunkGraph). Nothing of the size of the edges crosses to the host.
 //
-// The graph is ChunkGraph's for the centres [0, n_local) (those the model takes): centres are
+// The graph is ChunkGraph's for a range of centres (those the model takes): centres are
 // nodes [0, n_centers) in atom order, then the other atoms within `hops` hops of a centre; the
 // atoms within hops - 1 send messages along all their edges (their neighbourhoods must be
 // complete: LAMMPS's ghost shell). Edges come by centre atom, each centre's in a fixed order.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include <torch/types.h>
 
@@ -30,10 +31,29 @@ struct DeviceGraph {
   GraphView view() const;
 };
 
-/// The graph of `positions` ((n, 3) float64, on the device the graph is built on) with `species`
-/// ((n) int64 model species, -1 for atoms the model skips, same device): centres the atoms
-/// [0, n_local) the model takes, edges strictly within `cutoff`, `hops` the model's
-/// message-passing depth (1 for local models).
+/// The cell list of one set of positions, from which the graphs of any range of centres are built
+/// (a step's atoms in several calls bin them once).
+class DeviceGraphBuilder {
+ public:
+  /// `positions`: (n, 3) float64 on the device the graphs are built on; `species`: (n) int64 model
+  /// species, -1 for atoms the model skips, same device; edges strictly within `cutoff`.
+  DeviceGraphBuilder(const torch::Tensor& positions, const torch::Tensor& species, double cutoff);
+  ~DeviceGraphBuilder();
+  DeviceGraphBuilder(const DeviceGraphBuilder&) = delete;
+  DeviceGraphBuilder& operator=(const DeviceGraphBuilder&) = delete;
+
+  /// The graph whose centres are the atoms [first, last) the model takes; `hops`: the model's
+  /// message-passing depth (1 for local models).
+  DeviceGraph build(int64_t first, int64_t last, int hops) const;
+
+  struct Cells;   // the cell list (device_graph.cpp)
+
+ private:
+  torch::Tensor x_, species_;
+  std::unique_ptr<Cells> cells_;   // none without atoms
+};
+
+/// DeviceGraphBuilder(positions, species, cutoff).build(0, n_local, hops).
 DeviceGraph build_device_graph(const torch::Tensor& positions, const torch::Tensor& species, int64_t n_local,
                                double cutoff, int hops);
 
