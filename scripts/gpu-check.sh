@@ -345,16 +345,18 @@ stage_build() {
 #---------------------------------------------------------------------------------------------------
 stage_device() {
   local rc=0
-  gtest_each device 60 "$build/bin/test_device" 'Device.*:Architectures/DeviceModels.*:GraphCaptureGpu.*:DeviceKernelsGpu.*' || rc=$?
+  gtest_each device 60 "$build/bin/test_device" 'Device.*:Architectures/DeviceModels.*:GraphCaptureGpu.*:DeviceKernelsGpu.*:DeviceGraphGpu.*:DeviceMemoryGpu.*' || rc=$?
   record "tests test_device (GPU cases): $(gtest_counts "$logs/device.log")"
   local forces graphs
-  forces=$(grep 'relative difference GPU vs CPU' "$logs/device.log" | grep -v 'CUDA graph' | sed 's/: relative difference GPU vs CPU:/:/' | paste -sd';' -)
+  forces=$(grep 'relative difference GPU vs CPU' "$logs/device.log" | grep -v 'CUDA graph\|device kernels' | sed 's/: relative difference GPU vs CPU:/:/' | paste -sd';' -)
   record "forces GPU vs CPU (float64, largest relative difference, limit 1e-8): ${forces:-not measured}"
   graphs=$(grep 'CUDA graph step' "$logs/device.log" | sed 's/relative difference GPU vs CPU: //' | paste -sd';' -)
   record "CUDA graph replays vs CPU (float64): ${graphs:-not measured}"
   local kernels
   kernels=$(grep 'device kernels .*relative difference' "$logs/device.log" | sed 's/relative difference GPU vs CPU kernels: //' | paste -sd';' -)
   record "operators' device kernels vs CPU kernels (limit 1e-12 float64, 1e-4 float32): ${kernels:-not measured}"
+  record "graph built on the GPU vs the CPU: $(grep -h '^device graph:' "$logs/device.log" | paste -sd';' - || true)"
+  record "GPU memory figures: $(grep -h '^device memory:' "$logs/device.log" | paste -sd';' - || true)"
   return $rc
 }
 

@@ -29,6 +29,7 @@
 #include "mlip/model/graph_capture.h"
 #include "mlip/model/model.h"
 #include "mlip/ops/equivariant_message.h"
+#include "mlip/ops/radial_net.h"
 #include "mlip/ops/operators.h"
 #include "mlip/ops/symmetric_contraction.h"
 #include "mlip/ops/tabulated_embedding.h"
@@ -542,5 +543,37 @@ TEST(DeviceGraphGpu, TheGpuBuildsTheCpusGraph) {
     EXPECT_TRUE(torch::equal(gpu.edge_vectors.cpu(), cpu.edge_vectors));
     std::printf("device graph: %lld edges, %lld nodes, %d hops: GPU = CPU\n", static_cast<long long>(cpu.n_edges()),
                 static_cast<long long>(cpu.n_nodes()), hops);
+  }
+}
+
+// tanh_net's device kernel (the uncompressed se_e2_a embedding in MD) on the GPU against the CPU:
+// DeePMD's 25-50-100 net, values, dy/dx and the gradient with respect to x.
+TEST(DeviceKernelsGpu, TanhNetEqualsTheCpu) {
+  if (const std::string why = mlip::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const std::vector<int64_t> widths = {1, 25, 50, 100}, residual = {0, 2, 2};
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    torch::manual_seed(8);
+    std::vector<torch::Tensor> params;
+    for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
+      params.push_back(torch::randn({widths[l], widths[l + 1]}, torch::dtype(dtype)) * 0.4);
+      params.push_back(torch::randn({widths[l + 1]}, torch::dtype(dtype)));
+    }
+    const torch::Tensor x = torch::rand({20000}, torch::dtype(dtype)) * 3;
+    const torch::Tensor weight = torch::randn({20000, 100}, torch::dtype(dtype));
+    auto run = [&](const torch::Device& device) {
+      std::vector<torch::Tensor> p;
+      for (const auto& t : params) p.push_back(t.to(device));
+      const torch::Tensor xg = x.to(device).requires_grad_(true);
+      const auto [y, y_dx] = mlip::tanh_net(xg, p, residual);
+      const torch::Tensor gx = torch::autograd::grad({(y * weight.to(device)).sum()}, {xg})[0];
+      return std::vector<torch::Tensor>{y.detach().cpu(), y_dx.cpu(), gx.cpu()};
+    };
+    const auto cpu = run(torch::kCPU), gpu = run(torch::Device(torch::kCUDA, 0));
+    double worst = 0;
+    for (std::size_t k = 0; k < cpu.size(); ++k)
+      worst = std::max(worst, (gpu[k] - cpu[k]).abs().max().item<double>() / cpu[k].abs().max().item<double>());
+    EXPECT_LE(worst, dtype == torch::kFloat64 ? 1e-12 : 1e-4) << dtype;
+    std::printf("device kernels: tanh_net %s relative difference GPU vs CPU %.3g\n",
+                dtype == torch::kFloat64 ? "float64" : "float32", worst);
   }
 }

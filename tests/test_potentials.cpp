@@ -853,6 +853,40 @@ TEST(TanhNet, MatchesAutogradOfThePlainNet) {
   at::set_num_threads(threads);
 }
 
+// tanh_net's device kernel (radial_net_elements.h, here on the CPU's loop) against the CPU path:
+// values and dy/dx of MD's forward (no parameter requires grad), and the gradient with respect to
+// x through it (forces), for a small net with every residual kind, DeePMD's 25-50-100 net, and a
+// net too wide for the kernel (the ATen formulation then, on either path).
+TEST(TanhNet, DeviceKernelEqualsTheCpuPath) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32})
+  for (const auto& [widths, residual] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
+           {{1, 4, 8, 8, 5}, {0, 2, 1, 0}}, {{1, 25, 50, 100}, {0, 2, 2}}, {{1, 300}, {0}}}) {
+    torch::manual_seed(4);
+    const auto opt = torch::dtype(dtype);
+    std::vector<torch::Tensor> params;
+    for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
+      params.push_back(torch::randn({widths[l], widths[l + 1]}, opt) * 0.4);
+      params.push_back(torch::randn({widths[l + 1]}, opt));
+    }
+    const torch::Tensor x = torch::rand({700}, opt) * 3;
+    const torch::Tensor weight = torch::randn({700, widths.back()}, opt);
+    auto run = [&](KernelChoice choice) {
+      const KernelChoiceScope use(choice);
+      const torch::Tensor xg = x.clone().requires_grad_(true);
+      const auto [y, y_dx] = tanh_net(xg, params, residual);
+      const torch::Tensor gx = torch::autograd::grad({(y * weight).sum()}, {xg})[0];
+      return std::vector<torch::Tensor>{y.detach(), y_dx, gx};
+    };
+    const auto cpu = run(KernelChoice::usual), device = run(KernelChoice::device_kernels);
+    const double tol = dtype == torch::kFloat64 ? 1e-13 : 2e-5;
+    for (std::size_t k = 0; k < cpu.size(); ++k) {
+      const double scale = cpu[k].abs().max().item<double>();
+      EXPECT_LE((device[k] - cpu[k]).abs().max().item<double>(), tol * scale)
+          << dtype << ", widths up to " << widths.back() << ", output " << k;
+    }
+  }
+}
+
 TEST(TabulatedContraction, InputBeyondTheTableIsAnErrorNamingTheDistance) {
   const torch::Tensor table = torch::zeros({1, 10, 6, 2}, torch::kFloat64);
   const torch::Tensor x = torch::tensor({0.2, 1.5}, torch::kFloat64), env = torch::ones({2, 4}, torch::kFloat64);

@@ -4,9 +4,13 @@
 #include <algorithm>
 #include <vector>
 
+#include <ATen/Dispatch.h>
 #include <c10/util/Exception.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
+
+#include "device_launch.h"
+#include "radial_net_elements.h"
 
 namespace mlip {
 namespace {
@@ -129,10 +133,38 @@ template <typename F> void for_blocks(const Tensor& x, F&& body) {
   for (int64_t r = 0; r < rows; r += kBlockRows) body(r, std::min(kBlockRows, rows - r));
 }
 
+// The device kernel takes nets of at most kTanhNetMaxLayers layers of at most kTanhNetMaxWidth.
+bool fits_the_kernel(const std::vector<Layer>& layers) {
+  return layers.size() <= kernels::kTanhNetMaxLayers &&
+         std::all_of(layers.begin(), layers.end(), [](const Layer& l) { return l.out <= kernels::kTanhNetMaxWidth; });
+}
+
+// The forward by the device kernel (radial_net_elements.h): one row per element.
+template <typename T> void forward_elements(const Tensor& x, const std::vector<Layer>& layers, Tensor& out, Tensor& out_d) {
+  kernels::TanhNetArgs<T> o{};
+  o.x = x.data_ptr<T>();
+  o.layers = static_cast<int>(layers.size());
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    o.w[l] = layers[l].w.data_ptr<T>();
+    o.b[l] = layers[l].b.data_ptr<T>();
+    o.in[l] = static_cast<int>(layers[l].in);
+    o.out[l] = static_cast<int>(layers[l].out);
+    o.residual[l] = static_cast<int>(layers[l].residual);
+  }
+  detail::run_elements(kernels::TanhNetForward<T>{o, out.data_ptr<T>(), out_d.data_ptr<T>()}, x.size(0), x.device());
+}
+
 std::tuple<Tensor, Tensor> run_forward(const Tensor& x_in, const std::vector<Layer>& layers, Saved* saved) {
   const Tensor x = x_in.detach().contiguous();
   const int64_t m = layers.back().out;
   Tensor out = torch::empty({x.size(0), m}, x.options()), out_d = torch::empty({x.size(0), m}, x.options());
+  if (saved == nullptr && x.size(0) > 0 && fits_the_kernel(layers) &&
+      detail::kernel_path(x.device()) == detail::KernelPath::device_kernels) {
+    std::vector<Layer> contiguous = layers;
+    for (Layer& l : contiguous) l.w = l.w.contiguous(), l.b = l.b.contiguous();
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "tanh_net", [&] { forward_elements<scalar_t>(x, contiguous, out, out_d); });
+    return {out, out_d};
+  }
   if (saved != nullptr) *saved = allocate_saved(layers, x);
   if (x.size(0) > 0) {
     for_blocks(x, [&](int64_t r0, int64_t n) { forward_block(x, layers, r0, n, out, out_d, saved); });

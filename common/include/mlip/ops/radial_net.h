@@ -16,7 +16,11 @@
 // values kept in the forward (kept only when a parameter requires grad). Not available: a
 // derivative with respect to x of dy/dx (a Hessian with respect to positions).
 //
-// Device-generic (ATen operations on row blocks of 512 on the CPU, one block elsewhere).
+// ATen operations on row blocks of 512 on the CPU, one block elsewhere; the forward that keeps
+// nothing for parameter gradients (MD, evaluation, forces) runs a device kernel on a GPU
+// (src/ops/radial_net_elements.h: a row's whole net in one thread, nothing of size rows x width
+// written but the outputs), for nets of at most 8 layers of at most 256 units (MLIP_KERNELS=device:
+// the same on the CPU).
 #pragma once
 
 #include <torch/script.h>

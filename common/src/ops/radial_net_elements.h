@@ -1,0 +1,66 @@
+// tanh_net's device kernel (mlip/ops/radial_net.h), one row each, for the host and the device
+// (device_kernels.h): the net's value and dy/dx carried through every layer in the thread's own
+// arrays, so that nothing of size rows x width but the outputs is written (the ATen formulation
+// keeps five such arrays per layer). The forward without saved values: MD and evaluation; training
+// keeps the ATen formulation, whose values its backward reads.
+#pragma once
+
+#include <cmath>
+
+#include "device_kernels.h"
+
+namespace mlip::kernels {
+
+constexpr int kTanhNetMaxLayers = 8;
+constexpr int kTanhNetMaxWidth = 256;
+
+template <typename T> struct TanhNetArgs {
+  using value_type = T;
+  const T* x;                                   // (E) inputs
+  int layers;
+  const T* w[kTanhNetMaxLayers];                // (in_l, out_l) row-major
+  const T* b[kTanhNetMaxLayers];                // (out_l)
+  int in[kTanhNetMaxLayers], out[kTanhNetMaxLayers], residual[kTanhNetMaxLayers];
+};
+
+// y[e, :] and dy/dx[e, :] of the last layer; elements (E).
+template <typename T> struct TanhNetForward {
+  static constexpr Kernel id = Kernel::TanhNetForward;
+  TanhNetArgs<T> o;
+  T *y, *y_dx;   // (E, M)
+
+  MLIP_HD void operator()(int64_t e) const {
+    T v[2][kTanhNetMaxWidth], d[2][kTanhNetMaxWidth];
+    v[0][0] = o.x[e];
+    d[0][0] = T(1);
+    int cur = 0;
+    for (int l = 0; l < o.layers; ++l) {
+      layer(l, v[cur], d[cur], v[1 - cur], d[1 - cur]);
+      cur = 1 - cur;
+    }
+    const int m = o.out[o.layers - 1];
+    for (int j = 0; j < m; ++j) {
+      y[e * m + j] = v[cur][j];
+      y_dx[e * m + j] = d[cur][j];
+    }
+  }
+
+  // y' = R(y) + tanh(y W + b) and its derivative, R: none, y, or [y, y].
+  MLIP_HD void layer(int l, const T* yv, const T* yd, T* nv, T* nd) const {
+    const int in = o.in[l], out = o.out[l], r = o.residual[l];
+    const T *w = o.w[l], *b = o.b[l];
+    for (int j = 0; j < out; ++j) {
+      T z = b[j], zd = T(0);
+      for (int i = 0; i < in; ++i) {
+        z += yv[i] * w[i * out + j];
+        zd += yd[i] * w[i * out + j];
+      }
+      const T a = std::tanh(z);
+      const int k = j < in ? j : j - in;
+      nv[j] = (r == 0 ? T(0) : yv[k]) + a;
+      nd[j] = (r == 0 ? T(0) : yd[k]) + (T(1) - a * a) * zd;
+    }
+  }
+};
+
+}  // namespace mlip::kernels
