@@ -130,6 +130,22 @@ constexpr int default_chunk_exchange = 128;
 constexpr int default_chunk_gpu = 1 << 30;
 
 // The rank of this process among the ranks of `world` on the same node (shared memory).
+// Ranks of this node and this rank's place among them.
+static std::pair<int, int> node_local(MPI_Comm world)
+{
+#ifdef MPI_COMM_TYPE_SHARED
+  MPI_Comm node;
+  int rank = 0, size = 1;
+  if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return {0, 1};
+  MPI_Comm_rank(node, &rank);
+  MPI_Comm_size(node, &size);
+  MPI_Comm_free(&node);
+  return {rank, size};
+#else
+  return {0, 1};
+#endif
+}
+
 static int node_local_rank(MPI_Comm world)
 {
 #ifdef MPI_COMM_TYPE_SHARED
@@ -267,8 +283,14 @@ void PairMLIP::init_sizer(bool wanted)
 {
   impl->sizer.reset();
   impl->sizing_reported = false;
-  if (wanted && !options.cuda_graph && !exchanging() && mlip::device_memory(impl->model->device()))
-    impl->sizer = std::make_unique<mlip::ChunkSizer>();
+  if (!wanted || options.cuda_graph || exchanging() || committee_size() > 1 ||
+      !mlip::device_memory(impl->model->device()))
+    return;
+  impl->sizer = std::make_unique<mlip::ChunkSizer>();
+  // Ranks of a node take GPUs in turn (node-local rank modulo the GPUs): those on this one share it.
+  const auto [rank, size] = node_local(world);
+  const int gpus = std::max(1, mlip::cuda_device_count());
+  impl->gpu_sharing = std::max(1, (size - 1 - rank % gpus) / gpus + 1);
 }
 
 int PairMLIP::default_chunk(bool one_call) const
@@ -292,7 +314,7 @@ void PairMLIP::set_reach()
   }
   // Neighbours of ghosts are needed when messages travel more than one hop. Set here, not in
   // init_style: pair_style hybrid reads the flag right after its sub-styles' settings().
-  ghostneigh = message_reach > 0.0 ? 1 : 0;
+  ghostneigh = message_reach > 0.0 && !options.device_graph ? 1 : 0;   // graph device: its own graph
 }
 
 void PairMLIP::log_settings(const std::string &device_note, bool one_call, bool chunk_given, bool malloc_tuned)
@@ -376,6 +398,7 @@ void PairMLIP::init_style()
   if (force->newton_pair == 0) error->all(FLERR, "pair_style mlip requires 'newton on'");
   if (atom->tag_enable == 0) error->all(FLERR, "pair_style mlip requires atom IDs");
   warn_about_masses();
+  if (options.device_graph) check_device_graph_settings();
 
   if (message_reach > 0.0) {
     // A local atom's energy depends on every atom within L hops of it, and ghosts up to L-1 hops
@@ -489,6 +512,7 @@ void PairMLIP::compute(int eflag, int vflag)
     // Each chunk brings its own (L-1)-hop halo of complete neighbourhoods; compact chunks keep
     // the halo, which is evaluated again by every chunk that needs it, small.
     Impl &s = *impl;
+    const int64_t limit = s.sizer ? s.sizer->limit() : 0;
     const auto t0 = Clock::now();
     s.order.assign(list->ilist, list->ilist + list->inum);
     const double *const *x = atom->x;
@@ -497,8 +521,11 @@ void PairMLIP::compute(int eflag, int vflag)
     add_time(GRAPH, seconds_since(t0));
     for (std::size_t c = 0; c < s.chunk_end.size(); c++)
       evaluate_centres(s.order.data(), c == 0 ? 0 : s.chunk_end[c - 1], s.chunk_end[c]);
+    if (s.sizer) report_sizing(limit, list->inum);
   } else {
+    const int64_t limit = impl->sizer ? impl->sizer->limit() : 0;
     evaluate_centres(list->ilist, 0, list->inum);
+    if (impl->sizer) report_sizing(limit, list->inum);
   }
   end_deviation();
   end_compute();
@@ -512,11 +539,9 @@ void PairMLIP::evaluate_centres(const int *atoms, int first, int last)
 {
   Impl &s = *impl;
   if (s.sizer) {
-    const int64_t limit = s.sizer->limit();
     mlip::evaluate_within_memory(
         first, last, *s.sizer, [this] { return available_memory(); },
         [&](int64_t a, int64_t b) { evaluate_chunk(atoms + a, atoms + b); });
-    report_sizing(limit, last - first);
     return;
   }
   const int n = last - first;
@@ -525,11 +550,11 @@ void PairMLIP::evaluate_centres(const int *atoms, int first, int last)
   for (int a = first; a < last; a += size) evaluate_chunk(atoms + a, atoms + std::min(last, a + size));
 }
 
-// The bytes a call on the GPU may take now.
+// The bytes a call on the GPU may take now: this rank's share of the GPU's free memory.
 int64_t PairMLIP::available_memory() const
 {
   const auto m = mlip::device_memory(impl->model->device());
-  return m ? m->available() : std::numeric_limits<int64_t>::max() / 2;
+  return m ? m->available() / impl->gpu_sharing : std::numeric_limits<int64_t>::max() / 2;
 }
 
 // Says (rank 0) what the model's calls take once that is known, and again after a call ran out of
@@ -717,7 +742,8 @@ void PairMLIP::evaluate_graph(int member)
   request.virial = vflag_global != 0 || deviation_step();
   request.node_virial = member == 0 && (vflag_atom || cvflag_atom);
   mlip::EdgeForces ef;
-  guarded(error, false, "forces", [&] { ef = mlip::edge_forces(view, out.edge_grad, request); });
+  guarded(
+      error, false, "forces", [&] { ef = mlip::edge_forces(view, out.edge_grad, request); }, sized);
   to_lammps_units(out, ef);
   if (member == 0) add_outputs(out.atom_energy.data_ptr<double>(), ef, g.node_atom.data(), g.n_centers);
   if (deviation_step())

@@ -128,6 +128,7 @@ class PairMLIP : public Pair {
   void init_device_graph();
   void evaluate_device_chunk(const mlip::DeviceGraphBuilder &cells, int64_t first, int64_t last);
   void check_device_distances();
+  void check_device_graph_settings();
   bool exchanging() const;
   // The model on a graph of all local atoms (the centres) and ghosts; node_atom (host): the
   // atom of each node; chunk_end: where each chunk of centres ends (empty: options.chunk each).

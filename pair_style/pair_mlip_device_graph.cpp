@@ -18,6 +18,8 @@
 #include "atom.h"
 #include "comm.h"
 #include "error.h"
+#include "force.h"
+#include "neighbor.h"
 
 #include <algorithm>
 #include <chrono>
@@ -56,6 +58,20 @@ void PairMLIP::init_device_graph()
                         "forces and virials summed there\n",
                    layers > 1 ? fmt::format(" with its halo of {} x {} A", layers - 1, cutoff) : "",
                    impl->model->device().str());
+}
+
+// init_style's part: LAMMPS's neighbour list is not read, so nothing it would leave out may be
+// asked for (pairs excluded by neigh_modify exclude, bonded pairs by special_bonds lj 0).
+void PairMLIP::check_device_graph_settings()
+{
+  if (neighbor->nex_type || neighbor->nex_group || neighbor->nex_mol)   // 'exclude' is set after init_style
+    error->all(FLERR, "pair_style mlip: graph device builds its own graph and cannot leave out the pairs "
+                      "'neigh_modify exclude' excludes: use graph host");
+  if (atom->molecular != Atom::ATOMIC)
+    for (int k = 1; k <= 3; k++)
+      if (force->special_lj[k] != 1.0)
+        error->all(FLERR, "pair_style mlip: graph device builds its own graph with every pair within the cutoff, "
+                          "bonded ones too: 'special_bonds lj 1 1 1' says so (or use graph host)");
 }
 
 /* ----------------------------------------------------------------------

@@ -188,6 +188,7 @@ struct PairMLIP::Impl {
   // the calls were seen to take (mlip/model/device_memory.h); null otherwise.
   std::unique_ptr<mlip::ChunkSizer> sizer;
   bool sizing_reported = false;
+  int gpu_sharing = 1;                // ranks of this node on this rank's GPU (they share its memory)
   // 'graph device': the graph built on the model's device (pair_mlip_device_graph.cpp).
   mlip::DeviceGraph device_graph;
   std::vector<int64_t> atom_species;  // (local + ghost atoms) model species, -1 for NULL types
@@ -220,6 +221,9 @@ void guarded(Error *error, bool all_ranks, const std::string &what, F &&body, bo
   try {
     body();
   } catch (const mlip::Error &e) {
+    // The TorchScript interpreter's errors come as mlip::Error (mlip/model/model.h), its out of
+    // memory among them.
+    if (pass_out_of_memory && mlip::is_out_of_memory(e)) throw;
     const std::string msg = "pair_style mlip: " + what + ": " + e.what();
     all_ranks ? error->all(FLERR, msg) : error->one(FLERR, msg);
   } catch (const c10::Error &e) {

@@ -381,7 +381,11 @@ TEST(DeviceMemory, OutOfMemoryErrorsAreKnownByTypeAndByTorchScriptsMessage) {
   }
   EXPECT_TRUE(mlip::is_out_of_memory(std::runtime_error("The following operation failed in the TorchScript "
                                                         "interpreter.\nRuntimeError: CUDA out of memory. Tried")));
+  EXPECT_TRUE(mlip::is_out_of_memory(mlip::Error("inside the model: RuntimeError: CUDA out of memory. Tried to "
+                                                 "allocate 20.00 MiB")));   // mlip::evaluate_module's form
+  EXPECT_TRUE(mlip::is_out_of_memory(std::runtime_error("mlip's CUDA kernel 3: launch failed: out of memory")));
   EXPECT_FALSE(mlip::is_out_of_memory(std::runtime_error("index out of range")));
+  EXPECT_FALSE(mlip::is_out_of_memory(std::runtime_error("DefaultCPUAllocator: not enough memory")));
   EXPECT_FALSE(mlip::device_memory(torch::kCPU).has_value());   // the CPU has no figures
 }
 

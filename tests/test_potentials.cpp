@@ -859,8 +859,10 @@ TEST(TanhNet, MatchesAutogradOfThePlainNet) {
 // net too wide for the kernel (the ATen formulation then, on either path).
 TEST(TanhNet, DeviceKernelEqualsTheCpuPath) {
   for (const auto dtype : {torch::kFloat64, torch::kFloat32})
-  for (const auto& [widths, residual] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
+  for (const auto& net : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
            {{1, 4, 8, 8, 5}, {0, 2, 1, 0}}, {{1, 25, 50, 100}, {0, 2, 2}}, {{1, 300}, {0}}}) {
+    const std::vector<int64_t>& widths = net.first;
+    const std::vector<int64_t>& residual = net.second;
     torch::manual_seed(4);
     const auto opt = torch::dtype(dtype);
     std::vector<torch::Tensor> params;

@@ -247,20 +247,24 @@ void Trainer::setup_model_and_statistics() {
 }
 
 // training.data_on_device for this data and device; every rank decides alike (the same frames,
-// the least free memory of the ranks).
+// the least free memory of the ranks, each rank's share of a GPU it shares).
 void Trainer::choose_where_data_lives() {
   const bool streamed = data_.train->streamed() || data_.validation->streamed();
   const int64_t bytes = config_.data_on_device == "false" || (config_.data_on_device == "auto" && !device_.is_cuda())
                             ? 0
                             : resident_bytes(*data_.train, *species_, dtype_) +
                                   resident_bytes(*data_.validation, *species_, dtype_);
+  // Every rank's figure (-1: unknown), in one collective all ranks reach; ranks that share a GPU
+  // (node-local rank modulo the GPUs) each hold the frames, so each counts on its share.
+  std::vector<double> each(static_cast<std::size_t>(comm_.size()), 0.0);
+  const auto m = device_memory(device_);
+  const int gpus = std::max(1, cuda_device_count());
+  const int sharing = std::max(1, (comm_.local_size() - 1 - comm_.local_rank() % gpus) / gpus + 1);
+  each[static_cast<std::size_t>(comm_.rank())] = m ? static_cast<double>(m->available() / sharing) : -1.0;
+  comm_.allreduce_sum(each.data(), each.size());
   std::optional<int64_t> available;
-  if (const auto m = device_memory(device_)) {
-    std::vector<double> each(static_cast<std::size_t>(comm_.size()), 0.0);   // every rank's, summed into place
-    each[static_cast<std::size_t>(comm_.rank())] = static_cast<double>(m->available());
-    comm_.allreduce_sum(each.data(), each.size());
+  if (std::none_of(each.begin(), each.end(), [](double v) { return v < 0; }))
     available = static_cast<int64_t>(*std::min_element(each.begin(), each.end()));
-  }
   const DataResidency where = choose_data_residency(config_.data_on_device, config_.file, device_.is_cuda(), streamed,
                                                     bytes, available);
   data_on_device_ = where.on_device;

@@ -126,7 +126,8 @@ DeviceGraph DeviceGraphBuilder::build(int64_t first, int64_t last, int hops) con
   graph.edge_vectors = torch::empty({n_edges, 3}, x_.options());
   int64_t* edges = graph.edge_index.data_ptr<int64_t>();
   detail::run_elements(kernels::GraphListEdges<double>{grid, from.data_ptr<bool>(), starts.data_ptr<int64_t>(),
-                                                       node_of.data_ptr<int64_t>(), edges, edges + n_edges,
+                                                       ends.data_ptr<int64_t>(), node_of.data_ptr<int64_t>(), edges,
+                                                       edges + n_edges,
                                                        graph.edge_vectors.data_ptr<double>()},
                        n, x_.device());
   return graph;

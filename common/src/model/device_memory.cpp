@@ -42,8 +42,12 @@ void release_cached_memory() {
 
 bool is_out_of_memory(const std::exception& e) {
   if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr) return true;
-  // The TorchScript interpreter passes an operator's error on with its own traceback added.
-  return std::strstr(e.what(), "CUDA out of memory") != nullptr;
+  // The TorchScript interpreter passes an operator's error on as another exception with its own
+  // traceback added (mlip::Error from mlip::evaluate_module); CUDA's own error reads "out of memory"
+  // (a kernel launch, cudaErrorMemoryAllocation).
+  const char* what = e.what();
+  return std::strstr(what, "CUDA out of memory") != nullptr || std::strstr(what, "CUDA error: out of memory") != nullptr ||
+         std::strstr(what, "launch failed: out of memory") != nullptr;
 }
 
 int64_t ChunkSizer::chunk(int64_t centres, int64_t available) const {

@@ -8,6 +8,24 @@
 
 namespace mlip::kernels {
 
+// dx^2 + dy^2 + dz^2 rounded the same in every kernel: on a GPU without fused multiply-adds
+// (nvcc contracts by default, and differently where it inlines differently), so that counting and
+// listing agree on a pair at the cutoff. The host build does not contract (no -mfma, -march).
+MLIP_HD double squared_norm(double x, double y, double z) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(__dadd_rn(__dmul_rn(x, x), __dmul_rn(y, y)), __dmul_rn(z, z));
+#else
+  return x * x + y * y + z * z;
+#endif
+}
+MLIP_HD float squared_norm(float x, float y, float z) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(__fadd_rn(__fmul_rn(x, x), __fmul_rn(y, y)), __fmul_rn(z, z));
+#else
+  return x * x + y * y + z * z;
+#endif
+}
+
 // Positions and the cell list over them. T is the positions' type (float64: LAMMPS's).
 template <typename T> struct CellGrid {
   using value_type = T;
@@ -40,7 +58,7 @@ template <typename T> struct CellGrid {
             const int64_t j = by_cell[k];
             if (j == i || species[j] < 0) continue;
             const T dx = x[3 * j] - x[3 * i], dy = x[3 * j + 1] - x[3 * i + 1], dz = x[3 * j + 2] - x[3 * i + 2];
-            if (dx * dx + dy * dy + dz * dz < cut2 && visit(j, dx, dy, dz)) return;
+            if (squared_norm(dx, dy, dz) < cut2 && visit(j, dx, dy, dz)) return;
           }
         }
       }
@@ -84,23 +102,23 @@ template <typename T> struct GraphCountEdges {
   }
 };
 
-// The edges of atom i from first[i] on: centre and neighbour nodes, r_ij; elements (n).
+// The edges of atom i in its slots [first[i], end[i]): centre and neighbour nodes, r_ij; elements (n).
 template <typename T> struct GraphListEdges {
   static constexpr Kernel id = Kernel::GraphListEdges;
   CellGrid<T> o;
   const bool* from;
-  const int64_t *first, *node_of;  // node_of: each atom's node (-1: none)
+  const int64_t *first, *end, *node_of;  // node_of: each atom's node (-1: none)
   int64_t *center, *neighbor;      // (E) each
   T* vectors;                      // (E, 3)
   MLIP_HD void operator()(int64_t i) const {
     if (!from[i]) return;
     int64_t k = first[i];
+    const int64_t stop = end[i];   // never past its slots
     o.for_each_neighbor(i, [&](int64_t j, T dx, T dy, T dz) {
       center[k] = node_of[i];
       neighbor[k] = node_of[j];
       vectors[3 * k] = dx, vectors[3 * k + 1] = dy, vectors[3 * k + 2] = dz;
-      ++k;
-      return false;
+      return ++k == stop;
     });
   }
 };

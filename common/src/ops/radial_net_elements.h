@@ -12,7 +12,9 @@
 namespace mlip::kernels {
 
 constexpr int kTanhNetMaxLayers = 8;
-constexpr int kTanhNetMaxWidth = 256;
+// 4 x 128 values a thread (4 KiB in float64): the GPU's local memory for every resident thread,
+// about 1 GiB on an H100 outside LibTorch's allocator; wider nets take the ATen formulation.
+constexpr int kTanhNetMaxWidth = 128;
 
 template <typename T> struct TanhNetArgs {
   using value_type = T;

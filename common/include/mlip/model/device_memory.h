@@ -34,8 +34,8 @@ void reset_peak_memory(const torch::Device& device);
 /// Gives LibTorch's cached, unused GPU memory back to the driver (after an out-of-memory error).
 void release_cached_memory();
 
-/// Whether `e` is a device out-of-memory error (c10::OutOfMemoryError, or a TorchScript error
-/// that carries one's message).
+/// Whether `e` is a device out-of-memory error (c10::OutOfMemoryError, a TorchScript error that
+/// carries one's message, as mlip::Error does from inside a model, or CUDA's own).
 bool is_out_of_memory(const std::exception& e);
 
 /// Centre atoms per model call from the memory a device has and the memory the model's calls were

@@ -19,7 +19,7 @@
 // ATen operations on row blocks of 512 on the CPU, one block elsewhere; the forward that keeps
 // nothing for parameter gradients (MD, evaluation, forces) runs a device kernel on a GPU
 // (src/ops/radial_net_elements.h: a row's whole net in one thread, nothing of size rows x width
-// written but the outputs), for nets of at most 8 layers of at most 256 units (MLIP_KERNELS=device:
+// written but the outputs), for nets of at most 8 layers of at most 128 units (MLIP_KERNELS=device:
 // the same on the CPU).
 #pragma once
 
