@@ -1129,6 +1129,19 @@ TEST(PairMLIP, DeviceGraphEqualsTheHostGraph) {
   EXPECT_NE(committee.find("graph device is not for several models"), std::string::npos) << committee;
   const std::string value = error_of("pair_style mlip " + model + " graph gpu", "* * O H H");
   EXPECT_NE(value.find("keyword 'graph' must be 'host' or 'device', not 'gpu'"), std::string::npos) << value;
+  // Pairs LAMMPS's list would leave out cannot be left out of a graph it does not read.
+  auto run_error = [&](const std::string& commands) {
+    Lammps lmp;
+    std::istringstream lines(water_setup(20, 64) + commands + "\nrun 0");
+    for (std::string line; std::getline(lines, line);)
+      if (const std::string e = lmp.command(line); !e.empty()) return e;
+    return std::string("no error");
+  };
+  const std::string pair = "pair_style mlip " + model + " graph device\npair_coeff * * O H H\n";
+  const std::string excluded = run_error(pair + "neigh_modify exclude type 1 2");
+  EXPECT_NE(excluded.find("graph device builds its own graph and cannot leave out the pairs 'neigh_modify exclude'"),
+            std::string::npos) << excluded;
+  EXPECT_EQ(run_error(pair), "no error");
 }
 
 class PairMLIPGpu : public ::testing::Test {
