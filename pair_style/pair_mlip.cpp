@@ -726,7 +726,7 @@ void PairMLIP::evaluate_graph(int member)
   mlip::ModelOutput out;
   const bool sized = member == 0 && s.sizer;   // its memory measured; out of memory: split and retried
   std::optional<mlip::DeviceMemory> before;
-  if (sized) {
+  if (sized && s.measure_call()) {
     mlip::reset_peak_memory(m.device());
     before = mlip::device_memory(m.device());
   }

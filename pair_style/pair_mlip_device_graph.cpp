@@ -116,7 +116,7 @@ void PairMLIP::evaluate_device_chunk(const mlip::DeviceGraphBuilder &cells, int6
   const torch::Device device = s.model->device();
   const bool sized = static_cast<bool>(s.sizer);
   std::optional<mlip::DeviceMemory> before;
-  if (sized) {
+  if (sized && s.measure_call()) {
     mlip::reset_peak_memory(device);
     before = mlip::device_memory(device);
   }
@@ -166,10 +166,12 @@ void PairMLIP::check_device_distances()
 {
   const mlip::DeviceGraph &g = impl->device_graph;
   if (g.n_edges() == 0) return;
-  const torch::Tensor r2 = g.edge_vectors.square().sum(1);
-  const int64_t e = r2.argmin().item<int64_t>();
-  const double r = std::sqrt(r2[e].item<double>());
+  // The shortest edge and its index in one copy back.
+  const auto [r2, e] = g.edge_vectors.square().sum(1).min(0);
+  const torch::Tensor both = torch::stack({r2, e.to(torch::kFloat64)}).cpu();
+  const double r = std::sqrt(both[0].item<double>());
   if (r >= min_distance) return;
-  const torch::Tensor ends = g.node_atom.index_select(0, g.edge_index.select(1, e)).cpu();
+  const torch::Tensor ends =
+      g.node_atom.index_select(0, g.edge_index.select(1, static_cast<int64_t>(both[1].item<double>()))).cpu();
   close_atoms_error(static_cast<int>(ends[0].item<int64_t>()), static_cast<int>(ends[1].item<int64_t>()), r);
 }

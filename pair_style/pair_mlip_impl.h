@@ -188,11 +188,16 @@ struct PairMLIP::Impl {
   // the calls were seen to take (mlip/model/device_memory.h); null otherwise.
   std::unique_ptr<mlip::ChunkSizer> sizer;
   bool sizing_reported = false;
+  long sized_calls = 0;               // model calls under the sizer (every 64th is measured)
   int gpu_sharing = 1;                // ranks of this node on this rank's GPU (they share its memory)
   // 'graph device': the graph built on the model's device (pair_mlip_device_graph.cpp).
   mlip::DeviceGraph device_graph;
   std::vector<int64_t> atom_species;  // (local + ghost atoms) model species, -1 for NULL types
   std::vector<int> node_atom;         // device_graph's node_atom, on the host
+
+  // Whether this call's memory is measured: until one was, then every 64th (a query of the
+  // driver and of LibTorch's allocator is not free on every step).
+  bool measure_call() { return sizer && (!sizer->seen() || sized_calls++ % 64 == 0); }
 };
 
 // Comm::forward_comm(Pair *) / reverse_comm(Pair *) since LAMMPS 2022; *_comm_pair before.

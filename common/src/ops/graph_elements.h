@@ -11,16 +11,12 @@ namespace mlip::kernels {
 // dx^2 + dy^2 + dz^2 rounded the same in every kernel: on a GPU without fused multiply-adds
 // (nvcc contracts by default, and differently where it inlines differently), so that counting and
 // listing agree on a pair at the cutoff. The host build does not contract (no -mfma, -march).
-MLIP_HD double squared_norm(double x, double y, double z) {
+template <typename T> MLIP_HD T squared_norm(T x, T y, T z) {
 #if defined(__CUDA_ARCH__)
-  return __dadd_rn(__dadd_rn(__dmul_rn(x, x), __dmul_rn(y, y)), __dmul_rn(z, z));
-#else
-  return x * x + y * y + z * z;
-#endif
-}
-MLIP_HD float squared_norm(float x, float y, float z) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(__fadd_rn(__fmul_rn(x, x), __fmul_rn(y, y)), __fmul_rn(z, z));
+  if constexpr (sizeof(T) == sizeof(double))
+    return __dadd_rn(__dadd_rn(__dmul_rn(x, x), __dmul_rn(y, y)), __dmul_rn(z, z));
+  else
+    return __fadd_rn(__fadd_rn(__fmul_rn(x, x), __fmul_rn(y, y)), __fmul_rn(z, z));
 #else
   return x * x + y * y + z * z;
 #endif
