@@ -20,13 +20,14 @@ in float64 to 1e-8 relative; a float32 model against mace-torch in float64, with
 own float32 error. Beyond that it says so and exits 2 (the model file stays, for inspection).
 
 Reproduced: ScaleShiftMACE and MACE; the interaction blocks RealAgnostic{,Residual,Density,
-DensityResidual}InteractionBlock first and RealAgnostic{Residual,DensityResidual}InteractionBlock
-after; the gates silu, tanh, abs and None; Bessel frequencies as the model has them; the Agnesi
+DensityResidual,ResidualNonLinear}InteractionBlock first and RealAgnostic{Residual,DensityResidual,
+ResidualNonLinear}InteractionBlock after (the non-linear one: MACE-MH's); edge irreps (the same
+channels for each l); the gates silu, tanh, abs and None; Bessel frequencies as the model has them; the Agnesi
 distance transform; ZBL pair repulsion; apply_cutoff; element-agnostic products; the last readout
 only; one head of a multi-head model (--head; default as mace-torch's calculator: the only head,
 else the one named "default"); float32 kept as float32 (--dtype to change). Refused, each naming
 what: other model classes, interaction blocks or readouts, radial bases other than Bessel, other
-distance transforms, charge/spin embeddings, edge irreps, SO(3) harmonics, correlation that differs
+distance transforms, charge/spin embeddings, other edge irreps, SO(3) harmonics, correlation that differs
 between layers, the reduced (cuequivariance) coupling coefficients, biases.
 """
 import argparse
@@ -44,9 +45,12 @@ SYMBOLS = ("X H He Li Be B C N O F Ne Na Mg Al Si P S Cl Ar K Ca Sc Ti V Cr Mn F
            "Rb Sr Y Zr Nb Mo Tc Ru Rh Pd Ag Cd In Sn Sb Te I Xe Cs Ba La Ce Pr Nd Pm Sm Eu Gd Tb Dy Ho Er Tm Yb "
            "Lu Hf Ta W Re Os Ir Pt Au Hg Tl Pb Bi Po At Rn Fr Ra Ac Th Pa U Np Pu Am Cm Bk Cf Es Fm Md No Lr Rf "
            "Db Sg Bh Hs Mt Ds Rg Cn Nh Fl Mc Lv Ts Og").split()
+NONLINEAR = "RealAgnosticResidualNonLinearInteractionBlock"  # MACE-MH's
 FIRST_BLOCKS = ("RealAgnosticInteractionBlock", "RealAgnosticResidualInteractionBlock",
-                "RealAgnosticDensityInteractionBlock", "RealAgnosticDensityResidualInteractionBlock")
-LATER_BLOCKS = ("RealAgnosticResidualInteractionBlock", "RealAgnosticDensityResidualInteractionBlock")
+                "RealAgnosticDensityInteractionBlock", "RealAgnosticDensityResidualInteractionBlock", NONLINEAR)
+LATER_BLOCKS = ("RealAgnosticResidualInteractionBlock", "RealAgnosticDensityResidualInteractionBlock", NONLINEAR)
+# e3nn's normalize2mom constants of the non-linear block's gate (SiLU scalars, sigmoid gates).
+NONLINEAR_GATE = (1.6791767923989418, 1.8467055342154763)
 # e3nn's normalize2mom constants of mace-torch's gates (potentials/src/mace_radial.cpp has the same).
 GATES = {"silu": (torch.nn.functional.silu, 1.6791767923989418), "tanh": (torch.tanh, 1.5937334472592695),
          "abs": (torch.abs, 1.001110600838467), "None": (lambda x: x, 1.0)}
@@ -120,12 +124,15 @@ def check_supported(model, sd):
                       f"{', '.join(LATER_BLOCKS)} after")
     if hasattr(model, "joint_embedding") or hasattr(model, "embedding_readout"):
         raise Refused("the model embeds charges/spins (embedding_specs), which mlip's mace does not have")
-    for attr, what in (("use_so3", "SO(3) (all-even) spherical harmonics"),
-                       ("use_edge_irreps_first", "edge irreps in the first layer")):
-        if flag(model, attr, False):
-            raise Refused(f"the model uses {what} ({attr}), which mlip's mace does not have")
-    if flag(model, "edge_irreps", None) is not None:
-        raise Refused(f"the model has edge_irreps {model.edge_irreps}; mlip's mace maps to the node irreps")
+    if flag(model, "use_so3", False):
+        raise Refused("the model uses SO(3) (all-even) spherical harmonics (use_so3), which mlip's mace does not have")
+    products = [kind(m) for m in children(model.products)]
+    if any(p != "EquivariantProductBasisBlock" for p in products):
+        raise Refused(f"product blocks {products}: mlip has EquivariantProductBasisBlock")
+    edge_irreps(model)
+    for t, block in enumerate(children(model.interactions)):
+        if kind(block) == NONLINEAR:
+            check_nonlinear(block, sd, f"interactions.{t}.")
     readouts = [kind(m) for m in children(model.readouts)]
     if any(r not in ("LinearReadoutBlock", "NonLinearReadoutBlock") for r in readouts):
         raise Refused(f"readout blocks {readouts}: mlip has LinearReadoutBlock and NonLinearReadoutBlock")
@@ -134,12 +141,46 @@ def check_supported(model, sd):
         raise Refused(f"radial basis {kind(radial.bessel_fn)}: only BesselBasis is supported")
     if hasattr(radial, "distance_transform") and kind(radial.distance_transform) != "AgnesiTransform":
         raise Refused(f"distance transform {kind(radial.distance_transform)}: mlip has AgnesiTransform")
-    for t in range(len(blocks)):
-        if f"interactions.{t}.linear_up.bias" in sd and sd[f"interactions.{t}.linear_up.bias"].numel():
-            raise Refused("linear layers with biases are not supported")
+    for key, value in sd.items():  # e3nn Linear layers' biases (RadialMLP's torch Linear layers have theirs)
+        if key.endswith(".bias") and value.numel() and ".net." not in key and not key.startswith("scale_shift"):
+            raise Refused(f"{key}: linear layers with biases are not supported")
     if len(readouts) < len(blocks) and not flag(model, "use_last_readout_only", False):
         raise Refused(f"{len(readouts)} readouts for {len(blocks)} interactions")
     check_coupling(sd, model_dtype(model))
+
+
+def edge_irreps(model):
+    """mace-torch's edge_irreps as mlip writes them ("Cx0e+Cx1o+..."), or None; other forms refused."""
+    irreps = flag(model, "edge_irreps", None)
+    if irreps is None:
+        return None
+    terms = [(mul, ir.l, ir.p) for mul, ir in irreps]
+    if not terms or any(l != k or p != (-1) ** l or mul != terms[0][0] for k, (mul, l, p) in enumerate(terms)):
+        raise Refused(f"edge_irreps {irreps}: mlip's mace takes the same channels for each l from 0, natural parity")
+    return "+".join(f"{mul}x{l}{'e' if p == 1 else 'o'}" for mul, l, p in terms)
+
+
+def check_nonlinear(block, sd, key):
+    """What a non-linear block fixes in code and mlip assumes: its gate, LayerNorms, density net."""
+    gate = getattr(block, "equivariant_nonlin", None)
+    csts = (getattr(gate, "_scalar_cst", None), getattr(gate, "_gate_cst", None))
+    if csts != NONLINEAR_GATE:
+        raise Refused(f"{key[:-1]}: the non-linear block's gate is not mace-torch's SiLU/sigmoid ({csts})")
+    for net in ("conv_tp_weights", "density_fn"):
+        for m in children(getattr(block, net).net):
+            if kind(m) == "LayerNorm" and (float(m.eps) != 1e-5 or not m.elementwise_affine):
+                raise Refused(f"{key}{net}: a LayerNorm other than mace-torch's (eps 1e-5, affine)")
+    if tuple(sd[key + "density_fn.net.0.weight"].shape[:1]) != (64,) or key + "density_fn.net.4.weight" in sd:
+        raise Refused(f"{key}density_fn: not mace-torch's one hidden layer of 64")
+
+
+def radial_mlp_keys(sd, key):
+    """The Linear layers of a block's radial net, in order: e3nn's layer{j} or RadialMLP's net.{k}."""
+    if f"{key}layer0.weight" in sd:
+        return [f"{key}layer{j}" for j in range(len([k for k in sd if k.startswith(key + "layer")]))]
+    idx = sorted(int(k[len(key) + 4:-7]) for k in sd if k.startswith(key + "net.") and k.endswith(".weight")
+                 and sd[k].dim() == 2)
+    return [f"{key}net.{k}" for k in idx]
 
 
 def check_coupling(sd, dtype):
@@ -249,8 +290,8 @@ def hyperparameters(model, sd, dtype=None):
                    for t in range(layers)]
     if len(set(correlation)) != 1:
         raise Refused(f"correlation differs between layers ({correlation}); mlip's mace uses one")
-    mlp = [sd[f"interactions.0.conv_tp_weights.layer{j}.weight"].shape
-           for j in range(len([k for k in sd if k.startswith("interactions.0.conv_tp_weights.layer")]))]
+    mlp = [sd[k + ".weight"].shape for k in radial_mlp_keys(sd, "interactions.0.conv_tp_weights.")]
+    nonlinear = kind(blocks[0]) == NONLINEAR  # torch's (out, in) layout; e3nn's (in, out)
     hp = {
         "num_channels": C,
         "max_L": (len(contractions) - 1) if layers > 1 else 0,
@@ -259,10 +300,13 @@ def hyperparameters(model, sd, dtype=None):
         "num_interactions": layers,
         "num_radial_basis": sd["radial_embedding.bessel_fn.bessel_weights"].numel(),
         "num_cutoff_basis": int(sd["radial_embedding.cutoff_fn.p"].item()),
-        "radial_MLP": [int(s[1]) for s in mlp[:-1]],
+        "radial_MLP": [int(s[0] if nonlinear else s[1]) for s in mlp[:-1]],
         "avg_num_neighbors": float(blocks[0].avg_num_neighbors),
         "interaction_first": kind(blocks[0]),
     }
+    if edge_irreps(model):
+        hp["edge_irreps"] = edge_irreps(model)
+        hp["use_edge_irreps_first"] = bool(flag(model, "use_edge_irreps_first", False))
     if layers > 1:
         hp["interaction"] = kind(blocks[1])
         width = sd[f"readouts.{len(children(model.readouts)) - 1}.linear_2.weight"].numel() // H
@@ -305,13 +349,14 @@ def weights(model, sd, spec, head=0):
     for t in range(layers):
         p, i, pr = f"l{t}_", f"interactions.{t}.", f"products.{t}."
         w[p + "up_w"] = sd[i + "linear_up.weight"]
-        j = 0
-        while f"{i}conv_tp_weights.layer{j}.weight" in sd:
-            w[f"{p}mlp{j}_w"] = sd[f"{i}conv_tp_weights.layer{j}.weight"]
-            j += 1
+        if f"{i}alpha" in sd:
+            nonlinear_weights(sd, i, p, w)
+        else:
+            for j, key in enumerate(radial_mlp_keys(sd, i + "conv_tp_weights.")):
+                w[f"{p}mlp{j}_w"] = sd[key + ".weight"]
+            w[p + "linear_w"] = sd[i + "linear.weight"]
         if f"{i}density_fn.layer0.weight" in sd:
             w[p + "density_w"] = sd[f"{i}density_fn.layer0.weight"]
-        w[p + "linear_w"] = sd[i + "linear.weight"]
         w[p + "skip_w"] = sd[i + "skip_tp.weight"]
         w[p + "prod_w"] = sd[pr + "linear.weight"]
         L_out = [0] if t == layers - 1 else list(range(hp["max_L"] + 1))
@@ -336,6 +381,23 @@ def weights(model, sd, spec, head=0):
     w["energy_scale"] = torch.full((N,), float(scale), dtype=torch.float64)
     w["avg_num_neighbors"] = torch.tensor([hp["avg_num_neighbors"]], dtype=torch.float64)
     return {k: v.contiguous() for k, v in w.items()}
+
+
+def nonlinear_weights(sd, i, p, w):
+    """A non-linear block's own tensors: its species embeddings, RadialMLPs (torch's Linear and
+    LayerNorm layouts), linear_1, linear_res, linear_2 and the density's alpha and beta."""
+    for net, name in (("conv_tp_weights", "mlp"), ("density_fn", "density")):
+        for j, key in enumerate(radial_mlp_keys(sd, f"{i}{net}.")):
+            w[f"{p}{name}{j}_w"], w[f"{p}{name}{j}_b"] = sd[key + ".weight"], sd[key + ".bias"]
+            norm = key.rsplit(".", 1)[0] + f".{int(key.rsplit('.', 1)[1]) + 1}"
+            if norm + ".weight" in sd and sd[norm + ".weight"].dim() == 1:
+                w[f"{p}{name}{j}_ln_w"], w[f"{p}{name}{j}_ln_b"] = sd[norm + ".weight"], sd[norm + ".bias"]
+    w[p + "source_w"] = sd[i + "source_embedding.weight"]
+    w[p + "target_w"] = sd[i + "target_embedding.weight"]
+    w[p + "linear_w"] = sd[i + "linear_1.weight"]
+    w[p + "res_w"] = sd[i + "linear_res.weight"]
+    w[p + "linear2_w"] = sd[i + "linear_2.weight"]
+    w[p + "alpha"], w[p + "beta"] = sd[i + "alpha"], sd[i + "beta"]
 
 
 def find_trainer(given):

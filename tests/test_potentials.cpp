@@ -44,7 +44,8 @@ using testing::evaluate_reference;
 const std::vector<KernelChoice> kKernelPaths = {KernelChoice::usual, KernelChoice::device_kernels};
 
 struct Case {
-  std::string architecture;  // or "se_e2_a_two_side": se_e2_a with type_one_side: false
+  std::string architecture;  // or "se_e2_a_two_side": se_e2_a with type_one_side: false; "mace_nonlinear":
+                             // MACE-MH's shape (non-linear blocks, edge irreps, Agnesi, envelope deferred)
   torch::Dtype dtype;
   bool repulsion = false;  // with the ZBL prior, switched on below 1.6 A (sample() has pairs from 0.8 A)
 };
@@ -64,7 +65,8 @@ constexpr double kCutoff = 4.0;
 BuiltModel build(const Case& c, uint64_t seed = 7, int layers = 2) {
   ModelSpec spec;
   const bool se = c.architecture.rfind("se_e2_a", 0) == 0;
-  spec.architecture = se ? "se_e2_a" : c.architecture;
+  const bool mace = c.architecture.rfind("mace", 0) == 0;
+  spec.architecture = se ? "se_e2_a" : mace ? "mace" : c.architecture;
   spec.species = {"H", "O"};
   spec.cutoff = kCutoff;
   spec.dtype = c.dtype == torch::kFloat32 ? "float32" : "float64";
@@ -73,10 +75,16 @@ BuiltModel build(const Case& c, uint64_t seed = 7, int layers = 2) {
     spec.hyperparameters = {{"embedding", {8, 16}}, {"axis_neurons", 4}, {"fitting", {16, 16}},
                             {"rcut_smth", 2.0}, {"neighbor_norm", 10.0}};
     if (c.architecture == "se_e2_a_two_side") spec.hyperparameters["type_one_side"] = false;
-  } else if (c.architecture == "mace") {
+  } else if (mace) {
     spec.hyperparameters = {{"num_channels", 4}, {"max_L", 1},          {"max_ell", 2},
                             {"correlation", 3},  {"num_interactions", layers}, {"radial_MLP", {8}},
                             {"MLP_irreps", "4x0e"}, {"avg_num_neighbors", 6.0}};
+    if (c.architecture == "mace_nonlinear")
+      spec.hyperparameters.update({{"interaction_first", "RealAgnosticResidualNonLinearInteractionBlock"},
+                                   {"interaction", "RealAgnosticResidualNonLinearInteractionBlock"},
+                                   {"edge_irreps", "3x0e+3x1o"}, {"use_edge_irreps_first", true},
+                                   {"apply_cutoff", false}, {"distance_transform", "Agnesi"},
+                                   {"pair_repulsion", true}});
   } else {
     spec.hyperparameters = {{"features", 8}, {"layers", layers}, {"radial_basis", 6}};
   }
@@ -92,6 +100,8 @@ BuiltModel build(const Case& c, uint64_t seed = 7, int layers = 2) {
   if (se) {
     built.module.attr("env_std").toTensor().copy_(torch::tensor({{0.3, 0.2}, {0.25, 0.15}}));
   }
+  if (c.architecture == "mace_nonlinear")  // the learnt density in play (beta 0 at first)
+    for (int t = 0; t < layers; ++t) built.module.attr("l" + std::to_string(t) + "_beta").toTensor().fill_(0.7 + t);
   return built;
 }
 
@@ -186,7 +196,7 @@ TEST_P(Potential, ForcesAreMinusFiniteDifferenceGradient) {
   const auto ref = evaluate_reference(model, s);
   // MACE's random test model has large atom energies (third powers of its features) and small
   // forces: the energies' round-off, divided by h, would reach the tolerance; a larger step.
-  const bool mace = GetParam().architecture == "mace";
+  const bool mace = GetParam().architecture.rfind("mace", 0) == 0;
   const double h = f32() ? (mace ? 1e-2 : 2e-3) : (mace ? 1e-4 : 1e-5);
   const double tol = f32() ? 2e-2 * max_abs(ref.forces) + 2e-3 : 1e-6 * max_abs(ref.forces) + 1e-9;
   for (std::size_t i = 0; i < s.size(); i += 3) {
@@ -204,7 +214,7 @@ TEST_P(Potential, VirialIsMinusFiniteStrainDerivative) {
   const Model model = make_model(GetParam());
   const Structure s = sample(3);
   const auto ref = evaluate_reference(model, s);
-  const bool mace = GetParam().architecture == "mace";  // as above
+  const bool mace = GetParam().architecture.rfind("mace", 0) == 0;  // as above
   const double h = f32() ? (mace ? 1e-2 : 1e-3) : (mace ? 1e-5 : 1e-6);
   double scale = 0;
   for (const auto& row : ref.virial) scale = std::max({scale, std::abs(row[0]), std::abs(row[1]), std::abs(row[2])});
@@ -1394,7 +1404,8 @@ INSTANTIATE_TEST_SUITE_P(AllModels, Potential,
                                            Case{"se_e2_a", torch::kFloat64, true},
                                            Case{"se_e2_a_two_side", torch::kFloat64},
                                            Case{"painn", torch::kFloat32, true},
-                                           Case{"mace", torch::kFloat64}, Case{"mace", torch::kFloat32}),
+                                           Case{"mace", torch::kFloat64}, Case{"mace", torch::kFloat32},
+                                           Case{"mace_nonlinear", torch::kFloat64}),
                          case_name);
 
 }  // namespace

@@ -45,17 +45,30 @@ namespace {
 
 using detail::num;
 
+// e3nn's normalize2mom constant of the sigmoid (mace-torch's GatedEquivariantBlock's gates).
+constexpr double kSigmoidNorm = 1.8467055342154763;
+
 struct Shape {
   int64_t C = 128, N = 1;
   int Lh = 1, Ls = 3, corr = 3, layers = 2, nb = 8, p = 5, mlp = 16;
   std::vector<int64_t> radial;
   bool residual_first = false;  // interaction_first: mace-torch's residual block (its skip in the product)
   bool density_first = false, density_rest = false;  // the Density blocks' normalisation
+  bool nonlinear_first = false, nonlinear_rest = false;  // the non-linear residual blocks (MACE-MH)
+  int64_t Ce = 0;               // edge_irreps: Ce channels of each l <= Le (0: the node irreps)
+  int Le = 0;
+  bool edge_first = false;      // use_edge_irreps_first: the first layer's edges carry Ce scalars
   detail::MaceRadial basis;     // radial basis, ZBL, gate (mace_radial.h)
   bool residual(int t) const { return t > 0 || residual_first; }
   bool density(int t) const { return t == 0 ? density_first : density_rest; }
+  bool nonlinear_block(int t) const { return t == 0 ? nonlinear_first : nonlinear_rest; }
   int64_t hidden_width() const { return C * (Lh + 1) * (Lh + 1); }
   std::vector<int> in_ls(int t) const { return t == 0 ? std::vector<int>{0} : range(Lh); }
+  // The irreps the edge tensor product reads (linear_up's output): mace-torch's edge_irreps.
+  std::vector<int> edge_ls(int t) const { return t == 0 ? std::vector<int>{0} : range(Ce > 0 ? Le : Lh); }
+  int64_t edge_C(int t) const { return Ce > 0 && (t > 0 || edge_first) ? Ce : C; }
+  // Channels of the message's block l: C, and in a non-linear block the scalars' gates with them.
+  int64_t message_C(int t, int l) const { return nonlinear_block(t) && l == 0 ? C * (1 + Ls) : C; }
   std::vector<int> out_ls(int t) const { return t == layers - 1 ? std::vector<int>{0} : range(Lh); }
   static std::vector<int> range(int lmax) {
     std::vector<int> v;
@@ -72,7 +85,7 @@ struct Path {
 
 std::vector<Path> tensor_product_paths(const Shape& s, int t) {
   std::vector<Path> paths;
-  const auto in = s.in_ls(t);
+  const auto in = s.edge_ls(t);
   for (std::size_t b = 0; b < in.size(); ++b)
     for (int l2 = 0; l2 <= s.Ls; ++l2)
       for (int l3 = std::abs(in[b] - l2); l3 <= in[b] + l2; ++l3)
@@ -86,14 +99,15 @@ int64_t offset_of(int l) { return int64_t(l) * l; }  // components before degree
 torch::Tensor long_tensor(const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64); }
 
 // Registers a layer's tensor-product tables and returns the TorchScript that turns the senders'
-// channel-mixed features `up` (N, A, C), the harmonics `sh` and the path weights `w` (E, paths x C)
-// into the centres' messages `msg` (n_out, C, (max_ell + 1)^2), before the division by
-// avg_num_neighbors: the edges' couplings s (E, A, K) = harmonics x Wigner 3j of every path,
+// channel-mixed features `up` (N, A, Ce), the harmonics `sh` and the path weights `w` (E, paths x Ce)
+// into the centres' messages, one block (n_out, 2l+1, message_C) per l <= max_ell in the list `out`,
+// before their normalisation: the edges' couplings s (E, A, K) = harmonics x Wigner 3j of every path,
 // then torch.ops.mlip.equivariant_message (mlip/ops/equivariant_message.h), then the linear map
 // of the paths' outputs to one block per l3.
 std::string message_source(detail::ModuleBuilder& b, const Shape& s, int t, const std::string& p) {
   const auto paths = tensor_product_paths(s, t);
-  const auto in = s.in_ls(t);
+  const auto in = s.edge_ls(t);
+  const int64_t Ce = s.edge_C(t);
   std::vector<int64_t> block_offset{0};
   for (const int l : in) block_offset.push_back(block_offset.back() + 2 * l + 1);
   const int64_t A = block_offset.back();
@@ -116,30 +130,42 @@ std::string message_source(detail::ModuleBuilder& b, const Shape& s, int t, cons
   b.index_buffer(p + "tp_paths", long_tensor(col_path));
   std::ostringstream src;
   src << "    cpl = torch.matmul(sh, self." << p << "tp).view(-1, " << A << ", " << K << ")\n"
-      << "    msg = mlip_ops.equivariant_message(up, cpl, w.view(-1, " << paths.size() << ", " << s.C << "), self." << p
+      << "    msg = mlip_ops.equivariant_message(up, cpl, w.view(-1, " << paths.size() << ", " << Ce << "), self." << p
       << "tp_paths, center, neighbor, n_out)\n";
   // Linear from the paths' outputs to one block per l3 (e3nn: one weight matrix per path).
   src << "    out = []\n";
+  int64_t offset = 0;
   for (int l3 = 0, k = 0; l3 <= s.Ls; ++l3) {
     int count = 0;
     const int k0 = k;
     while (k < int(paths.size()) && paths[k].l3 == l3) ++k, ++count;
     const int d3 = 2 * l3 + 1;
+    const int64_t Co = s.message_C(t, l3);
     if (count == 0) {
-      src << "    out.append(torch.zeros([n_out, " << d3 << ", " << s.C << "], dtype=w.dtype, device=w.device))\n";
+      src << "    out.append(torch.zeros([n_out, " << d3 << ", " << Co << "], dtype=w.dtype, device=w.device))\n";
       continue;
     }
     src << "    out.append(torch.einsum('nbdu,buw->ndw', [msg.narrow(1, " << first_col[k0] << ", " << count * d3
-        << ").reshape(n_out, " << count << ", " << d3 << ", " << s.C << "), self." << p << "linear_w.narrow(0, "
-        << int64_t(k0) * s.C * s.C << ", " << int64_t(count) * s.C * s.C << ").view(" << count << ", " << s.C
-        << ", " << s.C << ")]) * " << num(1.0 / std::sqrt(double(count * s.C))) << ")\n";
+        << ").reshape(n_out, " << count << ", " << d3 << ", " << Ce << "), self." << p << "linear_w.narrow(0, "
+        << offset << ", " << count * Ce * Co << ").view(" << count << ", " << Ce << ", " << Co << ")]) * "
+        << num(1.0 / std::sqrt(double(count * Ce))) << ")\n";
+    offset += count * Ce * Co;
   }
-  if (!s.density(t)) {
-    src << "    msg = torch.cat(out, 1) / self.avg_num_neighbors\n";
-    return src.str();
-  }
-  // mace-torch's Density blocks: a one-layer net of the radial features per edge, squared, tanh,
-  // summed per centre (times the envelope where apply_cutoff is off).
+  return src.str();
+}
+
+// The size of linear_w: one (Ce, message_C) matrix per path.
+int64_t message_linear_size(const Shape& s, int t) {
+  int64_t n = 0;
+  for (const Path& q : tensor_product_paths(s, t)) n += s.edge_C(t) * s.message_C(t, q.l3);
+  return n;
+}
+
+// The messages' normalisation: by avg_num_neighbors, or mace-torch's Density blocks' 1 + sum_j
+// tanh(radial_ij . w / sqrt(nb))^2 (times the envelope where apply_cutoff is off); leaves `msg`.
+std::string normalised_message_source(const Shape& s, int t, const std::string& p) {
+  if (!s.density(t)) return "    msg = torch.cat(out, 1) / self.avg_num_neighbors\n";
+  std::ostringstream src;
   src << "    dens = torch.tanh(torch.pow(torch.matmul(w_in, self." << p << "density_w) * "
       << num(1.0 / std::sqrt(double(s.nb))) << ", 2))" << (s.basis.apply_cutoff ? "" : " * env") << "\n"
       << "    dens = torch.zeros([n_out, 1], dtype=dens.dtype, device=dens.device).index_add(0, center, dens)\n"
@@ -254,6 +280,33 @@ std::string contraction_source(detail::ModuleBuilder& b, const Shape& s, int t, 
   return src.str();
 }
 
+// edge_irreps ("" or mace-torch's "Cx0e+Cx1o+...": the same channels for each l from 0, natural
+// parities) and use_edge_irreps_first.
+void read_edge_irreps(detail::HyperParameters& hp, Shape& s) {
+  const auto text = hp.get<std::string>("edge_irreps", "");
+  s.edge_first = hp.get<bool>("use_edge_irreps_first", false);
+  if (text.empty()) {
+    if (s.edge_first) hp.fail("use_edge_irreps_first", "needs edge_irreps");
+    return;
+  }
+  std::string rest = text;
+  rest.erase(std::remove(rest.begin(), rest.end(), ' '), rest.end());
+  for (int l = 0; !rest.empty(); ++l) {
+    const auto plus = rest.find('+');
+    const std::string term = rest.substr(0, plus);
+    rest = plus == std::string::npos ? "" : rest.substr(plus + 1);
+    const std::string irrep = "x" + std::to_string(l) + (l % 2 == 0 ? "e" : "o");
+    const auto x = term.find('x');
+    if (x == std::string::npos || x == 0 || term.substr(x) != irrep ||
+        term.substr(0, x).find_first_not_of("0123456789") != std::string::npos)
+      hp.fail("edge_irreps", "must be channels of l = 0, 1, ... with natural parity, e.g. \"64x0e+64x1o\" (got \"" +
+                                 text + "\")");
+    const int64_t c = std::stoll(term.substr(0, x));
+    if (c < 1 || (l > 0 && c != s.Ce)) hp.fail("edge_irreps", "must have the same channels (>= 1) for each l");
+    s.Ce = c, s.Le = l;
+  }
+}
+
 // The hyperparameters, checked, and those the model is built with (`resolved`, `avg`).
 Shape read_shape(const ModelSpec& spec, nlohmann::json& resolved_out, double& avg_out) {
   detail::HyperParameters hp(spec.hyperparameters, "mace");
@@ -272,14 +325,19 @@ Shape read_shape(const ModelSpec& spec, nlohmann::json& resolved_out, double& av
   const auto rest = hp.get<std::string>("interaction", "RealAgnosticResidualInteractionBlock");
   const std::vector<std::string> firsts{"RealAgnosticInteractionBlock", "RealAgnosticResidualInteractionBlock",
                                         "RealAgnosticDensityInteractionBlock",
-                                        "RealAgnosticDensityResidualInteractionBlock"};
+                                        "RealAgnosticDensityResidualInteractionBlock",
+                                        "RealAgnosticResidualNonLinearInteractionBlock"};
   if (std::find(firsts.begin(), firsts.end(), first) == firsts.end())
-    hp.fail("interaction_first", "must be one of RealAgnostic{,Residual,Density,DensityResidual}InteractionBlock");
-  if (rest != firsts[1] && rest != firsts[3])
-    hp.fail("interaction", "must be RealAgnosticResidualInteractionBlock or RealAgnosticDensityResidualInteractionBlock");
+    hp.fail("interaction_first",
+            "must be one of RealAgnostic{,Residual,Density,DensityResidual,ResidualNonLinear}InteractionBlock");
+  if (rest != firsts[1] && rest != firsts[3] && rest != firsts[4])
+    hp.fail("interaction", "must be RealAgnostic{Residual,DensityResidual,ResidualNonLinear}InteractionBlock");
   s.residual_first = first.find("Residual") != std::string::npos;
   s.density_first = first.find("Density") != std::string::npos;
   s.density_rest = rest.find("Density") != std::string::npos;
+  s.nonlinear_first = first == firsts[4];
+  s.nonlinear_rest = rest == firsts[4];
+  read_edge_irreps(hp, s);
   s.basis = detail::read_mace_radial(hp, s.nb, s.p);
   const nlohmann::json resolved = hp.finish();
   resolved_out = resolved;
@@ -287,6 +345,7 @@ Shape read_shape(const ModelSpec& spec, nlohmann::json& resolved_out, double& av
   if (s.Lh < 0 || s.Lh > 3) hp.fail("max_L", "must be 0, 1, 2 or 3");
   if (s.Ls < 1 || s.Ls > 6) hp.fail("max_ell", "must be between 1 and 6");
   if (s.Lh > s.Ls) hp.fail("max_L", "must not exceed max_ell");
+  if (s.Le > s.Ls) hp.fail("edge_irreps", "must not go beyond max_ell");
   if (s.corr < 1 || s.corr > 3) hp.fail("correlation", "must be 1, 2 or 3");
   if (s.layers < 1) hp.fail("num_interactions", "must be >= 1");
   if (s.nb < 1) hp.fail("num_radial_basis", "must be >= 1");
@@ -330,84 +389,11 @@ std::string edges_source(const Shape& s, double cutoff) {
   return src.str();
 }
 
-// Layer t: its parameters (e3nn's layouts) and tables, and mp_node_t and mp_layer_t.
-std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t, double cutoff) {
+// The layer's new features `h2` (the hidden width, zero beyond the last layer's scalars) from the
+// blocks `hb`, and its readout's energies added to `e`.
+std::string readout_source(const Shape& s, int t, const std::string& p) {
+  const auto outs = s.out_ls(t);
   std::ostringstream src;
-  const std::string p = "l" + std::to_string(t) + "_";
-  const auto in = s.in_ls(t), outs = s.out_ls(t);
-  const auto paths = tensor_product_paths(s, t);
-  // Parameters, in e3nn's layouts.
-  b.normal(p + "up_w", {int64_t(in.size()) * s.C * s.C}, 1.0);
-  std::vector<int64_t> widths{s.nb};
-  widths.insert(widths.end(), s.radial.begin(), s.radial.end());
-  widths.push_back(int64_t(paths.size()) * s.C);
-  for (std::size_t j = 0; j + 1 < widths.size(); ++j)
-    b.normal(p + "mlp" + std::to_string(j) + "_w", {widths[j], widths[j + 1]}, 1.0);
-  b.normal(p + "linear_w", {int64_t(paths.size()) * s.C * s.C}, 1.0);
-  if (s.density(t)) b.normal(p + "density_w", {s.nb, 1}, 1.0);
-  std::vector<int> skip_in;  // blocks (indices into the list) the skip connection maps
-  if (!s.residual(t)) {
-    b.normal(p + "skip_w", {int64_t(s.Ls + 1) * s.C * s.N * s.C}, 1.0);
-  } else {
-    for (std::size_t k = 0; k < in.size(); ++k)
-      if (std::find(outs.begin(), outs.end(), in[k]) != outs.end()) skip_in.push_back(int(k));
-    b.normal(p + "skip_w", {int64_t(skip_in.size()) * s.C * s.N * s.C}, 1.0);
-  }
-  b.normal(p + "prod_w", {int64_t(outs.size()) * s.C * s.C}, 1.0);
-  const bool nonlinear = t == s.layers - 1 && s.layers > 1;
-  if (nonlinear) {
-    b.normal(p + "ro1_w", {s.C * s.mlp}, 1.0);
-    b.normal(p + "ro2_w", {int64_t(s.mlp)}, 1.0);
-  } else {
-    b.normal(p + "ro_w", {s.C}, 1.0);
-  }
-
-  // mp_node_t: the channel-mixed features of every node, (n, C, sum of 2l+1 over the input).
-  src << "def mp_node_" << t << "(self, e: Tensor, h: Tensor, attrs: Tensor) -> Tensor:\n"
-      << "    blocks = []\n";
-  for (const int l : in)
-    src << "    blocks.append(h.narrow(1, " << s.C * offset_of(l) << ", " << s.C * (2 * l + 1) << ").reshape(-1, "
-        << s.C << ", " << 2 * l + 1 << "))\n";
-  src << "    up = []\n";
-  for (std::size_t k = 0; k < in.size(); ++k)  // (n, 2l+1, C): the layout of the message operator
-    src << "    up.append(torch.matmul(blocks[" << k << "].transpose(1, 2), self." << p << "up_w.narrow(0, "
-        << int64_t(k) * s.C * s.C << ", " << s.C * s.C << ").view(" << s.C << ", " << s.C << ")) * "
-        << num(1.0 / std::sqrt(double(s.C))) << ")\n";
-  src << "    return torch.cat(up, 1)\n";
-
-  src << "def mp_layer_" << t << "(self, e: Tensor, h: Tensor, attrs: Tensor, up: Tensor, center: Tensor, "
-      << "neighbor: Tensor, radial: Tensor, sh: Tensor, n_out: int) -> Tuple[Tensor, Tensor, Tensor]:\n";
-  // The per-edge path weights: e3nn's FullyConnectedNet with normalised SiLU.
-  src << detail::mace_layer_radial_source(s.basis, cutoff) << "    w = w_in\n";
-  for (std::size_t j = 0; j + 1 < widths.size(); ++j) {
-    src << "    w = torch.matmul(w, self." << p << "mlp" << j << "_w * " << num(1.0 / std::sqrt(double(widths[j])))
-        << ")\n";
-    if (j + 2 < widths.size()) src << "    w = torch.silu(w) * " << num(o3::kSiluNorm) << "\n";
-  }
-  if (!s.basis.apply_cutoff) src << "    w = w * env\n";
-  src << "    attrs_out = attrs.narrow(0, 0, n_out)\n"
-      << message_source(b, s, t, p);
-  src << "    mb = []\n";
-  for (int l = 0; l <= s.Ls; ++l)
-    src << "    mb.append(msg.narrow(1, " << offset_of(l) << ", " << 2 * l + 1 << "))\n";
-  if (!s.residual(t)) {
-    std::vector<int> all;
-    for (int l = 0; l <= s.Ls; ++l) all.push_back(l);
-    src << skip_blocks("mb", "mb2", "self." + p + "skip_w", all, "attrs_out", s, true)
-        << "    x = torch.cat(mb2, 1)\n";
-  } else {
-    src << "    x = msg\n";
-  }
-  src << contraction_source(b, s, t, p)
-      << linear_blocks("prod", "hb", "self." + p + "prod_w", int(outs.size()), s.C);
-  if (s.residual(t)) {
-    src << "    hin = []\n";
-    for (const int l : in)
-      src << "    hin.append(h.narrow(0, 0, n_out).narrow(1, " << s.C * offset_of(l) << ", " << s.C * (2 * l + 1)
-          << ").reshape(n_out, " << s.C << ", " << 2 * l + 1 << "))\n";
-    src << skip_blocks("hin", "sc", "self." + p + "skip_w", skip_in, "attrs_out", s);
-    for (std::size_t k = 0; k < skip_in.size(); ++k) src << "    hb[" << k << "] = hb[" << k << "] + sc[" << k << "]\n";
-  }
   src << "    flat = []\n";
   for (std::size_t k = 0; k < outs.size(); ++k)
     src << "    flat.append(hb[" << k << "].reshape(n_out, " << s.C * (2 * outs[k] + 1) << "))\n";
@@ -416,7 +402,7 @@ std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t, double
     src << "    flat.append(torch.zeros([n_out, " << s.hidden_width() - width << "], dtype=msg.dtype, device=msg.device))\n";
   src << "    h2 = torch.cat(flat, 1)\n"
       << "    h0 = hb[0].reshape(n_out, " << s.C << ")\n";
-  if (nonlinear)
+  if (t == s.layers - 1 && s.layers > 1)  // the last readout: one hidden layer
     src << "    ro = torch.matmul("
         << detail::mace_gate(s.basis, "torch.matmul(h0, self." + p + "ro1_w.view(" + std::to_string(s.C) + ", " +
                                           std::to_string(s.mlp) + ")) * " + num(1.0 / std::sqrt(double(s.C))))
@@ -426,6 +412,216 @@ std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t, double
         << num(1.0 / std::sqrt(double(s.C))) << "\n";
   src << "    return e.narrow(0, 0, n_out) + ro, h2, attrs_out\n";
   return src.str();
+}
+
+bool contains(const std::vector<int>& ls, int l) { return std::find(ls.begin(), ls.end(), l) != ls.end(); }
+
+// mace-torch's RadialMLP (Linear with bias, LayerNorm, SiLU, ..., Linear with bias; torch's layouts)
+// of `x` into `y`, its parameters registered under `p`.
+std::string radial_mlp_source(detail::ModuleBuilder& b, const std::string& p, const std::vector<int64_t>& widths,
+                              const std::string& x, const std::string& y) {
+  std::ostringstream src;
+  src << "    " << y << " = " << x << "\n";
+  for (std::size_t j = 0; j + 1 < widths.size(); ++j) {
+    const std::string q = "self." + p + std::to_string(j);
+    b.normal(p + std::to_string(j) + "_w", {widths[j + 1], widths[j]}, 1.0 / std::sqrt(double(widths[j])));
+    b.constant(p + std::to_string(j) + "_b", {widths[j + 1]}, 0.0);
+    src << "    " << y << " = torch.matmul(" << y << ", " << q << "_w.t()) + " << q << "_b\n";
+    if (j + 2 == widths.size()) break;
+    b.constant(p + std::to_string(j) + "_ln_w", {widths[j + 1]}, 1.0);
+    b.constant(p + std::to_string(j) + "_ln_b", {widths[j + 1]}, 0.0);
+    src << "    " << y << " = torch.silu(torch.layer_norm(" << y << ", [" << widths[j + 1] << "], " << q << "_ln_w, "
+        << q << "_ln_b, 1e-05, False))\n";
+  }
+  return src.str();
+}
+
+// The parameters of layer t, in e3nn's layouts, but for the radial nets of a non-linear block
+// (radial_mlp_source's) and the ones message_source and contraction_source register. Returns the
+// blocks of the input the skip connection maps (indices into in_ls) where it is residual.
+std::vector<int> layer_parameters(detail::ModuleBuilder& b, const Shape& s, int t, const std::string& p) {
+  const auto in = s.in_ls(t), outs = s.out_ls(t), edge = s.edge_ls(t);
+  const int64_t Ce = s.edge_C(t);
+  int64_t up = 0;
+  for (const int l : edge) up += contains(in, l) ? s.C * Ce : 0;
+  b.normal(p + "up_w", {up}, 1.0);
+  if (s.nonlinear_block(t)) {
+    b.normal(p + "source_w", {s.N * s.C}, 0.001);
+    b.normal(p + "target_w", {s.N * s.C}, 0.001);
+    int64_t res = 0;
+    for (const int l : edge) res += Ce * s.message_C(t, l);
+    b.normal(p + "res_w", {res}, 1.0);
+    b.normal(p + "linear2_w", {int64_t(s.Ls + 1) * s.C * s.C}, 1.0);
+    b.constant(p + "alpha", {}, 20.0);
+    b.constant(p + "beta", {}, 0.0);
+  } else {
+    std::vector<int64_t> widths{s.nb};
+    widths.insert(widths.end(), s.radial.begin(), s.radial.end());
+    widths.push_back(int64_t(tensor_product_paths(s, t).size()) * Ce);
+    for (std::size_t j = 0; j + 1 < widths.size(); ++j)
+      b.normal(p + "mlp" + std::to_string(j) + "_w", {widths[j], widths[j + 1]}, 1.0);
+  }
+  b.normal(p + "linear_w", {message_linear_size(s, t)}, 1.0);
+  if (s.density(t)) b.normal(p + "density_w", {s.nb, 1}, 1.0);
+  std::vector<int> skip_in;
+  if (!s.residual(t)) {
+    b.normal(p + "skip_w", {int64_t(s.Ls + 1) * s.C * s.N * s.C}, 1.0);
+  } else {
+    for (std::size_t k = 0; k < in.size(); ++k)
+      if (contains(outs, in[k])) skip_in.push_back(int(k));
+    // the non-linear block's skip connection is a Linear, the others' are species-dependent
+    b.normal(p + "skip_w", {int64_t(skip_in.size()) * s.C * (s.nonlinear_block(t) ? 1 : s.N) * s.C}, 1.0);
+  }
+  b.normal(p + "prod_w", {int64_t(outs.size()) * s.C * s.C}, 1.0);
+  if (t == s.layers - 1 && s.layers > 1) {
+    b.normal(p + "ro1_w", {s.C * s.mlp}, 1.0);
+    b.normal(p + "ro2_w", {int64_t(s.mlp)}, 1.0);
+  } else {
+    b.normal(p + "ro_w", {s.C}, 1.0);
+  }
+  return skip_in;
+}
+
+// mp_node_t: linear_up of every node's features into the edge irreps, (n, sum of 2l+1, Ce): the
+// layout of the message operator.
+std::string node_source(const Shape& s, int t, const std::string& p) {
+  const auto in = s.in_ls(t);
+  const int64_t Ce = s.edge_C(t);
+  std::ostringstream src;
+  src << "def mp_node_" << t << "(self, e: Tensor, h: Tensor, attrs: Tensor) -> Tensor:\n"
+      << "    up = []\n";
+  int64_t offset = 0;
+  for (const int l : s.edge_ls(t)) {
+    if (!contains(in, l)) {
+      src << "    up.append(torch.zeros([h.size(0), " << 2 * l + 1 << ", " << Ce << "], dtype=h.dtype, device=h.device))\n";
+      continue;
+    }
+    src << "    up.append(torch.matmul(h.narrow(1, " << s.C * offset_of(l) << ", " << s.C * (2 * l + 1)
+        << ").reshape(-1, " << s.C << ", " << 2 * l + 1 << ").transpose(1, 2), self." << p << "up_w.narrow(0, "
+        << offset << ", " << s.C * Ce << ").view(" << s.C << ", " << Ce << ")) * " << num(1.0 / std::sqrt(double(s.C)))
+        << ")\n";
+    offset += s.C * Ce;
+  }
+  src << "    return torch.cat(up, 1)\n";
+  return src.str();
+}
+
+// The per-edge path weights `w` from `w_in`: e3nn's FullyConnectedNet with normalised SiLU; in a
+// non-linear block, mace-torch's RadialMLP of the radial terms and the source and target atoms'
+// species embeddings (`w_ext`, which its density net reads too).
+std::string path_weights_source(detail::ModuleBuilder& b, const Shape& s, int t, const std::string& p) {
+  const int64_t P = int64_t(tensor_product_paths(s, t).size());
+  std::ostringstream src;
+  if (s.nonlinear_block(t)) {
+    const std::string scale = num(1.0 / std::sqrt(double(s.N)));
+    src << "    src_emb = torch.matmul(attrs, self." << p << "source_w.view(" << s.N << ", " << s.C << ")) * " << scale
+        << "\n    tgt_emb = torch.matmul(attrs, self." << p << "target_w.view(" << s.N << ", " << s.C << ")) * " << scale
+        << "\n    w_ext = torch.cat([w_in, src_emb.index_select(0, neighbor), tgt_emb.index_select(0, center)], 1)\n";
+    std::vector<int64_t> widths{s.nb + 2 * s.C};
+    widths.insert(widths.end(), s.radial.begin(), s.radial.end());
+    widths.push_back(P * s.edge_C(t));
+    src << radial_mlp_source(b, p + "mlp", widths, "w_ext", "w");
+  } else {
+    std::vector<int64_t> widths{s.nb};
+    widths.insert(widths.end(), s.radial.begin(), s.radial.end());
+    widths.push_back(P * s.edge_C(t));
+    src << "    w = w_in\n";
+    for (std::size_t j = 0; j + 1 < widths.size(); ++j) {
+      src << "    w = torch.matmul(w, self." << p << "mlp" << j << "_w * " << num(1.0 / std::sqrt(double(widths[j])))
+          << ")\n";
+      if (j + 2 < widths.size()) src << "    w = torch.silu(w) * " << num(o3::kSiluNorm) << "\n";
+    }
+  }
+  if (!s.basis.apply_cutoff) src << "    w = w * env\n";
+  return src.str();
+}
+
+// The non-linear residual block (mace-torch's RealAgnosticResidualNonLinearInteractionBlock) from
+// the blocks `out`: divided by alpha + beta x its learnt density (tanh(RadialMLP(w_ext))^2 summed
+// per centre), plus linear_res of the centres' `up`, through the gate (SiLU of the scalars, the
+// sigmoids of the gates times the l > 0 blocks, both normalised as e3nn's), linear_2; leaves `msg`.
+std::string nonlinear_message_source(detail::ModuleBuilder& b, const Shape& s, int t, const std::string& p) {
+  std::ostringstream src;
+  src << radial_mlp_source(b, p + "density", {s.nb + 2 * s.C, 64, 1}, "w_ext", "dens")
+      << "    dens = torch.tanh(torch.pow(dens, 2))" << (s.basis.apply_cutoff ? "" : " * env") << "\n"
+      << "    dens = torch.zeros([n_out, 1], dtype=dens.dtype, device=dens.device).index_add(0, center, dens)\n"
+      << "    norm = (dens * self." << p << "beta + self." << p << "alpha).unsqueeze(2)\n"
+      << "    upc = up.narrow(0, 0, n_out)\n";
+  const auto edge = s.edge_ls(t);
+  const int64_t Ce = s.edge_C(t);
+  int64_t offset = 0, a = 0;
+  for (int l = 0; l <= s.Ls; ++l) {
+    src << "    out[" << l << "] = out[" << l << "] / norm\n";
+    if (!contains(edge, l)) continue;
+    const int64_t Co = s.message_C(t, l);
+    src << "    out[" << l << "] = out[" << l << "] + torch.matmul(upc.narrow(1, " << a << ", " << 2 * l + 1 << "), self."
+        << p << "res_w.narrow(0, " << offset << ", " << Ce * Co << ").view(" << Ce << ", " << Co << ")) * "
+        << num(1.0 / std::sqrt(double(Ce))) << "\n";
+    offset += Ce * Co, a += 2 * l + 1;
+  }
+  const std::string sigmoid_norm = num(kSigmoidNorm);
+  src << "    gates = torch.sigmoid(out[0].narrow(2, " << s.C << ", " << s.Ls * s.C << ")) * " << sigmoid_norm << "\n"
+      << "    out[0] = torch.silu(out[0].narrow(2, 0, " << s.C << ")) * " << num(o3::kSiluNorm) << "\n";
+  for (int l = 1; l <= s.Ls; ++l)
+    src << "    out[" << l << "] = out[" << l << "] * gates.narrow(2, " << (l - 1) * s.C << ", " << s.C << ")\n";
+  src << "    gated = []\n";
+  for (int l = 0; l <= s.Ls; ++l)
+    src << "    gated.append(torch.matmul(out[" << l << "], self." << p << "linear2_w.narrow(0, " << l * s.C * s.C
+        << ", " << s.C * s.C << ").view(" << s.C << ", " << s.C << ")) * " << num(1.0 / std::sqrt(double(s.C))) << ")\n";
+  src << "    msg = torch.cat(gated, 1)\n";
+  return src.str();
+}
+
+// The skip connection of the centres' input blocks `skip_in` into `sc`: species-dependent, or a
+// Linear in a non-linear block.
+std::string skip_source(const Shape& s, int t, const std::string& p, const std::vector<int>& skip_in) {
+  const auto in = s.in_ls(t);
+  std::ostringstream src;
+  src << "    hin = []\n";
+  for (const int k : skip_in)
+    src << "    hin.append(h.narrow(0, 0, n_out).narrow(1, " << s.C * offset_of(in[k]) << ", " << s.C * (2 * in[k] + 1)
+        << ").reshape(n_out, " << s.C << ", " << 2 * in[k] + 1 << "))\n";
+  std::vector<int> all(skip_in.size());
+  for (std::size_t k = 0; k < all.size(); ++k) all[k] = int(k);
+  if (s.nonlinear_block(t))
+    src << linear_blocks("hin", "sc", "self." + p + "skip_w", int(skip_in.size()), s.C);
+  else
+    src << skip_blocks("hin", "sc", "self." + p + "skip_w", all, "attrs_out", s);
+  return src.str();
+}
+
+// Layer t: its parameters and tables, and mp_node_t and mp_layer_t.
+std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t, double cutoff) {
+  std::ostringstream src;
+  const std::string p = "l" + std::to_string(t) + "_";
+  const auto outs = s.out_ls(t);
+  const std::vector<int> skip_in = layer_parameters(b, s, t, p);
+  src << node_source(s, t, p);
+  src << "def mp_layer_" << t << "(self, e: Tensor, h: Tensor, attrs: Tensor, up: Tensor, center: Tensor, "
+      << "neighbor: Tensor, radial: Tensor, sh: Tensor, n_out: int) -> Tuple[Tensor, Tensor, Tensor]:\n"
+      << detail::mace_layer_radial_source(s.basis, cutoff) << path_weights_source(b, s, t, p)
+      << "    attrs_out = attrs.narrow(0, 0, n_out)\n"
+      << message_source(b, s, t, p)
+      << (s.nonlinear_block(t) ? nonlinear_message_source(b, s, t, p) : normalised_message_source(s, t, p));
+  if (!s.residual(t)) {
+    std::vector<int> all;
+    src << "    mb = []\n";
+    for (int l = 0; l <= s.Ls; ++l) {
+      src << "    mb.append(msg.narrow(1, " << offset_of(l) << ", " << 2 * l + 1 << "))\n";
+      all.push_back(l);
+    }
+    src << skip_blocks("mb", "mb2", "self." + p + "skip_w", all, "attrs_out", s, true)
+        << "    x = torch.cat(mb2, 1)\n";
+  } else {
+    src << "    x = msg\n";
+  }
+  src << contraction_source(b, s, t, p)
+      << linear_blocks("prod", "hb", "self." + p + "prod_w", int(outs.size()), s.C);
+  if (s.residual(t)) {
+    src << skip_source(s, t, p, skip_in);
+    for (std::size_t k = 0; k < skip_in.size(); ++k) src << "    hb[" << k << "] = hb[" << k << "] + sc[" << k << "]\n";
+  }
+  return src.str() + readout_source(s, t, p);
 }
 
 // forward: the parts composed; the last layer on the centres' edges only.

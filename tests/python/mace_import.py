@@ -4,8 +4,8 @@ Usage: PYTHON mace_import.py MLIP_TRAINER OPS_LIBRARY WORK_DIR [variants|familie
 
 variants: small models (8 channels, 3 elements, float64) of every shape and option the importer
 reproduces (max_L 0-2, max_ell 2-4, correlation 1-3, 1-3 interactions, gates, Bessel frequencies,
-apply_cutoff, ZBL, Agnesi, Density and residual-first blocks, the last readout only, agnostic
-products, each head of a two-head model), the create_lammps_model file, the default check (and
+apply_cutoff, ZBL, Agnesi, Density, residual-first and non-linear (MACE-MH) blocks, edge irreps,
+the last readout only, agnostic products, each head of a two-head model), the create_lammps_model file, the default check (and
 that it catches a wrong import, exit 2), and one-line refusals.
 families: the public foundation-model families' shapes (docs/models.md) with random weights: 128
 channels, 89 elements, float32 where mace-torch's calculator loads them so, each compared to
@@ -41,6 +41,7 @@ from mlip_ase import MLIPCalculator  # noqa: E402
 TOLERANCE = 1e-10  # float64; float32: mace_to_mlip.check's bound
 RES, PLAIN = "RealAgnosticResidualInteractionBlock", "RealAgnosticInteractionBlock"
 DENS, DENS_RES = "RealAgnosticDensityInteractionBlock", "RealAgnosticDensityResidualInteractionBlock"
+NONLIN = "RealAgnosticResidualNonLinearInteractionBlock"  # MACE-MH's
 MP_ELEMENTS = list(range(1, 84)) + [89, 90, 91, 92, 93, 94]  # the 89 of MPtrj
 OFF_ELEMENTS = [1, 6, 7, 8, 9, 15, 16, 17, 35, 53]
 
@@ -92,7 +93,25 @@ VARIANTS = {
     "agnostic-product": dict(use_agnostic_product=True),
     "two-heads": dict(heads=["pbe", "Default"]),
     "float32": dict(dtype="float32", first=DENS, rest=DENS_RES, pair_repulsion=True, distance_transform="Agnesi"),
+    "edge-irreps": dict(edge_irreps=o3.Irreps("6x0e+6x1o+6x2e")),  # l = 2 beyond the node irreps: zeros
+    "nonlinear": dict(first=NONLIN, rest=NONLIN),
+    "nonlinear-mh": dict(first=NONLIN, rest=NONLIN, pair_repulsion=True, distance_transform="Agnesi",
+                         apply_cutoff=False, use_agnostic_product=True, edge_irreps=o3.Irreps("6x0e+6x1o"),
+                         use_edge_irreps_first=True, heads=["omat_pbe", "Default"], layers=3),
+    "nonlinear-float32": dict(dtype="float32", first=NONLIN, rest=NONLIN, max_L=2, edge_irreps=o3.Irreps("6x0e+6x1o")),
 }
+
+
+def trained_like(model):
+    """What training changes from mace-torch's initial values that the tests must see: the
+    non-linear blocks' density factor (beta 0 at first) and their tiny species embeddings."""
+    with torch.no_grad():
+        for t, block in enumerate(model.interactions):
+            if hasattr(block, "beta"):
+                block.beta.fill_(0.4 + 0.3 * t)
+                block.source_embedding.weight.normal_()
+                block.target_embedding.weight.normal_()
+    return model
 
 # The public families' shapes (docs/models.md), random weights.
 MP = dict(channels=128, elements=MP_ELEMENTS, r_max=6.0, radial_MLP=(64, 64, 64), dtype="float32")
@@ -107,6 +126,11 @@ FAMILIES = {
                                          distance_transform="Agnesi", dtype="float64"),
     "OFF23-small": dict(channels=96, max_L=0, elements=OFF_ELEMENTS, r_max=5.0, radial_MLP=(64, 64, 64)),
     "OFF23-medium": dict(channels=128, max_L=1, elements=OFF_ELEMENTS, r_max=5.0, radial_MLP=(64, 64, 64)),
+    # MACE-MH as mace-torch 0.3.16 builds it: non-linear blocks, edge irreps, two heads
+    "MH-two-heads": dict(MP, first=NONLIN, rest=NONLIN, num_bessel=10, pair_repulsion=True,
+                         distance_transform="Agnesi", apply_cutoff=False, use_agnostic_product=True,
+                         edge_irreps=o3.Irreps("128x0e+128x1o"), use_edge_irreps_first=True,
+                         heads=["omat_pbe", "Default"]),
 }
 
 
@@ -151,7 +175,7 @@ def refused(work, model, reason, extra_args=()):
 def variants(work):
     ok = True
     for tag, kw in VARIANTS.items():
-        model = make_model(**kw)
+        model = trained_like(make_model(**kw))
         if tag == "bessel-trained":
             with torch.no_grad():
                 model.radial_embedding.bessel_fn.bessel_weights.mul_(torch.linspace(0.9, 1.2, 8))
@@ -244,8 +268,8 @@ def refusals(work):
     ok &= refused(work, model, "choose one with --head")
     ok &= refused(work, model, "is not one of the model's heads", ["--head", "c"])
     ok &= refused(work, make_model(distance_transform="Soft"), "distance transform SoftTransform")
-    ok &= refused(work, make_model(first="RealAgnosticResidualNonLinearInteractionBlock",
-                                   rest="RealAgnosticResidualNonLinearInteractionBlock"), "interaction blocks")
+    ok &= refused(work, make_model(rest="RealAgnosticAttResidualInteractionBlock"), "interaction blocks")
+    ok &= refused(work, make_model(edge_irreps=o3.Irreps("8x0e+4x1o")), "edge_irreps")
     ok &= refused(work, make_model(radial_type="gaussian"), "radial basis GaussianBasis")
     ok &= refused(work, make_model(correlation=[3, 2]), "correlation differs between layers")
     model = make_model()
@@ -257,7 +281,7 @@ def refusals(work):
 def families(work):
     ok = True
     for tag, kw in FAMILIES.items():
-        src, dst, rc = import_model(work, tag, make_model(**kw))
+        src, dst, rc = import_model(work, tag, trained_like(make_model(**kw)))
         if rc != 0:
             print(f"FAIL {tag}: import rc {rc}")
             ok = False
@@ -265,13 +289,6 @@ def families(work):
         ok &= compare(tag, src, dst)
         for path in (src, dst, dst + ".weights.pt"):
             os.remove(path)  # hundreds of MB at 89 elements
-    # MACE-MH (non-linear interaction blocks, edge irreps) and MACE-OMOL (charge and spin
-    # embeddings) are refused in one line.
-    mh = dict(channels=16, elements=MP_ELEMENTS[:20], first="RealAgnosticResidualNonLinearInteractionBlock",
-              rest="RealAgnosticResidualNonLinearInteractionBlock", pair_repulsion=True, distance_transform="Agnesi",
-              apply_cutoff=False, use_agnostic_product=True, edge_irreps=o3.Irreps("8x0e+8x1o"),
-              use_edge_irreps_first=True, heads=["omat_pbe", "Default"])
-    ok &= refused(work, make_model(**mh), "RealAgnosticResidualNonLinearInteractionBlock")
     return ok
 
 
