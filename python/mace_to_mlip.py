@@ -472,6 +472,14 @@ def check(mace_path, mlip_path, ops, spec, weights_dict, head_name, tolerance=No
         copies = {k: atoms.copy() for k in calc}
         for k, c in calc.items():
             copies[k].calc = c
+            # evaluated here, under its own default dtype: mace-torch builds some tensors of a
+            # multi-head model (the readout's head mask) in torch's default dtype, which the
+            # last calculator made set
+            torch.set_default_dtype(torch.float32 if k == "mace" and f32 else torch.float64)
+            copies[k].get_forces()
+            if atoms.pbc.any():
+                copies[k].get_stress()
+        torch.set_default_dtype(torch.float64)
         args = (sum(e0[s] for s in atoms.get_chemical_symbols()), atoms.pbc.any())
         ours = differences(copies["mace64" if f32 else "mace"], copies["mlip"], *args)
         theirs = differences(copies["mace64"], copies["mace"], *args) if f32 else {}

@@ -68,6 +68,7 @@ MLIP_KERNEL void edge_gradients(const Operands<T>& o, int64_t e0, int64_t e1, co
     T* gse = gs + e * A * K;
     T* gwe = gw + e * P * C;
     for (int64_t i = 0; i < A * C; ++i) cxe[i] = T(0);
+    for (int64_t i = 0; i < P * C; ++i) gwe[i] = T(0);  // here, in cache, rather than a pass over gw
     for (int64_t k = 0; k < K; ++k) {
       const T* wk = we + o.path[k] * C;
       const T* gk = gc + k * C;
@@ -260,7 +261,7 @@ std::vector<Tensor> gradients_reference(CT g, CT x, CT s, CT w, CT path, CT cent
 }
 
 std::vector<Tensor> gradients_cpu(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
-  Tensor gx = torch::zeros_like(x), gs = torch::empty_like(s), gw = torch::zeros_like(w);
+  Tensor gx = torch::zeros_like(x), gs = torch::empty_like(s), gw = torch::empty_like(w);
   const int64_t E = s.size(0), N = x.size(0), A = x.size(1), C = x.size(2);
   // Edges in blocks whose shares of gx (A x C each) stay in cache: the edges' gradients and shares
   // split between threads by edges, then the shares added into gx by neighbour ranges in edge
