@@ -621,6 +621,10 @@ void expect_operator_matches_reference(const std::function<torch::Tensor(const s
 }
 
 // MACE's edge tensor product with the neighbour sum (mlip/ops/equivariant_message.h).
+double max_rel_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>() / std::max(1e-300, a.abs().max().item<double>());
+}
+
 TEST(EquivariantMessage, KernelsAndDerivativesMatchTheReference) {
   for (const auto dtype : {torch::kFloat64, torch::kFloat32})
   for (const auto path_choice : kKernelPaths) {
@@ -643,6 +647,17 @@ TEST(EquivariantMessage, KernelsAndDerivativesMatchTheReference) {
       return equivariant_message_reference(t[0], t[1], t[2], path, center, neighbor, n_out);
     };
     expect_operator_matches_reference(op, ref, in, dtype == torch::kFloat64 ? 1e-12 : 1e-4);
+    // Only some operands asking for gradients (MD's first layer: not x), to second order: the
+    // backward computes those alone.
+    const std::vector<torch::Tensor> part = {in[0].detach(), in[1], in[2]};
+    const auto l = (op(part) * op(part)).sum(), lr = (ref(part) * ref(part)).sum();
+    const auto g = torch::autograd::grad({l}, {in[1], in[2]}, {}, true, true);
+    const auto gr = torch::autograd::grad({lr}, {in[1], in[2]}, {}, true, true);
+    const double tol = dtype == torch::kFloat64 ? 1e-12 : 1e-4;
+    for (int i = 0; i < 2; ++i) EXPECT_LE(max_rel_difference(g[i], gr[i]), tol) << i;
+    const auto h = torch::autograd::grad({(g[0] * g[0]).sum() + g[1].sum()}, {in[2]});
+    const auto hr = torch::autograd::grad({(gr[0] * gr[0]).sum() + gr[1].sum()}, {in[2]});
+    EXPECT_LE(max_rel_difference(h[0], hr[0]), tol);
   }
   const auto f64 = torch::dtype(torch::kFloat64);
   try {
@@ -1059,10 +1074,6 @@ struct PartialGraph {
     view.n_centers = n_centers;
   }
 };
-
-double max_rel_difference(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).abs().max().item<double>() / std::max(1e-300, a.abs().max().item<double>());
-}
 
 TEST_P(Grouped, EqualsThePlainForward) {
   const bool f32 = GetParam().dtype == torch::kFloat32;

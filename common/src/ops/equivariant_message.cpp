@@ -53,9 +53,14 @@ template <typename T> MLIP_KERNEL void message_edges(const Operands<T>& o, const
   for (int64_t i = 0; i < n; ++i) message_edge(o, edges ? edges[i] : i, msg);
 }
 
+// Which gradients the backward computes: bits of x, s and w (a force loss's second derivatives
+// need two of the three per call, MD's forces no x's gradient in the first layer).
+enum Need : int64_t { kNeedX = 1, kNeedS = 2, kNeedW = 4, kNeedAll = 7 };
+
 // The gradients of s and w of edges [e0, e1) given g (n_out, K, C), and each edge's share of x's
-// gradient, sum_k s[e, a, k] g[c, k, :] w[e, path[k], :], in row e - e0 of cx (A x C per edge).
-template <typename T>
+// gradient, sum_k s[e, a, k] g[c, k, :] w[e, path[k], :], in row e - e0 of cx (A x C per edge);
+// those of NX, NS, NW only.
+template <typename T, bool NX, bool NS, bool NW>
 MLIP_KERNEL void edge_gradients(const Operands<T>& o, int64_t e0, int64_t e1, const T* g, T* gs, T* gw, T* cx,
                                 T* scratch) {
   const int64_t A = o.a, C = o.c, K = o.k, P = o.p;
@@ -64,15 +69,16 @@ MLIP_KERNEL void edge_gradients(const Operands<T>& o, int64_t e0, int64_t e1, co
     const T* se = o.s + e * A * K;
     const T* we = o.w + e * P * C;
     const T* gc = g + o.center[e] * K * C;
-    T* cxe = cx + (e - e0) * A * C;
-    T* gse = gs + e * A * K;
-    T* gwe = gw + e * P * C;
-    for (int64_t i = 0; i < A * C; ++i) cxe[i] = T(0);
-    for (int64_t i = 0; i < P * C; ++i) gwe[i] = T(0);  // here, in cache, rather than a pass over gw
+    T* cxe = NX ? cx + (e - e0) * A * C : nullptr;
+    T* gse = NS ? gs + e * A * K : nullptr;
+    T* gwe = NW ? gw + e * P * C : nullptr;
+    if constexpr (NX)
+      for (int64_t i = 0; i < A * C; ++i) cxe[i] = T(0);
+    if constexpr (NW)
+      for (int64_t i = 0; i < P * C; ++i) gwe[i] = T(0);  // here, in cache, rather than a pass over gw
     for (int64_t k = 0; k < K; ++k) {
       const T* wk = we + o.path[k] * C;
       const T* gk = gc + k * C;
-      T* gwk = gwe + o.path[k] * C;
       T* t = scratch;      // g * w
       T* m = scratch + C;  // sum_a s x
 #pragma omp simd
@@ -80,19 +86,54 @@ MLIP_KERNEL void edge_gradients(const Operands<T>& o, int64_t e0, int64_t e1, co
       for (int64_t a = 0; a < A; ++a) {
         const T sk = se[a * K + k];
         const T* xa = xj + a * C;
-        T* ca = cxe + a * C;
-        T dot = 0;
+        if constexpr (NX && NS && NW) {  // one pass over the channels for the three
+          T* ca = cxe + a * C;
+          T dot = 0;
 #pragma omp simd reduction(+ : dot)
-        for (int64_t u = 0; u < C; ++u) {
-          dot += t[u] * xa[u];
-          ca[u] += t[u] * sk;
-          m[u] += sk * xa[u];
+          for (int64_t u = 0; u < C; ++u) {
+            dot += t[u] * xa[u];
+            ca[u] += t[u] * sk;
+            m[u] += sk * xa[u];
+          }
+          gse[a * K + k] = dot;
+          continue;
         }
-        gse[a * K + k] = dot;
-      }
+        if constexpr (NX) {
+          T* ca = cxe + a * C;
 #pragma omp simd
-      for (int64_t u = 0; u < C; ++u) gwk[u] += gk[u] * m[u];
+          for (int64_t u = 0; u < C; ++u) ca[u] += t[u] * sk;
+        }
+        if constexpr (NS) {
+          T dot = 0;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t u = 0; u < C; ++u) dot += t[u] * xa[u];
+          gse[a * K + k] = dot;
+        }
+        if constexpr (NW) {
+#pragma omp simd
+          for (int64_t u = 0; u < C; ++u) m[u] += sk * xa[u];
+        }
+      }
+      if constexpr (NW) {
+        T* gwk = gwe + o.path[k] * C;
+#pragma omp simd
+        for (int64_t u = 0; u < C; ++u) gwk[u] += gk[u] * m[u];
+      }
     }
+  }
+}
+
+template <typename T>
+MLIP_KERNEL void edge_gradients_of(int64_t need, const Operands<T>& o, int64_t e0, int64_t e1, const T* g, T* gs,
+                                   T* gw, T* cx, T* scratch) {
+  switch (need) {
+    case kNeedX: return edge_gradients<T, true, false, false>(o, e0, e1, g, gs, gw, cx, scratch);
+    case kNeedS: return edge_gradients<T, false, true, false>(o, e0, e1, g, gs, gw, cx, scratch);
+    case kNeedW: return edge_gradients<T, false, false, true>(o, e0, e1, g, gs, gw, cx, scratch);
+    case kNeedX | kNeedS: return edge_gradients<T, true, true, false>(o, e0, e1, g, gs, gw, cx, scratch);
+    case kNeedX | kNeedW: return edge_gradients<T, true, false, true>(o, e0, e1, g, gs, gw, cx, scratch);
+    case kNeedS | kNeedW: return edge_gradients<T, false, true, true>(o, e0, e1, g, gs, gw, cx, scratch);
+    default: return edge_gradients<T, true, true, true>(o, e0, e1, g, gs, gw, cx, scratch);
   }
 }
 
@@ -114,9 +155,9 @@ MLIP_KERNEL void add_shares(const Operands<T>& o, int64_t e0, int64_t e1, int64_
   MLIP_CLONES void message_kernel(const Operands<T>& o, const int64_t* edges, int64_t n, T* msg) {           \
     message_edges<T>(o, edges, n, msg);                                                                      \
   }                                                                                                          \
-  MLIP_CLONES void edge_gradient_kernel(const Operands<T>& o, int64_t e0, int64_t e1, const T* g, T* gs, T* gw, \
-                                        T* cx, T* scratch) {                                                 \
-    edge_gradients<T>(o, e0, e1, g, gs, gw, cx, scratch);                                                    \
+  MLIP_CLONES void edge_gradient_kernel(int64_t need, const Operands<T>& o, int64_t e0, int64_t e1, const T* g, \
+                                        T* gs, T* gw, T* cx, T* scratch) {                                   \
+    edge_gradients_of<T>(need, o, e0, e1, g, gs, gw, cx, scratch);                                           \
   }                                                                                                          \
   MLIP_CLONES void add_shares_kernel(const Operands<T>& o, int64_t e0, int64_t e1, int64_t j0, int64_t j1,     \
                                      const T* cx, T* gx) {                                                   \
@@ -236,32 +277,40 @@ Tensor message_device(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t
   return msg;
 }
 
-std::vector<Tensor> gradients_device(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
+std::vector<Tensor> gradients_device(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t need) {
   Tables t;
   std::tie(t.by_neighbor, t.neighbor_first) = detail::grouped_by(neighbor, x.size(0));
   std::tie(t.by_path, t.path_first) = detail::grouped_by(path, w.size(1));
-  Tensor gx = torch::empty_like(x), gs = torch::empty_like(s), gw = torch::empty_like(w);
+  const auto none = torch::empty({0}, x.options());
+  Tensor gx = need & kNeedX ? torch::empty_like(x) : none, gs = need & kNeedS ? torch::empty_like(s) : none,
+         gw = need & kNeedW ? torch::empty_like(w) : none;
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "equivariant_message_backward", [&] {
     const auto o = device_args<scalar_t>(x, s, w, g.data_ptr<scalar_t>(), path, center, neighbor, t);
-    detail::run_elements(kernels::MessageGradX<scalar_t>{o, gx.data_ptr<scalar_t>()}, gx.numel(), x.device());
-    detail::run_elements(kernels::MessageGradS<scalar_t>{o, gs.data_ptr<scalar_t>()}, gs.numel(), x.device());
-    detail::run_elements(kernels::MessageGradW<scalar_t>{o, gw.data_ptr<scalar_t>()}, gw.numel(), x.device());
+    if (need & kNeedX)
+      detail::run_elements(kernels::MessageGradX<scalar_t>{o, gx.data_ptr<scalar_t>()}, gx.numel(), x.device());
+    if (need & kNeedS)
+      detail::run_elements(kernels::MessageGradS<scalar_t>{o, gs.data_ptr<scalar_t>()}, gs.numel(), x.device());
+    if (need & kNeedW)
+      detail::run_elements(kernels::MessageGradW<scalar_t>{o, gw.data_ptr<scalar_t>()}, gw.numel(), x.device());
   });
   return {gx, gs, gw};
 }
 
 // The gradients of x, s and w with aten operations (the CUDA formulation).
-std::vector<Tensor> gradients_reference(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
+std::vector<Tensor> gradients_reference(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t need) {
   const Tensor xs = x.index_select(0, neighbor);                 // (E, A, C)
   const Tensor gm = g.index_select(0, center);                   // (E, K, C)
   const Tensor t = gm * w.index_select(1, path);                 // (E, K, C)
-  const Tensor m = torch::bmm(s.transpose(1, 2), xs);            // (E, K, C)
-  return {torch::zeros_like(x).index_add(0, neighbor, torch::bmm(s, t)), torch::bmm(xs, t.transpose(1, 2)),
-          torch::zeros_like(w).index_add(1, path, gm * m)};
+  const auto none = torch::empty({0}, x.options());
+  return {need & kNeedX ? torch::zeros_like(x).index_add(0, neighbor, torch::bmm(s, t)) : none,
+          need & kNeedS ? torch::bmm(xs, t.transpose(1, 2)) : none,
+          need & kNeedW ? torch::zeros_like(w).index_add(1, path, gm * torch::bmm(s.transpose(1, 2), xs)) : none};
 }
 
-std::vector<Tensor> gradients_cpu(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
-  Tensor gx = torch::zeros_like(x), gs = torch::empty_like(s), gw = torch::empty_like(w);
+std::vector<Tensor> gradients_cpu(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t need) {
+  const auto none = torch::empty({0}, x.options());
+  Tensor gx = need & kNeedX ? torch::zeros_like(x) : none, gs = need & kNeedS ? torch::empty_like(s) : none,
+         gw = need & kNeedW ? torch::empty_like(w) : none;
   const int64_t E = s.size(0), N = x.size(0), A = x.size(1), C = x.size(2);
   // Edges in blocks whose shares of gx (A x C each) stay in cache: the edges' gradients and shares
   // split between threads by edges, then the shares added into gx by neighbour ranges in edge
@@ -274,14 +323,15 @@ std::vector<Tensor> gradients_cpu(CT g, CT x, CT s, CT w, CT path, CT center, CT
     const auto o = operands_of<scalar_t>(x, s, w, path, center, neighbor);
     const scalar_t* gp = g.data_ptr<scalar_t>();
     scalar_t *gxp = gx.data_ptr<scalar_t>(), *gsp = gs.data_ptr<scalar_t>(), *gwp = gw.data_ptr<scalar_t>();
-    std::vector<scalar_t> cx(std::min(block, E) * A * C);
+    std::vector<scalar_t> cx(need & kNeedX ? std::min(block, E) * A * C : 0);
     for (int64_t b0 = 0; b0 < E; b0 += block) {
       const int64_t b1 = std::min(E, b0 + block);
       at::parallel_for(b0, b1, 16, [&](int64_t e0, int64_t e1) {
         std::vector<scalar_t> scratch(2 * C);
-        edge_gradient_kernel(o, e0, e1, gp, gsp, gwp, cx.data() + (e0 - b0) * A * C, scratch.data());
+        edge_gradient_kernel(need, o, e0, e1, gp, gsp, gwp, cx.data() + (e0 - b0) * A * C, scratch.data());
       });
-      at::parallel_for(0, N, 1, [&](int64_t j0, int64_t j1) { add_shares_kernel(o, b0, b1, j0, j1, cx.data(), gxp); });
+      if (need & kNeedX)
+        at::parallel_for(0, N, 1, [&](int64_t j0, int64_t j1) { add_shares_kernel(o, b0, b1, j0, j1, cx.data(), gxp); });
     }
   });
   return {gx, gs, gw};
@@ -297,7 +347,7 @@ const auto& message_op() {
 const auto& gradients_op() {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("mlip::equivariant_message_backward", "")
-                             .typed<std::vector<Tensor>(CT, CT, CT, CT, CT, CT, CT)>();
+                             .typed<std::vector<Tensor>(CT, CT, CT, CT, CT, CT, CT, int64_t)>();
   return op;
 }
 
@@ -321,46 +371,55 @@ class EquivariantMessage : public torch::autograd::Function<EquivariantMessage> 
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const auto v = ctx->get_saved_variables();
     if (!grad[0].defined()) return {{}, {}, {}, {}, {}, {}, {}};
-    auto g = gradients_op().call(grad[0], v[0], v[1], v[2], v[3], v[4], v[5]);
-    return {g[0], g[1], g[2], {}, {}, {}, {}};
+    // only the gradients asked for (MD: the first layer's features need none)
+    const int64_t need = (ctx->needs_input_grad(0) ? kNeedX : 0) | (ctx->needs_input_grad(1) ? kNeedS : 0) |
+                         (ctx->needs_input_grad(2) ? kNeedW : 0);
+    if (need == 0) return {{}, {}, {}, {}, {}, {}, {}};
+    auto g = gradients_op().call(grad[0], v[0], v[1], v[2], v[3], v[4], v[5], need);
+    auto given = [&](int i, int64_t bit) { return need & bit ? g[i] : Tensor(); };
+    return {given(0, kNeedX), given(1, kNeedS), given(2, kNeedW), {}, {}, {}, {}};
   }
 };
 
+// The backward as a function of (g, x, s, w), its outputs those of `need` (the others empty).
 class EquivariantMessageBackward : public torch::autograd::Function<EquivariantMessageBackward> {
  public:
-  static variable_list forward(AutogradContext* ctx, CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
+  static variable_list forward(AutogradContext* ctx, CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor,
+                               int64_t need) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     ctx->save_for_backward({g, x, s, w, path, center, neighbor});
-    return gradients_op().call(g, x, s, w, path, center, neighbor);
+    ctx->saved_data["need"] = need;
+    return gradients_op().call(g, x, s, w, path, center, neighbor, need);
   }
   static variable_list backward(AutogradContext* ctx, variable_list h) {
     const auto v = ctx->get_saved_variables();
     const Tensor &g = v[0], &x = v[1], &s = v[2], &w = v[3], &path = v[4], &center = v[5], &neighbor = v[6];
+    const int64_t need = ctx->saved_data["need"].toInt();
+    auto along = [&](int i, int64_t bit) { return need & bit && h[i].defined() && h[i].numel() ? h[i] : Tensor(); };
+    const Tensor hx = along(0, kNeedX), hs = along(1, kNeedS), hw = along(2, kNeedW);
+    // what each of the other operands' derivatives asks of the terms below
+    const int64_t want = (ctx->needs_input_grad(1) ? kNeedX : 0) | (ctx->needs_input_grad(2) ? kNeedS : 0) |
+                         (ctx->needs_input_grad(3) ? kNeedW : 0);
     Tensor dg, dx, ds, dw;
     auto add = [](Tensor& sum, const Tensor& t) { sum = sum.defined() ? sum + t : t; };
-    auto message = [&](CT xa, CT sa, CT wa) { return message_op().call(xa, sa, wa, path, center, neighbor, g.size(0)); };
-    auto gradients = [&](CT xa, CT sa, CT wa) { return gradients_op().call(g, xa, sa, wa, path, center, neighbor); };
-    if (h[0].defined()) {
-      add(dg, message(h[0], s, w));
-      const auto r = gradients(h[0], s, w);
-      add(ds, r[1]), add(dw, r[2]);
-    }
-    if (h[1].defined()) {
-      add(dg, message(x, h[1], w));
-      const auto r = gradients(x, h[1], w);
-      add(dx, r[0]), add(dw, r[2]);
-    }
-    if (h[2].defined()) {
-      add(dg, message(x, s, h[2]));
-      const auto r = gradients(x, s, h[2]);
-      add(dx, r[0]), add(ds, r[1]);
-    }
-    return {dg, dx, ds, dw, {}, {}, {}};
+    auto term = [&](CT xa, CT sa, CT wa, int64_t bits) {  // d/dg's term, and the gradients of `bits`
+      if (ctx->needs_input_grad(0)) add(dg, message_op().call(xa, sa, wa, path, center, neighbor, g.size(0)));
+      const int64_t n = bits & want;
+      if (n == 0) return;
+      const auto r = gradients_op().call(g, xa, sa, wa, path, center, neighbor, n);
+      if (n & kNeedX) add(dx, r[0]);
+      if (n & kNeedS) add(ds, r[1]);
+      if (n & kNeedW) add(dw, r[2]);
+    };
+    if (hx.defined()) term(hx, s, w, kNeedS | kNeedW);
+    if (hs.defined()) term(x, hs, w, kNeedX | kNeedW);
+    if (hw.defined()) term(x, s, hw, kNeedX | kNeedS);
+    return {dg, dx, ds, dw, {}, {}, {}, {}};
   }
 };
 
-std::vector<Tensor> gradients_autograd(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
-  return EquivariantMessageBackward::apply(g, x, s, w, path, center, neighbor);
+std::vector<Tensor> gradients_autograd(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t need) {
+  return EquivariantMessageBackward::apply(g, x, s, w, path, center, neighbor, need);
 }
 
 Tensor message_autograd(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t n_out) {
@@ -378,12 +437,13 @@ Tensor message_entry(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t 
              neighbor.contiguous(), n_out);
 }
 
-std::vector<Tensor> gradients_entry(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor) {
+std::vector<Tensor> gradients_entry(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t need) {
+  TORCH_CHECK(need >= 0 && need <= kNeedAll, "equivariant_message_backward: need must be a mask of 1, 2 and 4");
   const auto how = detail::kernel_path(x.device());
-  if (how == detail::KernelPath::aten) return gradients_reference(g, x, s, w, path, center, neighbor);
+  if (how == detail::KernelPath::aten) return gradients_reference(g, x, s, w, path, center, neighbor, need);
   const auto run = how == detail::KernelPath::cpu_kernels ? gradients_cpu : gradients_device;
   return run(g.contiguous(), x.contiguous(), s.contiguous(), w.contiguous(), path.contiguous(), center.contiguous(),
-             neighbor.contiguous());
+             neighbor.contiguous(), need);
 }
 
 }  // namespace
@@ -405,7 +465,7 @@ TORCH_LIBRARY_FRAGMENT(mlip, m) {
   m.def("equivariant_message(Tensor x, Tensor s, Tensor w, Tensor path, Tensor center, Tensor neighbor, int n_out) "
         "-> Tensor");
   m.def("equivariant_message_backward(Tensor g, Tensor x, Tensor s, Tensor w, Tensor path, Tensor center, "
-        "Tensor neighbor) -> Tensor[]");
+        "Tensor neighbor, int need=7) -> Tensor[]");
 }
 TORCH_LIBRARY_IMPL(mlip, CPU, m) {
   m.impl("equivariant_message", &mlip::message_entry);
