@@ -15,6 +15,7 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include "mlip/ops/activation.h"
 #include "mlip/ops/edge_contraction.h"
 #include "mlip/data/elements.h"
 #include "mlip/error.h"
@@ -668,6 +669,27 @@ TEST(EquivariantMessage, KernelsAndDerivativesMatchTheReference) {
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     EXPECT_NE(what.find("equivariant_message: a path index outside [0, 2)"), std::string::npos) << what;
+  }
+}
+
+// The radial nets' activation (mlip/ops/activation.h): values and derivatives to third order.
+TEST(ScaledSilu, KernelsAndDerivativesMatchTheReference) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32})
+  for (const auto path_choice : kKernelPaths) {
+    SCOPED_TRACE(dtype);
+    SCOPED_TRACE(path_choice == KernelChoice::usual ? "CPU kernels" : "device kernels");
+    const KernelChoiceScope use(path_choice);
+    torch::manual_seed(5);
+    const std::vector<torch::Tensor> in = {(torch::randn({37, 6}, torch::dtype(dtype)) * 4).requires_grad_(true)};
+    auto op = [&](const std::vector<torch::Tensor>& t) { return scaled_silu(t[0], 1.679); };
+    auto ref = [&](const std::vector<torch::Tensor>& t) { return scaled_silu_reference(t[0], 1.679); };
+    expect_operator_matches_reference(op, ref, in, dtype == torch::kFloat64 ? 1e-12 : 1e-5);
+  }
+  try {
+    scaled_silu(torch::ones({3}, torch::kInt64), 1.0);
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("scaled_silu: float32 or float64"), std::string::npos);
   }
 }
 

@@ -430,8 +430,8 @@ std::string radial_mlp_source(detail::ModuleBuilder& b, const std::string& p, co
     if (j + 2 == widths.size()) break;
     b.constant(p + std::to_string(j) + "_ln_w", {widths[j + 1]}, 1.0);
     b.constant(p + std::to_string(j) + "_ln_b", {widths[j + 1]}, 0.0);
-    src << "    " << y << " = torch.silu(torch.layer_norm(" << y << ", [" << widths[j + 1] << "], " << q << "_ln_w, "
-        << q << "_ln_b, 1e-05, False))\n";
+    src << "    " << y << " = mlip_ops.scaled_silu(torch.layer_norm(" << y << ", [" << widths[j + 1] << "], " << q
+        << "_ln_w, " << q << "_ln_b, 1e-05, False), 1.0)\n";
   }
   return src.str();
 }
@@ -529,7 +529,7 @@ std::string path_weights_source(detail::ModuleBuilder& b, const Shape& s, int t,
     for (std::size_t j = 0; j + 1 < widths.size(); ++j) {
       src << "    w = torch.matmul(w, self." << p << "mlp" << j << "_w * " << num(1.0 / std::sqrt(double(widths[j])))
           << ")\n";
-      if (j + 2 < widths.size()) src << "    w = torch.silu(w) * " << num(o3::kSiluNorm) << "\n";
+      if (j + 2 < widths.size()) src << "    w = mlip_ops.scaled_silu(w, " << num(o3::kSiluNorm) << ")\n";
     }
   }
   if (!s.basis.apply_cutoff) src << "    w = w * env\n";

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "../activation_elements.h"
 #include "../equivariant_message_elements.h"
 #include "../graph_elements.h"
 #include "../radial_net_elements.h"
