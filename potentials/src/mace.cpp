@@ -28,7 +28,12 @@
 // first layer's skip into the product, as later layers do) and interaction
 // (RealAgnosticResidualInteractionBlock; the Density variants of both divide the messages by
 // 1 + sum_j tanh(radial_ij . w / sqrt(nb))^2 instead of avg_num_neighbors: MACE-MP-0b3, MPA-0,
-// OMAT-0), and the variants of mace_radial.h:
+// OMAT-0; RealAgnosticResidualNonLinearInteractionBlock, MACE-MH's, in either place: the radial
+// MLP (Linear, LayerNorm, SiLU) reads the species embeddings of both ends too, the messages are
+// divided by alpha + beta x a learnt density, a linear map of the senders' features is added, then
+// a gate (SiLU scalars, sigmoid-gated l > 0) and a linear map; its skip connection is a Linear),
+// edge_irreps ("", or "Cx0e+Cx1o+...": what linear_up maps to and the edge tensor product reads)
+// with use_edge_irreps_first, and the variants of mace_radial.h:
 // gate (silu), bessel_weights (n pi / r_max), distance_transform (None; Agnesi with `agnesi`
 // {q, p, a}), apply_cutoff (true), pair_repulsion (false; ZBL with `zbl` {a_exp, a_prefactor}).
 // r_max is the model's cutoff.
