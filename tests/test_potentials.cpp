@@ -1362,7 +1362,11 @@ TEST(Potentials, BadHyperparametersAreNamed) {
       {{{"interaction", "RealAgnosticInteractionBlock"}}, "hyperparameter 'interaction' must be"},
       {{{"interaction_first", "RealAgnosticAttResidualInteractionBlock"}}, "hyperparameter 'interaction_first'"},
       {{{"agnesi", {{"q", 1.0}}}}, "unknown hyperparameter 'agnesi'"},
-      {{{"zbl", {{"a_exp", 0.3}}}}, "unknown hyperparameter 'zbl'"}};
+      {{{"zbl", {{"a_exp", 0.3}}}}, "unknown hyperparameter 'zbl'"},
+      {{{"edge_irreps", "8x0e+4x1o"}}, "hyperparameter 'edge_irreps' must have the same channels"},
+      {{{"edge_irreps", "8x0e+8x1e"}}, "hyperparameter 'edge_irreps' must be channels of l = 0, 1, ..."},
+      {{{"edge_irreps", "8x0e+8x1o+8x2e+8x3o+8x4e"}}, "hyperparameter 'edge_irreps' must not go beyond max_ell"},
+      {{{"use_edge_irreps_first", true}}, "hyperparameter 'use_edge_irreps_first' needs edge_irreps"}};
   for (const auto& [hp, message] : mace_cases) {
     spec.hyperparameters = hp;
     spec.hyperparameters["num_channels"] = 4;
