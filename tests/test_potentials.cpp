@@ -33,6 +33,7 @@
 #include "support/reference.h"
 #include "support/source_dir.h"
 #include "support/temp_dir.h"
+#include "../common/src/ops/host_exp.h"
 
 namespace mlip {
 namespace {
@@ -628,15 +629,19 @@ double max_rel_difference(const torch::Tensor& a, const torch::Tensor& b) {
 
 TEST(EquivariantMessage, KernelsAndDerivativesMatchTheReference) {
   for (const auto dtype : {torch::kFloat64, torch::kFloat32})
-  for (const auto path_choice : kKernelPaths) {
+  for (const auto path_choice : kKernelPaths)
+  for (const int64_t C : {5, 37}) {  // the CPU kernel's channel chunks: a part of one; two whole and a part
     SCOPED_TRACE(dtype);
     SCOPED_TRACE(path_choice == KernelChoice::usual ? "CPU kernels" : "device kernels");
+    SCOPED_TRACE(C);
     const KernelChoiceScope use(path_choice);
     torch::manual_seed(6);
-    const int64_t nodes = 23, n_out = 15, A = 4, C = 5, K = 9, P = 4, edges = 300;
+    const int64_t nodes = 23, n_out = 15, A = 4, K = 9, P = 4, edges = 300;
     const auto opt = torch::dtype(dtype);
+    // s with zeros, as MACE's couplings have (the CPU kernels skip their terms)
+    const torch::Tensor s = torch::randn({edges, A, K}, opt) * (torch::rand({edges, A, K}) > 0.4).to(dtype);
     const std::vector<torch::Tensor> in = {torch::randn({nodes, A, C}, opt).requires_grad_(true),
-                                           torch::randn({edges, A, K}, opt).requires_grad_(true),
+                                           s.requires_grad_(true),
                                            torch::randn({edges, P, C}, opt).requires_grad_(true)};
     const torch::Tensor path = torch::tensor({0, 1, 1, 1, 2, 3, 3, 3, 3}, torch::kInt64);
     const torch::Tensor center = torch::randint(0, n_out, {edges}, torch::kInt64);
@@ -673,6 +678,30 @@ TEST(EquivariantMessage, KernelsAndDerivativesMatchTheReference) {
 }
 
 // The radial nets' activation (mlip/ops/activation.h): values and derivatives to third order.
+// The branch-free exp of the CPU's element loops (scaled_silu) against the C library's, over the
+// whole range where it is not clamped, and its ends.
+TEST(HostExp, MatchesTheLibrary) {
+  using mlip::kernels::host_exp;
+  double worst64 = 0, worst32 = 0;
+  for (double x = -708.0; x <= 709.0; x += 0.0037) {
+    const double e = std::exp(x);
+    worst64 = std::max(worst64, std::abs(host_exp(x) - e) / e);
+  }
+  for (double x = -87.0; x <= 88.0; x += 0.00037) {
+    const float xf = float(x);
+    const double e = std::exp(double(xf));
+    worst32 = std::max(worst32, std::abs(double(host_exp(xf)) - e) / e);
+  }
+  EXPECT_LE(worst64, 2.3e-16);
+  EXPECT_LE(worst32, 1.2e-7);
+  EXPECT_EQ(host_exp(-1000.0), host_exp(-708.0));  // clamped: a normal number, never 0 or inf
+  EXPECT_EQ(host_exp(1000.0), host_exp(709.0));
+  EXPECT_TRUE(std::isfinite(host_exp(1000.0)) && host_exp(-1000.0) > 0.0);
+  EXPECT_EQ(host_exp(100.0f), host_exp(88.0f));
+  EXPECT_TRUE(std::isfinite(host_exp(100.0f)) && host_exp(-100.0f) > 0.0f);
+  EXPECT_EQ(host_exp(0.0), 1.0);
+}
+
 TEST(ScaledSilu, KernelsAndDerivativesMatchTheReference) {
   for (const auto dtype : {torch::kFloat64, torch::kFloat32})
   for (const auto path_choice : kKernelPaths) {

@@ -28,13 +28,25 @@ const char* cuda_launch_error();
 /// library cannot be had.
 void* cuda_symbol(const char* name);
 
+// The CPU's loop over a functor's elements [i0, i1), built twice where GCC can pick at load time
+// (x86-64): for AVX2 and FMA and for the baseline. The functor is copied to a local, so that its
+// stores cannot change its own pointers and the loop vectorises (in a file built with
+// -fno-trapping-math, where the kernels' selects may be evaluated on every lane).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define MLIP_HOST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define MLIP_HOST_CLONES
+#endif
+template <class F> MLIP_HOST_CLONES void host_elements(const F& shared, int64_t i0, int64_t i1) {
+  const F f = shared;
+  for (int64_t i = i0; i < i1; ++i) f(i);
+}
+
 /// Runs elements [0, count) of functor f on `device`.
 template <class F> void run_elements(const F& f, int64_t count, const torch::Device& device) {
   if (count == 0) return;
   if (device.is_cpu()) {
-    at::parallel_for(0, count, 2048, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) f(i);
-    });
+    at::parallel_for(0, count, 2048, [&](int64_t i0, int64_t i1) { host_elements(f, i0, i1); });
     return;
   }
   const bool f64 = std::is_same_v<typename decltype(f.o)::value_type, double>;

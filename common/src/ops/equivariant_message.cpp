@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <ATen/Parallel.h>
@@ -57,67 +58,77 @@ template <typename T> MLIP_KERNEL void message_edges(const Operands<T>& o, const
 // need two of the three per call, MD's forces no x's gradient in the first layer).
 enum Need : int64_t { kNeedX = 1, kNeedS = 2, kNeedW = 4, kNeedAll = 7 };
 
+// Channels in chunks of kChunk: a chunk's sums stay in registers while the terms are added.
+constexpr int64_t kChunk = 16;
+
+// acc[v] = sum_i c[i * c_step] rows[i * row_step + v] for v < W (W = kChunk, or the last chunk's
+// width n_v), the terms in order of i; terms with c = 0 skipped (s is mostly zeros: each output
+// couples one block of components).
+template <typename T, int64_t W>
+MLIP_KERNEL void combine(const T* c, int64_t c_step, const T* rows, int64_t row_step, int64_t n, int64_t n_v, T* acc) {
+  const int64_t width = W > 0 ? W : n_v;
+  T sum[kChunk] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    const T ci = c[i * c_step];
+    if (ci == T(0)) continue;
+    const T* r = rows + i * row_step;
+#pragma omp simd
+    for (int64_t v = 0; v < width; ++v) sum[v] += ci * r[v];
+  }
+  for (int64_t v = 0; v < width; ++v) acc[v] = sum[v];
+}
+
+// fn(u0, width, full) for the channel chunks of C.
+template <typename Fn> MLIP_KERNEL void for_chunks(int64_t C, Fn fn) {
+  int64_t u0 = 0;
+  for (; u0 + kChunk <= C; u0 += kChunk) fn(u0, kChunk, std::true_type{});
+  if (u0 < C) fn(u0, C - u0, std::false_type{});
+}
+
 // The gradients of s and w of edges [e0, e1) given g (n_out, K, C), and each edge's share of x's
 // gradient, sum_k s[e, a, k] g[c, k, :] w[e, path[k], :], in row e - e0 of cx (A x C per edge);
-// those of NX, NS, NW only.
+// those of NX, NS, NW only. scratch: K x C.
 template <typename T, bool NX, bool NS, bool NW>
 MLIP_KERNEL void edge_gradients(const Operands<T>& o, int64_t e0, int64_t e1, const T* g, T* gs, T* gw, T* cx,
                                 T* scratch) {
   const int64_t A = o.a, C = o.c, K = o.k, P = o.p;
+  T* t = scratch;  // g * w, per output
   for (int64_t e = e0; e < e1; ++e) {
     const T* xj = o.x + o.neighbor[e] * A * C;
     const T* se = o.s + e * A * K;
     const T* we = o.w + e * P * C;
     const T* gc = g + o.center[e] * K * C;
-    T* cxe = NX ? cx + (e - e0) * A * C : nullptr;
-    T* gse = NS ? gs + e * A * K : nullptr;
-    T* gwe = NW ? gw + e * P * C : nullptr;
-    if constexpr (NX)
-      for (int64_t i = 0; i < A * C; ++i) cxe[i] = T(0);
-    if constexpr (NW)
-      for (int64_t i = 0; i < P * C; ++i) gwe[i] = T(0);  // here, in cache, rather than a pass over gw
-    for (int64_t k = 0; k < K; ++k) {
-      const T* wk = we + o.path[k] * C;
-      const T* gk = gc + k * C;
-      T* t = scratch;      // g * w
-      T* m = scratch + C;  // sum_a s x
+    if constexpr (NX || NS)
+      for (int64_t k = 0; k < K; ++k) {
+        const T *gk = gc + k * C, *wk = we + o.path[k] * C;
+        T* tk = t + k * C;
 #pragma omp simd
-      for (int64_t u = 0; u < C; ++u) t[u] = gk[u] * wk[u], m[u] = T(0);
-      for (int64_t a = 0; a < A; ++a) {
-        const T sk = se[a * K + k];
-        const T* xa = xj + a * C;
-        if constexpr (NX && NS && NW) {  // one pass over the channels for the three
-          T* ca = cxe + a * C;
-          T dot = 0;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t u = 0; u < C; ++u) {
-            dot += t[u] * xa[u];
-            ca[u] += t[u] * sk;
-            m[u] += sk * xa[u];
-          }
-          gse[a * K + k] = dot;
-          continue;
-        }
-        if constexpr (NX) {
-          T* ca = cxe + a * C;
-#pragma omp simd
-          for (int64_t u = 0; u < C; ++u) ca[u] += t[u] * sk;
-        }
-        if constexpr (NS) {
-          T dot = 0;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t u = 0; u < C; ++u) dot += t[u] * xa[u];
-          gse[a * K + k] = dot;
-        }
-        if constexpr (NW) {
-#pragma omp simd
-          for (int64_t u = 0; u < C; ++u) m[u] += sk * xa[u];
-        }
+        for (int64_t u = 0; u < C; ++u) tk[u] = gk[u] * wk[u];
       }
-      if constexpr (NW) {
+    if constexpr (NS) {
+      T* gse = gs + e * A * K;
+      for (int64_t a = 0; a < A; ++a)
+        for (int64_t k = 0; k < K; ++k) gse[a * K + k] = detail::dot_of(t + k * C, xj + a * C, C);
+    }
+    if constexpr (NX) {  // cx[a] = sum_k s[a, k] t[k]
+      T* cxe = cx + (e - e0) * A * C;
+      for (int64_t a = 0; a < A; ++a)
+        for_chunks(C, [&](int64_t u0, int64_t n_v, auto full) {
+          combine<T, decltype(full)::value ? kChunk : 0>(se + a * K, 1, t + u0, C, K, n_v, cxe + a * C + u0);
+        });
+    }
+    if constexpr (NW) {  // gw[path[k]] += g[k] * sum_a s[a, k] x[a]
+      T* gwe = gw + e * P * C;
+      for (int64_t i = 0; i < P * C; ++i) gwe[i] = T(0);  // here, in cache, rather than a pass over gw
+      for (int64_t k = 0; k < K; ++k) {
+        const T* gk = gc + k * C;
         T* gwk = gwe + o.path[k] * C;
+        for_chunks(C, [&](int64_t u0, int64_t n_v, auto full) {
+          T m[kChunk];
+          combine<T, decltype(full)::value ? kChunk : 0>(se + k, K, xj + u0, C, A, n_v, m);
 #pragma omp simd
-        for (int64_t u = 0; u < C; ++u) gwk[u] += gk[u] * m[u];
+          for (int64_t v = 0; v < n_v; ++v) gwk[u0 + v] += gk[u0 + v] * m[v];
+        });
       }
     }
   }
@@ -327,7 +338,7 @@ std::vector<Tensor> gradients_cpu(CT g, CT x, CT s, CT w, CT path, CT center, CT
     for (int64_t b0 = 0; b0 < E; b0 += block) {
       const int64_t b1 = std::min(E, b0 + block);
       at::parallel_for(b0, b1, 16, [&](int64_t e0, int64_t e1) {
-        std::vector<scalar_t> scratch(2 * C);
+        std::vector<scalar_t> scratch(s.size(2) * C);
         edge_gradient_kernel(need, o, e0, e1, gp, gsp, gwp, cx.data() + (e0 - b0) * A * C, scratch.data());
       });
       if (need & kNeedX)
