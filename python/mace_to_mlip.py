@@ -304,8 +304,9 @@ def hyperparameters(model, sd, dtype=None):
         "avg_num_neighbors": float(blocks[0].avg_num_neighbors),
         "interaction_first": kind(blocks[0]),
     }
-    if edge_irreps(model):
-        hp["edge_irreps"] = edge_irreps(model)
+    edge = edge_irreps(model)
+    if edge:
+        hp["edge_irreps"] = edge
         hp["use_edge_irreps_first"] = bool(flag(model, "use_edge_irreps_first", False))
     if layers > 1:
         hp["interaction"] = kind(blocks[1])

@@ -1142,6 +1142,21 @@ TEST(PairMLIP, DeviceGraphEqualsTheHostGraph) {
   EXPECT_NE(excluded.find("graph device builds its own graph and cannot leave out the pairs 'neigh_modify exclude'"),
             std::string::npos) << excluded;
   EXPECT_EQ(run_error(pair), "no error");
+  // Nor the bonded pairs special_bonds leaves out (lj 0 0 0: a molecular atom style's default).
+  auto molecular_error = [&](const std::string& special) {
+    Lammps lmp;
+    std::istringstream lines("units metal\natom_style bond\natom_modify map array\nregion box block 0 8 0 8 0 8\n"
+                             "create_box 3 box\ncreate_atoms 1 single 1 1 1\ncreate_atoms 2 single 2 1 1\n"
+                             "create_atoms 3 single 1 2 1\nmass * 1.0\n" +
+                             special + pair + "run 0");
+    for (std::string line; std::getline(lines, line);)
+      if (const std::string e = lmp.command(line); !e.empty()) return e;
+    return std::string("no error");
+  };
+  const std::string bonded = molecular_error("");
+  EXPECT_NE(bonded.find("graph device builds its own graph with every pair within the cutoff, bonded ones too"),
+            std::string::npos) << bonded;
+  EXPECT_EQ(molecular_error("special_bonds lj 1 1 1\n"), "no error");
 }
 
 class PairMLIPGpu : public ::testing::Test {

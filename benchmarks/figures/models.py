@@ -5,7 +5,7 @@ from figures import figure, g, ratio
 
 # the bench_pair run behind docs/benchmarks.md's pair tables; dirty until its clean rerun replaces it
 BENCH_PAIR = "bench_pair/2026-11-27-4c6c2fa"
-MACE = "bench_mace/2026-11-28-36c2e4d"       # md.tsv, train.tsv: both sides at equal cores
+MACE = "bench_mace/2026-11-28-3ffffb6"       # md.tsv, train.tsv: both sides at equal cores
 MACE_MEMORY = "bench_mace/2026-11-26-e8cdcfa"  # memory.tsv (the 128-channel model)
 NVE = "nve_drift/2026-11-26-91197ec"
 

@@ -99,6 +99,15 @@ std::vector<Path> tensor_product_paths(const Shape& s, int t) {
   return paths;
 }
 
+// The widths of layer t's radial MLP: its input (the radial basis, in a non-linear block with the
+// source and target species embeddings), the hidden layers, the path weights.
+std::vector<int64_t> radial_widths(const Shape& s, int t) {
+  std::vector<int64_t> widths{s.nb + (s.nonlinear_block(t) ? 2 * s.C : 0)};
+  widths.insert(widths.end(), s.radial.begin(), s.radial.end());
+  widths.push_back(int64_t(tensor_product_paths(s, t).size()) * s.edge_C(t));
+  return widths;
+}
+
 int64_t offset_of(int l) { return int64_t(l) * l; }  // components before degree l
 
 torch::Tensor long_tensor(const std::vector<int64_t>& v) { return torch::tensor(v, torch::kInt64); }
@@ -460,9 +469,7 @@ std::vector<int> layer_parameters(detail::ModuleBuilder& b, const Shape& s, int 
     b.constant(p + "alpha", {}, 20.0);
     b.constant(p + "beta", {}, 0.0);
   } else {
-    std::vector<int64_t> widths{s.nb};
-    widths.insert(widths.end(), s.radial.begin(), s.radial.end());
-    widths.push_back(int64_t(tensor_product_paths(s, t).size()) * Ce);
+    const auto widths = radial_widths(s, t);
     for (std::size_t j = 0; j + 1 < widths.size(); ++j)
       b.normal(p + "mlp" + std::to_string(j) + "_w", {widths[j], widths[j + 1]}, 1.0);
   }
@@ -515,21 +522,15 @@ std::string node_source(const Shape& s, int t, const std::string& p) {
 // non-linear block, mace-torch's RadialMLP of the radial terms and the source and target atoms'
 // species embeddings (`w_ext`, which its density net reads too).
 std::string path_weights_source(detail::ModuleBuilder& b, const Shape& s, int t, const std::string& p) {
-  const int64_t P = int64_t(tensor_product_paths(s, t).size());
   std::ostringstream src;
   if (s.nonlinear_block(t)) {
     const std::string scale = num(1.0 / std::sqrt(double(s.N)));
     src << "    src_emb = torch.matmul(attrs, self." << p << "source_w.view(" << s.N << ", " << s.C << ")) * " << scale
         << "\n    tgt_emb = torch.matmul(attrs, self." << p << "target_w.view(" << s.N << ", " << s.C << ")) * " << scale
         << "\n    w_ext = torch.cat([w_in, src_emb.index_select(0, neighbor), tgt_emb.index_select(0, center)], 1)\n";
-    std::vector<int64_t> widths{s.nb + 2 * s.C};
-    widths.insert(widths.end(), s.radial.begin(), s.radial.end());
-    widths.push_back(P * s.edge_C(t));
-    src << radial_mlp_source(b, p + "mlp", widths, "w_ext", "w");
+    src << radial_mlp_source(b, p + "mlp", radial_widths(s, t), "w_ext", "w");
   } else {
-    std::vector<int64_t> widths{s.nb};
-    widths.insert(widths.end(), s.radial.begin(), s.radial.end());
-    widths.push_back(P * s.edge_C(t));
+    const auto widths = radial_widths(s, t);
     src << "    w = w_in\n";
     for (std::size_t j = 0; j + 1 < widths.size(); ++j) {
       src << "    w = torch.matmul(w, self." << p << "mlp" << j << "_w * " << num(1.0 / std::sqrt(double(widths[j])))

@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <torch/types.h>
 
+#include "cpu_kernels.h"
 #include "device_kernels.h"
 #include "mlip/ops/operators.h"
 
@@ -28,16 +29,11 @@ const char* cuda_launch_error();
 /// library cannot be had.
 void* cuda_symbol(const char* name);
 
-// The CPU's loop over a functor's elements [i0, i1), built twice where GCC can pick at load time
-// (x86-64): for AVX2 and FMA and for the baseline. The functor is copied to a local, so that its
-// stores cannot change its own pointers and the loop vectorises (in a file built with
-// -fno-trapping-math, where the kernels' selects may be evaluated on every lane).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define MLIP_HOST_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define MLIP_HOST_CLONES
-#endif
-template <class F> MLIP_HOST_CLONES void host_elements(const F& shared, int64_t i0, int64_t i1) {
+// The CPU's loop over a functor's elements [i0, i1), built per ISA (cpu_kernels.h's MLIP_CLONES:
+// GCC picks at load time). The functor is copied to a local, so that its stores cannot change its
+// own pointers and the loop vectorises (in a file built with -fno-trapping-math, where the
+// kernels' selects may be evaluated on every lane).
+template <class F> MLIP_CLONES void host_elements(const F& shared, int64_t i0, int64_t i1) {
   const F f = shared;
   for (int64_t i = i0; i < i1; ++i) f(i);
 }

@@ -12,6 +12,7 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include "cpu_dot.h"
 #include "cpu_kernels.h"
 #include "device_launch.h"
 #include "equivariant_message_elements.h"
@@ -56,7 +57,7 @@ template <typename T> MLIP_KERNEL void message_edges(const Operands<T>& o, const
 
 // Which gradients the backward computes: bits of x, s and w (a force loss's second derivatives
 // need two of the three per call, MD's forces no x's gradient in the first layer).
-enum Need : int64_t { kNeedX = 1, kNeedS = 2, kNeedW = 4, kNeedAll = 7 };
+constexpr int64_t kNeedX = 1, kNeedS = 2, kNeedW = 4, kNeedAll = 7;
 
 // Channels in chunks of kChunk: a chunk's sums stay in registers while the terms are added.
 constexpr int64_t kChunk = 16;
