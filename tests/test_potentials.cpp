@@ -677,7 +677,6 @@ TEST(EquivariantMessage, KernelsAndDerivativesMatchTheReference) {
   }
 }
 
-// The radial nets' activation (mlip/ops/activation.h): values and derivatives to third order.
 // The branch-free exp of the CPU's element loops (scaled_silu) against the C library's, over the
 // whole range where it is not clamped, and its ends.
 TEST(HostExp, MatchesTheLibrary) {
@@ -702,6 +701,7 @@ TEST(HostExp, MatchesTheLibrary) {
   EXPECT_EQ(host_exp(0.0), 1.0);
 }
 
+// The radial nets' activation (mlip/ops/activation.h): values and derivatives to third order.
 TEST(ScaledSilu, KernelsAndDerivativesMatchTheReference) {
   for (const auto dtype : {torch::kFloat64, torch::kFloat32})
   for (const auto path_choice : kKernelPaths) {

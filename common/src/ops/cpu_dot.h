@@ -9,6 +9,7 @@ namespace mlip::detail {
 
 // Lanes of the dot products below: a multiple of any vector width used (AVX-512 holds 8 doubles).
 constexpr int kDotLanes = 8;
+static_assert(kDotLanes == 8, "lane_sum adds eight lanes");
 
 // The sum of the kDotLanes partial sums, as a tree.
 template <typename T> MLIP_KERNEL T lane_sum(const T* lane) {

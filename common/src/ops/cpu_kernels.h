@@ -16,4 +16,3 @@
 #else
 #define MLIP_CLONES
 #endif
-
