@@ -27,6 +27,8 @@
 #include "mlip/ops/radial_net.h"
 #include "mlip/ops/tabulated_embedding.h"
 #include "mlip/ops/vector_message.h"
+#include "mlip/ops/vector_polynomials.h"
+#include "mlip/o3.h"
 #include "mlip/ops/equivariant_message.h"
 #include "mlip/ops/symmetric_contraction.h"
 #include "mlip/ops/operators.h"
@@ -719,6 +721,40 @@ TEST(ScaledSilu, KernelsAndDerivativesMatchTheReference) {
     FAIL() << "no error";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what_without_backtrace()).find("scaled_silu: float32 or float64"), std::string::npos);
+  }
+}
+
+// Polynomials of 3-vectors (mlip/ops/vector_polynomials.h): MACE's spherical harmonics (l <= 4)
+// against their aten evaluation, and the operator's values and derivatives to third order against
+// the aten formulation, at vectors with zero components (powers 0 and 1 at 0).
+TEST(VectorPolynomials, HarmonicsAndDerivativesMatchTheReference) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32})
+  for (const auto path_choice : kKernelPaths) {
+    SCOPED_TRACE(dtype);
+    SCOPED_TRACE(path_choice == KernelChoice::usual ? "CPU kernels" : "device kernels");
+    const KernelChoiceScope use(path_choice);
+    torch::manual_seed(8);
+    torch::Tensor v = torch::randn({41, 3}, torch::dtype(torch::kFloat64));
+    v[3][0] = 0.0, v[4][1] = 0.0, v[4][2] = 0.0;
+    v = v / v.norm(2, 1, true);
+    const auto [terms, coefficients] = o3::spherical_harmonics_terms(4);
+    const torch::Tensor sh = vector_polynomials(v.to(dtype), terms, coefficients, 25);
+    EXPECT_LE((sh.to(torch::kFloat64) - o3::spherical_harmonics(4, v)).abs().max().item<double>(),
+              dtype == torch::kFloat64 ? 1e-13 : 1e-5);
+    const std::vector<torch::Tensor> in = {(v * 1.3).to(dtype).requires_grad_(true)};
+    auto op = [&](const std::vector<torch::Tensor>& t) { return vector_polynomials(t[0], terms, coefficients, 25); };
+    auto ref = [&](const std::vector<torch::Tensor>& t) {
+      return vector_polynomials_reference(t[0], terms, coefficients, 25);
+    };
+    expect_operator_matches_reference(op, ref, in, dtype == torch::kFloat64 ? 1e-12 : 1e-4);
+  }
+  const auto [terms, coefficients] = o3::spherical_harmonics_terms(1);
+  try {
+    vector_polynomials(torch::ones({2, 3}, torch::kFloat64), terms, coefficients, 3);
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    EXPECT_NE(what.find("vector_polynomials: a term's output outside [0, 3)"), std::string::npos) << what;
   }
 }
 

@@ -381,7 +381,10 @@ Shape read_shape(const ModelSpec& spec, nlohmann::json& resolved_out, double& av
 }
 
 // mp_edges and mp_embed.
-std::string edges_source(const Shape& s, double cutoff) {
+std::string edges_source(detail::ModuleBuilder& b, const Shape& s, double cutoff) {
+  const auto [sh_terms, sh_coefficients] = o3::spherical_harmonics_terms(s.Ls);
+  b.index_buffer("sh_terms", sh_terms);
+  b.buffer("sh_coefficients", sh_coefficients);
   std::ostringstream src;
   // mp_edges: the radial terms (mace_radial.h) and harmonics (E, (max_ell+1)^2) of the vector
   // from the neighbour to the centre (mace-torch's sender -> receiver).
@@ -389,7 +392,8 @@ std::string edges_source(const Shape& s, double cutoff) {
       << "    r = torch.sqrt((edge_vectors * edge_vectors).sum(1)).unsqueeze(1)\n"
       << detail::mace_edges_source(s.basis, cutoff)
       << "    u = edge_vectors / r\n"
-      << o3::spherical_harmonics_source(s.Ls, "-u[:, 0]", "-u[:, 1]", "-u[:, 2]", "sh")
+      << "    sh = mlip_ops.vector_polynomials(-u, self.sh_terms, self.sh_coefficients, " << (s.Ls + 1) * (s.Ls + 1)
+      << ")\n"
       << "    return radial, sh\n";
   // mp_embed: (e, h, attrs): accumulated readout energies, features (scalars first, the rest
   // zero: the width stays that of the widest layer), one-hot species.
@@ -669,7 +673,7 @@ BuiltModel build_mace(const ModelSpec& spec) {
   b.float_attribute("cutoff", spec.cutoff);
 
   std::ostringstream src;
-  src << edges_source(s, spec.cutoff);
+  src << edges_source(b, s, spec.cutoff);
   detail::mace_radial_buffers(b, s.basis, spec.species);
   for (int t = 0; t < s.layers; ++t) src << layer_source(b, s, t, spec.cutoff);
   src << "def mp_readout(self, species: Tensor, e: Tensor, edge_index: Tensor, edge_vectors: Tensor, "

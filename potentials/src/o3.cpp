@@ -133,34 +133,30 @@ torch::Tensor wigner_3j(int l1, int l2, int l3) {
   return w;
 }
 
-std::string spherical_harmonics_source(int lmax, const std::string& x, const std::string& y,
-                                       const std::string& z, const std::string& out, const std::string& indent) {
-  std::ostringstream s;
-  // e3nn's basis: the standard harmonics of (X, Y, Z) = (z, x, y).
-  s << indent << "shX = " << z << "\n" << indent << "shY = " << x << "\n" << indent << "shZ = " << y << "\n";
-  s << indent << "shR0 = torch.ones_like(shX)\n" << indent << "shI0 = torch.zeros_like(shX)\n";
-  for (int m = 1; m <= lmax; ++m) {
-    s << indent << "shR" << m << " = shR" << m - 1 << " * shX - shI" << m - 1 << " * shY\n";
-    s << indent << "shI" << m << " = shR" << m - 1 << " * shY + shI" << m - 1 << " * shX\n";
-  }
-  s << indent << "shZ0 = torch.ones_like(shX)\n";
-  for (int p = 1; p <= lmax; ++p) s << indent << "shZ" << p << " = shZ" << p - 1 << " * shZ\n";
-  std::vector<std::string> cols;
-  for (int l = 0; l <= lmax; ++l) {
+std::pair<torch::Tensor, torch::Tensor> spherical_harmonics_terms(int lmax) {
+  // Y_l^m as a polynomial of (X, Y, Z) = (v2, v0, v1): norm * sum_k coefficient Z^(l-2k-a) times the
+  // real (m >= 0) or imaginary (m < 0) part of (X + iY)^a = sum_j binomial(a, j) X^(a-j) (iY)^j.
+  std::vector<int64_t> terms;
+  std::vector<double> coefficients;
+  for (int l = 0; l <= lmax; ++l)
     for (int m = -l; m <= l; ++m) {
       const int a = std::abs(m);
-      std::string poly;
-      for (int k = 0; 2 * k <= l - a; ++k) {
-        const double c = sh_norm(l, a) * legendre_coefficient(l, a, k);
-        poly += (poly.empty() ? "" : " + ") + detail::num(c) + " * shZ" + std::to_string(l - 2 * k - a);
-      }
-      cols.push_back("(" + poly + ") * sh" + (m >= 0 ? "R" : "I") + std::to_string(a));
+      for (int k = 0; 2 * k <= l - a; ++k)
+        for (int j = m >= 0 ? 0 : 1; j <= a; j += 2) {
+          const double c = sh_norm(l, a) * legendre_coefficient(l, a, k) * binomial(a, j) * ((j / 2) % 2 ? -1.0 : 1.0);
+          if (c == 0.0) continue;
+          terms.insert(terms.end(), {l * l + m + l, j, l - 2 * k - a, a - j});  // powers of v0 (Y), v1 (Z), v2 (X)
+          coefficients.push_back(c);
+        }
     }
-  }
-  s << indent << out << " = torch.stack([";
-  for (std::size_t i = 0; i < cols.size(); ++i) s << (i ? ", " : "") << cols[i];
-  s << "], 1)\n";
-  return s.str();
+  const auto n = int64_t(coefficients.size());
+  return {torch::tensor(terms, torch::kInt64).view({n, 4}), torch::tensor(coefficients, kF64)};
+}
+
+torch::Tensor spherical_harmonics(int lmax, const torch::Tensor& v) {
+  std::vector<torch::Tensor> blocks;
+  for (int l = 0; l <= lmax; ++l) blocks.push_back(sh_values(l, v));
+  return torch::cat(blocks, 1);
 }
 
 torch::Tensor coupling_basis(const std::vector<Irrep>& in, const Irrep& out, int nu) {

@@ -7,6 +7,7 @@
 #include "mlip/ops/symmetric_contraction.h"
 #include "mlip/ops/tabulated_embedding.h"
 #include "mlip/ops/vector_message.h"
+#include "mlip/ops/vector_polynomials.h"
 
 namespace mlip {
 
@@ -18,6 +19,7 @@ void link_operators() {
   link_symmetric_contraction_operator();
   link_tabulated_operator();
   link_vector_message_operator();
+  link_vector_polynomials_operator();
 }
 
 }  // namespace mlip

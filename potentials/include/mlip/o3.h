@@ -12,6 +12,8 @@
 // Everything is computed here (float64, CPU), from these definitions; no tables are shipped.
 #pragma once
 
+#include <utility>
+
 #include <string>
 #include <vector>
 
@@ -39,11 +41,14 @@ std::vector<Irrep> product(const Irrep& a, const Irrep& b);
 /// Wigner 3j symbol (2 l1 + 1, 2 l2 + 1, 2 l3 + 1), float64; cached.
 torch::Tensor wigner_3j(int l1, int l2, int l3);
 
-/// TorchScript lines that set `<out>` (E, (lmax + 1)^2) to the real spherical harmonics, component
-/// normalisation, of the unit vectors `<x>`, `<y>`, `<z>` (each (E,)), for l = 0..lmax.
-std::string spherical_harmonics_source(int lmax, const std::string& x, const std::string& y,
-                                       const std::string& z, const std::string& out,
-                                       const std::string& indent = "    ");
+/// The real spherical harmonics, component normalisation, l = 0..lmax, of unit vectors v (E, 3), in
+/// e3nn's basis, as the terms and coefficients of torch.ops.mlip.vector_polynomials
+/// (mlip/ops/vector_polynomials.h) with (lmax + 1)^2 outputs: (terms (T, 4) int64, coefficients
+/// (T,) float64).
+std::pair<torch::Tensor, torch::Tensor> spherical_harmonics_terms(int lmax);
+
+/// The same harmonics evaluated with aten operations (E, (lmax + 1)^2) (the tests' reference).
+torch::Tensor spherical_harmonics(int lmax, const torch::Tensor& v);
 
 /// MACE's generalised Clebsch-Gordan coefficients for the symmetric contraction: the couplings
 /// of `nu` copies of the irreps `in` (multiplicity 1 each) to `out`, as MACE computes them (all

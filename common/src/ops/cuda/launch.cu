@@ -13,6 +13,7 @@
 #include "../symmetric_contraction_elements.h"
 #include "../tabulated_embedding_elements.h"
 #include "../vector_message_elements.h"
+#include "../vector_polynomials_elements.h"
 
 namespace mlip::kernels {
 namespace {
