@@ -24,7 +24,7 @@ namespace mlip::kernels {
       X(ContractGradZ) X(ContractSecondG) X(ContractSecondX) X(ContractSecondZ) X(VectorForwardS)           \
           X(VectorForwardV) X(VectorGradPhi) X(VectorGradW) X(VectorGradV) X(VectorGradUnit)                \
               X(TabulatedForward) X(TabulatedBackward) X(GraphCellOf) X(GraphReach) X(GraphCountEdges) X(GraphListEdges) X(TanhNetForward) \
-                  X(SiluForward) X(SiluGrad) X(SiluSecondX) X(PolynomialForward)
+                  X(SiluForward) X(SiluGrad) X(SiluSecondX) X(PolynomialForward) X(PolynomialGrad)
 
 enum class Kernel : int {
 #define MLIP_KERNEL_ID(name) name,

@@ -2,6 +2,8 @@
 #include "mlip/ops/vector_polynomials.h"
 #include "mlip/ops/operators.h"
 
+#include <type_traits>
+
 #include <c10/util/Exception.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
@@ -26,29 +28,64 @@ void check(CT u, CT terms, CT coefficients, int64_t n_out) {
   TORCH_CHECK(n_out >= 0, "vector_polynomials: n_out must be >= 0");
   for (CT t : {terms, coefficients})
     TORCH_CHECK(t.device() == u.device(), "vector_polynomials: all tensors must be on one device");
-  if (terms.size(0) == 0 || !device_value_checks_on()) return;
-  const Tensor out = terms.select(1, 0);
-  TORCH_CHECK(out.min().item<int64_t>() >= 0 && out.max().item<int64_t>() < n_out,
-              "vector_polynomials: a term's output outside [0, ", n_out, ")");
-  TORCH_CHECK(terms.narrow(1, 1, 3).min().item<int64_t>() >= 0, "vector_polynomials: a negative power");
-  TORCH_CHECK(terms.size(0) == 1 || (out.narrow(0, 1, out.size(0) - 1) >= out.narrow(0, 0, out.size(0) - 1)).all().item<bool>(),
-              "vector_polynomials: the terms must be sorted by output");
 }
+
+// The highest power of the terms, checked with their outputs (the kernel's bounds); the bound
+// itself where value checks are paused (a CUDA graph's capture: the table was checked before).
+int64_t highest_power(CT terms, int64_t n_out) {
+  if (terms.size(0) == 0) return 0;
+  if (!device_value_checks_on()) return kernels::kMaxPolynomialPower;
+  const auto [lo, hi] = torch::aminmax(terms, 0);
+  const Tensor l = lo.cpu(), h = hi.cpu();
+  TORCH_CHECK(l[0].item<int64_t>() >= 0 && h[0].item<int64_t>() < n_out,
+              "vector_polynomials: a term's output outside [0, ", n_out, ")");
+  TORCH_CHECK(l.narrow(0, 1, 3).min().item<int64_t>() >= 0, "vector_polynomials: a negative power");
+  const int64_t top = h.narrow(0, 1, 3).max().item<int64_t>();
+  TORCH_CHECK(top <= kernels::kMaxPolynomialPower, "vector_polynomials: powers up to ",
+              kernels::kMaxPolynomialPower, " supported, got ", top);
+  return top;
+}
+
+// Kernel F over the rows of u (contiguous operands) into out.
+template <template <typename> class F> void run(CT u, CT terms, CT coefficients, int64_t n_out, CT g, Tensor& out) {
+  const int64_t top = highest_power(terms, n_out);
+  const Tensor uc = u.contiguous(), tc = terms.contiguous(), cc = coefficients.to(u.scalar_type()).contiguous();
+  const Tensor gc = g.defined() ? g.contiguous() : g;
+  AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "vector_polynomials", [&] {
+    const kernels::PolynomialArgs<scalar_t> o{uc.data_ptr<scalar_t>(), tc.data_ptr<int64_t>(),
+                                              cc.data_ptr<scalar_t>(), tc.size(0), n_out, top};
+    if constexpr (std::is_same_v<F<scalar_t>, kernels::PolynomialForward<scalar_t>>)
+      detail::run_elements(F<scalar_t>{o, out.data_ptr<scalar_t>()}, u.size(0), u.device());
+    else
+      detail::run_elements(F<scalar_t>{o, gc.data_ptr<scalar_t>(), out.data_ptr<scalar_t>()}, u.size(0), u.device());
+  });
+}
+
+bool aten_path(CT u) { return detail::kernel_path(u.device()) == detail::KernelPath::aten; }
 
 Tensor forward_entry(CT u, CT terms, CT coefficients, int64_t n_out) {
   check(u, terms, coefficients, n_out);
-  if (detail::kernel_path(u.device()) == detail::KernelPath::aten)
-    return vector_polynomials_reference(u, terms, coefficients, n_out);
-  const Tensor uc = u.contiguous(), tc = terms.contiguous(), cc = coefficients.to(u.scalar_type()).contiguous();
-  const Tensor first = torch::cat({torch::zeros({1}, tc.options()),
-                                   torch::bincount(tc.select(1, 0), {}, n_out).cumsum(0)});
+  if (aten_path(u)) return vector_polynomials_reference(u, terms, coefficients, n_out);
   Tensor y = torch::empty({u.size(0), n_out}, u.options());
-  AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "vector_polynomials", [&] {
-    const kernels::PolynomialArgs<scalar_t> o{uc.data_ptr<scalar_t>(), tc.data_ptr<int64_t>(),
-                                              cc.data_ptr<scalar_t>(), first.data_ptr<int64_t>(), n_out};
-    detail::run_elements(kernels::PolynomialForward<scalar_t>{o, y.data_ptr<scalar_t>()}, y.numel(), u.device());
-  });
+  run<kernels::PolynomialForward>(u, terms, coefficients, n_out, {}, y);
   return y;
+}
+
+// The composite d/du: sum_i g[e, i] J[e, :, i], J the derivative polynomials (aten path).
+Tensor backward_reference(CT g, CT u, CT terms, CT coefficients) {
+  const int64_t n = g.size(1);
+  const auto [dterms, dcoefficients] = vector_polynomials_derivatives(terms, coefficients, n);
+  return (vector_polynomials(u, dterms, dcoefficients, 3 * n).view({-1, 3, n}) * g.unsqueeze(1)).sum(2);
+}
+
+Tensor backward_entry(CT g, CT u, CT terms, CT coefficients) {
+  TORCH_CHECK(g.dim() == 2 && g.size(0) == u.size(0) && g.scalar_type() == u.scalar_type() && g.device() == u.device(),
+              "vector_polynomials_backward: g (", u.size(0), ", n) of u's dtype and device expected, got ", g.sizes());
+  check(u, terms, coefficients, g.size(1));
+  if (aten_path(u)) return backward_reference(g, u, terms, coefficients);
+  Tensor gu = torch::empty_like(u);
+  run<kernels::PolynomialGrad>(u, terms, coefficients, g.size(1), g, gu);
+  return gu;
 }
 
 const auto& forward_op() {
@@ -57,32 +94,61 @@ const auto& forward_op() {
                              .typed<Tensor(CT, CT, CT, int64_t)>();
   return op;
 }
+const auto& backward_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("mlip::vector_polynomials_backward", "")
+                             .typed<Tensor(CT, CT, CT, CT)>();
+  return op;
+}
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// d/du: sum_i g[e, i] J[e, i, :], J the derivative polynomials through the operator itself (so the
-// backward is differentiable again).
 class VectorPolynomials : public torch::autograd::Function<VectorPolynomials> {
  public:
   static variable_list forward(AutogradContext* ctx, CT u, CT terms, CT coefficients, int64_t n_out) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     ctx->save_for_backward({u, terms, coefficients});
-    ctx->saved_data["n"] = n_out;
     return {forward_op().call(u, terms, coefficients, n_out)};
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     if (!g[0].defined()) return {{}, {}, {}, {}};
     const auto v = ctx->get_saved_variables();
-    const int64_t n = ctx->saved_data["n"].toInt();
-    const auto [dterms, dcoefficients] = vector_polynomials_derivatives(v[1], v[2]);
-    const Tensor J = vector_polynomials(v[0], dterms, dcoefficients, 3 * n).view({-1, n, 3});
-    return {(g[0].unsqueeze(2) * J).sum(1), {}, {}, {}};
+    return {backward_op().call(g[0], v[0], v[1], v[2]), {}, {}, {}};
+  }
+};
+
+// The backward B(g, u) = sum_i g_i grad P_i(u) as a function of (g, u): along h (E, 3),
+//   d/dg = sum_c h_c dP_i/du_c (the derivative polynomials, forward),
+//   d/du = B(g', u) of the derivative polynomials with g'[e, c n + i] = h_c g_i,
+// both through the dispatcher: derivatives of any order.
+class VectorPolynomialsBackward : public torch::autograd::Function<VectorPolynomialsBackward> {
+ public:
+  static variable_list forward(AutogradContext* ctx, CT g, CT u, CT terms, CT coefficients) {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    ctx->save_for_backward({g, u, terms, coefficients});
+    return {backward_op().call(g, u, terms, coefficients)};
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list h) {
+    if (!h[0].defined()) return {{}, {}, {}, {}};
+    const auto v = ctx->get_saved_variables();
+    const Tensor &g = v[0], &u = v[1];
+    const int64_t n = g.size(1);
+    const auto [dterms, dcoefficients] = vector_polynomials_derivatives(v[2], v[3], n);
+    Tensor dg, du;
+    if (ctx->needs_input_grad(0))
+      dg = (vector_polynomials(u, dterms, dcoefficients, 3 * n).view({-1, 3, n}) * h[0].unsqueeze(2)).sum(1);
+    if (ctx->needs_input_grad(1))
+      du = backward_op().call((h[0].unsqueeze(2) * g.unsqueeze(1)).reshape({-1, 3 * n}), u, dterms, dcoefficients);
+    return {dg, du, {}, {}};
   }
 };
 
 Tensor forward_autograd(CT u, CT terms, CT coefficients, int64_t n_out) {
   return VectorPolynomials::apply(u, terms, coefficients, n_out)[0];
+}
+Tensor backward_autograd(CT g, CT u, CT terms, CT coefficients) {
+  return VectorPolynomialsBackward::apply(g, u, terms, coefficients)[0];
 }
 
 }  // namespace
@@ -104,26 +170,43 @@ Tensor vector_polynomials_reference(CT u, CT terms, CT coefficients, int64_t n_o
   return y.index_add(1, terms.select(1, 0), product);
 }
 
-std::pair<Tensor, Tensor> vector_polynomials_derivatives(CT terms, CT coefficients) {
-  std::vector<Tensor> t_parts, c_parts;
-  for (int64_t c = 0; c < 3; ++c) {
-    const Tensor power = terms.select(1, 1 + c), keep = power > 0;
-    Tensor t = terms.index({keep}).clone();
-    t.select(1, 1 + c).sub_(1);
-    t.select(1, 0).mul_(3).add_(c);
-    t_parts.push_back(t);
-    c_parts.push_back(coefficients.index({keep}) * power.index({keep}).to(coefficients.scalar_type()));
-  }
-  const Tensor t = torch::cat(t_parts), cf = torch::cat(c_parts);
-  const Tensor order = std::get<1>(torch::sort(t.select(1, 0), /*stable=*/std::optional<bool>(true), /*dim=*/0));
-  return {t.index_select(0, order), cf.index_select(0, order)};
+std::pair<Tensor, Tensor> vector_polynomials_derivatives(CT terms, CT coefficients, int64_t n_out) {
+  // a small table: on the host
+  const Tensor t = terms.to(torch::kCPU).contiguous(), c = coefficients.to(torch::kCPU, torch::kFloat64).contiguous();
+  const int64_t* q = t.data_ptr<int64_t>();
+  const double* k = c.data_ptr<double>();
+  std::vector<int64_t> dt;
+  std::vector<double> dc;
+  for (int64_t d = 0; d < 3; ++d)
+    for (int64_t r = 0; r < t.size(0); ++r) {
+      const int64_t* row = q + 4 * r;
+      if (row[1 + d] == 0) continue;
+      dt.insert(dt.end(), {d * n_out + row[0], row[1], row[2], row[3]});
+      dt[dt.size() - 3 + d] -= 1;
+      dc.push_back(k[r] * double(row[1 + d]));
+    }
+  const auto n = int64_t(dc.size());
+  return {torch::tensor(dt, torch::kInt64).view({n, 4}).to(terms.device()),
+          torch::tensor(dc, torch::kFloat64).to(coefficients.device(), coefficients.scalar_type())};
 }
 
 void link_vector_polynomials_operator() {}
 
 }  // namespace mlip
 
-TORCH_LIBRARY_FRAGMENT(mlip, m) { m.def("vector_polynomials(Tensor u, Tensor terms, Tensor coefficients, int n_out) -> Tensor"); }
-TORCH_LIBRARY_IMPL(mlip, CPU, m) { m.impl("vector_polynomials", &mlip::forward_entry); }
-TORCH_LIBRARY_IMPL(mlip, CUDA, m) { m.impl("vector_polynomials", &mlip::forward_entry); }
-TORCH_LIBRARY_IMPL(mlip, Autograd, m) { m.impl("vector_polynomials", &mlip::forward_autograd); }
+TORCH_LIBRARY_FRAGMENT(mlip, m) {
+  m.def("vector_polynomials(Tensor u, Tensor terms, Tensor coefficients, int n_out) -> Tensor");
+  m.def("vector_polynomials_backward(Tensor g, Tensor u, Tensor terms, Tensor coefficients) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(mlip, CPU, m) {
+  m.impl("vector_polynomials", &mlip::forward_entry);
+  m.impl("vector_polynomials_backward", &mlip::backward_entry);
+}
+TORCH_LIBRARY_IMPL(mlip, CUDA, m) {
+  m.impl("vector_polynomials", &mlip::forward_entry);
+  m.impl("vector_polynomials_backward", &mlip::backward_entry);
+}
+TORCH_LIBRARY_IMPL(mlip, Autograd, m) {
+  m.impl("vector_polynomials", &mlip::forward_autograd);
+  m.impl("vector_polynomials_backward", &mlip::backward_autograd);
+}

@@ -3,14 +3,17 @@
 //   torch.ops.mlip.vector_polynomials(u, terms, coefficients, n_out) -> y (E, n_out)
 //   y[e, i] = sum over the terms t of output i of coefficients[t] u[e,0]^a u[e,1]^b u[e,2]^c
 //
-// with terms (T, 4) int64 rows (i, a, b, c), sorted by i, and coefficients (T,) (converted to u's
-// dtype). Why: MACE's spherical harmonics of the edge directions (mlip/o3.h's
+// with terms (T, 4) int64 rows (i, a, b, c), powers up to 15, and coefficients (T,) (converted to
+// u's dtype). Why: MACE's spherical harmonics of the edge directions (mlip/o3.h's
 // spherical_harmonics_terms) were some sixty aten operations on (E,) columns and twice as many in
 // their backward; on a CPU chunk of a few thousand edges each ran on one thread (below aten's grain),
-// on a GPU each was a launch. Here the forward is one pass over (E, n_out); the gradient with
-// respect to u is sum_i g[e, i] J[e, i, :], J the same operator with the derivative polynomials'
-// terms (outputs 3 i + c), so derivatives of any order come from autograd. No gradient reaches the
-// terms or coefficients (they are constants of the model).
+// on a GPU each was a launch. Here the forward is one pass over the rows (each row's powers once,
+// then the terms), and so is the gradient with respect to u,
+//   vector_polynomials_backward(g, u, terms, coefficients) = sum_i g[e, i] grad P_i(u[e]) (E, 3),
+// itself differentiable: along h, d/dg is the derivative polynomials' forward contracted with h and
+// d/du the backward of the derivative polynomials (outputs c n_out + i) with g' = h_c g_i, both
+// through the dispatcher, so derivatives of any order. No gradient reaches the terms or
+// coefficients (they are constants of the model).
 // Device kernels (src/ops/vector_polynomials_elements.h) on the CPU and a GPU; the aten formulation
 // with MLIP_KERNELS=aten (mlip/ops/operators.h's KernelChoice).
 #pragma once
@@ -29,9 +32,9 @@ torch::Tensor vector_polynomials(const torch::Tensor& u, const torch::Tensor& te
 torch::Tensor vector_polynomials_reference(const torch::Tensor& u, const torch::Tensor& terms,
                                            const torch::Tensor& coefficients, int64_t n_out);
 
-/// The terms and coefficients of the derivatives d y_i / d u_c, as outputs 3 i + c (sorted).
+/// The terms and coefficients of the derivatives d y_i / d u_c, as outputs c n_out + i.
 std::pair<torch::Tensor, torch::Tensor> vector_polynomials_derivatives(const torch::Tensor& terms,
-                                                                       const torch::Tensor& coefficients);
+                                                                       const torch::Tensor& coefficients, int64_t n_out);
 
 /// Does nothing; model loaders and builders call it so that static links keep the registration.
 void link_vector_polynomials_operator();
