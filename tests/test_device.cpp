@@ -34,6 +34,7 @@
 #include "mlip/ops/symmetric_contraction.h"
 #include "mlip/ops/tabulated_embedding.h"
 #include "mlip/ops/vector_message.h"
+#include "mlip/ops/vector_polynomials.h"
 #include "support/gpu.h"
 #include "support/reference.h"
 #include "support/temp_dir.h"
@@ -212,7 +213,8 @@ TEST(GraphCaptureGpu, ReplaysEqualTheCpu) {
   EXPECT_EQ(recordings[3], recordings[2] + 1) << "a system twice as large was not recorded anew";
 }
 
-// MACE's two operators on the GPU's device kernels (libmlip_cuda_ops.so) against the CPU kernels:
+// MACE's operators (message, contraction, edge polynomials) on the GPU's device kernels
+// (libmlip_cuda_ops.so) against the CPU kernels:
 // values, gradients and the second derivatives a force loss takes, float64 and float32, at sizes
 // with many edges per centre and neighbour (the kernels' sums).
 std::vector<torch::Tensor> mace_operator_outputs(const std::vector<torch::Tensor>& inputs, const torch::Device& device) {
@@ -229,12 +231,19 @@ std::vector<torch::Tensor> mace_operator_outputs(const std::vector<torch::Tensor
   for (const auto& x : inputs) in.push_back(x.to(device).requires_grad_(true));
   const torch::Tensor msg = equivariant_message(in[0], in[1], in[2], path, center, neighbor, n_out);
   const torch::Tensor b = symmetric_contraction(in[3], in[4], mono, species);
-  const torch::Tensor loss = (msg * msg).sum() + (b * b * b).sum();
+  // polynomials of the edges' vectors (the harmonics' operator): powers 0 to 3, outputs with
+  // several terms and none
+  const torch::Tensor terms =
+      torch::tensor({0, 0, 0, 0, 1, 1, 0, 0, 1, 0, 2, 1, 3, 3, 0, 0, 3, 1, 1, 1, 3, 0, 0, 3}, idx).view({6, 4}).to(device);
+  const torch::Tensor coefficients =
+      torch::tensor({0.5, 1.5, -2.0, 0.25, 3.0, -1.0}, torch::dtype(in[5].scalar_type())).to(device);
+  const torch::Tensor poly = vector_polynomials(in[5], terms, coefficients, 5);
+  const torch::Tensor loss = (msg * msg).sum() + (b * b * b).sum() + (poly * poly * poly).sum();
   const auto g = torch::autograd::grad({loss}, in, {}, true, true);
   torch::Tensor q = torch::zeros({}, loss.options());
   for (const auto& gk : g) q = q + (gk * gk).sum();
   const auto h = torch::autograd::grad({q}, in);
-  std::vector<torch::Tensor> out = {msg.detach().cpu(), b.detach().cpu()};
+  std::vector<torch::Tensor> out = {msg.detach().cpu(), b.detach().cpu(), poly.detach().cpu()};
   for (const auto& gk : g) out.push_back(gk.detach().cpu());
   for (const auto& hk : h) out.push_back(hk.cpu());
   return out;
@@ -245,7 +254,7 @@ std::vector<torch::Tensor> mace_inputs(torch::ScalarType dtype) {
   const auto opt = torch::dtype(dtype);
   const int64_t C = 32;
   return {torch::randn({300, 4, C}, opt), torch::randn({9000, 4, 9}, opt), torch::randn({9000, 4, C}, opt),
-          torch::randn({300, 5, C}, opt), torch::randn({3, 7, 4, C}, opt)};
+          torch::randn({300, 5, C}, opt), torch::randn({3, 7, 4, C}, opt), torch::randn({9000, 3}, opt)};
 }
 
 // The largest relative difference of b from a, output by output (each within `tol`).
@@ -260,8 +269,9 @@ double worst_difference(const std::vector<torch::Tensor>& a, const std::vector<t
   return worst;
 }
 
-const std::vector<std::string> kMaceOutputs = {"message", "contraction", "d/dx", "d/ds", "d/dw", "d/dx'", "d/dz",
-                                               "2nd d/dx", "2nd d/ds", "2nd d/dw", "2nd d/dx'", "2nd d/dz"};
+const std::vector<std::string> kMaceOutputs = {
+    "message", "contraction", "polynomials", "d/dx",     "d/ds",     "d/dw",      "d/dx'",    "d/dz",
+    "d/du",    "2nd d/dx",    "2nd d/ds",    "2nd d/dw", "2nd d/dx'", "2nd d/dz", "2nd d/du"};
 
 TEST(DeviceKernelsGpu, MaceOperatorsEqualTheCpuKernels) {
   if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
