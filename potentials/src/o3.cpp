@@ -5,10 +5,8 @@
 #include <cmath>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <tuple>
 
-#include "builder.h"
 #include "mlip/error.h"
 
 namespace mlip::o3 {
