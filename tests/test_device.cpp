@@ -34,6 +34,7 @@
 #include "mlip/ops/symmetric_contraction.h"
 #include "mlip/ops/tabulated_embedding.h"
 #include "mlip/ops/vector_message.h"
+#include "mlip/ops/bessel_radial.h"
 #include "mlip/ops/vector_polynomials.h"
 #include "support/gpu.h"
 #include "support/reference.h"
@@ -213,7 +214,7 @@ TEST(GraphCaptureGpu, ReplaysEqualTheCpu) {
   EXPECT_EQ(recordings[3], recordings[2] + 1) << "a system twice as large was not recorded anew";
 }
 
-// MACE's operators (message, contraction, edge polynomials) on the GPU's device kernels
+// MACE's operators (message, contraction, edge polynomials, radial basis) on the GPU's device kernels
 // (libmlip_cuda_ops.so) against the CPU kernels:
 // values, gradients and the second derivatives a force loss takes, float64 and float32, at sizes
 // with many edges per centre and neighbour (the kernels' sums).
@@ -238,12 +239,16 @@ std::vector<torch::Tensor> mace_operator_outputs(const std::vector<torch::Tensor
   const torch::Tensor coefficients =
       torch::tensor({0.5, 1.5, -2.0, 0.25, 3.0, -1.0}, torch::dtype(in[5].scalar_type())).to(device);
   const torch::Tensor poly = vector_polynomials(in[5], terms, coefficients, 5);
-  const torch::Tensor loss = (msg * msg).sum() + (b * b * b).sum() + (poly * poly * poly).sum();
+  // the radial basis with its envelope (edges past the cutoff among them)
+  const torch::Tensor k = (torch::arange(1, 9, torch::kFloat64) * (3.141592653589793 / 5.0)).to(in[6].options());
+  const torch::Tensor radial = bessel_radial(in[6], k.detach(), 5.0, 5, true);
+  const torch::Tensor loss =
+      (msg * msg).sum() + (b * b * b).sum() + (poly * poly * poly).sum() + (radial * radial * radial).sum();
   const auto g = torch::autograd::grad({loss}, in, {}, true, true);
   torch::Tensor q = torch::zeros({}, loss.options());
   for (const auto& gk : g) q = q + (gk * gk).sum();
   const auto h = torch::autograd::grad({q}, in);
-  std::vector<torch::Tensor> out = {msg.detach().cpu(), b.detach().cpu(), poly.detach().cpu()};
+  std::vector<torch::Tensor> out = {msg.detach().cpu(), b.detach().cpu(), poly.detach().cpu(), radial.detach().cpu()};
   for (const auto& gk : g) out.push_back(gk.detach().cpu());
   for (const auto& hk : h) out.push_back(hk.cpu());
   return out;
@@ -254,7 +259,8 @@ std::vector<torch::Tensor> mace_inputs(torch::ScalarType dtype) {
   const auto opt = torch::dtype(dtype);
   const int64_t C = 32;
   return {torch::randn({300, 4, C}, opt), torch::randn({9000, 4, 9}, opt), torch::randn({9000, 4, C}, opt),
-          torch::randn({300, 5, C}, opt), torch::randn({3, 7, 4, C}, opt), torch::randn({9000, 3}, opt)};
+          torch::randn({300, 5, C}, opt), torch::randn({3, 7, 4, C}, opt), torch::randn({9000, 3}, opt),
+          torch::rand({9000, 1}, opt) * 5.5 + 0.5};
 }
 
 // The largest relative difference of b from a, output by output (each within `tol`).
@@ -270,8 +276,9 @@ double worst_difference(const std::vector<torch::Tensor>& a, const std::vector<t
 }
 
 const std::vector<std::string> kMaceOutputs = {
-    "message", "contraction", "polynomials", "d/dx",     "d/ds",     "d/dw",      "d/dx'",    "d/dz",
-    "d/du",    "2nd d/dx",    "2nd d/ds",    "2nd d/dw", "2nd d/dx'", "2nd d/dz", "2nd d/du"};
+    "message",  "contraction", "polynomials", "radial",    "d/dx",     "d/ds",     "d/dw",
+    "d/dx'",    "d/dz",        "d/du",        "d/dr",      "2nd d/dx", "2nd d/ds", "2nd d/dw",
+    "2nd d/dx'", "2nd d/dz",   "2nd d/du",    "2nd d/dr"};
 
 TEST(DeviceKernelsGpu, MaceOperatorsEqualTheCpuKernels) {
   if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;

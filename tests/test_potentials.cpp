@@ -27,6 +27,7 @@
 #include "mlip/ops/radial_net.h"
 #include "mlip/ops/tabulated_embedding.h"
 #include "mlip/ops/vector_message.h"
+#include "mlip/ops/bessel_radial.h"
 #include "mlip/ops/vector_polynomials.h"
 #include "mlip/o3.h"
 #include "mlip/ops/equivariant_message.h"
@@ -755,6 +756,51 @@ TEST(VectorPolynomials, HarmonicsAndDerivativesMatchTheReference) {
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     EXPECT_NE(what.find("vector_polynomials: a term's output outside [0, 3)"), std::string::npos) << what;
+  }
+}
+
+// MACE's radial basis (mlip/ops/bessel_radial.h): the operator's values and derivatives to third
+// order against autograd's of the plain formula sqrt(2 / r_max) sin(k r) / r x envelope x step, with
+// and without the envelope, harmonic frequencies (the recurrence) and others, edges past the cutoff,
+// on each kernel path (the aten one is the closed forms in aten operations).
+TEST(BesselRadial, KernelsAndDerivativesMatchTheFormula) {
+  const double cutoff = 5.0, pi = 3.141592653589793;
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32})
+  for (const auto path_choice : {KernelChoice::usual, KernelChoice::device_kernels, KernelChoice::aten})
+  for (const int64_t p : {5, 0})
+  for (const bool harmonic : {true, false}) {
+    SCOPED_TRACE(dtype);
+    SCOPED_TRACE(int(path_choice));
+    SCOPED_TRACE("p " + std::to_string(p) + (harmonic ? " harmonic" : ""));
+    const KernelChoiceScope use(path_choice);
+    torch::manual_seed(9);
+    const torch::Tensor k = harmonic ? torch::arange(1, 9, torch::kFloat64) * (pi / cutoff)
+                                     : torch::rand({8}, torch::kFloat64) * 3.0 + 0.2;
+    const std::vector<torch::Tensor> in = {
+        (torch::rand({53, 1}, torch::kFloat64) * 5.2 + 0.6).to(dtype).requires_grad_(true)};
+    auto op = [&](const std::vector<torch::Tensor>& t) { return bessel_radial(t[0], k.to(dtype), cutoff, p, harmonic); };
+    auto formula = [&](const std::vector<torch::Tensor>& t) {
+      const torch::Tensor r = t[0], u = r / cutoff, kk = k.to(dtype);
+      torch::Tensor y = std::sqrt(2.0 / cutoff) * torch::sin(kk * r) / r;
+      if (p == 0) return y;
+      const double q = double(p);
+      const torch::Tensor env = 1.0 - (q + 1) * (q + 2) / 2 * torch::pow(u, q) + q * (q + 2) * torch::pow(u, q + 1) -
+                                q * (q + 1) / 2 * torch::pow(u, q + 2);
+      return y * env * (r < cutoff).to(dtype);
+    };
+    expect_operator_matches_reference(op, formula, in, dtype == torch::kFloat64 ? 1e-12 : 2e-4);
+  }
+  for (const auto& [call, message] : std::vector<std::pair<std::function<void()>, std::string>>{
+           {[] { bessel_radial(torch::ones({4}, torch::kFloat64), torch::ones({3}, torch::kFloat64), 5.0, 5, true); },
+            "bessel_radial: r (E, 1) expected"},
+           {[] { bessel_radial(torch::ones({4, 1}, torch::kFloat64), torch::ones({3}, torch::kFloat64), 5.0, 5, true, 7); },
+            "bessel_radial: derivative order 0 to 6 supported, got 7"}}) {
+    try {
+      call();
+      ADD_FAILURE() << "no error: " << message;
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what_without_backtrace()).find(message), std::string::npos) << e.what_without_backtrace();
+    }
   }
 }
 

@@ -100,9 +100,11 @@ class ModuleBuilder {
     module_.register_buffer(name, value.to(options_.dtype()));
     note(name, axes);
   }
-  /// An integer (index) buffer, kept as it is.
+  /// An integer (index) buffer, kept as it is: a constant of the hyperparameters, not transferred
+  /// by fine-tuning (the target's own).
   void index_buffer(const std::string& name, const torch::Tensor& value) {
     module_.register_buffer(name, value.to(torch::kInt64));
+    note(name, SpeciesAxes::from_data);
   }
   /// Marks parameters as the descriptor's (training.freeze: descriptor).
   void descriptor(const std::string& name) { descriptor_.insert(name); }

@@ -384,7 +384,7 @@ Shape read_shape(const ModelSpec& spec, nlohmann::json& resolved_out, double& av
 std::string edges_source(detail::ModuleBuilder& b, const Shape& s, double cutoff) {
   const auto [sh_terms, sh_coefficients] = o3::spherical_harmonics_terms(s.Ls);
   b.index_buffer("sh_terms", sh_terms);
-  b.buffer("sh_coefficients", sh_coefficients);
+  b.buffer("sh_coefficients", sh_coefficients, SpeciesAxes::from_data);
   std::ostringstream src;
   // mp_edges: the radial terms (mace_radial.h) and harmonics (E, (max_ell+1)^2) of the vector
   // from the neighbour to the centre (mace-torch's sender -> receiver).
@@ -674,7 +674,7 @@ BuiltModel build_mace(const ModelSpec& spec) {
 
   std::ostringstream src;
   src << edges_source(b, s, spec.cutoff);
-  detail::mace_radial_buffers(b, s.basis, spec.species);
+  detail::mace_radial_buffers(b, s.basis, spec.species, spec.cutoff);
   for (int t = 0; t < s.layers; ++t) src << layer_source(b, s, t, spec.cutoff);
   src << "def mp_readout(self, species: Tensor, e: Tensor, edge_index: Tensor, edge_vectors: Tensor, "
       << "n_centers: int) -> Tensor:\n"

@@ -26,15 +26,11 @@ std::string envelope(const std::string& u, int p) {
   return s.str();
 }
 
-// sqrt(2 / r_max) sin(k r) / r with the frequencies k: a buffer when the hyperparameters give
-// them, else n pi / r_max.
-std::string bessel(const MaceRadial& m, double cutoff, const std::string& r, const std::string& opts) {
-  std::ostringstream s;
-  const std::string k = m.bessel.empty()
-                            ? "torch.arange(1, " + std::to_string(m.nb + 1) + ", " + opts + ") * " + num(kPi / cutoff)
-                            : std::string("self.bessel_w");
-  s << num(std::sqrt(2.0 / cutoff)) << " * (torch.sin(" << k << " * " << r << ") / " << r << ")";
-  return s.str();
+// sqrt(2 / r_max) sin(k r) / r, times the envelope of order p (0: without), as one operator
+// (mlip/ops/bessel_radial.h) with the frequencies self.bessel_w.
+std::string bessel(const MaceRadial& m, double cutoff, const std::string& r, int p) {
+  return "mlip_ops.bessel_radial(" + r + ", self.bessel_w, " + num(cutoff) + ", " + std::to_string(p) + ", " +
+         (m.harmonic() ? "True" : "False") + ", 0)";
 }
 
 // A species-pair table of covalent-radius sums, times `factor`.
@@ -77,20 +73,32 @@ MaceRadial read_mace_radial(HyperParameters& hp, int num_radial_basis, int num_c
   return m;
 }
 
-void mace_radial_buffers(ModuleBuilder& b, const MaceRadial& m, const std::vector<std::string>& species) {
-  if (!m.bessel.empty()) b.buffer("bessel_w", torch::tensor(m.bessel, torch::kFloat64));
+std::vector<double> MaceRadial::frequencies(double cutoff) const {
+  if (!bessel.empty()) return bessel;
+  std::vector<double> k;
+  for (int n = 1; n <= nb; ++n) k.push_back(n * kPi / cutoff);
+  return k;
+}
+
+bool MaceRadial::harmonic() const {
+  for (std::size_t n = 1; n < bessel.size(); ++n)
+    if (std::abs(bessel[n] - double(n + 1) * bessel[0]) > 1e-13 * std::abs(bessel[n])) return false;
+  return true;
+}
+
+void mace_radial_buffers(ModuleBuilder& b, const MaceRadial& m, const std::vector<std::string>& species,
+                         double cutoff) {
+  // constants of the hyperparameters: not transferred by fine-tuning (SpeciesAxes::from_data)
+  b.buffer("bessel_w", torch::tensor(m.frequencies(cutoff), torch::kFloat64), SpeciesAxes::from_data);
   // mace-torch's AgnesiTransform: r0 the mean covalent radius of the pair.
   if (m.agnesi) b.buffer("agnesi_r0", pair_radii(species, 0.5), SpeciesAxes::from_data);
 }
 
 std::string mace_edges_source(const MaceRadial& m, double cutoff) {
+  if (!m.deferred()) return "    radial = " + bessel(m, cutoff, "r", m.p) + "\n";
   std::ostringstream src;
-  const std::string opts = "dtype=edge_vectors.dtype, device=edge_vectors.device";
-  src << "    env = " << envelope("(r / " + num(cutoff) + ")", m.p) << " * (r < " << num(cutoff) << ").to(r.dtype)\n";
-  if (m.deferred())
-    src << "    radial = torch.cat([r, env], 1)\n";
-  else
-    src << "    radial = " << bessel(m, cutoff, "r", opts) << " * env\n";
+  src << "    env = " << envelope("(r / " + num(cutoff) + ")", m.p) << " * (r < " << num(cutoff) << ").to(r.dtype)\n"
+      << "    radial = torch.cat([r, env], 1)\n";
   return src.str();
 }
 
@@ -105,8 +113,7 @@ std::string mace_layer_radial_source(const MaceRadial& m, double cutoff) {
         << "    r = 1.0 / (1.0 + " << num(m.agnesi_a) << " * torch.pow(xr, " << num(m.agnesi_q) << ") / (1.0 + torch.pow(xr, "
         << num(m.agnesi_q - m.agnesi_p) << ")))\n";
   }
-  const std::string opts = "dtype=radial.dtype, device=radial.device";
-  src << "    w_in = " << bessel(m, cutoff, "r", opts) << (m.apply_cutoff ? " * env" : "") << "\n";
+  src << "    w_in = " << bessel(m, cutoff, "r", 0) << (m.apply_cutoff ? " * env" : "") << "\n";
   return src.str();
 }
 

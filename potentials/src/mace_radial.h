@@ -27,13 +27,18 @@ struct MaceRadial {
   /// The radial terms mp_edges returns are the basis x envelope (E, nb) unless the basis needs the
   /// species (Agnesi) or the envelope comes later: then (r, envelope) (E, 2).
   bool deferred() const { return agnesi || !apply_cutoff; }
+  /// The Bessel frequencies: `bessel`, or n pi / cutoff.
+  std::vector<double> frequencies(double cutoff) const;
+  /// Whether frequency n is (n + 1) times the first (the default's; bessel_radial's recurrence).
+  bool harmonic() const;
 };
 
 /// Reads gate, bessel_weights, distance_transform (+ agnesi), apply_cutoff and pair_repulsion (+ zbl).
 MaceRadial read_mace_radial(HyperParameters& hp, int num_radial_basis, int num_cutoff_basis);
 
 /// Registers the radial basis's tables (bessel_w, agnesi_r0) once per model.
-void mace_radial_buffers(ModuleBuilder& b, const MaceRadial& m, const std::vector<std::string>& species);
+void mace_radial_buffers(ModuleBuilder& b, const MaceRadial& m, const std::vector<std::string>& species,
+                         double cutoff);
 
 /// mp_edges' lines from `r` (E, 1) to `radial` (see MaceRadial::deferred).
 std::string mace_edges_source(const MaceRadial& m, double cutoff);

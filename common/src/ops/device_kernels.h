@@ -24,7 +24,8 @@ namespace mlip::kernels {
       X(ContractGradZ) X(ContractSecondG) X(ContractSecondX) X(ContractSecondZ) X(VectorForwardS)           \
           X(VectorForwardV) X(VectorGradPhi) X(VectorGradW) X(VectorGradV) X(VectorGradUnit)                \
               X(TabulatedForward) X(TabulatedBackward) X(GraphCellOf) X(GraphReach) X(GraphCountEdges) X(GraphListEdges) X(TanhNetForward) \
-                  X(SiluForward) X(SiluGrad) X(SiluSecondX) X(PolynomialForward) X(PolynomialGrad)
+                  X(SiluForward) X(SiluGrad) X(SiluSecondX) X(PolynomialForward) X(PolynomialGrad) \
+                      X(BesselForward) X(BesselGrad)
 
 enum class Kernel : int {
 #define MLIP_KERNEL_ID(name) name,
@@ -39,7 +40,7 @@ enum class Kernel : int {
 // total, LibTorch's caching allocator's reserved, allocated and peak allocated since
 // mlip_cuda_reset_peak); mlip_cuda_release_cache gives the allocator's unused blocks back to the
 // driver. Version: the layout of the functors and this interface; another version is refused.
-constexpr int kDeviceKernelsVersion = 7;
+constexpr int kDeviceKernelsVersion = 8;
 enum MemoryField : int { kFree, kTotal, kReserved, kAllocated, kPeakAllocated, kMemoryFields };
 extern "C" {
 using CudaLaunch = int (*)(int id, int f64, const void* functor, int64_t count, int device);

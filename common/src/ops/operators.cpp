@@ -1,6 +1,7 @@
 #include "mlip/ops/operators.h"
 
 #include "mlip/ops/activation.h"
+#include "mlip/ops/bessel_radial.h"
 #include "mlip/ops/edge_contraction.h"
 #include "mlip/ops/equivariant_message.h"
 #include "mlip/ops/radial_net.h"
@@ -13,6 +14,7 @@ namespace mlip {
 
 void link_operators() {
   link_activation_operator();
+  link_bessel_radial_operator();
   link_edge_operators();
   link_equivariant_message_operator();
   link_radial_net_operator();

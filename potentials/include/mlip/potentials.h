@@ -30,7 +30,8 @@ torch::Dtype torch_dtype(const ModelSpec& spec);
 ///   species:            leading axis, one entry per species
 ///   species_pair:       leading axis, ns x ns entries, (centre, neighbour) -> centre * ns + neighbour
 ///   species_by_species: the first two axes, one per species each
-///   from_data:          statistics the trainer fits from the data at hand; not transferred
+///   from_data:          statistics the trainer fits from the data at hand, or constants of the
+///                       hyperparameters (index tables, basis frequencies); not transferred
 enum class SpeciesAxes { none, species, species_pair, species_by_species, from_data };
 
 /// A trainable model (parameters require grad) and its metadata.

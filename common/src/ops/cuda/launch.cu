@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "../activation_elements.h"
+#include "../bessel_radial_elements.h"
 #include "../equivariant_message_elements.h"
 #include "../graph_elements.h"
 #include "../radial_net_elements.h"
