@@ -16,7 +16,8 @@
 #    training needs torchrun and is not run here.
 # 2. MD speed and memory on the model mace-torch trained in (1), imported into mlip by
 #    python/mace_to_mlip.py (the import checks that both give the same energy on a random
-#    structure): liquid water of 1152, 3456 and 10368 atoms (frame 0 of data_0, replicated).
+#    structure): liquid water of 1152, 3456 and 10368 atoms (frame 0 of data_0, replicated;
+#    MD_ATOMS picks some of them).
 #    mlip: LAMMPS, pair_style mlip (per-layer ghost exchange), NVE, 1 rank x 1 thread, 1 rank x
 #    2 threads and 2 ranks x 1 thread, us/atom-step of the MD loop, peak RSS of the largest rank.
 #    mace-torch (not at 10368 atoms: about all of this machine's memory): its fastest CPU route
@@ -61,6 +62,7 @@ EPOCHS=${EPOCHS:-2}
 TRAIN_FRAMES=${TRAIN_FRAMES:-40}
 REPEATS=${REPEATS:-3}
 PARTS=${PARTS:-train md memory accuracy}
+MD_ATOMS=${MD_ATOMS:-1152 3456 10368}
 WALL_MINUTES=${WALL_MINUTES:-15}
 has_part() { [[ " $PARTS " == *" $1 "* ]]; }
 # bind THREADS: mpirun's binding option: a rank of several threads must not be bound to one core
@@ -189,9 +191,11 @@ grep check import.log >&2
 table=md
 row code atoms ranks threads repeat us_per_atom_step peak_rss_mib
 water_md_input md.in
-for reps in "3 2 1" "3 3 2" "6 3 3"; do
+declare -A replicas=([1152]="3 2 1" [3456]="3 3 2" [10368]="6 3 3")
+for size in $MD_ATOMS; do
+  [[ -n ${replicas[$size]:-} ]] || { echo "bench_mace: MD_ATOMS: $size is not one of ${!replicas[*]}" >&2; exit 1; }
   # shellcheck disable=SC2086
-  "$build/bin/mlip_test_inputs" water water.data $reps > /dev/null
+  "$build/bin/mlip_test_inputs" water water.data ${replicas[$size]} > /dev/null
   atoms=$(awk '/ atoms/ {print $1; exit}' water.data)
   steps=$((atoms > 5000 ? 3 : atoms > 2000 ? 5 : 20))
   "$py" - water.data water.xyz <<'EOF'

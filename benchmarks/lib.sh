@@ -43,7 +43,7 @@ results_open() {
   mkdir -p "$results/logs"
   {
     echo "$BENCH_COMMAND"
-    env | grep -E '^(SIZES|RANKS|STEPS|MD_STEPS|REPEATS|THREADS|MINUTES|TRAIN|TRAIN_STEPS|MD|CHUNKS?|SNAP|KOKKOS|PAINN|FLOAT32|COMPRESSED|SE_E2A|DEVICE|CUDA_GRAPH|BATCH|PARTS|WALL_MINUTES|ACC_FRAMES|MACE_RATE|CHANNELS|EPOCHS|TRAIN_FRAMES|LAYERS|FEATURES|OPTIONS|PATHS|DTYPES|FRAMES|SMALL|SMALL_RUNS|LABEL_MINUTES|SKIP|SET|OMP_NUM_THREADS)=' | sort || true  # none set: not an error (set -e callers)
+    env | grep -E '^(SIZES|RANKS|STEPS|MD_STEPS|REPEATS|THREADS|MINUTES|TRAIN|TRAIN_STEPS|MD|MD_ATOMS|CHUNKS?|SNAP|KOKKOS|PAINN|FLOAT32|COMPRESSED|SE_E2A|DEVICE|CUDA_GRAPH|BATCH|PARTS|WALL_MINUTES|ACC_FRAMES|MACE_RATE|CHANNELS|EPOCHS|TRAIN_FRAMES|LAYERS|FEATURES|OPTIONS|PATHS|DTYPES|FRAMES|SMALL|SMALL_RUNS|LABEL_MINUTES|SKIP|SET|OMP_NUM_THREADS)=' | sort || true  # none set: not an error (set -e callers)
   } > "$results/command.txt"
   lscpu > "$results/lscpu.txt" 2>/dev/null || true
   { git -C "$src" log -1 --format='%H %cs %s' 2>/dev/null; git -C "$src" status --short --untracked-files=no 2>/dev/null; } > "$results/commit.txt"

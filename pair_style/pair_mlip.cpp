@@ -544,9 +544,7 @@ void PairMLIP::evaluate_centres(const int *atoms, int first, int last)
         [&](int64_t a, int64_t b) { evaluate_chunk(atoms + a, atoms + b); });
     return;
   }
-  const int n = last - first;
-  const int n_chunks = n / options.chunk + (n % options.chunk != 0 ? 1 : 0);
-  const int size = n_chunks > 0 ? n / n_chunks + (n % n_chunks != 0 ? 1 : 0) : 1;
+  const int size = int(mlip::equal_chunk(last - first, options.chunk));
   for (int a = first; a < last; a += size) evaluate_chunk(atoms + a, atoms + std::min(last, a + size));
 }
 

@@ -102,8 +102,7 @@ void PairMLIP::compute_device_graph()
     report_sizing(limit, nlocal);
     return;
   }
-  const int n_chunks = nlocal / options.chunk + (nlocal % options.chunk != 0 ? 1 : 0);
-  const int size = n_chunks > 0 ? nlocal / n_chunks + (nlocal % n_chunks != 0 ? 1 : 0) : 1;
+  const int size = int(mlip::equal_chunk(nlocal, options.chunk));
   for (int a = 0; a < nlocal; a += size) evaluate_device_chunk(*cells, a, std::min(nlocal, a + size));
 }
 

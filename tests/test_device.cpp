@@ -406,6 +406,16 @@ TEST(DeviceMemory, OutOfMemoryErrorsAreKnownByTypeAndByTorchScriptsMessage) {
   EXPECT_FALSE(mlip::device_memory(torch::kCPU).has_value());   // the CPU has no figures
 }
 
+// Calls of at most `chunk` centres, as equal as they can be (the pair style's `chunk` and the sizer's).
+TEST(DeviceMemory, EqualChunks) {
+  EXPECT_EQ(mlip::equal_chunk(1152, 1024), 576);
+  EXPECT_EQ(mlip::equal_chunk(1024, 1024), 1024);
+  EXPECT_EQ(mlip::equal_chunk(2049, 1024), 683);
+  EXPECT_EQ(mlip::equal_chunk(7, 100), 7);
+  EXPECT_EQ(mlip::equal_chunk(0, 100), 1);  // no calls (a loop to 0 in steps of 1)
+  EXPECT_EQ(mlip::equal_chunk(5, 0), 1);    // a chunk below 1 counts as 1
+}
+
 TEST(DeviceMemory, ACallThatRunsOutOfMemoryIsSplitAndEveryCentreEvaluatedOnce) {
   // A "device" on which a call of more than 300 centres runs out of memory.
   mlip::ChunkSizer sizer(0.8, 1000);

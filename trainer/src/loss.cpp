@@ -46,11 +46,7 @@ BatchTensors to_device(const BatchTensors& b, const torch::Device& device) {
   const bool pin = device.is_cuda();
   auto move = [&](const torch::Tensor& t) { return (pin ? t.pin_memory() : t).to(device, /*non_blocking=*/pin); };
   BatchTensors t = b;
-  for (torch::Tensor* x : {&t.species, &t.edge_index, &t.edge_vectors, &t.frame_of_atom, &t.frame_of_edge,
-                           &t.atoms_per_frame, &t.energy, &t.has_energy, &t.forces, &t.has_forces_atom, &t.virial,
-                           &t.has_virial, &t.weight}) {
-    *x = move(*x);
-  }
+  for (auto member : BatchTensors::kTensors) t.*member = move(t.*member);
   return t;
 }
 
@@ -71,16 +67,11 @@ BatchTensors concat(const std::vector<const BatchTensors*>& parts) {
     t.n_frames += p->n_frames;
     t.any_virial = t.any_virial || p->any_virial;
   }
-  t.species = gather(&BatchTensors::species);
   t.edge_index = torch::cat(edge_index, 1);
-  t.edge_vectors = gather(&BatchTensors::edge_vectors);
   t.frame_of_atom = torch::cat(frame_of_atom);
   t.frame_of_edge = torch::cat(frame_of_edge);
-  for (auto member : {&BatchTensors::atoms_per_frame, &BatchTensors::energy, &BatchTensors::has_energy,
-                      &BatchTensors::forces, &BatchTensors::has_forces_atom, &BatchTensors::virial,
-                      &BatchTensors::has_virial, &BatchTensors::weight}) {
-    t.*member = gather(member);
-  }
+  for (auto member : BatchTensors::kTensors)  // the rest, concatenated as they are
+    if (!(t.*member).defined()) t.*member = gather(member);
   return t;
 }
 

@@ -2,13 +2,14 @@
 // checkpoints, and the Trainer that ties them together.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <limits>
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,13 @@ struct BatchTensors {
   torch::Tensor species, edge_index, edge_vectors, frame_of_atom, frame_of_edge, atoms_per_frame;
   torch::Tensor energy, has_energy, forces, has_forces_atom, virial, has_virial, weight;
   bool any_virial = false;  // some frame has a virial label
+
+  /// Every tensor above, for what treats them alike (to_device, concat).
+  static constexpr std::array<torch::Tensor BatchTensors::*, 13> kTensors = {
+      &BatchTensors::species, &BatchTensors::edge_index,      &BatchTensors::edge_vectors, &BatchTensors::frame_of_atom,
+      &BatchTensors::frame_of_edge, &BatchTensors::atoms_per_frame, &BatchTensors::energy, &BatchTensors::has_energy,
+      &BatchTensors::forces, &BatchTensors::has_forces_atom, &BatchTensors::virial, &BatchTensors::has_virial,
+      &BatchTensors::weight};
 };
 BatchTensors to_tensors(const GraphBatch& b, torch::Dtype dtype);
 

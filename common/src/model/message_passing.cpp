@@ -15,12 +15,22 @@
 // again); the backward evaluates each chunk's layer again, its node terms included (for the
 // chunk's nodes, in the chunk's autograd graph), so that besides a layer's inputs and their
 // gradients, memory is bounded by the chunk.
+//
+// Threads: on the CPU with several LibTorch threads, the chunks of a layer run side by side, one
+// per thread, each chunk's operations on its thread (for_chunks): a chunk's many small operations
+// (a few thousand edges, below aten's grain) would otherwise each run on one thread while the
+// others wait. The backward adds the chunks' gradients in chunk order, so the sums are those of
+// one thread.
 #include "mlip/model/message_passing.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include "mlip/error.h"
 #include "model_internal.h"
@@ -231,14 +241,35 @@ LayerRun run_layer(const Parts& parts, int k, const Tensors& x_all, const Chunk&
   return r;
 }
 
-// Layer k's backward from a chunk's run: adds its edges' gradient to edge_grad and its nodes'
-// input gradient to input_grad (not for the first layer); frees the run's graph.
-void backward_run(LayerRun& run, int k, const Chunk& c, const Tensors& seed, torch::Tensor& edge_grad,
-                  Tensors& input_grad) {
+// f(i) for the chunks i in [first, last): on the CPU with several LibTorch threads side by side,
+// one chunk per thread at a time, each with the caller's thread-local state (grad mode, the graph
+// executor's optimisation); else in order. f must write only what belongs to chunk i.
+template <class F> void for_chunks(int64_t first, int64_t last, const torch::Device& device, F&& f) {
+  if (!device.is_cpu() || last - first < 2 || at::get_num_threads() < 2 || at::in_parallel_region()) {
+    for (int64_t i = first; i < last; ++i) f(i);
+    return;
+  }
+  const at::ThreadLocalState state;
+  const bool optimize = torch::jit::getGraphExecutorOptimize();
+  at::parallel_for(first, last, 1, [&](int64_t a, int64_t b) {
+    const at::ThreadLocalStateGuard same_state(state);
+    const torch::jit::GraphOptimizerEnabledGuard same_optimize(optimize);
+    for (int64_t i = a; i < b; ++i) f(i);
+  });
+}
+
+// Layer k's gradients from a chunk's run, with respect to its edge vectors and (but in the first
+// layer) its inputs; frees the run's graph.
+Tensors layer_grads(LayerRun& run, int k, const Chunk& c, const Tensors& seed) {
   Tensors wrt{run.vectors};
   if (k > 0) wrt.insert(wrt.end(), run.x.begin(), run.x.end());
-  const Tensors g = grad(run.out, rows(seed, c.first, c.count), wrt);
+  Tensors g = grad(run.out, rows(seed, c.first, c.count), wrt);
   run = LayerRun();
+  return g;
+}
+
+// Adds a chunk's layer_grads to edge_grad and (not for the first layer) input_grad.
+void add_grads(const Tensors& g, const Chunk& c, torch::Tensor& edge_grad, Tensors& input_grad) {
   if (c.whole) {
     edge_grad += g[0];
     input_grad.assign(g.begin() + 1, g.end());
@@ -248,15 +279,22 @@ void backward_run(LayerRun& run, int k, const Chunk& c, const Tensors& seed, tor
   for (std::size_t i = 1; i < g.size(); ++i) input_grad[i - 1].index_add_(0, c.nodes, g[i]);
 }
 
-// Layer k's backward, each chunk's layer evaluated again.
+// Layer k's backward, each chunk's layer evaluated again: as many chunks at a time as there are
+// threads, their gradients added in chunk order.
 Tensors backward_chunks(const Parts& parts, int k, const Tensors& inputs, const std::vector<Chunk>& chunks,
                         const torch::Tensor& vectors, const Tensors& seed, torch::Tensor& edge_grad) {
   Tensors input_grad;
   for (const auto& feature : inputs)
     if (k > 0) input_grad.push_back(torch::zeros_like(feature));
-  for (const Chunk& c : chunks) {
-    LayerRun r = run_layer(parts, k, inputs, c, vectors);
-    backward_run(r, k, c, seed, edge_grad, input_grad);
+  const auto n = int64_t(chunks.size()), wave = std::max<int64_t>(1, at::get_num_threads());
+  for (int64_t first = 0; first < n; first += wave) {
+    const int64_t last = std::min(n, first + wave);
+    std::vector<Tensors> g(std::size_t(last - first));
+    for_chunks(first, last, vectors.device(), [&](int64_t i) {
+      LayerRun r = run_layer(parts, k, inputs, chunks[std::size_t(i)], vectors);
+      g[std::size_t(i - first)] = layer_grads(r, k, chunks[std::size_t(i)], seed);
+    });
+    for (int64_t i = first; i < last; ++i) add_grads(g[std::size_t(i - first)], chunks[std::size_t(i)], edge_grad, input_grad);
   }
   return input_grad;
 }
@@ -321,8 +359,11 @@ ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, cons
     } else {
       torch::NoGradGuard no_grad;
       const Tensors terms = parts.node(k, inputs[k]);
-      for (const Chunk& c : chunks)
-        outs.push_back(parts.layer(k, c.gather(inputs[k]), c.gather(terms), c, c.edge_rows(vectors)));
+      outs.resize(chunks.size());
+      for_chunks(0, int64_t(chunks.size()), vectors.device(), [&](int64_t i) {
+        const Chunk& c = chunks[std::size_t(i)];
+        outs[std::size_t(i)] = parts.layer(k, c.gather(inputs[k]), c.gather(terms), c, c.edge_rows(vectors));
+      });
     }
     owned = concat(outs);
     for (auto& x : owned) x = x.detach();
@@ -343,7 +384,7 @@ ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, cons
     if (inputs[k].empty()) inputs[k] = tensors_of(parts.call("mp_embed", {species}));
     Tensors input_grad;
     if (keep)
-      backward_run(kept[k], k, chunks[0], seed, edge_grad, input_grad);
+      add_grads(layer_grads(kept[k], k, chunks[0], seed), chunks[0], edge_grad, input_grad);
     else
       input_grad = backward_chunks(parts, k, inputs[k], chunks, vectors, seed, edge_grad);
     inputs[k].clear();

@@ -68,6 +68,13 @@ class ChunkSizer {
   int64_t limit_ = 0;
 };
 
+/// The size of equal calls of at most `chunk` items over n (1152 atoms in calls of at most 1024:
+/// two of 576, not 1024 and 128).
+inline int64_t equal_chunk(int64_t n, int64_t chunk) {
+  const int64_t calls = (n + std::max<int64_t>(chunk, 1) - 1) / std::max<int64_t>(chunk, 1);
+  return calls > 0 ? (n + calls - 1) / calls : 1;
+}
+
 /// evaluate(first, last) over centres [first, last) in calls of the sizer's chunk, in order; a call
 /// that runs out of device memory (is_out_of_memory) is split in two and tried again, down to one
 /// centre (then the error is thrown). evaluate must have added nothing when it throws: the retried
@@ -75,10 +82,7 @@ class ChunkSizer {
 template <class Evaluate, class Available>
 void evaluate_within_memory(int64_t first, int64_t last, ChunkSizer& sizer, Available&& available,
                             Evaluate&& evaluate) {
-  int64_t size = sizer.chunk(last - first, available());
-  // Equal calls (1152 atoms in calls of at most 1024: two of 576, not 1024 and 128).
-  const int64_t calls = (last - first + size - 1) / std::max<int64_t>(size, 1);
-  if (calls > 0) size = (last - first + calls - 1) / calls;
+  int64_t size = equal_chunk(last - first, sizer.chunk(last - first, available()));
   for (int64_t begin = first; begin < last;) {
     const int64_t end = std::min(last, begin + size);
     try {
