@@ -5,7 +5,9 @@ from figures import figure, g, ratio
 
 # the bench_pair run behind docs/benchmarks.md's pair tables; dirty until its clean rerun replaces it
 BENCH_PAIR = "bench_pair/2026-11-27-4c6c2fa"
-MACE = "bench_mace/2026-11-28-3ffffb6"       # md.tsv, train.tsv: both sides at equal cores
+MACE = "bench_mace/2026-11-28-3ffffb6"       # train.tsv: both sides at equal cores
+MACE_MD = "bench_mace/2026-11-28-4797624"    # md.tsv: both sides at equal cores
+MACE_THREADS = "bench_mace/2026-11-28-0be4767"  # md.tsv, 10368 atoms: mlip's threads (chunks side by side)
 MACE_MEMORY = "bench_mace/2026-11-26-e8cdcfa"  # memory.tsv (the 128-channel model)
 NVE = "nve_drift/2026-11-26-91197ec"
 
@@ -116,33 +118,33 @@ for _atoms in (1152, 3456):
     # equal cores: mlip on `cores` ranks of 1 thread, and on 1 rank of `cores` threads, against
     # mace-torch on 1 process of `cores` threads
     for _cores in (1, 2):
-        figure(f"models-mace-md-{_atoms}-{_cores}", MACE)(
+        figure(f"models-mace-md-{_atoms}-{_cores}", MACE_MD)(
             lambda run, n=_atoms, c=_cores: times(mace_md(run, "mace-torch", n, 1, c), mace_md(run, "mlip", n, c, 1)))
-    figure(f"models-mace-md-{_atoms}-threads", MACE)(
+    figure(f"models-mace-md-{_atoms}-threads", MACE_MD)(
         lambda run, n=_atoms: times(mace_md(run, "mace-torch", n, 1, 2), mace_md(run, "mlip", n, 1, 2)))
 
 
-@figure("models-mace-memory-ratio-3456", MACE)
+@figure("models-mace-memory-ratio-3456", MACE_MD)
 def _(run):
     return ratio(mace_md(run, "mace-torch", 3456, 1, 1, "peak_rss_mib"), mace_md(run, "mlip", 3456, 1, 1, "peak_rss_mib"), 2)
 
 
-@figure("models-mace-mlip-memory-3456", MACE)
+@figure("models-mace-mlip-memory-3456", MACE_MD)
 def _(run):
     return f"{mace_md(run, 'mlip', 3456, 1, 1, 'peak_rss_mib'):.0f} MiB"
 
 
-@figure("models-mace-torch-memory-3456", MACE)
+@figure("models-mace-torch-memory-3456", MACE_MD)
 def _(run):
     return f"{mace_md(run, 'mace-torch', 3456, 1, 1, 'peak_rss_mib') / 1024:.1f} GiB"
 
 
-@figure("models-mace-us-10368-1rank", MACE)
+@figure("models-mace-us-10368-1rank", MACE_THREADS)
 def _(run):
     return f"{mace_md(run, 'mlip', 10368, 1, 1):.0f}"
 
 
-@figure("models-mace-threads-10368", MACE)
+@figure("models-mace-threads-10368", MACE_THREADS)
 def _(run):
     """2 threads in one rank against 1 (the operators and LibTorch's own on LibTorch's threads)"""
     return times(mace_md(run, "mlip", 10368, 1, 1), mace_md(run, "mlip", 10368, 1, 2))
