@@ -19,8 +19,8 @@
 // Threads: on the CPU with several LibTorch threads, the chunks of a layer run side by side, one
 // per thread, each chunk's operations on its thread (for_chunks): a chunk's many small operations
 // (a few thousand edges, below aten's grain) would otherwise each run on one thread while the
-// others wait. The backward adds the chunks' gradients in chunk order, so the sums are those of
-// one thread.
+// others wait. The backward adds the chunks' gradients in chunk order, so a run is deterministic
+// for a given number of threads. Memory then holds one chunk's graph per thread.
 #include "mlip/model/message_passing.h"
 
 #include <algorithm>

@@ -26,6 +26,7 @@ void check(CT r, CT frequencies, double cutoff, int64_t p, int64_t order) {
   TORCH_CHECK(frequencies.dim() == 1 && frequencies.size(0) >= 1,
               "bessel_radial: frequencies (nb,) with nb >= 1 expected, got ", frequencies.sizes());
   TORCH_CHECK(frequencies.device() == r.device(), "bessel_radial: r and frequencies must be on one device");
+  TORCH_CHECK(!frequencies.requires_grad(), "bessel_radial: no gradient reaches the frequencies (a constant)");
   TORCH_CHECK(cutoff > 0, "bessel_radial: cutoff must be > 0, got ", cutoff);
   TORCH_CHECK(p >= 0, "bessel_radial: the envelope's p must be >= 0 (0: none), got ", p);
   TORCH_CHECK(order >= 0 && order <= kernels::kMaxBesselOrder, "bessel_radial: derivative order 0 to ",
