@@ -2,8 +2,10 @@
 // the radial basis (Bessel frequencies, Agnesi distance transform, where the cutoff envelope is
 // applied), the ZBL pair repulsion and the readout's gate. Each is mace-torch's closed form, so that
 // an imported model computes mace-torch's function (python/mace_to_mlip.py) and a model trained
-// here with the same hyperparameters means the same thing; LibTorch's autograd differentiates
-// them to any order.
+// here with the same hyperparameters means the same thing. The Bessel basis (with its envelope
+// where it applies) is one operator, mlip::bessel_radial (derivatives to order 6); the rest is
+// TorchScript that LibTorch's autograd differentiates to any order. The envelope polynomial is also
+// written here as script (envelope()) for ZBL and the deferred envelope.
 #pragma once
 
 #include <string>
