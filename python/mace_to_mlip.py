@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turn a model saved by mace-torch into an mlip model file (model.pt).
 
-    python python/mace_to_mlip.py MACE.model -o model.pt [--head NAME] [--mlip-trainer build/bin/mlip-trainer]
+    python python/mace_to_mlip.py MACE.model -o model.pt [--head NAME] [--all-heads] [--mlip-trainer build/bin/mlip-trainer]
 
 MACE.model is what `mace_run_train` saves (a pickled torch module, e.g. MACE_run-123.model or a
 foundation model such as MACE-MP-0 / MPA-0 / OMAT-0 / OFF that you have on disk), or the
@@ -25,7 +25,8 @@ ResidualNonLinear}InteractionBlock after (the non-linear one: MACE-MH's); edge i
 channels for each l); the gates silu, tanh, abs and None; Bessel frequencies as the model has them; the Agnesi
 distance transform; ZBL pair repulsion; apply_cutoff; element-agnostic products; the last readout
 only; one head of a multi-head model (--head; default as mace-torch's calculator: the only head,
-else the one named "default"); float32 kept as float32 (--dtype to change). Refused, each naming
+else the one named "default"), or all of them (--all-heads: the model's forward() gives --head's
+energies, and fine-tuning keeps the heads by name); float32 kept as float32 (--dtype to change). Refused, each naming
 what: other model classes, interaction blocks or readouts, radial bases other than Bessel, other
 distance transforms, charge/spin embeddings, other edge irreps, SO(3) harmonics, correlation that differs
 between layers, the reduced (cuequivariance) coupling coefficients, biases.
@@ -341,9 +342,31 @@ def readout_weights(model, sd, spec, head, w):
             w[p + "ro_w"] = torch.zeros(C, dtype=torch.float64)  # no readout here
         else:
             w[p + "ro_w"] = sd[f"readouts.{t}.linear.weight"].reshape(C, H)[:, head].contiguous()
+    e0 = sd["atomic_energies_fn.atomic_energies"]
+    e0 = e0[head] if e0.dim() == 2 else e0.reshape(-1)
+    scale = sd.get("scale_shift.scale", torch.tensor(1.0)).reshape(-1)
+    shift = sd.get("scale_shift.shift", torch.tensor(0.0)).reshape(-1)
+    scale, shift = scale[head if scale.numel() > 1 else 0], shift[head if shift.numel() > 1 else 0]
+    w["energy_shift"] = e0 + shift
+    w["energy_scale"] = torch.full((len(spec["species"]),), float(scale), dtype=torch.float64)
 
 
-def weights(model, sd, spec, head=0):
+def head_weights(model, sd, spec, heads, w):
+    """The readouts and energy buffers of `heads` (indices): one head's as they are, several
+    stacked (mlip's multi-head layouts: readouts (heads, ...), energy buffers (species, heads))."""
+    per = []
+    for h in heads:
+        one = {}
+        readout_weights(model, sd, spec, h, one)
+        per.append(one)
+    if "heads" not in spec["hyperparameters"]:
+        w.update(per[0])
+        return
+    for key in per[0]:
+        w[key] = torch.stack([p[key] for p in per], dim=1 if key.startswith("energy_") else 0)
+
+
+def weights(model, sd, spec, heads=(0,)):
     hp = spec["hyperparameters"]
     layers, corr, N = hp["num_interactions"], hp["correlation"], len(spec["species"])
     w = {"embedding_w": sd["node_embedding.linear.weight"]}
@@ -372,14 +395,7 @@ def weights(model, sd, spec, head=0):
                 if wt.shape[0] == 1 and N > 1:  # an element-agnostic product: the same weights for all
                     wt = wt.expand(N, -1, -1)
                 w[f"{p}sc{L}_w{nu}"] = wt
-    readout_weights(model, sd, spec, head, w)
-    e0 = sd["atomic_energies_fn.atomic_energies"]
-    e0 = e0[head] if e0.dim() == 2 else e0.reshape(-1)
-    scale = sd.get("scale_shift.scale", torch.tensor(1.0)).reshape(-1)
-    shift = sd.get("scale_shift.shift", torch.tensor(0.0)).reshape(-1)
-    scale, shift = scale[head if scale.numel() > 1 else 0], shift[head if shift.numel() > 1 else 0]
-    w["energy_shift"] = e0 + shift
-    w["energy_scale"] = torch.full((N,), float(scale), dtype=torch.float64)
+    head_weights(model, sd, spec, heads, w)
     w["avg_num_neighbors"] = torch.tensor([hp["avg_num_neighbors"]], dtype=torch.float64)
     return {k: v.contiguous() for k, v in w.items()}
 
@@ -467,7 +483,10 @@ def check(mace_path, mlip_path, ops, spec, weights_dict, head_name, tolerance=No
             "mlip": MLIPCalculator(mlip_path, ops_library=ops)}
     if f32:
         calc["mace64"] = MACECalculator(model_paths=mace_path, device="cpu", default_dtype="float64", head=head_name)
-    e0 = dict(zip(spec["species"], weights_dict["energy_shift"].tolist()))
+    shift = weights_dict["energy_shift"]
+    if shift.dim() == 2:  # all heads: the column of the head the model's forward() evaluates
+        shift = shift[:, spec["hyperparameters"]["heads"].index(head_name)]
+    e0 = dict(zip(spec["species"], shift.tolist()))
     worst = {}
     for name, atoms in check_structures(spec["species"]).items():
         copies = {k: atoms.copy() for k in calc}
@@ -497,7 +516,10 @@ def convert(args):
     check_supported(model, sd)
     head = choose_head(model, args.head)
     spec = hyperparameters(model, sd, args.dtype)
-    w = weights(model, sd, spec, head)
+    if args.all_heads:
+        spec["hyperparameters"]["heads"] = heads_of(model)
+        spec["hyperparameters"]["head"] = heads_of(model)[head]
+    w = weights(model, sd, spec, range(len(heads_of(model))) if args.all_heads else (head,))
     spec_path, weights_path = args.output + ".spec.json", args.output + ".weights.pt"
     with open(spec_path, "w") as f:
         json.dump(spec, f, indent=1)
@@ -515,6 +537,8 @@ def main(argv=None):
     ap.add_argument("model", help="mace-torch model (.model, or the *-lammps.pt of create_lammps_model)")
     ap.add_argument("-o", "--output", default="model.pt", help="mlip model file to write")
     ap.add_argument("--head", help="the head of a multi-head model (default: the only one, or 'default')")
+    ap.add_argument("--all-heads", action="store_true",
+                    help="keep every head of a multi-head model (forward() evaluates --head's; fine-tuning keeps them)")
     ap.add_argument("--dtype", choices=("float32", "float64"), help="the mlip model's dtype (default: the model's)")
     ap.add_argument("--mlip-trainer", help="mlip-trainer executable (default: on PATH or build/bin)")
     ap.add_argument("--ops", help="libmlip_ops.so, for the check (default: build/lib)")

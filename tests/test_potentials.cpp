@@ -50,7 +50,8 @@ const std::vector<KernelChoice> kKernelPaths = {KernelChoice::usual, KernelChoic
 
 struct Case {
   std::string architecture;  // or "se_e2_a_two_side": se_e2_a with type_one_side: false; "mace_nonlinear":
-                             // MACE-MH's shape (non-linear blocks, edge irreps, Agnesi, envelope deferred)
+                             // MACE-MH's shape (non-linear blocks, edge irreps, Agnesi, envelope deferred);
+                             // "mace_heads": three heads, forward() the second's
   torch::Dtype dtype;
   bool repulsion = false;  // with the ZBL prior, switched on below 1.6 A (sample() has pairs from 0.8 A)
 };
@@ -90,6 +91,7 @@ BuiltModel build(const Case& c, uint64_t seed = 7, int layers = 2) {
                                    {"edge_irreps", "3x0e+3x1o"}, {"use_edge_irreps_first", true},
                                    {"apply_cutoff", false}, {"distance_transform", "Agnesi"},
                                    {"pair_repulsion", true}});
+    if (c.architecture == "mace_heads") spec.hyperparameters.update({{"heads", {"a", "b", "c"}}, {"head", "b"}});
   } else {
     spec.hyperparameters = {{"features", 8}, {"layers", layers}, {"radial_basis", 6}};
   }
@@ -100,8 +102,15 @@ BuiltModel build(const Case& c, uint64_t seed = 7, int layers = 2) {
     built.module.attr("rep_inner").toTensor().fill_(1.6);
     built.module.setattr("rep_max", 1.6);
   }
-  built.module.attr("energy_shift").toTensor().copy_(torch::tensor({-13.6, -432.1}));
-  built.module.attr("energy_scale").toTensor().copy_(torch::tensor({0.7, 1.3}));
+  torch::Tensor shift = built.module.attr("energy_shift").toTensor(), scale = built.module.attr("energy_scale").toTensor();
+  if (shift.dim() == 2) {   // heads: each its own E0s and scale
+    const torch::Tensor by_head = torch::arange(shift.size(1), torch::kFloat64);
+    shift.copy_(torch::tensor({-13.6, -432.1}).unsqueeze(1) + 0.37 * by_head);
+    scale.copy_(torch::tensor({0.7, 1.3}).unsqueeze(1) * (1 + 0.2 * by_head));
+  } else {
+    shift.copy_(torch::tensor({-13.6, -432.1}));
+    scale.copy_(torch::tensor({0.7, 1.3}));
+  }
   if (se) {
     built.module.attr("env_std").toTensor().copy_(torch::tensor({{0.3, 0.2}, {0.25, 0.15}}));
   }
@@ -375,7 +384,7 @@ TEST(MessagePassing, GhostExchangeEqualsForwardOnPeriodicImages) {
   exchange.forward = [&](const torch::Tensor& owned) { return owned.index_select(0, owners); };
   exchange.reverse = [&](const torch::Tensor& g) { return torch::zeros({n, g.size(1)}, g.options()).index_add(0, owners, g); };
 
-  for (const char* arch : {"painn", "mace"}) {
+  for (const char* arch : {"painn", "mace", "mace_heads"}) {
   for (int layers : {2, 3}) {
     for (bool repulsion : {false, true}) {
       const BuiltModel built = build({arch, torch::kFloat64, repulsion}, 7, layers);
@@ -400,6 +409,133 @@ TEST(MessagePassing, GhostExchangeEqualsForwardOnPeriodicImages) {
       }
     }
   }
+  }
+}
+
+// A multi-head MACE model: each head is the single-head model with that head's readouts and
+// energy buffers (the rest shared); forward_heads takes each node's own head; fine-tuning keeps
+// heads by name, starts new ones from the source's default head, and refuses a multi-head source
+// for a model without heads.
+ModelInput structure_input(const Model& model, const testing::StructureGraph& g) {
+  ModelInput in;
+  in.species = torch::tensor(g.species);
+  in.edge_index = torch::tensor(g.index).reshape({2, g.ne});
+  in.edge_vectors = torch::from_blob(const_cast<Vec3*>(g.nl.vectors.data()), {g.ne, 3}, torch::kFloat64).clone();
+  in.n_centers = g.n;
+  return in;
+}
+
+// forward_heads of `built` with head `head` of every node (or per node), energies and edge gradients.
+ModelOutput with_heads(BuiltModel& built, const ModelInput& base, const torch::Tensor& node_head) {
+  ModelInput in = base;
+  in.node_head = node_head;
+  return evaluate_module(built.module, in, EdgeGradient::value);
+}
+
+TEST(MaceHeads, EachHeadIsTheSingleHeadModelWithItsWeights) {
+  BuiltModel heads = build({"mace_heads", torch::kFloat64});
+  BuiltModel one = build({"mace", torch::kFloat64}, 11);
+  const Model model(heads.module, heads.metadata, torch::kCPU);
+  const Structure st = sample(23);
+  const testing::StructureGraph g(model, st);
+  const ModelInput in = structure_input(model, g);
+  const auto weights = named_weights(heads.module);
+  std::vector<ModelOutput> per_head;
+  for (int64_t h = 0; h < 3; ++h) {
+    SCOPED_TRACE("head " + std::to_string(h));
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& [name, t] : named_weights(one.module)) {
+        const auto axis = heads.head_axis.find(name);
+        t.copy_(axis == heads.head_axis.end() ? weights.at(name) : weights.at(name).select(axis->second, h));
+      }
+    }
+    const ModelOutput single = evaluate_module(one.module, in, EdgeGradient::value);
+    per_head.push_back(with_heads(heads, in, torch::full({g.n}, h, torch::kInt64)));
+    EXPECT_TRUE(torch::allclose(per_head[h].atom_energy, single.atom_energy, 1e-12, 1e-12));
+    EXPECT_TRUE(torch::allclose(per_head[h].edge_grad, single.edge_grad, 1e-12, 1e-12));
+  }
+  EXPECT_GT((per_head[0].atom_energy - per_head[2].atom_energy).abs().max().item<double>(), 1e-3) << "heads differ";
+  // forward(): the default head "b"; nodes of mixed heads each get their own head's energy.
+  const ModelOutput plain = model.evaluate(in, true);
+  EXPECT_TRUE(torch::equal(plain.atom_energy, per_head[1].atom_energy));
+  const torch::Tensor mixed_head = torch::arange(g.n, torch::kInt64) % 3;
+  const ModelOutput mixed = with_heads(heads, in, mixed_head);
+  for (int64_t i = 0; i < g.n; ++i)
+    EXPECT_DOUBLE_EQ(mixed.atom_energy[i].item<double>(), per_head[mixed_head[i].item<int64_t>()].atom_energy[i].item<double>());
+  // The exported model keeps forward_heads (the trainer's evaluation of a fine-tuned file).
+  testing::TempDir dir("mlip_test_mace_heads");
+  const std::string path = (dir.path / "heads.pt").string();
+  export_frozen(heads.module, heads.metadata, path);
+  const Model loaded = Model::load(path);
+  ModelInput again = in;
+  again.node_head = mixed_head;
+  EXPECT_TRUE(torch::allclose(loaded.evaluate(again, false).atom_energy, mixed.atom_energy, 1e-12, 1e-12));
+  // A model without heads is told it has none.
+  BuiltModel plain_model = build({"mace", torch::kFloat64});
+  try {
+    with_heads(plain_model, in, mixed_head);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no heads"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MaceHeads, FineTuningKeepsHeadsByNameAndStartsNewOnesFromTheDefault) {
+  BuiltModel single = build({"mace", torch::kFloat64}, 5);
+  const Model single_model(single.module, single.metadata, torch::kCPU);
+  const testing::StructureGraph g(single_model, sample(29));
+  const ModelInput in = structure_input(single_model, g);
+  auto heads_of = [&](BuiltModel& m, int64_t h) { return with_heads(m, in, torch::full({g.n}, h, torch::kInt64)); };
+  auto same = [](const ModelOutput& a, const ModelOutput& b) {
+    return torch::allclose(a.atom_energy, b.atom_energy, 1e-12, 1e-12) && torch::allclose(a.edge_grad, b.edge_grad, 1e-12, 1e-12);
+  };
+  // A single-head source: every head of the target starts as it (mace-torch's multi-head fine-tuning).
+  BuiltModel two = build({"mace_heads", torch::kFloat64}, 9);
+  transfer_weights(two, named_weights(single.module), single.metadata);
+  const ModelOutput source = evaluate_module(single.module, in, EdgeGradient::value);
+  for (int64_t h = 0; h < 3; ++h) EXPECT_TRUE(same(heads_of(two, h), source)) << "head " << h;
+  // Heads by name: a, b, c -> c, new, a (default c); "new" starts from the source's default, b.
+  BuiltModel three = build({"mace_heads", torch::kFloat64}, 13);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [name, t] : named_weights(three.module))
+      if (three.head_axis.count(name)) t.normal_();   // three heads that differ
+  }
+  ModelSpec spec;
+  spec.architecture = "mace";
+  spec.species = three.metadata.species;
+  spec.cutoff = kCutoff;
+  spec.hyperparameters = three.metadata.hyperparameters;
+  spec.hyperparameters["heads"] = {"c", "new", "a"};
+  spec.hyperparameters["head"] = "c";
+  BuiltModel kept = build_model(spec);
+  transfer_weights(kept, named_weights(three.module), three.metadata);
+  EXPECT_TRUE(same(heads_of(kept, 0), heads_of(three, 2)));
+  EXPECT_TRUE(same(heads_of(kept, 1), heads_of(three, 1)));
+  EXPECT_TRUE(same(heads_of(kept, 2), heads_of(three, 0)));
+  EXPECT_FALSE(same(heads_of(kept, 0), heads_of(kept, 2)));
+  // A multi-head source for a model without heads: which to keep must be said.
+  try {
+    transfer_weights(single, named_weights(three.module), three.metadata);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the source model has the heads a, b, c: list those to keep"), std::string::npos)
+        << e.what();
+  }
+  // Bad heads hyperparameters are named.
+  for (const auto& [hp, message] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {{{"heads", {"a", "a"}}}, "hyperparameter 'heads' lists 'a' twice"},
+           {{{"heads", {"a", "b"}}, {"head", "x"}}, "hyperparameter 'head' 'x' is not one of the model's heads"}}) {
+    ModelSpec bad = spec;
+    bad.hyperparameters.erase("head");
+    bad.hyperparameters.update(hp);
+    try {
+      build_model(bad);
+      ADD_FAILURE() << "no error for " << hp.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
   }
 }
 
@@ -1558,7 +1694,7 @@ INSTANTIATE_TEST_SUITE_P(AllModels, Potential,
                                            Case{"se_e2_a_two_side", torch::kFloat64},
                                            Case{"painn", torch::kFloat32, true},
                                            Case{"mace", torch::kFloat64}, Case{"mace", torch::kFloat32},
-                                           Case{"mace_nonlinear", torch::kFloat64}),
+                                           Case{"mace_nonlinear", torch::kFloat64}, Case{"mace_heads", torch::kFloat64}),
                          case_name);
 
 }  // namespace

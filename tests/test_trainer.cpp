@@ -347,6 +347,68 @@ TEST_F(FineTuning, AnotherArchitectureOrCutoffIsRefusedListingWhatDiffers) {
   EXPECT_NE(f.find("training.freeze needs training.init_from"), std::string::npos) << f;
 }
 
+// Multi-head fine-tuning (mace-torch's --multiheads_finetuning): a single-head MACE model, then a
+// run with two heads, each data source naming its head (the new data and the replay data of the
+// source's head). Every head starts from the source's readout and energy buffers; the batches mix
+// the heads; a source naming a head the model lacks is an error naming the key.
+TEST(MultiHeadFineTuning, KeepsTheSourceInEveryHeadAndTrainsEachOnItsData) {
+  TempDir dir("mlip_test_multi_head_" + std::to_string(getpid()));
+  const std::string base = (dir.path / "base").string(), tuned = (dir.path / "tuned").string();
+  const std::string config = tiny_config(dir, base, 1);
+  const std::vector<std::string> mace = {
+      "model.architecture=mace", "model.cutoff=3.0",
+      "model.hyperparameters={num_channels: 4, max_L: 1, max_ell: 2, correlation: 2, radial_MLP: [8], "
+      "MLP_irreps: 4x0e, avg_num_neighbors: 5.0}"};
+  std::vector<std::string> first = mace;
+  first.push_back("output.dir=" + base);
+  ASSERT_EQ(train_error(config, first), "no error");
+  const std::string frames = (dir.path / "frames.xyz").string();
+  std::vector<std::string> second = mace;
+  second.back().pop_back();
+  second.back() += ", heads: [new, pt], head: new}";
+  for (const std::string& o : std::vector<std::string>{
+           "data.train=[{path: " + frames + ", head: new}, {path: " + frames + ", head: pt, weight: 0.5}]",
+        "training.init_from=" + base + "/model.pt", "training.optimizer.lr=1e-200", "training.refit_energy_shift=false",
+        "output.dir=" + tuned})
+    second.push_back(o);
+  ASSERT_EQ(train_error(config, second), "no error");
+  const auto source = read_model_weights(base + "/model.pt");
+  const auto heads = read_model_weights(tuned + "/model.pt");
+  for (const char* name : {"l0_ro_w", "l1_ro1_w", "l1_ro2_w"})
+    for (int64_t h = 0; h < 2; ++h) EXPECT_TRUE(torch::equal(heads.at(name)[h], source.at(name))) << name << " head " << h;
+  for (const char* name : {"energy_shift", "energy_scale"})
+    for (int64_t h = 0; h < 2; ++h)
+      EXPECT_TRUE(torch::equal(heads.at(name).select(1, h), source.at(name))) << name << " head " << h;
+  EXPECT_TRUE(torch::equal(heads.at("l1_prod_w"), source.at("l1_prod_w"))) << "the shared layers";
+  // The energy shift re-fitted per head on its own training frames (each head's share of the split).
+  std::vector<std::string> refit = second;
+  refit.push_back("training.refit_energy_shift=true");
+  refit.push_back("output.dir=" + (dir.path / "refit").string());
+  ASSERT_EQ(train_error(config, refit), "no error");
+  const torch::Tensor shift = read_model_weights((dir.path / "refit" / "model.pt").string()).at("energy_shift");
+  for (int64_t h = 0; h < 2; ++h) {
+    const torch::Tensor delta = shift.select(1, h) - source.at("energy_shift");
+    EXPECT_GT(delta.abs().max().item<double>(), 0.0) << "head " << h;
+    EXPECT_LT(delta.abs().max().item<double>(), 1.0) << "head " << h;
+  }
+  // A head the model lacks, and a head named for a model without heads.
+  std::vector<std::string> unknown = second;
+  unknown.push_back("data.train=[{path: " + frames + ", head: old}]");
+  EXPECT_NE(train_error(config, unknown).find("data.train[0].head: 'old' is not one of the model's heads (new, pt)"),
+            std::string::npos)
+      << train_error(config, unknown);
+  std::vector<std::string> none = first;
+  none.push_back("data.train=[{path: " + frames + ", head: new}]");
+  EXPECT_NE(train_error(config, none).find("data.train[0].head: 'new', but the model has no heads"), std::string::npos)
+      << train_error(config, none);
+  // Fine-tuning the two-head model into one without heads must say which to keep.
+  std::vector<std::string> flat = first;
+  flat.push_back("training.init_from=" + tuned + "/model.pt");
+  flat.push_back("output.dir=" + (dir.path / "flat").string());
+  EXPECT_NE(train_error(config, flat).find("the source model has the heads new, pt: list those to keep"), std::string::npos)
+      << train_error(config, flat);
+}
+
 TEST(Checkpoint, InterruptedAndResumedEqualsUninterrupted) {
   TempDir dir("mlip_test_resume");
   SerialCommunicator comm;

@@ -106,6 +106,8 @@ class ModuleBuilder {
     module_.register_buffer(name, value.to(torch::kInt64));
     note(name, SpeciesAxes::from_data);
   }
+  /// Marks a tensor as having one entry per output head along `axis` (multi-head models).
+  void head_axis(const std::string& name, int64_t axis) { head_axis_[name] = axis; }
   /// Marks parameters as the descriptor's (training.freeze: descriptor).
   void descriptor(const std::string& name) { descriptor_.insert(name); }
   void float_attribute(const std::string& name, double value) {
@@ -127,6 +129,7 @@ class ModuleBuilder {
     built.metadata.dtype = spec.dtype;
     built.metadata.hyperparameters = hyperparameters;
     built.species_axes = species_axes_;
+    built.head_axis = head_axis_;
     built.descriptor = descriptor_;
     return built;
   }
@@ -136,16 +139,21 @@ class ModuleBuilder {
     if (axes != SpeciesAxes::none) species_axes_[name] = axes;
   }
   std::map<std::string, SpeciesAxes> species_axes_;
+  std::map<std::string, int64_t> head_axis_;
   std::set<std::string> descriptor_;
   torch::jit::Module module_;
   torch::TensorOptions options_;
   at::Generator generator_;
 };
 
-/// The per-species energy buffers every architecture has: E_i = scale[s] * raw_i + shift[s].
-inline void add_energy_buffers(ModuleBuilder& b, int64_t n_species) {
-  b.buffer("energy_shift", torch::zeros({n_species}), SpeciesAxes::species);
-  b.buffer("energy_scale", torch::ones({n_species}), SpeciesAxes::species);
+/// The per-species energy buffers every architecture has: E_i = scale[s] * raw_i + shift[s]; with
+/// `n_heads` > 0 one column per head, (n_species, n_heads).
+inline void add_energy_buffers(ModuleBuilder& b, int64_t n_species, int64_t n_heads = 0) {
+  const std::vector<int64_t> shape = n_heads > 0 ? std::vector<int64_t>{n_species, n_heads} : std::vector<int64_t>{n_species};
+  b.buffer("energy_shift", torch::zeros(shape), SpeciesAxes::species);
+  b.buffer("energy_scale", torch::ones(shape), SpeciesAxes::species);
+  if (n_heads > 0)
+    for (const char* name : {"energy_shift", "energy_scale"}) b.head_axis(name, 1);
 }
 
 /// Registers the repulsion prior's buffers for `spec.repulsion` and returns the TorchScript lines

@@ -59,7 +59,53 @@ void transfer_one(torch::Tensor to, const torch::Tensor& from, const std::string
   }
 }
 
+// Index in the source of each target head (-1: the target has no heads and neither has the
+// source: nothing to map).
+std::vector<int64_t> heads_in_source(const nlohmann::json& target_hp, const nlohmann::json& source_hp) {
+  const std::vector<std::string> target = model_heads(target_hp), source = model_heads(source_hp);
+  if (target.empty() && !source.empty()) {
+    std::string names;
+    for (const auto& h : source) names += (names.empty() ? "" : ", ") + h;
+    throw Error("the source model has the heads " + names +
+                ": list those to keep in model.hyperparameters.heads, or import one head alone");
+  }
+  std::vector<int64_t> map;
+  for (const auto& h : target) {
+    const auto it = std::find(source.begin(), source.end(), h);
+    map.push_back(it != source.end() ? int64_t(it - source.begin()) : (source.empty() ? 0 : default_head(source_hp)));
+  }
+  return map;
+}
+
+// The source's tensor with the target's heads along `axis` (a single-head source's tensor has no
+// such axis: its one head serves them all).
+torch::Tensor with_target_heads(const torch::Tensor& from, int64_t axis, const std::vector<int64_t>& map,
+                                bool source_has_heads) {
+  const torch::Tensor t = source_has_heads ? from : from.unsqueeze(axis);
+  if (axis >= t.dim() || t.size(axis) <= *std::max_element(map.begin(), map.end()))
+    throw Error("a tensor of the source has no axis of " + std::to_string(map.size()) + " heads");
+  return t.index_select(axis, torch::tensor(map, torch::kInt64));
+}
+
 }  // namespace
+
+std::vector<std::string> model_heads(const nlohmann::json& hyperparameters) {
+  if (!hyperparameters.is_object() || !hyperparameters.contains("heads")) return {};
+  try {
+    return hyperparameters.at("heads").get<std::vector<std::string>>();
+  } catch (const nlohmann::json::exception&) {
+    throw Error("hyperparameter 'heads' must be a list of names (got " + hyperparameters.at("heads").dump() + ")");
+  }
+}
+
+int64_t default_head(const nlohmann::json& hyperparameters) {
+  const std::vector<std::string> heads = model_heads(hyperparameters);
+  if (heads.empty() || !hyperparameters.contains("head") || hyperparameters.at("head") == "") return 0;
+  const auto name = hyperparameters.at("head");
+  const auto it = name.is_string() ? std::find(heads.begin(), heads.end(), name.get<std::string>()) : heads.end();
+  if (it == heads.end()) throw Error("hyperparameter 'head' (" + name.dump() + ") is not one of 'heads'");
+  return int64_t(it - heads.begin());
+}
 
 std::map<std::string, torch::Tensor> named_weights(const torch::jit::Module& module) {
   std::map<std::string, torch::Tensor> out;
@@ -69,9 +115,12 @@ std::map<std::string, torch::Tensor> named_weights(const torch::jit::Module& mod
 }
 
 std::vector<std::string> transfer_weights(BuiltModel& target, const std::map<std::string, torch::Tensor>& source,
-                                          const std::vector<std::string>& source_species) {
+                                          const ModelMetadata& source_metadata) {
   const auto& species = target.metadata.species;
+  const auto& source_species = source_metadata.species;
   const std::vector<int64_t> map = species_in_source(species, source_species);
+  const std::vector<int64_t> heads = heads_in_source(target.metadata.hyperparameters, source_metadata.hyperparameters);
+  const bool source_has_heads = !model_heads(source_metadata.hyperparameters).empty();
   torch::NoGradGuard no_grad;
   for (const auto& [name, tensor] : named_weights(target.module)) {
     const auto axes_it = target.species_axes.find(name);
@@ -79,7 +128,15 @@ std::vector<std::string> transfer_weights(BuiltModel& target, const std::map<std
     if (axes == SpeciesAxes::from_data) continue;
     const auto it = source.find(name);
     if (it == source.end()) throw Error("the source model has no '" + name + "': not the same architecture");
-    transfer_one(tensor, it->second.to(tensor.dtype()), name, axes, map, static_cast<int64_t>(source_species.size()));
+    torch::Tensor from = it->second.to(tensor.dtype());
+    if (const auto h = target.head_axis.find(name); h != target.head_axis.end()) {
+      try {
+        from = with_target_heads(from, h->second, heads, source_has_heads);
+      } catch (const Error& e) {
+        throw Error("'" + name + "': " + e.what());
+      }
+    }
+    transfer_one(tensor, from, name, axes, map, static_cast<int64_t>(source_species.size()));
   }
   std::vector<std::string> added;
   for (std::size_t k = 0; k < species.size(); ++k)

@@ -36,7 +36,10 @@
 // with use_edge_irreps_first, and the variants of mace_radial.h:
 // gate (silu), bessel_weights (n pi / r_max), distance_transform (None; Agnesi with `agnesi`
 // {q, p, a}), apply_cutoff (true), pair_repulsion (false; ZBL with `zbl` {a_exp, a_prefactor}).
-// r_max is the model's cutoff.
+// r_max is the model's cutoff. heads ([]: one output) and head: a multi-head model (MACE-MH,
+// mace-torch's multi-head fine-tuning) has per head its readouts, E0s and scale/shift (energy
+// buffers (n_species, n_heads)) and shares the rest; forward() gives `head`'s energies (default
+// the first), forward_heads(..., head) each node's head's (the trainer's, for data of several heads).
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -64,6 +67,9 @@ struct Shape {
   int Le = 0;
   bool edge_first = false;      // use_edge_irreps_first: the first layer's edges carry Ce scalars
   detail::MaceRadial basis;     // radial basis, ZBL, gate (mace_radial.h)
+  std::vector<std::string> heads;  // output heads (empty: one output, the single-head layouts)
+  int64_t head = 0;             // the head forward() evaluates
+  int64_t H() const { return heads.empty() ? 1 : int64_t(heads.size()); }
   bool residual(int t) const { return t > 0 || residual_first; }
   bool density(int t) const { return t == 0 ? density_first : density_rest; }
   bool nonlinear_block(int t) const { return t == 0 ? nonlinear_first : nonlinear_rest; }
@@ -322,6 +328,21 @@ void read_edge_irreps(detail::HyperParameters& hp, Shape& s) {
 }
 
 // The hyperparameters, checked, and those the model is built with (`resolved`, `avg`).
+// heads (mace-torch's multi-head models: one readout, E0 and scale/shift per head, the rest
+// shared) and head, the one forward() evaluates (default the first).
+void read_heads(detail::HyperParameters& hp, Shape& s) {
+  s.heads = hp.get<std::vector<std::string>>("heads", {});
+  const auto head = hp.get<std::string>("head", "");
+  for (std::size_t k = 0; k < s.heads.size(); ++k) {
+    if (s.heads[k].empty()) hp.fail("heads", "has an empty name");
+    if (std::count(s.heads.begin(), s.heads.end(), s.heads[k]) > 1) hp.fail("heads", "lists '" + s.heads[k] + "' twice");
+  }
+  if (head.empty()) return;
+  const auto it = std::find(s.heads.begin(), s.heads.end(), head);
+  if (it == s.heads.end()) hp.fail("head", "'" + head + "' is not one of the model's heads (hyperparameter 'heads')");
+  s.head = int64_t(it - s.heads.begin());
+}
+
 Shape read_shape(const ModelSpec& spec, nlohmann::json& resolved_out, double& avg_out) {
   detail::HyperParameters hp(spec.hyperparameters, "mace");
   Shape s;
@@ -353,7 +374,9 @@ Shape read_shape(const ModelSpec& spec, nlohmann::json& resolved_out, double& av
   s.nonlinear_rest = rest == firsts[4];
   read_edge_irreps(hp, s);
   s.basis = detail::read_mace_radial(hp, s.nb, s.p);
-  const nlohmann::json resolved = hp.finish();
+  read_heads(hp, s);
+  nlohmann::json resolved = hp.finish();
+  if (!s.heads.empty()) resolved["head"] = s.heads[s.head];
   resolved_out = resolved;
   if (s.C < 1) hp.fail("num_channels", "must be >= 1");
   if (s.Lh < 0 || s.Lh > 3) hp.fail("max_L", "must be 0, 1, 2 or 3");
@@ -403,7 +426,31 @@ std::string edges_source(detail::ModuleBuilder& b, const Shape& s, double cutoff
       << num(1.0 / std::sqrt(double(s.N))) << "\n"
       << "    h = torch.cat([h, torch.zeros([species.size(0), " << s.hidden_width() - s.C
       << "], dtype=h.dtype, device=h.device)], 1)\n"
-      << "    return torch.zeros([species.size(0), 1], dtype=h.dtype, device=h.device), h, attrs\n";
+      << "    return torch.zeros([species.size(0), " << s.H() << "], dtype=h.dtype, device=h.device), h, attrs\n";
+  return src.str();
+}
+
+// `ro` (n_out, heads): the readout's energies of the scalars `h0`: linear, or at the last layer one
+// hidden layer of MLP_irreps gated units; per head the same maps with the head's weights (the
+// hidden units of the other heads are not its: mace-torch's mask_head).
+std::string readout_energy_source(const Shape& s, int t, const std::string& p) {
+  const std::string C = std::to_string(s.C), M = std::to_string(s.mlp), H = std::to_string(s.H());
+  const std::string inv_c = num(1.0 / std::sqrt(double(s.C))), inv_m = num(1.0 / std::sqrt(double(s.mlp)));
+  std::ostringstream src;
+  if (t < s.layers - 1 || s.layers == 1) {
+    const std::string w = s.heads.empty() ? "self." + p + "ro_w.view(" + C + ", 1)" : "self." + p + "ro_w.view(" + H + ", " + C + ").t()";
+    src << "    ro = torch.matmul(h0, " << w << ") * " << inv_c << "\n";
+  } else if (s.heads.empty()) {
+    src << "    ro = torch.matmul("
+        << detail::mace_gate(s.basis, "torch.matmul(h0, self." + p + "ro1_w.view(" + C + ", " + M + ")) * " + inv_c)
+        << ", self." << p << "ro2_w.view(" << M << ", 1)) * " << inv_m << "\n";
+  } else {
+    const std::string w1 = "self." + p + "ro1_w.view(" + H + ", " + C + ", " + M + ").permute(1, 0, 2).reshape(" + C + ", " +
+                           std::to_string(s.H() * s.mlp) + ")";
+    src << "    hid = " << detail::mace_gate(s.basis, "torch.matmul(h0, " + w1 + ") * " + inv_c) << "\n"
+        << "    ro = (hid.view(n_out, " << H << ", " << M << ") * self." << p << "ro2_w.view(1, " << H << ", " << M
+        << ")).sum(2) * " << inv_m << "\n";
+  }
   return src.str();
 }
 
@@ -420,15 +467,7 @@ std::string readout_source(const Shape& s, int t, const std::string& p) {
     src << "    flat.append(torch.zeros([n_out, " << s.hidden_width() - width << "], dtype=msg.dtype, device=msg.device))\n";
   src << "    h2 = torch.cat(flat, 1)\n"
       << "    h0 = hb[0].reshape(n_out, " << s.C << ")\n";
-  if (t == s.layers - 1 && s.layers > 1)  // the last readout: one hidden layer
-    src << "    ro = torch.matmul("
-        << detail::mace_gate(s.basis, "torch.matmul(h0, self." + p + "ro1_w.view(" + std::to_string(s.C) + ", " +
-                                          std::to_string(s.mlp) + ")) * " + num(1.0 / std::sqrt(double(s.C))))
-        << ", self." << p << "ro2_w.view(" << s.mlp << ", 1)) * " << num(1.0 / std::sqrt(double(s.mlp))) << "\n";
-  else
-    src << "    ro = torch.matmul(h0, self." << p << "ro_w.view(" << s.C << ", 1)) * "
-        << num(1.0 / std::sqrt(double(s.C))) << "\n";
-  src << "    return e.narrow(0, 0, n_out) + ro, h2, attrs_out\n";
+  src << readout_energy_source(s, t, p) << "    return e.narrow(0, 0, n_out) + ro, h2, attrs_out\n";
   return src.str();
 }
 
@@ -489,11 +528,17 @@ std::vector<int> layer_parameters(detail::ModuleBuilder& b, const Shape& s, int 
     b.normal(p + "skip_w", {int64_t(skip_in.size()) * s.C * (s.nonlinear_block(t) ? 1 : s.N) * s.C}, 1.0);
   }
   b.normal(p + "prod_w", {int64_t(outs.size()) * s.C * s.C}, 1.0);
+  // readouts: a leading axis of heads in a multi-head model
+  auto readout = [&](const std::string& name, int64_t size) {
+    if (s.heads.empty()) return b.normal(name, {size}, 1.0);
+    b.normal(name, {s.H(), size}, 1.0);
+    b.head_axis(name, 0);
+  };
   if (t == s.layers - 1 && s.layers > 1) {
-    b.normal(p + "ro1_w", {s.C * s.mlp}, 1.0);
-    b.normal(p + "ro2_w", {int64_t(s.mlp)}, 1.0);
+    readout(p + "ro1_w", s.C * s.mlp);
+    readout(p + "ro2_w", s.mlp);
   } else {
-    b.normal(p + "ro_w", {s.C}, 1.0);
+    readout(p + "ro_w", s.C);
   }
   return skip_in;
 }
@@ -634,10 +679,16 @@ std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t, double
   return src.str() + readout_source(s, t, p);
 }
 
-// forward: the parts composed; the last layer on the centres' edges only.
-std::string forward_source(const Shape& s) {
+// forward: the parts composed; the last layer on the centres' edges only. `heads`: forward_heads,
+// the energies of each node's head `head` (n_nodes,), which the trainer calls for a multi-head model.
+std::string forward_source(const Shape& s, bool heads) {
   std::ostringstream src;
-  src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
+  if (heads)
+    src << "def forward_heads(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int, "
+        << "head: Tensor) -> Tensor:\n";
+  else
+    src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n";
+  src
       << "    center = edge_index[0]\n"
       << "    neighbor = edge_index[1]\n"
       << "    n_out = species.size(0)\n"
@@ -655,7 +706,36 @@ std::string forward_source(const Shape& s) {
     src << "    e, h, attrs = self.mp_layer_" << t << "(e, h, attrs, self.mp_node_" << t
         << "(e, h, attrs), center, neighbor, radial, sh, n_out)\n";
   }
-  src << "    return self.mp_readout(species, e, edge_index, edge_vectors, n_centers)\n";
+  if (heads)
+    src << "    return self.mp_readout_heads(species, e, edge_index, edge_vectors, n_centers, head)\n";
+  else
+    src << "    return self.mp_readout(species, e, edge_index, edge_vectors, n_centers)\n";
+  return src.str();
+}
+
+// mp_readout: per-atom energies from the readouts' sums `e` (n, heads), ZBL and the repulsion
+// prior; a multi-head model's through mp_readout_heads (each centre's head), forward()'s head.
+std::string energy_source(detail::ModuleBuilder& b, const Shape& s, const ModelSpec& spec) {
+  const std::string signature =
+      "(self, species: Tensor, e: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int";
+  const std::string lines = detail::add_repulsion(b, spec) + detail::mace_zbl_source(b, s.basis, spec.species);
+  const std::string zbl = s.basis.zbl ? " + e_zbl" : "", rep = spec.repulsion == "none" ? "" : " + e_rep";
+  std::ostringstream src;
+  if (s.heads.empty()) {
+    src << "def mp_readout" << signature << ") -> Tensor:\n"
+        << "    cs = species[:n_centers]\n"
+        << lines << "    return (e.narrow(0, 0, n_centers).squeeze(1)" << zbl << ") * self.energy_scale[cs] + "
+        << "self.energy_shift[cs]" << rep << "\n";
+    return src.str();
+  }
+  src << "def mp_readout" << signature << ") -> Tensor:\n"
+      << "    head = torch.full_like(species.narrow(0, 0, n_centers), " << s.head << ")\n"
+      << "    return self.mp_readout_heads(species, e, edge_index, edge_vectors, n_centers, head)\n"
+      << "def mp_readout_heads" << signature << ", head: Tensor) -> Tensor:\n"
+      << "    cs = species[:n_centers]\n"
+      << "    hc = head[:n_centers]\n"
+      << lines << "    eh = e.narrow(0, 0, n_centers).gather(1, hc.unsqueeze(1)).squeeze(1)\n"
+      << "    return (eh" << zbl << ") * self.energy_scale[cs, hc] + self.energy_shift[cs, hc]" << rep << "\n";
   return src.str();
 }
 
@@ -669,22 +749,15 @@ BuiltModel build_mace(const ModelSpec& spec) {
   detail::ModuleBuilder b("MACE", torch_dtype(spec), spec.seed);
   b.normal("embedding_w", {s.N * s.C}, 1.0);
   b.buffer("avg_num_neighbors", torch::full({1}, avg > 0 ? avg : 1.0));
-  detail::add_energy_buffers(b, s.N);
+  detail::add_energy_buffers(b, s.N, int64_t(s.heads.size()));
   b.float_attribute("cutoff", spec.cutoff);
 
   std::ostringstream src;
   src << edges_source(b, s, spec.cutoff);
   detail::mace_radial_buffers(b, s.basis, spec.species, spec.cutoff);
   for (int t = 0; t < s.layers; ++t) src << layer_source(b, s, t, spec.cutoff);
-  src << "def mp_readout(self, species: Tensor, e: Tensor, edge_index: Tensor, edge_vectors: Tensor, "
-      << "n_centers: int) -> Tensor:\n"
-      << "    cs = species[:n_centers]\n"
-      << detail::add_repulsion(b, spec) << detail::mace_zbl_source(b, s.basis, spec.species)
-      << "    return " << (s.basis.zbl ? "(e.narrow(0, 0, n_centers).squeeze(1) + e_zbl)" : "e.narrow(0, 0, n_centers).squeeze(1)")
-      << " * self.energy_scale[cs] + self.energy_shift[cs]"
-      << (spec.repulsion == "none" ? "" : " + e_rep") << "\n";
-
-  src << forward_source(s);
+  src << energy_source(b, s, spec) << forward_source(s, false);
+  if (!s.heads.empty()) src << forward_source(s, true);
   return b.finish(src.str(), spec, "mace", s.layers, resolved);
 }
 

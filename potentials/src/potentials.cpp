@@ -54,11 +54,12 @@ std::vector<torch::Tensor> trainable_parameters(const torch::jit::Module& module
 void export_frozen(const torch::jit::Module& module, const ModelMetadata& metadata, const std::string& path) {
   torch::jit::Module copy = module.clone();
   copy.eval();
-  // Methods a compressed model reuses (se_e2_a: compress.cpp) and a message-passing model's
-  // parts (mp_*: mlip/model/message_passing.h) stay callable on the frozen model.
+  // Methods a compressed model reuses (se_e2_a: compress.cpp), a multi-head model's
+  // forward_heads, and a message-passing model's parts (mp_*: mlip/model/message_passing.h)
+  // stay callable on the frozen model.
   std::vector<std::string> preserved;
   for (const char* method : {"environment", "embedding", "energies", "repulsion", "forward_grouped",
-                             "energies_grouped", "repulsion_all_edges"})
+                             "energies_grouped", "repulsion_all_edges", "forward_heads"})
     if (copy.find_method(method)) preserved.emplace_back(method);
   for (const auto& method : copy.get_methods())
     if (method.name().rfind("mp_", 0) == 0) preserved.push_back(method.name());

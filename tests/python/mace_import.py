@@ -5,7 +5,7 @@ Usage: PYTHON mace_import.py MLIP_TRAINER OPS_LIBRARY WORK_DIR [variants|familie
 variants: small models (8 channels, 3 elements, float64) of every shape and option the importer
 reproduces (max_L 0-2, max_ell 2-4, correlation 1-3, 1-3 interactions, gates, Bessel frequencies,
 apply_cutoff, ZBL, Agnesi, Density, residual-first and non-linear (MACE-MH) blocks, edge irreps,
-the last readout only, agnostic products, each head of a two-head model), the create_lammps_model file, the default check (and
+the last readout only, agnostic products, each head of a two-head model, alone and with all heads kept), the create_lammps_model file, the default check (and
 that it catches a wrong import, exit 2), and one-line refusals.
 families: the public foundation-model families' shapes (docs/models.md) with random weights: 128
 channels, 89 elements, float32 where mace-torch's calculator loads them so, each compared to
@@ -188,6 +188,12 @@ def variants(work):
         if tag == "two-heads":  # the other head, asked for by name
             src, dst, rc = import_model(work, tag + "-pbe", model, ["--head", "pbe"])
             ok &= rc == 0 and compare(tag + "-pbe", src, dst, head="pbe")
+        if "heads" in kw:  # every head kept: forward() is the chosen head's, each as mace-torch's
+            heads = kw["heads"]
+            for head in heads:
+                name = f"{tag}-all-{head}"
+                src, dst, rc = import_model(work, name, model, ["--all-heads", "--head", head])
+                ok &= rc == 0 and compare(name, src, dst, head=head)
     ok &= lammps_file(work)
     ok &= lacking_species(work)
     ok &= default_check(work)
@@ -281,7 +287,8 @@ def refusals(work):
 def families(work):
     ok = True
     for tag, kw in FAMILIES.items():
-        src, dst, rc = import_model(work, tag, trained_like(make_model(**kw)))
+        # a multi-head family with every head kept (forward(): the default head's, compared)
+        src, dst, rc = import_model(work, tag, trained_like(make_model(**kw)), ["--all-heads"] if "heads" in kw else [])
         if rc != 0:
             print(f"FAIL {tag}: import rc {rc}")
             ok = False

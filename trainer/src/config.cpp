@@ -11,6 +11,7 @@
 
 #include "mlip/data/elements.h"
 #include "mlip/error.h"
+#include "mlip/potentials.h"
 
 namespace mlip::trainer {
 namespace {
@@ -123,7 +124,29 @@ nlohmann::json to_json(const YAML::Node& n, const std::string& file) {
   }
 }
 
-std::vector<DataSource> read_sources(Section& parent, const std::string& key, const std::string& file) {
+// The head index of a data source: `name` among a multi-head model's heads, or the default head
+// when unnamed; -1 for a model without heads (naming a head then is an error).
+int source_head(Section& item, const std::string& name, const ModelSpec& model) {
+  std::vector<std::string> heads;
+  int64_t fallback = 0;
+  try {
+    heads = model_heads(model.hyperparameters);
+    fallback = default_head(model.hyperparameters);
+  } catch (const Error&) {   // the model's builder names the bad hyperparameter
+  }
+  if (name.empty()) return heads.empty() ? -1 : int(fallback);
+  std::string list;
+  for (const auto& h : heads) list += (list.empty() ? "" : ", ") + h;
+  if (heads.empty())
+    item.fail(item.node()["head"], item.qualified("head") + ": '" + name + "', but the model has no heads (model.hyperparameters.heads)");
+  const auto it = std::find(heads.begin(), heads.end(), name);
+  if (it == heads.end())
+    item.fail(item.node()["head"], item.qualified("head") + ": '" + name + "' is not one of the model's heads (" + list + ")");
+  return int(it - heads.begin());
+}
+
+std::vector<DataSource> read_sources(Section& parent, const std::string& key, const std::string& file,
+                                     const ModelSpec& model) {
   const YAML::Node list = parent.raw(key);
   std::vector<DataSource> out;
   if (!list || list.IsNull()) return out;
@@ -132,12 +155,14 @@ std::vector<DataSource> read_sources(Section& parent, const std::string& key, co
     DataSource src;
     if (list[k].IsScalar()) {
       src.path = list[k].as<std::string>();
+      src.head = source_head(parent, "", model);   // the default head
     } else {
       Section item(list[k], parent.qualified(key) + "[" + std::to_string(k) + "]", file);
       src.path = item.required<std::string>("path");
       src.format = item.get<std::string>("format", "auto");
       src.weight = item.get<double>("weight", 1.0);
       if (item.raw("stream")) src.stream = item.get<bool>("stream", false);
+      src.head = source_head(item, item.get<std::string>("head", ""), model);
       Section units = item.section("units");
       src.units.length = units.get<std::string>("length", "angstrom");
       src.units.energy = units.get<std::string>("energy", "eV");
@@ -312,9 +337,9 @@ static void read_model(Section& top, const YAML::Node& root, const std::string& 
 static void read_data(Section& top, const YAML::Node& root, const std::string& path, Config& c) {
   Section data = top.section("data");
   if (!data.node() || data.node().IsNull()) top.fail(root, "missing required section 'data'");
-  c.train = read_sources(data, "train", path);
+  c.train = read_sources(data, "train", path, c.model);
   if (c.train.empty()) data.fail(data.node(), "missing required key 'data.train' (a list of data sources)");
-  c.validation = read_sources(data, "validation", path);
+  c.validation = read_sources(data, "validation", path, c.model);
   c.validation_fraction = data.get<double>("validation_fraction", c.validation_fraction);
   c.split_seed = data.get<uint64_t>("split_seed", c.split_seed);
   c.cache_dir = data.get<std::string>("cache_dir", c.cache_dir);

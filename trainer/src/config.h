@@ -21,6 +21,9 @@ struct DataSource {
   Units units;
   double weight = 1.0;       // multiplies every frame's weight
   std::optional<bool> stream;  // read frames by index as needed (packs always are); unset: the consumer's default
+  /// A multi-head model's head the frames train (model.hyperparameters.heads; unset: the default
+  /// head, `head`), as its index; -1 for a model without heads.
+  int head = -1;
 };
 
 struct ScheduleConfig {

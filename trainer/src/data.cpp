@@ -41,7 +41,7 @@ std::shared_ptr<FrameSource> open_source(const DataSource& src, double cutoff, c
                                          const std::function<void(const std::string&)>& log, bool stream_by_default) {
   if (src.format == "pack" || (src.format == "auto" && is_pack(src.path))) {
     check_pack_units(src.units, src.path);
-    auto pack = pack_source(src.path, src.weight, cutoff);
+    auto pack = pack_source(src.path, src.weight, cutoff, src.head);
     const SpeciesMap species(model_species);   // the manifest's elements against the model's, named
     for (std::size_t z = 1; z < pack->stats().atoms_by_z.size(); ++z)
       if (pack->stats().atoms_by_z[z] > 0) species.index(static_cast<int>(z), "pack " + src.path);
@@ -53,7 +53,7 @@ std::shared_ptr<FrameSource> open_source(const DataSource& src, double cutoff, c
     read.units = src.units;
     std::unique_ptr<FrameReader> reader = open_frame_reader(src.path, src.format, read);
     if (reader) {
-      auto source = reader_source(std::move(reader), src.weight, cutoff);
+      auto source = reader_source(std::move(reader), src.weight, cutoff, src.head);
       log(fmt::format("data: {}: {} frames, streamed (read by index; statistics from one pass)", src.path, source->size()));
       return source;
     }
@@ -70,7 +70,10 @@ std::shared_ptr<FrameSource> open_source(const DataSource& src, double cutoff, c
   std::string note;
   std::vector<Frame> frames = load_frames(src.path, opts, &note);
   log(note);
-  for (Frame& f : frames) f.structure.weight *= src.weight;
+  for (Frame& f : frames) {
+    f.structure.weight *= src.weight;
+    f.head = src.head;
+  }
   return memory_source(std::move(frames));
 }
 

@@ -1,8 +1,11 @@
 // Fine-tuning (training.init_from, training.freeze): a new run that starts from a trained model's
 // weights. The config must describe the same model (architecture, cutoff, hyperparameters);
 // species may be added (their entries start from the fresh initialisation, their statistics
-// from the new data) or dropped.
+// from the new data) or dropped, and a multi-head model's heads kept, dropped or added (a new
+// head starts from the source's default head: mace-torch's multi-head fine-tuning, where the
+// replay data of the kept heads trains beside the new data, each source naming its head).
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -48,7 +51,8 @@ std::vector<std::string> differences(const ModelMetadata& source, const ModelMet
   // Hyperparameters as resolved by the builders (defaults filled in); the repulsion prior's
   // radii come from data.
   nlohmann::json a = source.hyperparameters, b = target.hyperparameters;
-  for (auto* h : {&a, &b}) h->erase("repulsion");
+  for (auto* h : {&a, &b})
+    for (const char* key : {"repulsion", "heads", "head"}) h->erase(key);   // heads: mapped by name
   for (const auto& [key, value] : b.items())
     if (!a.contains(key) || a[key] != value)
       out.push_back(fmt::format("model.hyperparameters.{}: {} (source {})", key, value.dump(),
@@ -75,25 +79,41 @@ void Trainer::init_from_source() {
                 joined(diff, "; ") + "): fine-tuning needs the same architecture, cutoff and hyperparameters");
   std::vector<std::string> added;
   try {
-    added = transfer_weights(model_, source.weights, source.metadata.species);
+    added = transfer_weights(model_, source.weights, source.metadata);
   } catch (const Error& e) {
     throw Error("training.init_from " + path + ": " + e.what());
   }
   log(fmt::format("init_from {}: weights of species {} from it{}", path, joined(source.metadata.species),
                   added.empty() ? "" : "; new species " + joined(added) + " start from a fresh initialisation"));
+  log_heads(source.metadata);
   model_.metadata.provenance["init_from"] = fs::absolute(path).string();
   if (config_.refit_energy_shift) refit_energy_shift();
   if (config_.freeze == "descriptor") freeze_descriptor();
 }
 
+// Which source head each head of a multi-head model starts from.
+void Trainer::log_heads(const ModelMetadata& source) const {
+  const std::vector<std::string> heads = model_heads(model_.metadata.hyperparameters);
+  const std::vector<std::string> from = model_heads(source.hyperparameters);
+  if (heads.empty()) return;
+  std::vector<std::string> text;
+  for (const auto& h : heads) {
+    const bool same = std::find(from.begin(), from.end(), h) != from.end();
+    const std::string origin = same ? h : from.empty() ? "the single head" : from[default_head(source.hyperparameters)];
+    text.push_back(fmt::format("{} from {}{}", h, origin, same ? "" : " (new)"));
+  }
+  log("init_from: heads: " + joined(text, ", "));
+}
+
 // The energy shift re-fitted by least squares to what the transferred model leaves unexplained on
-// the new training data (per species: shift += the residual's fit), so that a new DFT reference
-// or a new species does not first have to be learnt through the nets.
+// the new training data (per species: shift += the residual's fit; a multi-head model's per head,
+// from that head's frames), so that a new DFT reference or a new species does not first have to
+// be learnt through the nets.
 void Trainer::refit_energy_shift() {
   // One pass over the training frames (streamed from a pack as they are read): the E0 sums of
-  // the residuals E - E_model, in frame order.
+  // the residuals E - E_model, in frame order, per head (-1: a model without heads).
   const FrameSource& train = *data_.train;
-  PackStats residuals;
+  std::map<int, PackStats> residuals;
   constexpr std::size_t batch = 16;
   std::vector<Frame> storage;
   for (std::size_t first = 0; first < train.size(); first += batch) {
@@ -105,19 +125,25 @@ void Trainer::refit_energy_shift() {
     for (std::size_t k = 0; k < frames.size(); ++k) {
       const Structure& s = frames[k]->structure;
       if (!s.energy) continue;
-      ++residuals.energy_frames;
-      residuals.add_energy(s, *s.energy - e[static_cast<int64_t>(k)].item<double>());
+      PackStats& r = residuals[frames[k]->head];
+      ++r.energy_frames;
+      r.add_energy(s, *s.energy - e[static_cast<int64_t>(k)].item<double>());
     }
   }
-  const std::vector<double> delta = fit_energy_shift(residuals, *species_, config_.model.species.size());
+  const std::vector<std::string> heads = model_heads(model_.metadata.hyperparameters);
   torch::NoGradGuard no_grad;
-  torch::Tensor shift = model_.module.attr("energy_shift").toTensor();
-  std::string text;
-  for (std::size_t s = 0; s < delta.size(); ++s) {
-    shift[static_cast<int64_t>(s)] += delta[s];
-    text += fmt::format(" {}{:+.6g}", config_.model.species[s], delta[s]);
+  for (const auto& [head, r] : residuals) {
+    const std::vector<double> delta = fit_energy_shift(r, *species_, config_.model.species.size());
+    torch::Tensor shift = model_.module.attr("energy_shift").toTensor();
+    if (head >= 0) shift = shift.select(1, head);
+    std::string text;
+    for (std::size_t s = 0; s < delta.size(); ++s) {
+      shift[static_cast<int64_t>(s)] += delta[s];
+      text += fmt::format(" {}{:+.6g}", config_.model.species[s], delta[s]);
+    }
+    log(fmt::format("init_from: energy shift{} re-fitted to the new data's residuals (eV):{}",
+                    head >= 0 ? " of head " + heads.at(head) : "", text));
   }
-  log("init_from: energy shift re-fitted to the new data's residuals (eV):" + text);
 }
 
 void Trainer::freeze_descriptor() {

@@ -47,8 +47,8 @@ class MemorySource final : public FrameSource {
 // databases). Statistics: given (a pack's manifest), or one pass when first asked for.
 class ReaderSource final : public FrameSource {
  public:
-  ReaderSource(std::unique_ptr<FrameReader> reader, double weight, double cutoff, std::optional<PackStats> stats)
-      : reader_(std::move(reader)), weight_(weight), cutoff_(cutoff), stats_(std::move(stats)) {}
+  ReaderSource(std::unique_ptr<FrameReader> reader, double weight, double cutoff, int head, std::optional<PackStats> stats)
+      : reader_(std::move(reader)), weight_(weight), cutoff_(cutoff), head_(head), stats_(std::move(stats)) {}
   std::size_t size() const override { return reader_->size(); }
   int64_t atoms(std::size_t i) const override {
     // Batches by atoms need every frame's count each epoch: 4 bytes a frame, kept from the pass
@@ -71,6 +71,7 @@ class ReaderSource final : public FrameSource {
       Structure s = reader_->frame(static_cast<std::size_t>(i));
       s.weight *= weight_;
       storage.push_back(make_frame(std::move(s), cutoff_));
+      storage.back().head = head_;
     }
     std::vector<const Frame*> out;
     for (const Frame& f : storage) out.push_back(&f);
@@ -98,6 +99,7 @@ class ReaderSource final : public FrameSource {
  private:
   std::unique_ptr<FrameReader> reader_;
   double weight_, cutoff_;
+  int head_;
   mutable std::once_flag stats_once_;
   mutable std::optional<PackStats> stats_;
   mutable std::mutex atoms_mutex_;
@@ -195,14 +197,14 @@ std::shared_ptr<FrameSource> memory_source(std::vector<Frame> frames) {
   return std::make_shared<MemorySource>(std::move(frames));
 }
 
-std::shared_ptr<FrameSource> pack_source(const std::string& dir, double weight, double cutoff) {
+std::shared_ptr<FrameSource> pack_source(const std::string& dir, double weight, double cutoff, int head) {
   auto reader = std::make_unique<PackReader>(dir);
   PackStats stats = reader->manifest().stats;
-  return std::make_shared<ReaderSource>(std::move(reader), weight, cutoff, std::move(stats));
+  return std::make_shared<ReaderSource>(std::move(reader), weight, cutoff, head, std::move(stats));
 }
 
-std::shared_ptr<FrameSource> reader_source(std::unique_ptr<FrameReader> reader, double weight, double cutoff) {
-  return std::make_shared<ReaderSource>(std::move(reader), weight, cutoff, std::nullopt);
+std::shared_ptr<FrameSource> reader_source(std::unique_ptr<FrameReader> reader, double weight, double cutoff, int head) {
+  return std::make_shared<ReaderSource>(std::move(reader), weight, cutoff, head, std::nullopt);
 }
 
 std::shared_ptr<FrameSource> concat_sources(std::vector<std::shared_ptr<FrameSource>> parts) {

@@ -36,15 +36,16 @@ class FrameSource {
 /// Frames parsed into memory.
 std::shared_ptr<FrameSource> memory_source(std::vector<Frame> frames);
 
-/// A pack's frames, read as needed, each frame's weight multiplied by `weight` and its neighbour
-/// list built for `cutoff`.
-std::shared_ptr<FrameSource> pack_source(const std::string& dir, double weight, double cutoff);
+/// A pack's frames, read as needed, each frame's weight multiplied by `weight`, its head set to
+/// `head` (Frame::head) and its neighbour list built for `cutoff`.
+std::shared_ptr<FrameSource> pack_source(const std::string& dir, double weight, double cutoff, int head = -1);
 
 /// Frames read one at a time from `reader` (extended XYZ by its offset index, ASE databases),
-/// each frame's weight multiplied by `weight` and its neighbour list built for `cutoff`. The
+/// each frame's weight multiplied by `weight`, its head `head`, its neighbour list built for `cutoff`. The
 /// statistics take one pass over the frames when first asked for (in blocks: bounded memory),
 /// which keeps their atom counts too (4 bytes a frame).
-std::shared_ptr<FrameSource> reader_source(std::unique_ptr<FrameReader> reader, double weight, double cutoff);
+std::shared_ptr<FrameSource> reader_source(std::unique_ptr<FrameReader> reader, double weight, double cutoff,
+                                           int head = -1);
 
 /// Sources one after the other.
 std::shared_ptr<FrameSource> concat_sources(std::vector<std::shared_ptr<FrameSource>> parts);

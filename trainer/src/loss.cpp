@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "mlip/error.h"
 #include "training.h"
 
 namespace mlip::trainer {
@@ -38,6 +39,9 @@ BatchTensors to_tensors(const GraphBatch& b, torch::Dtype dtype) {
   t.has_virial = mask(b.has_virial);
   t.any_virial = std::any_of(b.has_virial.begin(), b.has_virial.end(), [](uint8_t v) { return v != 0; });
   t.weight = real(b.weight, {b.num_frames});
+  const auto given = std::count_if(b.head.begin(), b.head.end(), [](int64_t h) { return h >= 0; });
+  if (given > 0 && given != b.num_frames) throw Error("a batch mixes frames with a head and frames without one");
+  if (given > 0) t.head = i64(b.head, {b.num_frames}).index_select(0, t.frame_of_atom);
   return t;
 }
 
@@ -46,7 +50,8 @@ BatchTensors to_device(const BatchTensors& b, const torch::Device& device) {
   const bool pin = device.is_cuda();
   auto move = [&](const torch::Tensor& t) { return (pin ? t.pin_memory() : t).to(device, /*non_blocking=*/pin); };
   BatchTensors t = b;
-  for (auto member : BatchTensors::kTensors) t.*member = move(t.*member);
+  for (auto member : BatchTensors::kTensors)
+    if ((t.*member).defined()) t.*member = move(t.*member);
   return t;
 }
 
@@ -71,12 +76,12 @@ BatchTensors concat(const std::vector<const BatchTensors*>& parts) {
   t.frame_of_atom = torch::cat(frame_of_atom);
   t.frame_of_edge = torch::cat(frame_of_edge);
   for (auto member : BatchTensors::kTensors)  // the rest, concatenated as they are
-    if (!(t.*member).defined()) t.*member = gather(member);
+    if (!(t.*member).defined() && (parts.front()->*member).defined()) t.*member = gather(member);
   return t;
 }
 
 Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph, torch::Dtype accumulate) {
-  const ModelInput in{b.species, b.edge_index, b.edge_vectors, b.n_atoms, {}, {}};
+  ModelInput in{b.species, b.edge_index, b.edge_vectors, b.n_atoms, {}, {}, b.head};
   const ModelOutput out =
       evaluate_module(module, in, create_graph ? EdgeGradient::differentiable : EdgeGradient::value);
   EdgeForceRequest request;

@@ -206,7 +206,9 @@ void Trainer::setup_model_and_statistics() {
   }
   {
     torch::NoGradGuard no_grad;  // setting buffers
-    model_.module.attr("energy_shift").toTensor().copy_(torch::tensor(shift));
+    // a multi-head model's heads all start from the shift of all the data (init_from re-fits them per head)
+    torch::Tensor buffer = model_.module.attr("energy_shift").toTensor();
+    buffer.copy_(buffer.dim() == 2 ? torch::tensor(shift).unsqueeze(1) : torch::tensor(shift));
     if (scale > 0) model_.module.attr("energy_scale").toTensor().fill_(scale);
   }
   std::string shifts;

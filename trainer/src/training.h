@@ -116,14 +116,15 @@ struct BatchTensors {
   int64_t n_frames = 0, n_atoms = 0;
   torch::Tensor species, edge_index, edge_vectors, frame_of_atom, frame_of_edge, atoms_per_frame;
   torch::Tensor energy, has_energy, forces, has_forces_atom, virial, has_virial, weight;
+  torch::Tensor head;       // (n_atoms) int64, each atom's frame's head; undefined: the model's default
   bool any_virial = false;  // some frame has a virial label
 
-  /// Every tensor above, for what treats them alike (to_device, concat).
-  static constexpr std::array<torch::Tensor BatchTensors::*, 13> kTensors = {
+  /// Every tensor above, for what treats them alike (to_device, concat; undefined ones skipped).
+  static constexpr std::array<torch::Tensor BatchTensors::*, 14> kTensors = {
       &BatchTensors::species, &BatchTensors::edge_index,      &BatchTensors::edge_vectors, &BatchTensors::frame_of_atom,
       &BatchTensors::frame_of_edge, &BatchTensors::atoms_per_frame, &BatchTensors::energy, &BatchTensors::has_energy,
       &BatchTensors::forces, &BatchTensors::has_forces_atom, &BatchTensors::virial, &BatchTensors::has_virial,
-      &BatchTensors::weight};
+      &BatchTensors::weight, &BatchTensors::head};
 };
 BatchTensors to_tensors(const GraphBatch& b, torch::Dtype dtype);
 
@@ -259,6 +260,7 @@ class Trainer {
   // what the model leaves unexplained, and training.freeze.
   void init_from_source();
   void refit_energy_shift();
+  void log_heads(const ModelMetadata& source) const;
   void freeze_descriptor();
   void warn_about_data() const;
   void choose_where_data_lives();

@@ -291,6 +291,7 @@ GraphBatch make_batch(const std::vector<const Frame*>& frames, const SpeciesMap&
   b.virial.assign(9 * b.num_frames, 0.0);
   b.has_virial.assign(b.num_frames, 0);
   b.weight.assign(b.num_frames, 1.0);
+  b.head.assign(b.num_frames, -1);
 
   int64_t atom0 = 0, edge0 = 0;
   for (int64_t k = 0; k < b.num_frames; ++k) {
@@ -322,6 +323,7 @@ GraphBatch make_batch(const std::vector<const Frame*>& frames, const SpeciesMap&
         for (int c = 0; c < 3; ++c) b.virial[9 * k + 3 * a + c] = (*s.virial)[a][c];
     }
     b.weight[k] = s.weight;
+    b.head[k] = f.head;
     atom0 += static_cast<int64_t>(s.size());
     edge0 += static_cast<int64_t>(f.num_edges());
     b.atom_offset.push_back(atom0);

@@ -224,10 +224,14 @@ ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, Ed
   torch::Tensor vectors = in.edge_vectors;
   if (need_grad) vectors = vectors.detach().requires_grad_(true);
   std::vector<torch::jit::IValue> args{in.species, in.edge_index, vectors, in.n_centers};
-  const bool grouped = !in.center_groups.empty();
+  const bool grouped = !in.center_groups.empty(), heads = in.node_head.defined();
   if (grouped) {
     args.emplace_back(in.center_groups);
     args.emplace_back(in.edge_groups);
+  }
+  if (heads) {
+    if (!module.find_method("forward_heads")) throw Error("the data names heads, but the model has one output (no heads)");
+    args.emplace_back(in.node_head);
   }
   ModelOutput out;
   {
@@ -235,7 +239,8 @@ ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, Ed
     // runs and fusers' kernel compilation must not fall into a recording.
     torch::jit::GraphOptimizerEnabledGuard optimize(!grouped && detail::optimize_graphs_on(vectors.device()));
     try {
-      out.atom_energy = grouped ? module.get_method("forward_grouped")(args).toTensor() : module.forward(args).toTensor();
+      const char* method = grouped ? "forward_grouped" : heads ? "forward_heads" : "forward";
+      out.atom_energy = module.get_method(method)(args).toTensor();
     } catch (const c10::Error&) {
       throw;
     } catch (const std::exception& e) {   // the interpreter's report of an error inside the model

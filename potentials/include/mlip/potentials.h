@@ -5,6 +5,7 @@
 //
 // Every architecture has two per-species buffers set from data by the trainer:
 //   energy_shift (n_species,) eV and energy_scale (n_species,):  E_i = scale[s_i] * raw_i + shift[s_i]
+// (a multi-head MACE model: (n_species, n_heads), E_i = scale[s_i, h_i] * raw_i + shift[s_i, h_i]).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,7 @@ struct BuiltModel {
   torch::jit::Module module;
   ModelMetadata metadata;
   std::map<std::string, SpeciesAxes> species_axes;   // tensors indexed by species (absent: none)
+  std::map<std::string, int64_t> head_axis;          // a multi-head model's tensors with one entry per head: which axis
   std::set<std::string> descriptor;                  // parameters of the descriptor (training.freeze)
 };
 
@@ -48,14 +50,22 @@ BuiltModel build_model(const ModelSpec& spec);
 /// The architectures build_model knows.
 std::vector<std::string> architectures();
 
+/// The heads of a model with several output heads (hyperparameter `heads`; MACE), empty for a
+/// model with one output, and the one its forward() evaluates (`head`, default the first).
+std::vector<std::string> model_heads(const nlohmann::json& hyperparameters);
+int64_t default_head(const nlohmann::json& hyperparameters);
+
 /// Fine-tuning: the weights of a model of the same architecture and hyperparameters (`source`:
-/// its parameters and buffers by name; `source_species` its species) copied into `target`:
-/// every tensor, and of those indexed by species the entries of species both models have (by
+/// its parameters and buffers by name; `source_metadata` its species and heads) copied into
+/// `target`. Heads: a target head takes the source's head of its name, else the source's default
+/// head (a single-head source's readout for every head: mace-torch's multi-head fine-tuning); a
+/// multi-head source into a model without heads is an error (list the heads to keep).
+/// Every tensor, and of those indexed by species the entries of species both models have (by
 /// element). Entries of the target's other species keep their fresh initialisation; tensors
 /// fitted from data (SpeciesAxes::from_data) keep the target's. Returns those other species.
 /// Throws mlip::Error naming a tensor the source lacks or whose shape differs.
 std::vector<std::string> transfer_weights(BuiltModel& target, const std::map<std::string, torch::Tensor>& source,
-                                          const std::vector<std::string>& source_species);
+                                          const ModelMetadata& source_metadata);
 
 /// The parameters and buffers of a module by name (what transfer_weights reads, and what
 /// export_frozen stores beside the frozen model for fine-tuning: kWeightsFile).

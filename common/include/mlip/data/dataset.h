@@ -20,6 +20,9 @@ struct Frame {
   std::vector<int32_t> centers;                // (n_edges)
   std::vector<int32_t> neighbors;              // (n_edges)
   std::vector<std::array<int32_t, 3>> shifts;  // (n_edges)
+  /// The output head of a multi-head model this frame trains (its data source's); -1: the model's
+  /// default (forward()).
+  int32_t head = -1;
 
   std::size_t num_edges() const { return centers.size(); }
 
@@ -71,6 +74,7 @@ struct GraphBatch {
   std::vector<double> virial;           // (num_frames * 9) eV
   std::vector<uint8_t> has_virial;      // (num_frames)
   std::vector<double> weight;           // (num_frames)
+  std::vector<int64_t> head;            // (num_frames) Frame::head
 };
 
 /// Maps atomic numbers to model species indices: `species[k]` is the element of index k.

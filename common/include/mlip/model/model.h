@@ -68,6 +68,9 @@ struct ModelInput {
   /// Set for a grouped graph (mlip/model/grouped_graph.h): the sizes of its consecutive groups of
   /// centres (per species) and of edges (per embedding net); forward_grouped() is called then.
   std::vector<int64_t> center_groups, edge_groups;
+  /// Set for a multi-head model's nodes of several heads (the trainer's batches): (n_nodes,) int64,
+  /// each node's head; forward_heads() is called then. Undefined: forward(), the model's head.
+  torch::Tensor node_head;
 };
 
 /// Outputs of one evaluation.
