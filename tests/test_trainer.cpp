@@ -155,6 +155,21 @@ TEST(Loss, EachTermByHand) {
   EXPECT_NEAR(l, huber(0.2, 0.1) + 3 * huber(1.0, 0.1), 1e-12);
 }
 
+// A multi-head model's validation per head: the batch with only that head's frames labelled.
+TEST(Loss, FramesOfOneHead) {
+  TinyBatch b;
+  b.t.head = torch::tensor({0, 0, 1}, torch::kInt64);   // frame 0: head 0, frame 1: head 1
+  MetricSums h0, h1;
+  loss_terms(b.p, frames_of_head(b.t, 0), {1, 1, 1}, "mse", 0, 1.0, &h0);
+  loss_terms(b.p, frames_of_head(b.t, 1), {1, 1, 1}, "mse", 0, 1.0, &h1);
+  EXPECT_NEAR(h0.energy_rmse(), 0.2, 1e-12);
+  EXPECT_NEAR(h0.forces_rmse(), std::sqrt(0.09 / 6), 1e-12);
+  EXPECT_TRUE(std::isnan(h0.virial_rmse())) << "frame 0 has no virial";
+  EXPECT_NEAR(h1.energy_rmse(), 1.0, 1e-12);
+  EXPECT_TRUE(std::isnan(h1.forces_rmse())) << "frame 1 has no forces";
+  EXPECT_NEAR(h1.virial_rmse(), std::sqrt(0.81 / 9), 1e-12);
+}
+
 TEST(Statistics, EnergyShiftFitRecoversPerSpeciesEnergies) {
   std::vector<Frame> frames;
   const double eh = -13.6, eo = -432.1;
@@ -371,7 +386,12 @@ TEST(MultiHeadFineTuning, KeepsTheSourceInEveryHeadAndTrainsEachOnItsData) {
         "training.init_from=" + base + "/model.pt", "training.optimizer.lr=1e-200", "training.refit_energy_shift=false",
         "output.dir=" + tuned})
     second.push_back(o);
-  ASSERT_EQ(train_error(config, second), "no error");
+  ::testing::internal::CaptureStdout();
+  const std::string outcome = train_error(config, second);
+  const std::string printed = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(outcome, "no error") << printed;
+  EXPECT_NE(printed.find("val by head (meV/atom, meV/A, meV/atom): new: E "), std::string::npos) << printed;
+  EXPECT_NE(printed.find(" | pt: E "), std::string::npos) << printed;
   const auto source = read_model_weights(base + "/model.pt");
   const auto heads = read_model_weights(tuned + "/model.pt");
   for (const char* name : {"l0_ro_w", "l1_ro1_w", "l1_ro2_w"})

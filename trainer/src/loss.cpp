@@ -97,6 +97,17 @@ Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool creat
   return p;
 }
 
+BatchTensors frames_of_head(const BatchTensors& b, int64_t head) {
+  const torch::Tensor frame_head = torch::zeros({b.n_frames}, b.head.options()).index_copy(0, b.frame_of_atom, b.head);
+  const torch::Tensor mine = (frame_head == head).to(b.weight.scalar_type());
+  BatchTensors t = b;
+  t.has_energy = b.has_energy * mine;
+  t.has_virial = b.has_virial * mine;
+  t.weight = b.weight * mine;
+  t.has_forces_atom = b.has_forces_atom * mine.index_select(0, b.frame_of_atom);
+  return t;
+}
+
 std::string milli(double value, int decimals) {
   if (std::isnan(value)) return "n/a";
   return fmt::format("{:.{}f}", 1e3 * value, decimals);

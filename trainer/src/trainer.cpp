@@ -455,15 +455,26 @@ MetricSums Trainer::validate() {
     for (std::size_t t = a * chunk; t < std::min(mine, (a + 1) * chunk); ++t) part.push_back(static_cast<int64_t>(rank + t * ranks));
     return part;
   });
+  // A multi-head model: each head's errors too (its frames' labels alone).
+  const std::size_t heads = model_heads(model_.metadata.hyperparameters).size();
+  std::vector<MetricSums> by_head(heads);
   for (std::size_t a = 0; a < n_parts; ++a) {
     const BatchTensors t = to_device(prefetch->next(), device_);
     const Prediction p = predict(model_.module, t, /*create_graph=*/false, accumulate_);
     loss_terms(p, t, limits, config_.loss, config_.huber_delta, 1.0, &sums);
+    for (std::size_t h = 0; h < heads && t.head.defined(); ++h)
+      loss_terms(p, frames_of_head(t, int64_t(h)), limits, config_.loss, config_.huber_delta, 1.0, &by_head[h]);
   }
   swap_ema();
-  std::vector<double> v = sums.pack();
+  std::vector<double> v = sums.pack();   // one reduction for all of them
+  const auto k = static_cast<std::ptrdiff_t>(v.size());
+  for (const MetricSums& m : by_head)
+    for (double x : m.pack()) v.push_back(x);
   comm_.allreduce_sum(v.data(), v.size());
-  sums.unpack(v);
+  sums.unpack({v.begin(), v.begin() + k});
+  for (std::size_t h = 0; h < heads; ++h)
+    by_head[h].unpack({v.begin() + k * std::ptrdiff_t(h + 1), v.begin() + k * std::ptrdiff_t(h + 2)});
+  validation_by_head_ = by_head;
   return sums;
 }
 
@@ -541,6 +552,16 @@ bool Trainer::end_epoch(const MetricSums& train) {
   log(fmt::format("epoch {}/{} step {} | val E {} meV/atom  F {} meV/A  V {} meV/atom | loss {:.4g}{} | {}",
                   state_.epoch, config_.epochs, state_.step, milli(val.energy_rmse(), 2), milli(val.forces_rmse(), 1),
                   milli(val.virial_rmse(), 2), metric, best ? " *" : "", format_duration(state_.elapsed_seconds)));
+  if (!validation_by_head_.empty()) {
+    const std::vector<std::string> names = model_heads(model_.metadata.hyperparameters);
+    std::string text;
+    for (std::size_t h = 0; h < validation_by_head_.size(); ++h) {
+      const MetricSums& m = validation_by_head_[h];
+      text += fmt::format("{} {}: E {} F {} V {}", text.empty() ? "" : " |", names[h], milli(m.energy_rmse(), 2),
+                          milli(m.forces_rmse(), 1), milli(m.virial_rmse(), 2));
+    }
+    log("  val by head (meV/atom, meV/A, meV/atom):" + text);
+  }
   const double tt = std::max(times_.wall, 1e-12);
   log(fmt::format("  throughput {:.2f} frames/s | step time: model {:.1f}%, optimizer {:.1f}%, data {:.1f}%, "
                   "communication {:.1f}%, other {:.1f}% (outside model and optimizer: {:.1f}%)",

@@ -168,6 +168,10 @@ struct MetricSums {
   static constexpr double kNoLabel = std::numeric_limits<double>::quiet_NaN();
 };
 
+/// The batch with only the frames of `head` labelled and weighted (a multi-head model's batch;
+/// the other frames stay, masked): loss_terms() of it gives that head's errors.
+BatchTensors frames_of_head(const BatchTensors& b, int64_t head);
+
 /// `value` (eV...) in milli-units with `decimals`, or "n/a" for a metric without labels (NaN).
 std::string milli(double value, int decimals);
 
@@ -247,6 +251,7 @@ class Trainer {
 
   // Pieces used by tests.
   MetricSums validate();
+  std::vector<MetricSums> validation_by_head_;   // a multi-head model's last validation, per head
   const std::vector<torch::Tensor>& parameters() const { return params_; }
   const TrainState& state() const { return state_; }
   const StepTimes& last_epoch_times() const { return times_; }
