@@ -270,6 +270,8 @@ std::string PairMLIP::load_models(const std::vector<std::string> &files)
   guarded(error, true, "cannot load model", [&] {
     impl->model = std::make_unique<mlip::Model>(mlip::Model::load(model_file, torch::Device(device)));
   });
+  if (!options.head.empty())
+    guarded(error, true, model_file, [&] { impl->model->select_head(options.head); });
   load_committee(files, device);
   cutoff = impl->model->info().cutoff;
   layers = impl->model->info().message_passing_layers;

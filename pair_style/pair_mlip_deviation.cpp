@@ -140,6 +140,7 @@ void PairMLIP::load_committee(const std::vector<std::string> &files, const std::
     m.file = files[k];
     guarded(error, true, "cannot load model", [&] {
       m.model = std::make_unique<mlip::Model>(mlip::Model::load(m.file, torch::Device(device)));
+      if (!options.head.empty()) m.model->select_head(options.head);
     });
     m.cutoff = m.model->info().cutoff;
     m.layers = m.model->info().message_passing_layers;

@@ -26,6 +26,7 @@ struct Options {
   int out_freq = 0;                       // committees: 100 unless given
   std::string out_file = "model_devi.out";
   double relative = 0.0;                  // > 0: force deviation relative to |F| + relative
+  std::string head;                       // a multi-head model's head; "" the file's own
 };
 
 // One keyword: its name, its value's form, its default and its meaning (one line each), and the

@@ -65,7 +65,7 @@ TEST(PairKeywords, DefaultsAndValues)
 
 TEST(PairKeywords, ErrorsNameTheKeywordAndTheValue)
 {
-  EXPECT_NE(error_of({"chunks", "5"}).find("unknown keyword 'chunks' (known: chunk, timing, device, cuda_graph, "
+  EXPECT_NE(error_of({"chunks", "5"}).find("unknown keyword 'chunks' (known: chunk, head, timing, device, cuda_graph, "
                                            "graph, exchange, out_freq, out_file, relative)"),
             std::string::npos);
   EXPECT_NE(error_of({"chunk"}).find("keyword 'chunk' needs a value (N)"), std::string::npos);
@@ -88,7 +88,7 @@ TEST(PairKeywords, ErrorsNameTheKeywordAndTheValue)
 TEST(PairKeywords, SynopsisListsEveryKeyword)
 {
   EXPECT_EQ(mlip_pair::synopsis(),
-            "pair_style mlip MODEL [MODEL2 ...] [chunk N] [timing yes|no] [device cpu|cuda|cuda:N|auto] "
+            "pair_style mlip MODEL [MODEL2 ...] [chunk N] [head NAME] [timing yes|no] [device cpu|cuda|cuda:N|auto] "
             "[cuda_graph yes|no] [graph host|device] [exchange yes|no] [out_freq N] [out_file FILE] [relative EPS]");
 }
 

@@ -670,7 +670,8 @@ TEST(PairMLIP, BadInputGivesClearErrors) {
   EXPECT_TRUE(has(error_of("pair_style mlip " + bad_file, "* * O H H"), "not a readable TorchScript model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H C"), "element 'C' for atom type 3 is not in model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H"), "followed by 3 element names"));
-  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, timing, device, cuda_graph, graph, exchange, out_freq"));
+  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, head, timing, device, cuda_graph, graph, exchange, out_freq"));
+  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " head pt", "* * O H H"), "head pt: the model has no heads"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device gpu", "* * O H H"),
                   "pair_style mlip: unknown device 'gpu' (known: cpu, cuda, cuda:N, auto)"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device cuda:x", "* * O H H"), "expected cuda:N"));

@@ -91,7 +91,8 @@ BuiltModel build(const Case& c, uint64_t seed = 7, int layers = 2) {
                                    {"edge_irreps", "3x0e+3x1o"}, {"use_edge_irreps_first", true},
                                    {"apply_cutoff", false}, {"distance_transform", "Agnesi"},
                                    {"pair_repulsion", true}});
-    if (c.architecture == "mace_heads") spec.hyperparameters.update({{"heads", {"a", "b", "c"}}, {"head", "b"}});
+    if (c.architecture == "mace_heads")   // with ZBL: its pair energy is scaled by each head's scale
+      spec.hyperparameters.update({{"heads", {"a", "b", "c"}}, {"head", "b"}, {"pair_repulsion", true}});
   } else {
     spec.hyperparameters = {{"features", 8}, {"layers", layers}, {"radial_basis", 6}};
   }
@@ -407,6 +408,14 @@ TEST(MessagePassing, GhostExchangeEqualsForwardOnPeriodicImages) {
         const double scale = direct.edge_grad.abs().max().item<double>();
         EXPECT_LT((out.edge_grad - direct.edge_grad).abs().max().item<double>(), 1e-10 * scale);
       }
+      if (std::string(arch) == "mace_heads") {   // another head selected: mp_readout_heads
+        Model chosen = model;
+        chosen.select_head("c");
+        const ModelOutput c_direct = evaluate_graph(chosen, periodic), c_out = evaluate_exchanging(chosen, graph, exchange, 5);
+        EXPECT_GT((c_direct.atom_energy - direct.atom_energy).abs().max().item<double>(), 1e-6) << "head c is not b";
+        EXPECT_TRUE(torch::allclose(c_out.atom_energy, c_direct.atom_energy, 1e-10, 1e-10));
+        EXPECT_TRUE(torch::allclose(c_out.edge_grad, c_direct.edge_grad, 1e-10, 1e-10 * c_direct.edge_grad.abs().max().item<double>()));
+      }
     }
   }
   }
@@ -416,7 +425,7 @@ TEST(MessagePassing, GhostExchangeEqualsForwardOnPeriodicImages) {
 // energy buffers (the rest shared); forward_heads takes each node's own head; fine-tuning keeps
 // heads by name, starts new ones from the source's default head, and refuses a multi-head source
 // for a model without heads.
-ModelInput structure_input(const Model& model, const testing::StructureGraph& g) {
+ModelInput structure_input(const testing::StructureGraph& g) {
   ModelInput in;
   in.species = torch::tensor(g.species);
   in.edge_index = torch::tensor(g.index).reshape({2, g.ne});
@@ -438,7 +447,7 @@ TEST(MaceHeads, EachHeadIsTheSingleHeadModelWithItsWeights) {
   const Model model(heads.module, heads.metadata, torch::kCPU);
   const Structure st = sample(23);
   const testing::StructureGraph g(model, st);
-  const ModelInput in = structure_input(model, g);
+  const ModelInput in = structure_input(g);
   const auto weights = named_weights(heads.module);
   std::vector<ModelOutput> per_head;
   for (int64_t h = 0; h < 3; ++h) {
@@ -463,6 +472,19 @@ TEST(MaceHeads, EachHeadIsTheSingleHeadModelWithItsWeights) {
   const ModelOutput mixed = with_heads(heads, in, mixed_head);
   for (int64_t i = 0; i < g.n; ++i)
     EXPECT_DOUBLE_EQ(mixed.atom_energy[i].item<double>(), per_head[mixed_head[i].item<int64_t>()].atom_energy[i].item<double>());
+  // A head selected on the model (pair_style mlip ... head c, mlip-trainer test --head c).
+  Model chosen = model;
+  chosen.select_head("c");
+  EXPECT_TRUE(torch::equal(chosen.evaluate(in, true).atom_energy, per_head[2].atom_energy));
+  for (const auto& [name, message] : std::vector<std::pair<std::string, std::string>>{
+           {"x", "head x is not one of the model's heads (a, b, c)"}}) {
+    try {
+      chosen.select_head(name);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
   // The exported model keeps forward_heads (the trainer's evaluation of a fine-tuned file).
   testing::TempDir dir("mlip_test_mace_heads");
   const std::string path = (dir.path / "heads.pt").string();
@@ -473,6 +495,8 @@ TEST(MaceHeads, EachHeadIsTheSingleHeadModelWithItsWeights) {
   EXPECT_TRUE(torch::allclose(loaded.evaluate(again, false).atom_energy, mixed.atom_energy, 1e-12, 1e-12));
   // A model without heads is told it has none.
   BuiltModel plain_model = build({"mace", torch::kFloat64});
+  Model no_heads(plain_model.module, plain_model.metadata, torch::kCPU);
+  EXPECT_THROW(no_heads.select_head("a"), Error);
   try {
     with_heads(plain_model, in, mixed_head);
     ADD_FAILURE() << "no error";
@@ -482,16 +506,28 @@ TEST(MaceHeads, EachHeadIsTheSingleHeadModelWithItsWeights) {
 }
 
 TEST(MaceHeads, FineTuningKeepsHeadsByNameAndStartsNewOnesFromTheDefault) {
-  BuiltModel single = build({"mace", torch::kFloat64}, 5);
+  BuiltModel two = build({"mace_heads", torch::kFloat64}, 9);
+  ModelSpec single_spec;   // the same model with one output
+  single_spec.architecture = "mace";
+  single_spec.species = two.metadata.species;
+  single_spec.cutoff = kCutoff;
+  single_spec.seed = 5;
+  single_spec.hyperparameters = two.metadata.hyperparameters;
+  for (const char* key : {"heads", "head"}) single_spec.hyperparameters.erase(key);
+  BuiltModel single = build_model(single_spec);
+  {
+    torch::NoGradGuard no_grad;
+    single.module.attr("energy_shift").toTensor().copy_(torch::tensor({-3.1, -7.4}));
+    single.module.attr("energy_scale").toTensor().copy_(torch::tensor({0.9, 1.2}));
+  }
   const Model single_model(single.module, single.metadata, torch::kCPU);
   const testing::StructureGraph g(single_model, sample(29));
-  const ModelInput in = structure_input(single_model, g);
+  const ModelInput in = structure_input(g);
   auto heads_of = [&](BuiltModel& m, int64_t h) { return with_heads(m, in, torch::full({g.n}, h, torch::kInt64)); };
   auto same = [](const ModelOutput& a, const ModelOutput& b) {
     return torch::allclose(a.atom_energy, b.atom_energy, 1e-12, 1e-12) && torch::allclose(a.edge_grad, b.edge_grad, 1e-12, 1e-12);
   };
   // A single-head source: every head of the target starts as it (mace-torch's multi-head fine-tuning).
-  BuiltModel two = build({"mace_heads", torch::kFloat64}, 9);
   transfer_weights(two, named_weights(single.module), single.metadata);
   const ModelOutput source = evaluate_module(single.module, in, EdgeGradient::value);
   for (int64_t h = 0; h < 3; ++h) EXPECT_TRUE(same(heads_of(two, h), source)) << "head " << h;

@@ -421,6 +421,24 @@ TEST(MultiHeadFineTuning, KeepsTheSourceInEveryHeadAndTrainsEachOnItsData) {
   none.push_back("data.train=[{path: " + frames + ", head: new}]");
   EXPECT_NE(train_error(config, none).find("data.train[0].head: 'new', but the model has no heads"), std::string::npos)
       << train_error(config, none);
+  // A multi-head model trained from scratch: each head's energy shift fitted to its own frames.
+  std::vector<std::string> fresh = second;
+  fresh.erase(std::find_if(fresh.begin(), fresh.end(), [](const std::string& o) { return o.rfind("training.init_from", 0) == 0; }));
+  fresh.push_back("output.dir=" + (dir.path / "fresh").string());
+  ASSERT_EQ(train_error(config, fresh), "no error");
+  const torch::Tensor fresh_shift = read_model_weights((dir.path / "fresh" / "model.pt").string()).at("energy_shift");
+  EXPECT_FALSE(torch::equal(fresh_shift.select(1, 0), fresh_shift.select(1, 1)));
+  // mlip-trainer test --head: a head the model lacks is named with the model's.
+  TestOutputs other;
+  other.head = "old";
+  try {
+    test_model(tuned + "/model.pt", frames, "auto", Units{}, other, [](const std::string&) {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head old is not one of the model's heads (new, pt)"), std::string::npos) << e.what();
+  }
+  other.head = "pt";
+  EXPECT_GT(test_model(tuned + "/model.pt", frames, "auto", Units{}, other, [](const std::string&) {}).frames, 0);
   // Fine-tuning the two-head model into one without heads must say which to keep.
   std::vector<std::string> flat = first;
   flat.push_back("training.init_from=" + tuned + "/model.pt");

@@ -376,7 +376,10 @@ Shape read_shape(const ModelSpec& spec, nlohmann::json& resolved_out, double& av
   s.basis = detail::read_mace_radial(hp, s.nb, s.p);
   read_heads(hp, s);
   nlohmann::json resolved = hp.finish();
-  if (!s.heads.empty()) resolved["head"] = s.heads[s.head];
+  if (s.heads.empty())   // a single-head model's hyperparameters as before heads existed
+    for (const char* key : {"heads", "head"}) resolved.erase(key);
+  else
+    resolved["head"] = s.heads[s.head];
   resolved_out = resolved;
   if (s.C < 1) hp.fail("num_channels", "must be >= 1");
   if (s.Lh < 0 || s.Lh > 3) hp.fail("max_L", "must be 0, 1, 2 or 3");

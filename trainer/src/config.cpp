@@ -132,7 +132,8 @@ int source_head(Section& item, const std::string& name, const ModelSpec& model) 
   try {
     heads = model_heads(model.hyperparameters);
     fallback = default_head(model.hyperparameters);
-  } catch (const Error&) {   // the model's builder names the bad hyperparameter
+  } catch (const Error& e) {
+    item.fail(item.node(), std::string("model.hyperparameters: ") + e.what());
   }
   if (name.empty()) return heads.empty() ? -1 : int(fallback);
   std::string list;

@@ -119,6 +119,13 @@ MetricSums test_model(const std::string& model_path, const std::string& data_pat
                       const Units& units, const TestOutputs& outputs,
                       const std::function<void(const std::string&)>& log) {
   Model model = Model::load(model_path);
+  if (!outputs.head.empty()) {
+    try {
+      model.select_head(outputs.head);
+    } catch (const Error& e) {
+      throw Error(model_path + ": " + e.what());
+    }
+  }
   const auto& meta = model.metadata();
   DataSource src;
   src.path = data_path;

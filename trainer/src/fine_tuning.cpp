@@ -141,7 +141,7 @@ void Trainer::refit_energy_shift() {
       shift[static_cast<int64_t>(s)] += delta[s];
       text += fmt::format(" {}{:+.6g}", config_.model.species[s], delta[s]);
     }
-    log(fmt::format("init_from: energy shift{} re-fitted to the new data's residuals (eV):{}",
+    log(fmt::format("statistics: energy shift{} re-fitted to the data's residuals (eV):{}",
                     head >= 0 ? " of head " + heads.at(head) : "", text));
   }
 }

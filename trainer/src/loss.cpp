@@ -75,6 +75,9 @@ BatchTensors concat(const std::vector<const BatchTensors*>& parts) {
   t.edge_index = torch::cat(edge_index, 1);
   t.frame_of_atom = torch::cat(frame_of_atom);
   t.frame_of_edge = torch::cat(frame_of_edge);
+  const auto with_heads = std::count_if(parts.begin(), parts.end(), [](const BatchTensors* p) { return p->head.defined(); });
+  if (with_heads != 0 && std::size_t(with_heads) != parts.size())
+    throw Error("a batch mixes frames with a head and frames without one");
   for (auto member : BatchTensors::kTensors)  // the rest, concatenated as they are
     if (!(t.*member).defined() && (parts.front()->*member).defined()) t.*member = gather(member);
   return t;

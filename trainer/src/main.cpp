@@ -241,6 +241,7 @@ int main(int argc, char** argv) {
   test->add_option("--per-frame", test_outputs.per_frame_csv, "Write per-frame results to this CSV file");
   test->add_option("--forces", test_outputs.forces_csv,
                    "Write reference and predicted forces of every atom to this CSV file (parity plots)");
+  test->add_option("--head", test_outputs.head, "The head of a multi-head model to evaluate (default: the file's)");
   Units units;
   test->add_option("--length-unit", units.length, "Length unit of the data file (angstrom, bohr, nm)");
   test->add_option("--energy-unit", units.energy, "Energy unit of the data file (eV, meV, kcal/mol, kJ/mol, hartree, Ry)");

@@ -67,10 +67,7 @@ int64_t resident_bytes(const FrameSource& frames, const SpeciesMap& species, tor
   for (std::size_t j = 0; j < k; ++j) {
     const auto i = static_cast<int64_t>(j * n / k);
     const BatchTensors b = host_batch(frames, {i}, species, dtype);
-    for (const torch::Tensor* t : {&b.species, &b.edge_index, &b.edge_vectors, &b.frame_of_atom, &b.frame_of_edge,
-                                   &b.atoms_per_frame, &b.energy, &b.has_energy, &b.forces, &b.has_forces_atom,
-                                   &b.virial, &b.has_virial, &b.weight})
-      bytes += allocated_bytes(*t);
+    for (auto member : BatchTensors::kTensors) bytes += allocated_bytes(b.*member);
     sampled_atoms += b.n_atoms;
   }
   for (std::size_t i = 0; i < n; ++i) atoms += frames.atoms(i);
@@ -215,6 +212,7 @@ void Trainer::setup_model_and_statistics() {
   for (std::size_t s = 0; s < shift.size(); ++s) shifts += fmt::format(" {}={:.6g}", config_.model.species[s], shift[s]);
   log(fmt::format("statistics: energy shift (eV){}; energy scale {:.4g} (force RMS, eV/A)", shifts, scale));
   if (!config_.init_from.empty()) init_from_source();
+  else if (!model_heads(model_.metadata.hyperparameters).empty()) refit_energy_shift();   // each head its own E0s
 
   model_.module.to(device_);
   choose_where_data_lives();

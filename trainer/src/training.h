@@ -375,6 +375,7 @@ void import_model(const std::string& spec_path, const std::string& weights_path,
 struct TestOutputs {
   std::string per_frame_csv;   // frame, origin, atoms, reference and predicted energy, force RMSE
   std::string forces_csv;      // one row per atom: element, reference and predicted force (parity plots)
+  std::string head;            // a multi-head model's head to evaluate ("": the file's own)
 };
 
 /// A one-frame batch evaluated exactly as pair_style mlip evaluates its graphs: evaluate_graph()

@@ -372,7 +372,11 @@ ModelOutput evaluate_exchanging(const Model& model, const GraphView& graph, cons
   const Tensors last = leaves(owned);
   const torch::Tensor vectors_leaf = vectors.detach().requires_grad_(true);
   ModelOutput out;
-  out.atom_energy = parts.call("mp_readout", {species, last[0], edge_index, vectors_leaf, n_owned}).toTensor();
+  out.atom_energy = model.head() < 0  // the file's head, or the one selected (Model::select_head)
+                        ? parts.call("mp_readout", {species, last[0], edge_index, vectors_leaf, n_owned}).toTensor()
+                        : parts.call("mp_readout_heads", {species, last[0], edge_index, vectors_leaf, n_owned,
+                                                          torch::full_like(species, model.head())})
+                              .toTensor();
 
   // Backward, layer by layer from the readout down.
   const torch::Tensor total = out.atom_energy.sum();

@@ -264,7 +264,27 @@ ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, Ed
 }
 
 ModelOutput Model::evaluate(const ModelInput& in, bool need_grad) const {
-  return evaluate_module(module_, in, need_grad ? EdgeGradient::value : EdgeGradient::none);
+  const EdgeGradient gradient = need_grad ? EdgeGradient::value : EdgeGradient::none;
+  if (head_ < 0 || in.node_head.defined()) return evaluate_module(module_, in, gradient);
+  ModelInput with_head = in;
+  with_head.node_head = torch::full({in.species.size(0)}, head_, in.species.options());
+  return evaluate_module(module_, with_head, gradient);
+}
+
+void Model::select_head(const std::string& name) {
+  const nlohmann::json& hp = metadata_->hyperparameters;
+  std::vector<std::string> heads;
+  if (hp.contains("heads") && hp["heads"].is_array())
+    for (const auto& h : hp["heads"]) heads.push_back(h.is_string() ? h.get<std::string>() : h.dump());
+  if (heads.empty() || !module_.find_method("forward_heads"))
+    throw Error("head " + name + ": the model has no heads (one output)");
+  const auto it = std::find(heads.begin(), heads.end(), name);
+  if (it == heads.end()) {
+    std::string list;
+    for (const auto& h : heads) list += (list.empty() ? "" : ", ") + h;
+    throw Error("head " + name + " is not one of the model's heads (" + list + ")");
+  }
+  head_ = int64_t(it - heads.begin());
 }
 
 

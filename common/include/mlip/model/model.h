@@ -102,7 +102,15 @@ class Model {
   Model(torch::jit::Module module, ModelMetadata metadata, torch::Device device);
 
   /// Per-atom energies and, if `need_grad`, dE/dr for every edge. Never call under NoGradGuard.
+  /// The selected head's (select_head) where the input names none.
   ModelOutput evaluate(const ModelInput& in, bool need_grad) const;
+
+  /// A multi-head model's head every later evaluation uses (pair_style mlip ... head NAME,
+  /// mlip-trainer test --head) instead of the file's own (hyperparameter `head`). Throws
+  /// mlip::Error for a model without heads or a name not among them (listing them).
+  void select_head(const std::string& name);
+  /// The selected head's index, -1 for none (the file's own head: forward()).
+  int64_t head() const { return head_; }
 
   const ModelInfo& info() const;
   const ModelMetadata& metadata() const { return *metadata_; }   // needs mlip/model/model_metadata.h
@@ -113,6 +121,7 @@ class Model {
   mutable torch::jit::Module module_;
   std::shared_ptr<const ModelMetadata> metadata_;   // immutable, shared by copies
   torch::Device device_;
+  int64_t head_ = -1;
 };
 
 class ChunkGraph;
