@@ -89,24 +89,6 @@ torch::Tensor with_target_heads(const torch::Tensor& from, int64_t axis, const s
 
 }  // namespace
 
-std::vector<std::string> model_heads(const nlohmann::json& hyperparameters) {
-  if (!hyperparameters.is_object() || !hyperparameters.contains("heads")) return {};
-  try {
-    return hyperparameters.at("heads").get<std::vector<std::string>>();
-  } catch (const nlohmann::json::exception&) {
-    throw Error("hyperparameter 'heads' must be a list of names (got " + hyperparameters.at("heads").dump() + ")");
-  }
-}
-
-int64_t default_head(const nlohmann::json& hyperparameters) {
-  const std::vector<std::string> heads = model_heads(hyperparameters);
-  if (heads.empty() || !hyperparameters.contains("head") || hyperparameters.at("head") == "") return 0;
-  const auto name = hyperparameters.at("head");
-  const auto it = name.is_string() ? std::find(heads.begin(), heads.end(), name.get<std::string>()) : heads.end();
-  if (it == heads.end()) throw Error("hyperparameter 'head' (" + name.dump() + ") is not one of 'heads'");
-  return int64_t(it - heads.begin());
-}
-
 std::map<std::string, torch::Tensor> named_weights(const torch::jit::Module& module) {
   std::map<std::string, torch::Tensor> out;
   for (const auto& p : module.named_parameters(/*recurse=*/false)) out[p.name] = p.value;

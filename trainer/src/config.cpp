@@ -11,7 +11,7 @@
 
 #include "mlip/data/elements.h"
 #include "mlip/error.h"
-#include "mlip/potentials.h"
+#include "mlip/model/heads.h"
 
 namespace mlip::trainer {
 namespace {
@@ -136,14 +136,12 @@ int source_head(Section& item, const std::string& name, const ModelSpec& model) 
     item.fail(item.node(), std::string("model.hyperparameters: ") + e.what());
   }
   if (name.empty()) return heads.empty() ? -1 : int(fallback);
-  std::string list;
-  for (const auto& h : heads) list += (list.empty() ? "" : ", ") + h;
   if (heads.empty())
     item.fail(item.node()["head"], item.qualified("head") + ": '" + name + "', but the model has no heads (model.hyperparameters.heads)");
-  const auto it = std::find(heads.begin(), heads.end(), name);
-  if (it == heads.end())
-    item.fail(item.node()["head"], item.qualified("head") + ": '" + name + "' is not one of the model's heads (" + list + ")");
-  return int(it - heads.begin());
+  const int64_t index = find_head(heads, name);
+  if (index < 0)
+    item.fail(item.node()["head"], item.qualified("head") + ": '" + name + "' is not one of the model's heads (" + head_list(heads) + ")");
+  return int(index);
 }
 
 std::vector<DataSource> read_sources(Section& parent, const std::string& key, const std::string& file,

@@ -2,6 +2,7 @@
 #include "model_internal.h"
 #include "mlip/ops/operators.h"
 
+#include "mlip/model/heads.h"
 #include "mlip/model/model_metadata.h"
 
 #include <caffe2/serialize/inline_container.h>
@@ -272,19 +273,11 @@ ModelOutput Model::evaluate(const ModelInput& in, bool need_grad) const {
 }
 
 void Model::select_head(const std::string& name) {
-  const nlohmann::json& hp = metadata_->hyperparameters;
-  std::vector<std::string> heads;
-  if (hp.contains("heads") && hp["heads"].is_array())
-    for (const auto& h : hp["heads"]) heads.push_back(h.is_string() ? h.get<std::string>() : h.dump());
+  const std::vector<std::string> heads = model_heads(metadata_->hyperparameters);
   if (heads.empty() || !module_.find_method("forward_heads"))
     throw Error("head " + name + ": the model has no heads (one output)");
-  const auto it = std::find(heads.begin(), heads.end(), name);
-  if (it == heads.end()) {
-    std::string list;
-    for (const auto& h : heads) list += (list.empty() ? "" : ", ") + h;
-    throw Error("head " + name + " is not one of the model's heads (" + list + ")");
-  }
-  head_ = int64_t(it - heads.begin());
+  head_ = find_head(heads, name);
+  if (head_ < 0) throw Error("head " + name + " is not one of the model's heads (" + head_list(heads) + ")");
 }
 
 

@@ -18,6 +18,7 @@
 #include <torch/script.h>
 
 #include "mlip/data/dataset.h"
+#include "mlip/model/heads.h"   // model_heads, default_head
 #include "mlip/model/model_metadata.h"
 #include "mlip/model_spec.h"
 
@@ -49,11 +50,6 @@ BuiltModel build_model(const ModelSpec& spec);
 
 /// The architectures build_model knows.
 std::vector<std::string> architectures();
-
-/// The heads of a model with several output heads (hyperparameter `heads`; MACE), empty for a
-/// model with one output, and the one its forward() evaluates (`head`, default the first).
-std::vector<std::string> model_heads(const nlohmann::json& hyperparameters);
-int64_t default_head(const nlohmann::json& hyperparameters);
 
 /// Fine-tuning: the weights of a model of the same architecture and hyperparameters (`source`:
 /// its parameters and buffers by name; `source_metadata` its species and heads) copied into
