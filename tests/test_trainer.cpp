@@ -429,7 +429,7 @@ TEST(MultiHeadFineTuning, KeepsTheSourceInEveryHeadAndTrainsEachOnItsData) {
   const torch::Tensor fresh_shift = read_model_weights((dir.path / "fresh" / "model.pt").string()).at("energy_shift");
   EXPECT_FALSE(torch::equal(fresh_shift.select(1, 0), fresh_shift.select(1, 1)));
   // mlip-trainer test --head: a head the model lacks is named with the model's.
-  TestOutputs other;
+  TestOptions other;
   other.head = "old";
   try {
     test_model(tuned + "/model.pt", frames, "auto", Units{}, other, [](const std::string&) {});
@@ -888,7 +888,7 @@ TEST(Training, MissingLabelsAreWarnedAndShownAsNA) {
   const std::string bare = (dir.path / "unlabelled.xyz").string();
   write_extxyz(bare, frames);
   const std::string csv = dir.file("frames.csv", "earlier results\n");
-  TestOutputs outputs;
+  TestOptions outputs;
   outputs.per_frame_csv = csv;
   try {
     test_model((dir.path / "run" / "model.pt").string(), bare, "auto", Units{}, outputs, [](const std::string&) {});
@@ -921,7 +921,7 @@ TEST(Evaluation, TestCommandAgreesWithTheReferenceEvaluation) {
     force_n += 3.0 * static_cast<double>(s.size());
     energy_sq += std::pow((ref.energy - *s.energy) / static_cast<double>(s.size()), 2);
   }
-  const MetricSums sums = test_model(model_path, data, "auto", Units{}, TestOutputs{}, [](const std::string&) {});
+  const MetricSums sums = test_model(model_path, data, "auto", Units{}, TestOptions{}, [](const std::string&) {});
   EXPECT_NEAR(sums.forces_rmse(), std::sqrt(force_sq / force_n), 1e-12 * std::sqrt(force_sq / force_n));
   EXPECT_NEAR(sums.energy_rmse(), std::sqrt(energy_sq / 3.0), 1e-12 * std::sqrt(energy_sq / 3.0));
 }

@@ -116,12 +116,12 @@ Prediction evaluate_as_lammps(const Model& model, const BatchTensors& t) {
 }
 
 MetricSums test_model(const std::string& model_path, const std::string& data_path, const std::string& format,
-                      const Units& units, const TestOutputs& outputs,
+                      const Units& units, const TestOptions& options,
                       const std::function<void(const std::string&)>& log) {
   Model model = Model::load(model_path);
-  if (!outputs.head.empty()) {
+  if (!options.head.empty()) {
     try {
-      model.select_head(outputs.head);
+      model.select_head(options.head);
     } catch (const Error& e) {
       throw Error(model_path + ": " + e.what());
     }
@@ -150,8 +150,8 @@ MetricSums test_model(const std::string& model_path, const std::string& data_pat
     if (!out) throw Error(path + ".tmp: write failed");
     fs::rename(path + ".tmp", path);
   };
-  std::ofstream csv = open_csv(outputs.per_frame_csv, "frame,origin,atoms,energy_ref,energy_pred,force_rmse\n");
-  std::ofstream fcsv = open_csv(outputs.forces_csv, "frame,atom,element,fx_ref,fy_ref,fz_ref,fx_pred,fy_pred,fz_pred\n");
+  std::ofstream csv = open_csv(options.per_frame_csv, "frame,origin,atoms,energy_ref,energy_pred,force_rmse\n");
+  std::ofstream fcsv = open_csv(options.forces_csv, "frame,atom,element,fx_ref,fy_ref,fz_ref,fx_pred,fy_pred,fz_pred\n");
   std::vector<double> sq_by_species(meta.species.size(), 0.0), n_by_species(meta.species.size(), 0.0);
   MetricSums sums;
   std::size_t unlabelled = 0;
@@ -200,8 +200,8 @@ MetricSums test_model(const std::string& model_path, const std::string& data_pat
     log(fmt::format("WARNING: {}: {} of {} frames have neither energy nor forces; they are left out of the RMSEs",
                     data_path, unlabelled, frames->size()));
   }
-  finish_csv(csv, outputs.per_frame_csv);
-  finish_csv(fcsv, outputs.forces_csv);
+  finish_csv(csv, options.per_frame_csv);
+  finish_csv(fcsv, options.forces_csv);
   for (std::size_t s = 0; s < meta.species.size(); ++s) {
     if (n_by_species[s] > 0) {
       log(fmt::format("force RMSE {:<3} {:.2f} meV/A ({:.0f} atoms)", meta.species[s],

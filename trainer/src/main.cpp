@@ -117,16 +117,16 @@ int run_convert(const std::string& input, const std::string& output, const std::
 }
 
 int run_test(const std::string& model, const std::string& data, const std::string& format, const Units& units,
-             const TestOutputs& outputs) {
+             const TestOptions& options) {
   const MetricSums m =
-      test_model(model, data, format, units, outputs, [](const std::string& s) { std::printf("%s\n", s.c_str()); });
+      test_model(model, data, format, units, options, [](const std::string& s) { std::printf("%s\n", s.c_str()); });
   std::printf("frames %.0f\n", m.frames);
   std::printf("energy RMSE  %s meV/atom%s\n", milli(m.energy_rmse(), 3).c_str(),
               m.energy_n > 0 ? "" : " (no frame has an energy)");
   std::printf("force RMSE   %s meV/A%s\n", milli(m.forces_rmse(), 2).c_str(), m.forces_n > 0 ? "" : " (no frame has forces)");
   if (m.virial_n > 0) std::printf("virial RMSE  %s meV/atom\n", milli(m.virial_rmse(), 3).c_str());
-  if (!outputs.per_frame_csv.empty()) std::printf("per-frame results: %s\n", outputs.per_frame_csv.c_str());
-  if (!outputs.forces_csv.empty()) std::printf("per-atom forces: %s\n", outputs.forces_csv.c_str());
+  if (!options.per_frame_csv.empty()) std::printf("per-frame results: %s\n", options.per_frame_csv.c_str());
+  if (!options.forces_csv.empty()) std::printf("per-atom forces: %s\n", options.forces_csv.c_str());
   return 0;
 }
 
@@ -233,15 +233,15 @@ int main(int argc, char** argv) {
   cmp->add_option("--dtype", export_options.dtype, "float32: from a float64 checkpoint (see 'export --dtype')");
 
   std::string model, data, format = "auto";
-  TestOutputs test_outputs;
+  TestOptions test_options;
   auto* test = app.add_subcommand("test", "Evaluate a model on labelled data: energy, force and virial RMSE");
   test->add_option("model", model, "Model file (model.pt)")->required()->check(CLI::ExistingFile);
   test->add_option("data", data, "Data file or folder")->required()->check(CLI::ExistingPath);
   test->add_option("--format", format, "auto, extxyz, deepmd, n2p2, fitsnap, ase-db, aselmdb, mace-hdf5 or pack");
-  test->add_option("--per-frame", test_outputs.per_frame_csv, "Write per-frame results to this CSV file");
-  test->add_option("--forces", test_outputs.forces_csv,
+  test->add_option("--per-frame", test_options.per_frame_csv, "Write per-frame results to this CSV file");
+  test->add_option("--forces", test_options.forces_csv,
                    "Write reference and predicted forces of every atom to this CSV file (parity plots)");
-  test->add_option("--head", test_outputs.head, "The head of a multi-head model to evaluate (default: the file's)");
+  test->add_option("--head", test_options.head, "The head of a multi-head model to evaluate (default: the file's)");
   Units units;
   test->add_option("--length-unit", units.length, "Length unit of the data file (angstrom, bohr, nm)");
   test->add_option("--energy-unit", units.energy, "Energy unit of the data file (eV, meV, kcal/mol, kJ/mol, hartree, Ry)");
@@ -321,7 +321,7 @@ int main(int argc, char** argv) {
     if (*dev) return run_deviation(devi_inputs, devi);
     if (*exp) return run_export(checkpoint, output, export_options);
     if (*cmp) return run_compress(compress_source, compress_output, export_options);
-    if (*test) return run_test(model, data, format, units, test_outputs);
+    if (*test) return run_test(model, data, format, units, test_options);
     if (*imp) {
       import_model(import_spec, import_weights, import_output, print_line);
       std::printf("wrote %s\n", import_output.c_str());

@@ -371,8 +371,9 @@ void compress_file(const std::string& source, const std::string& output, ExportO
 void import_model(const std::string& spec_path, const std::string& weights_path, const std::string& output,
                   const std::function<void(const std::string&)>& log);
 
-/// What `mlip-trainer test` writes besides the totals (empty paths: nothing).
-struct TestOutputs {
+/// `mlip-trainer test`'s options: what it writes besides the totals (empty paths: nothing), and
+/// the head it evaluates.
+struct TestOptions {
   std::string per_frame_csv;   // frame, origin, atoms, reference and predicted energy, force RMSE
   std::string forces_csv;      // one row per atom: element, reference and predicted force (parity plots)
   std::string head;            // a multi-head model's head to evaluate ("": the file's own)
@@ -403,7 +404,7 @@ DeviationCounts model_deviation(const std::vector<std::string>& models, const st
 
 /// Evaluates a model file on data. Logs the force RMSE per species (where the data has forces).
 MetricSums test_model(const std::string& model_path, const std::string& data_path, const std::string& format,
-                      const Units& units, const TestOutputs& outputs,
+                      const Units& units, const TestOptions& options,
                       const std::function<void(const std::string&)>& log);
 
 }  // namespace mlip::trainer
