@@ -47,6 +47,16 @@
 # PARTS ("train md memory accuracy") picks which parts run; (2) trains mace-torch once for its
 # model when (1) does not run.
 #
+# On a GPU (DEVICE=cuda; scripts/gpu-check.sh's mace stage): both train on DEVICE (1 rank, 1
+# thread each), and (2) runs pair_style mlip ... device DEVICE, 1 rank, with the peak GPU memory
+# (nvidia-smi, sampled every 100 ms), against two mace-torch routes on the same GPU: its ASE
+# calculator as above, and its model alone on a graph built once (forces only: no neighbour list,
+# no stress; benchmarks/mace_torch_md.py), with PyTorch's peak allocated GPU memory. No size is
+# left out for memory there (an out-of-memory call gives a row saying so). DTYPE (float64) is both
+# sides' dtype; LAYOUTS ("1x1 1x2 2x1" on the CPU: mlip's ranks x threads) and MACE_THREADS
+# ("1 2") the layouts; MD_STEPS (per size: 20 at most 2000 atoms, 5 at most 5000, 3 above) and MACE_CALLS
+# (mace-torch's timed calls: 3 at most 2000 atoms, 1 above) how long each is timed.
+#
 # mace-torch comes from MACE_PYTHON (default: the torch venv's python, where
 # scripts/install-deps.sh installs mace-torch 0.3.16 as the import test's oracle); it is never a
 # dependency of mlip. Results: benchmarks/results/bench_mace/<date>-<commit>/ (train.tsv, md.tsv,
@@ -56,7 +66,6 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init bench_mace "${1:-}" lmp mlip-trainer mlip_test_inputs
 py=${MACE_PYTHON:-$src/third_party/torch-2.11.0/bin/python3}
 "$py" -c 'import mace' 2>/dev/null || { echo "bench_mace: no mace-torch in $py (MACE_PYTHON)" >&2; exit 1; }
-mace_bin=$(dirname "$py")
 CHANNELS=${CHANNELS:-32}
 EPOCHS=${EPOCHS:-2}
 TRAIN_FRAMES=${TRAIN_FRAMES:-40}
@@ -64,6 +73,18 @@ REPEATS=${REPEATS:-3}
 PARTS=${PARTS:-train md memory accuracy}
 MD_ATOMS=${MD_ATOMS:-1152 3456 10368}
 WALL_MINUTES=${WALL_MINUTES:-15}
+DEVICE=${DEVICE:-cpu}
+DTYPE=${DTYPE:-float64}
+# the layouts compared: mlip's "RANKSxTHREADS" (LAYOUTS) and mace-torch's torch threads
+# (MACE_THREADS); on one GPU 1x1 and 1
+if [[ $DEVICE == cpu ]]; then
+  LAYOUTS=${LAYOUTS:-"1x1 1x2 2x1"} MACE_THREADS=${MACE_THREADS:-"1 2"}
+else
+  LAYOUTS=${LAYOUTS:-1x1} MACE_THREADS=${MACE_THREADS:-1}
+fi
+mlip_layouts=()
+for layout in $LAYOUTS; do mlip_layouts+=("${layout%x*} ${layout#*x}"); done
+read -ra mace_threads <<< "$MACE_THREADS"
 has_part() { [[ " $PARTS " == *" $1 "* ]]; }
 # bind THREADS: mpirun's binding option: a rank of several threads must not be bound to one core
 # (Open MPI's default for 2 or fewer ranks)
@@ -83,10 +104,10 @@ sed -e 's/REF_energy/energy/' -e 's/REF_forces/forces/g' train.xyz > train-mlip.
 # mace_train NAME FRAMES EPOCHS [THREADS [ARGUMENTS...]]: mace_run_train on THREADS (1) torch
 # threads, the model of the header (NAME.model); ARGUMENTS come last (they win over the defaults)
 mace_train() {
-  OMP_NUM_THREADS=${4:-1} "$mace_bin/mace_run_train" --name "$1" --train_file "$2" --valid_fraction 0.1 \
+  OMP_NUM_THREADS=${4:-1} "$py" -m mace.cli.run_train --name "$1" --train_file "$2" --valid_fraction 0.1 \
     --energy_key REF_energy --forces_key REF_forces --E0s average --model MACE --num_channels "$CHANNELS" \
     --max_L 1 --max_ell 3 --correlation 3 --num_interactions 2 --r_max 5.0 --num_radial_basis 8 \
-    --batch_size 4 --valid_batch_size 4 --max_num_epochs "$3" --device cpu --default_dtype float64 --seed 1 \
+    --batch_size 4 --valid_batch_size 4 --max_num_epochs "$3" --device "$DEVICE" --default_dtype "$DTYPE" --seed 1 \
     --eval_interval 1 --num_workers 0 --lr 0.01 --energy_weight 1 --forces_weight 100 "${@:5}" > "$1.log" 2>&1 ||
     { tail -20 "$1.log" >&2; exit 1; }
   keep_log "$1.log"
@@ -130,7 +151,7 @@ model:
   architecture: mace
   species: [O, H]
   cutoff: 5.0
-  dtype: float64
+  dtype: $DTYPE
   hyperparameters: {num_channels: $CHANNELS, max_L: 1, max_ell: 3, correlation: 3, num_interactions: 2,
                     num_radial_basis: 8, radial_MLP: [64, 64, 64]}
 data:
@@ -140,6 +161,7 @@ data:
   cache_dir: $work/cache
 training:
   seed: ${SEED:-1}
+  device: $DEVICE
   loss: {energy: {start: 1.0, limit: 1.0}, forces: {start: 100.0, limit: 100.0}}
 EOF
   printf '  %s\n' "$@" >> "$file"
@@ -150,18 +172,18 @@ EOF
 mace_rates=()
 if has_part train; then
   table=train
-  row code ranks threads repeat frames_per_s frames seconds
+  row code ranks threads repeat frames_per_s frames seconds device
   mlip_config mlip-train.yaml "$work/train-mlip.xyz" "epochs: $EPOCHS" "optimizer: {type: adam, lr: 1.0e-2, amsgrad: true}"
   for repeat in $(seq 1 "$REPEATS"); do
-    for threads in 1 2; do
+    for threads in "${mace_threads[@]}"; do
       echo "== mace-torch: $EPOCHS epochs on $TRAIN_FRAMES frames, $threads thread(s) (repeat $repeat)" >&2
       mace_train "mace-$threads-$repeat" train.xyz "$EPOCHS" "$threads"
       read -r rate frames seconds < <(mace_rate "mace-$threads-$repeat.log" "$TRAIN_FRAMES")
       (( threads == 1 )) && mace_rates+=("$rate")
-      row mace-torch 1 "$threads" "$repeat" "$rate" "$frames" "$seconds"
+      row mace-torch 1 "$threads" "$repeat" "$rate" "$frames" "$seconds" "$DEVICE"
       echo "mace-torch training, $threads thread(s): $rate frames/s ($frames frames in $seconds s)" >&2
     done
-    for layout in "1 1" "1 2" "2 1"; do
+    for layout in "${mlip_layouts[@]}"; do
       read -r ranks threads <<< "$layout"
       echo "== mlip-trainer: $EPOCHS epochs on $TRAIN_FRAMES frames, $ranks rank(s) x $threads thread(s) (repeat $repeat)" >&2
       log=mlip-train-$ranks-$threads-$repeat.log
@@ -171,7 +193,7 @@ if has_part train; then
         { tail -20 "$log" >&2; exit 1; }
       keep_log "$log"
       rate=$(grep -o 'throughput [0-9.]* frames/s' "$log" | tail -1 | awk '{print $2}')
-      row mlip "$ranks" "$threads" "$repeat" "$rate" - -
+      row mlip "$ranks" "$threads" "$repeat" "$rate" - - "$DEVICE"
       echo "mlip training, $ranks rank(s) x $threads thread(s): $rate frames/s" >&2
     done
   done
@@ -189,50 +211,63 @@ fi
 keep_log import.log
 grep check import.log >&2
 table=md
-row code atoms ranks threads repeat us_per_atom_step peak_rss_mib
+row code atoms ranks threads repeat us_per_atom_step peak_rss_mib device peak_gpu_mib
 water_md_input md.in
-declare -A replicas=([1152]="3 2 1" [3456]="3 3 2" [10368]="6 3 3")
+pair="mlip model.pt"
+[[ $DEVICE == cpu ]] || pair="mlip model.pt device $DEVICE"
+declare -A replicas=([1152]="3 2 1" [3456]="3 3 2" [10368]="6 3 3" [23040]="6 5 4" [98304]="8 8 8")
+# gpu_peak COMMAND...: COMMAND, with the largest GPU memory in use while it runs (nvidia-smi
+# every 100 ms; "-" without a GPU) in gpu.txt
+gpu_peak() {
+  local sampler="" rc=0
+  if [[ $DEVICE != cpu ]] && command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > gpu.samples 2> /dev/null &
+    sampler=$!
+  fi
+  "$@" || rc=$?
+  [[ -n $sampler ]] && { kill "$sampler" 2> /dev/null || true; wait "$sampler" 2> /dev/null || true; }
+  if [[ -n $sampler && -s gpu.samples ]]; then sort -n gpu.samples | tail -1 > gpu.txt; else echo - > gpu.txt; fi
+  return $rc
+}
 for size in $MD_ATOMS; do
   [[ -n ${replicas[$size]:-} ]] || { echo "bench_mace: MD_ATOMS: $size is not one of ${!replicas[*]}" >&2; exit 1; }
   # shellcheck disable=SC2086
   "$build/bin/mlip_test_inputs" water water.data ${replicas[$size]} > /dev/null
   atoms=$(awk '/ atoms/ {print $1; exit}' water.data)
   steps=$((atoms > 5000 ? 3 : atoms > 2000 ? 5 : 20))
-  "$py" - water.data water.xyz <<'EOF'
+  calls=$((atoms > 2000 ? 1 : 3))
+  for kv in ${MD_STEPS:-}; do [[ ${kv%%=*} == "$atoms" ]] && steps=${kv#*=}; done
+  calls=${MACE_CALLS:-$calls}
+  "$py" - water.data water.xyz <<'EOF2'
 import sys
 from ase.io import read, write
 write(sys.argv[2], read(sys.argv[1], format="lammps-data", atom_style="atomic", Z_of_type={1: 8, 2: 1}), format="extxyz")
-EOF
+EOF2
   for repeat in $(seq 1 "$REPEATS"); do
-    for layout in "1 1" "1 2" "2 1"; do
+    for layout in "${mlip_layouts[@]}"; do
       read -r ranks threads <<< "$layout"
-      water_md_vars water.data "mlip model.pt" "$steps"
+      water_md_vars water.data "$pair" "$steps"
       log=md-$atoms-$ranks-$threads-$repeat.log
       # shellcheck disable=SC2046
-      OMP_NUM_THREADS=$threads "$py" "$src/benchmarks/peak_rss.py" rss.txt mpirun --oversubscribe $(bind "$threads") -np "$ranks" \
-        "$build/bin/lmp" -nocite -screen none -log "$log" -in md.in "${md_vars[@]}" || { tail -5 "$log" >&2; exit 1; }
+      OMP_NUM_THREADS=$threads gpu_peak "$py" "$src/benchmarks/peak_rss.py" rss.txt mpirun --oversubscribe $(bind "$threads") \
+        -np "$ranks" "$build/bin/lmp" -nocite -screen none -log "$log" -in md.in "${md_vars[@]}" || { tail -5 "$log" >&2; exit 1; }
       keep_log "$log"
-      row mlip "$atoms" "$ranks" "$threads" "$repeat" "$(us_per_atom_step "$log")" "$(awk '{printf "%.0f", $2 / 1024}' rss.txt)"
+      row mlip "$atoms" "$ranks" "$threads" "$repeat" "$(us_per_atom_step "$log")" "$(awk '{printf "%.0f", $2 / 1024}' rss.txt)" \
+        "$DEVICE" "$(cat gpu.txt)"
     done
-    (( atoms > 5000 )) && continue  # mace-torch needs about 2 GB per 1000 atoms: not at 10368 here
-    for threads in 1 2; do
-      "$py" "$src/benchmarks/peak_rss.py" rss.txt "$py" - "$mace_model" water.xyz "$threads" > mace-md.txt <<'EOF'
-import sys, time
-import torch
-from ase.io import read
-from mace.calculators import MACECalculator
-torch.set_num_threads(int(sys.argv[3]))
-atoms = read(sys.argv[2])
-atoms.calc = MACECalculator(model_paths=sys.argv[1], device="cpu", default_dtype="float64")
-atoms.get_forces()                       # the first call compiles
-calls = 3 if len(atoms) < 2000 else 1
-start = time.perf_counter()
-for k in range(calls):
-    atoms.positions[0, 0] += 1e-4        # a new configuration each call
-    atoms.get_forces()
-print(f"{(time.perf_counter() - start) / calls / len(atoms) * 1e6:.4g}")
-EOF
-      row mace-torch "$atoms" 1 "$threads" "$repeat" "$(tail -1 mace-md.txt)" "$(awk '{printf "%.0f", $2 / 1024}' rss.txt)"
+    # mace-torch needs about 2 GB of memory per 1000 atoms: on the CPUs here not above 5000
+    [[ $DEVICE == cpu ]] && (( atoms > 5000 )) && continue
+    routes=(ase)
+    [[ $DEVICE == cpu ]] || routes=(ase graph)
+    for route in "${routes[@]}"; do
+      for threads in "${mace_threads[@]}"; do
+        "$py" "$src/benchmarks/peak_rss.py" rss.txt "$py" "$src/benchmarks/mace_torch_md.py" "$mace_model" water.xyz \
+          "$threads" "$DEVICE" "$DTYPE" "$route" "$calls" > mace-md.txt 2> mace-md.err || { tail -5 mace-md.err >&2; exit 1; }
+        read -r us gpu_mib < <(tail -1 mace-md.txt)
+        code=mace-torch
+        [[ $route == graph ]] && code=mace-torch-graph
+        row "$code" "$atoms" 1 "$threads" "$repeat" "$us" "$(awk '{printf "%.0f", $2 / 1024}' rss.txt)" "$DEVICE" "$gpu_mib"
+      done
     done
   done
 done

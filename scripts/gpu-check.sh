@@ -22,6 +22,11 @@
 #   pair_np2   PairMLIPGpu.* on 2 ranks sharing the GPU
 #   md_more    compressed se_e2_a, float32 and PaiNN at 10k atoms
 #   md_1m      100k and about a million atoms, float64 and float32, calls sized by the free memory
+#   md_mace_kernels  MACE on the operators' device kernels against the ATen formulations, 10k atoms
+#   mace       MACE against mace-torch on the same GPU and model (benchmarks/bench_mace.sh DEVICE=cuda):
+#              training frames/s, MD us/atom-step and peak GPU memory at 23040 and 98304 atoms.
+#              It needs about 300 s of its own: a second call on the warm machine runs it,
+#              MLIP_GPU_CHECK_STAGES=mace MLIP_GPU_CHECK_BUDGET=560 scripts/gpu-check.sh all
 # A stage starts only if the budget (MLIP_GPU_CHECK_BUDGET, 450 s from the start) leaves it the
 # time it is expected to need; else the summary says it was skipped and why. Every command runs
 # under its own timeout, so one hung test cannot take the rest. A failure goes on to the next
@@ -71,7 +76,7 @@ budget=${MLIP_GPU_CHECK_BUDGET:-450}
 t_start=$(date +%s)
 out=${OUT:-$build/gpu-check-out}
 logs=$build/gpu-check-logs
-targets=(mlip-trainer test_device test_trainer test_pair_mlip mlip_test_inputs lammps)
+targets=(mlip-trainer test_device test_trainer test_pair_mlip mlip_test_inputs mlip_ops lammps)
 binaries=(mlip-trainer test_device test_trainer test_pair_mlip mlip_test_inputs lmp)
 mkdir -p "$out" "$logs" || { echo "[gpu-check] cannot write $out and $logs" >&2; exit 1; }
 cd "$repo" || exit 1   # the example config's data paths are relative to the checkout
@@ -488,6 +493,48 @@ stage_md_mace_kernels() {
   return $rc
 }
 
+# MACE against mace-torch on the same GPU, same model (issue 55): benchmarks/bench_mace.sh with
+# DEVICE=cuda in float32, its water model of 32 channels (training frames/s of both, MD at 23040
+# atoms) and of 128 channels (MD at 23040 and 98304 atoms: the 100k-atom memory bound, no chunk
+# keyword), medians of 3. mace-torch 0.3.16 and what it needs beyond the machine's packages come
+# as wheels in the bundle (gpu-bundle.sh), installed into $build/mace-site.
+use_mace_torch() {
+  if ! "$py" -c 'import mace.calculators' 2>/dev/null; then
+    compgen -G "$bundle/wheels/*.whl" >/dev/null || { echo "no mace-torch here and no wheels in $bundle/wheels"; return 1; }
+    [[ -d $build/mace-site/mace ]] || "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --upgrade --target "$build/mace-site" "$bundle"/wheels/*.whl || return 1
+    export PYTHONPATH=$build/mace-site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  "$py" -c 'import mace, e3nn; from mace.calculators import MACECalculator; print("mace-torch", mace.__version__, "e3nn", e3nn.__version__)'
+}
+# mace_bench NAME SECONDS VAR=VALUE...: bench_mace.sh with those settings; its tables in the summary
+mace_bench() {
+  local name=$1 limit=$2 device=cuda rc=0 line
+  shift 2
+  [[ $dry == 1 ]] && device=cpu
+  rm -rf "$build/mace-results/$name"
+  run_logged "$name" "$limit" env DEVICE=$device DTYPE=float32 MACE_PYTHON="$py" RESULTS="$build/mace-results/$name" \
+    "$@" "$repo/benchmarks/bench_mace.sh" "$build" || rc=$?
+  mkdir -p "$logs/$name" && cp -r "$build/mace-results/$name"/*.tsv "$build/mace-results/$name/logs" "$logs/$name/" 2>/dev/null
+  while read -r line; do [[ $line == \|* ]] && record "$name: $line"; done < <("$py" "$repo/benchmarks/tables.py" "$build/mace-results/$name" 2>&1)
+  return $rc
+}
+stage_mace() {
+  local rc=0
+  use_mace_torch >"$logs/mace-site.log" 2>&1 || { record "mace: no mace-torch ($(tail -1 "$logs/mace-site.log"))"; return 1; }
+  record "mace: $(tail -1 "$logs/mace-site.log")"
+  if [[ $dry == 1 ]]; then
+    mace_bench mace-32ch 300 CHANNELS=32 PARTS="train md" TRAIN_FRAMES=8 EPOCHS=1 REPEATS=1 MD_ATOMS=1152 MD_STEPS=1152=2 \
+      LAYOUTS=1x1 MACE_THREADS=1 || rc=$?
+  else
+    mace_bench mace-32ch 220 CHANNELS=32 PARTS="train md" TRAIN_FRAMES=40 EPOCHS=3 REPEATS=3 MD_ATOMS=23040 \
+      MD_STEPS=23040=20 MACE_CALLS=5 || rc=$?
+    mace_bench mace-128ch 300 CHANNELS=128 PARTS=md TRAIN_FRAMES=8 EPOCHS=1 REPEATS=3 MD_ATOMS="23040 98304" \
+      MD_STEPS="23040=10 98304=3" MACE_CALLS=3 || rc=$?
+  fi
+  return $rc
+}
+
 stage_train_gpu() {
   local rc=0
   gtest_each train_gpu 180 "$build/bin/test_trainer" 'TrainingGpu.*' || rc=$?
@@ -598,6 +645,7 @@ main() {
   stage md_more 40 stage_md_more
   stage md_1m 60 stage_md_1m
   stage md_mace_kernels 60 stage_md_mace_kernels
+  stage mace $((dry == 1 ? 120 : 300)) stage_mace
   record "mlip/kk on Kokkos CUDA: not built (no Kokkos for CUDA 13 can be had for the bundle)"
   record "total: $(($(now) - t_start)) s of the $budget s budget"
   say "stage times:"
