@@ -55,7 +55,9 @@
 # left out for memory there (an out-of-memory call gives a row saying so). DTYPE (float64) is both
 # sides' dtype; LAYOUTS ("1x1 1x2 2x1" on the CPU: mlip's ranks x threads) and MACE_THREADS
 # ("1 2") the layouts; MD_STEPS (per size: 20 at most 2000 atoms, 5 at most 5000, 3 above) and MACE_CALLS
-# (mace-torch's timed calls: 3 at most 2000 atoms, 1 above) how long each is timed.
+# (mace-torch's timed calls: 3 at most 2000 atoms, 1 above) how long each is timed, MD_REPEATS
+# ("SIZE=N ...") fewer repeats at some sizes. A failed MD run gives a row saying so, the others
+# still run, and the script exits 1 at the end; mace-torch out of GPU memory gives "oom".
 #
 # mace-torch comes from MACE_PYTHON (default: the torch venv's python, where
 # scripts/install-deps.sh installs mace-torch 0.3.16 as the import test's oracle); it is never a
@@ -114,10 +116,12 @@ mace_train() {
 }
 
 # mace_rate LOG FRAMES: "frames/s frames seconds" of a mace_run_train log: the time between its
-# epoch lines less its validation pass (timed before the first epoch)
+# epoch lines less its validation pass (timed before the first epoch). On a GPU the first
+# validation pass and epoch hold CUDA's start (cuBLAS, kernels loaded): there the median time
+# between consecutive epoch lines after the first (a warm epoch and its 4-frame validation pass).
 mace_rate() {
-  "$py" - "$1" "$2" <<'EOF'
-import re, sys
+  "$py" - "$1" "$2" "$DEVICE" <<'EOF'
+import re, statistics, sys
 from datetime import datetime
 frames = int(sys.argv[2])
 train = frames - round(0.1 * frames)
@@ -135,6 +139,10 @@ for line in open(sys.argv[1]):
     elif re.match(r"Epoch (\d+):", text):
         stamps[int(re.match(r"Epoch (\d+):", text).group(1))] = t
 last = max(k for k in stamps if isinstance(k, int))
+if sys.argv[3] != "cpu" and last >= 1:   # epochs 1..last, each after a warm epoch
+    gap = statistics.median((stamps[k] - stamps[k - 1]).total_seconds() for k in range(1, last + 1))
+    print(f"{train / gap:.4g} {train * last} {gap * last:.1f}")
+    sys.exit()
 evaluation = (stamps["initial"] - stamps["start"]).total_seconds()
 seconds = (stamps[last] - stamps["initial"]).total_seconds() - (last + 1) * evaluation
 print(f"{train * (last + 1) / seconds:.4g} {train * (last + 1)} {seconds:.1f}")
@@ -211,6 +219,7 @@ fi
 keep_log import.log
 grep check import.log >&2
 table=md
+md_failed=0
 row code atoms ranks threads repeat us_per_atom_step peak_rss_mib device peak_gpu_mib
 water_md_input md.in
 pair="mlip model.pt"
@@ -238,19 +247,27 @@ for size in $MD_ATOMS; do
   calls=$((atoms > 2000 ? 1 : 3))
   for kv in ${MD_STEPS:-}; do [[ ${kv%%=*} == "$atoms" ]] && steps=${kv#*=}; done
   calls=${MACE_CALLS:-$calls}
+  repeats=$REPEATS
+  for kv in ${MD_REPEATS:-}; do [[ ${kv%%=*} == "$atoms" ]] && repeats=${kv#*=}; done
   "$py" - water.data water.xyz <<'EOF2'
 import sys
 from ase.io import read, write
 write(sys.argv[2], read(sys.argv[1], format="lammps-data", atom_style="atomic", Z_of_type={1: 8, 2: 1}), format="extxyz")
 EOF2
-  for repeat in $(seq 1 "$REPEATS"); do
+  for repeat in $(seq 1 "$repeats"); do
     for layout in "${mlip_layouts[@]}"; do
       read -r ranks threads <<< "$layout"
       water_md_vars water.data "$pair" "$steps"
       log=md-$atoms-$ranks-$threads-$repeat.log
       # shellcheck disable=SC2046
-      OMP_NUM_THREADS=$threads gpu_peak "$py" "$src/benchmarks/peak_rss.py" rss.txt mpirun --oversubscribe $(bind "$threads") \
-        -np "$ranks" "$build/bin/lmp" -nocite -screen none -log "$log" -in md.in "${md_vars[@]}" || { tail -5 "$log" >&2; exit 1; }
+      if ! OMP_NUM_THREADS=$threads gpu_peak "$py" "$src/benchmarks/peak_rss.py" rss.txt mpirun --oversubscribe $(bind "$threads") \
+        -np "$ranks" "$build/bin/lmp" -nocite -screen none -log "$log" -in md.in "${md_vars[@]}"; then
+        tail -5 "$log" >&2
+        keep_log "$log"
+        row mlip "$atoms" "$ranks" "$threads" "$repeat" failed - "$DEVICE" -   # the others still run; exit 1 at the end
+        md_failed=1
+        continue
+      fi
       keep_log "$log"
       row mlip "$atoms" "$ranks" "$threads" "$repeat" "$(us_per_atom_step "$log")" "$(awk '{printf "%.0f", $2 / 1024}' rss.txt)" \
         "$DEVICE" "$(cat gpu.txt)"
@@ -261,12 +278,18 @@ EOF2
     [[ $DEVICE == cpu ]] || routes=(ase graph)
     for route in "${routes[@]}"; do
       for threads in "${mace_threads[@]}"; do
-        "$py" "$src/benchmarks/peak_rss.py" rss.txt "$py" "$src/benchmarks/mace_torch_md.py" "$mace_model" water.xyz \
-          "$threads" "$DEVICE" "$DTYPE" "$route" "$calls" > mace-md.txt 2> mace-md.err || { tail -5 mace-md.err >&2; exit 1; }
-        read -r us gpu_mib < <(tail -1 mace-md.txt)
         code=mace-torch
         [[ $route == graph ]] && code=mace-torch-graph
-        row "$code" "$atoms" 1 "$threads" "$repeat" "$us" "$(awk '{printf "%.0f", $2 / 1024}' rss.txt)" "$DEVICE" "$gpu_mib"
+        if ! gpu_peak "$py" "$src/benchmarks/peak_rss.py" rss.txt "$py" "$src/benchmarks/mace_torch_md.py" "$mace_model" \
+          water.xyz "$threads" "$DEVICE" "$DTYPE" "$route" "$calls" > mace-md.txt 2> mace-md.err; then
+          tail -5 mace-md.err >&2
+          row "$code" "$atoms" 1 "$threads" "$repeat" failed - "$DEVICE" -
+          md_failed=1
+          continue
+        fi
+        read -r us _ < <(tail -1 mace-md.txt)
+        # the GPU's memory in use (nvidia-smi), as for mlip: context and allocator's cache included
+        row "$code" "$atoms" 1 "$threads" "$repeat" "$us" "$(awk '{printf "%.0f", $2 / 1024}' rss.txt)" "$DEVICE" "$(cat gpu.txt)"
       done
     done
   done
@@ -346,4 +369,4 @@ fi
 
 echo "== results: $results" >&2
 for t in train md memory accuracy; do [[ -f $results/$t.tsv ]] && column -t "$results/$t.tsv" >&2; done
-true
+(( ${md_failed:-0} == 0 )) || { echo "bench_mace: an MD run failed (its row says so)" >&2; exit 1; }

@@ -9,8 +9,9 @@ ROUTE:
   graph  the model alone on a graph built once (the calculator's own batch), forces only: the
          least any route of mace-torch's can do per step (no neighbour list, no stress)
 CALLS calls are timed after one that is not (the first compiles and allocates); on a GPU each call
-ends with torch.cuda.synchronize(). Prints "us_per_atom peak_gpu_mib" (peak_gpu_mib: PyTorch's
-peak allocated memory on the GPU, "-" on the CPU). An out-of-memory error prints "oom -".
+ends with torch.cuda.synchronize(). Prints "us_per_atom peak_allocated_mib" (PyTorch's peak allocated
+memory on the GPU over the timed calls, "-" on the CPU; bench_mace.sh reports the GPU's memory in
+use instead, as for mlip). An out-of-memory error prints "oom -".
 """
 import sys
 import time
@@ -51,9 +52,11 @@ def main():
             step()
         sync()
         seconds = time.perf_counter() - start
-    except torch.OutOfMemoryError:
-        print("oom -")
-        return
+    except (torch.OutOfMemoryError, RuntimeError) as error:   # CUDA's and cuBLAS's out-of-memory errors too
+        if isinstance(error, torch.OutOfMemoryError) or "out of memory" in str(error) or "ALLOC_FAILED" in str(error):
+            print("oom -")
+            return
+        raise
     peak = f"{torch.cuda.max_memory_allocated() / 2**20:.0f}" if gpu else "-"
     print(f"{seconds / int(calls) / len(atoms) * 1e6:.4g} {peak}")
 

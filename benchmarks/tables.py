@@ -70,8 +70,8 @@ def summary(values, digits=3, missing="failed"):
             numbers.append(float(v))
         except ValueError:
             pass
-    if not numbers:
-        return missing, None
+    if not numbers:   # "oom": out of GPU memory (bench_mace.sh's mace-torch rows)
+        return ("out of memory" if set(values) == {"oom"} else missing), None
     med = statistics.median(numbers)
     text = f"{med:.{digits}g}"
     if len(numbers) > 1:

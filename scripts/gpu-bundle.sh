@@ -60,9 +60,10 @@ for pkg in mace-torch e3nn ase matscipy torch-ema prettytable wcwidth python-hos
   version=$("$venv_py" -m pip show "$pkg" 2>/dev/null | awk '/^Version:/ {print $2}')
   [[ -n $version ]] || { say "$pkg is not in the torch venv"; exit 1; }
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version "${MLIP_GPU_PYTHON_VERSION:-3.12}" \
-    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform any -d "$out/wheels" "$pkg==$version" 2>/dev/null ||
-    python3 -m pip wheel -q --no-deps -w "$out/wheels" "$pkg==$version" ||   # pure Python, source only
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux1_x86_64 --platform any -d "$out/wheels" "$pkg==$version" 2>/dev/null ||
+    { [[ $pkg == python-hostlist ]] && python3 -m pip wheel -q --no-deps -w "$out/wheels" "$pkg==$version"; } ||   # pure Python, source only
     { say "no wheel of $pkg $version for Python ${MLIP_GPU_PYTHON_VERSION:-3.12} on PyPI"; exit 1; }
 done
 
