@@ -56,7 +56,8 @@
 # sides' dtype; LAYOUTS ("1x1 1x2 2x1" on the CPU: mlip's ranks x threads) and MACE_THREADS
 # ("1 2") the layouts; MD_STEPS (per size: 20 at most 2000 atoms, 5 at most 5000, 3 above) and MACE_CALLS
 # (mace-torch's timed calls: 3 at most 2000 atoms, 1 above) how long each is timed, MD_REPEATS
-# ("SIZE=N ...") fewer repeats at some sizes. A failed MD run gives a row saying so, the others
+# ("SIZE=N ...") fewer repeats at some sizes, MACE_ROUTES (ase on the CPU, "ase graph" on a GPU)
+# mace-torch's routes. A failed MD run gives a row saying so, the others
 # still run, and the script exits 1 at the end; mace-torch out of GPU memory gives "oom".
 #
 # mace-torch comes from MACE_PYTHON (default: the torch venv's python, where
@@ -84,6 +85,7 @@ if [[ $DEVICE == cpu ]]; then
 else
   LAYOUTS=${LAYOUTS:-1x1} MACE_THREADS=${MACE_THREADS:-1}
 fi
+MACE_ROUTES=${MACE_ROUTES:-$([[ $DEVICE == cpu ]] && echo ase || echo "ase graph")}
 mlip_layouts=()
 for layout in $LAYOUTS; do mlip_layouts+=("${layout%x*} ${layout#*x}"); done
 read -ra mace_threads <<< "$MACE_THREADS"
@@ -274,9 +276,7 @@ EOF2
     done
     # mace-torch needs about 2 GB of memory per 1000 atoms: on the CPUs here not above 5000
     [[ $DEVICE == cpu ]] && (( atoms > 5000 )) && continue
-    routes=(ase)
-    [[ $DEVICE == cpu ]] || routes=(ase graph)
-    for route in "${routes[@]}"; do
+    for route in $MACE_ROUTES; do
       for threads in "${mace_threads[@]}"; do
         code=mace-torch
         [[ $route == graph ]] && code=mace-torch-graph

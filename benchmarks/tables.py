@@ -274,8 +274,8 @@ def mace_md(run):
     rows = read_tsv(run / "md.tsv")
     for r in rows:
         r["label"] = mace_label(r)
-    speed = grid(rows, "label", ("atoms",), "us_per_atom_step",
-                 ref_row=next((r["label"] for r in rows if r["code"] == "mace-torch" and r["threads"] == "1"), None),
+    ref = [r["label"] for code in ("mace-torch", "mace-torch-graph") for r in rows if r["code"] == code and r["threads"] == "1"]
+    speed = grid(rows, "label", ("atoms",), "us_per_atom_step", ref_row=ref[0] if ref else None,
                  col_name=lambda c: f"{c[0]} atoms, us/atom-step")
     memory = grid(rows, "label", ("atoms",), "peak_rss_mib", col_name=lambda c: f"{c[0]} atoms, peak MiB")
     if any(r.get("peak_gpu_mib", "-") not in ("", "-") for r in rows):
