@@ -215,6 +215,16 @@ def mp_accuracy(run):
     return "\n".join(out) + "\n"
 
 
+def multihead_replay(run):
+    """test errors of the base, the single-head fine-tune and the multi-head one's heads"""
+    rows = read_tsv(run / "rows.tsv")
+    for r in rows:
+        r["energy"], r["forces"] = r["energy_rmse_mev_per_atom"], r["force_rmse_mev_per_a"]
+    energy = grid(rows, "model", ("test",), "energy", col_name=lambda c: f"{c[0]}: E RMSE, meV/atom")
+    forces = grid(rows, "model", ("test",), "forces", col_name=lambda c: f"{c[0]}: F RMSE, meV/Å")
+    return forces + "\n" + energy
+
+
 def fine_tuning(run):
     """per run: wall time, time to the scratch run's best validation force error, and errors"""
     rows = read_tsv(run / "rows.tsv")
@@ -445,6 +455,7 @@ KINDS = {
     ("nve_drift", "drift"): nve_drift,
     ("mp_accuracy", "errors"): mp_accuracy,
     ("fine_tuning", "errors"): fine_tuning,
+    ("multihead_replay", "errors"): multihead_replay,
 }
 
 

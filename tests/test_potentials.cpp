@@ -575,6 +575,36 @@ TEST(MaceHeads, FineTuningKeepsHeadsByNameAndStartsNewOnesFromTheDefault) {
   }
 }
 
+// Fine-tuning MACE into other species (an added one, another order): the species both models have
+// keep their function exactly (the flat weights with a block per species moved block by block and
+// rescaled where the forward normalises by the species count: embeddings, species-dependent skip
+// connections, the non-linear blocks' species embeddings; the contraction's weights per species).
+TEST(MaceSpecies, FineTuningIntoOtherSpeciesKeepsTheSharedOnes) {
+  for (const char* arch : {"mace", "mace_nonlinear"}) {
+    BuiltModel source = build({arch, torch::kFloat64}, 9);
+    ModelSpec spec;
+    spec.architecture = "mace";
+    spec.species = {"O", "C", "H"};
+    spec.cutoff = kCutoff;
+    spec.seed = 4;
+    spec.hyperparameters = source.metadata.hyperparameters;
+    BuiltModel target = build_model(spec);
+    EXPECT_EQ(transfer_weights(target, named_weights(source.module), source.metadata), std::vector<std::string>{"C"});
+    const Structure water_like = sample(29);   // H and O only
+    const Model from(source.module, source.metadata, torch::kCPU), to(target.module, target.metadata, torch::kCPU);
+    const testing::StructureGraph gs(from, water_like), gt(to, water_like);
+    const ModelOutput a = evaluate_module(source.module, structure_input(gs), EdgeGradient::value);
+    const ModelOutput b = evaluate_module(target.module, structure_input(gt), EdgeGradient::value);
+    EXPECT_TRUE(torch::allclose(a.atom_energy, b.atom_energy, 1e-12, 1e-12)) << arch << ": " << (a.atom_energy - b.atom_energy).abs().max();
+    EXPECT_TRUE(torch::allclose(a.edge_grad, b.edge_grad, 1e-12, 1e-12)) << arch;
+    // and back into the two species: the same weights again
+    BuiltModel back = build({arch, torch::kFloat64}, 21);
+    transfer_weights(back, named_weights(target.module), target.metadata);
+    for (const auto& [name, t] : named_weights(source.module))
+      EXPECT_TRUE(torch::allclose(named_weights(back.module).at(name), t, 1e-14, 1e-14)) << arch << " " << name;
+  }
+}
+
 // A rank that owns no atom (an empty subdomain) has an empty graph, and must still take part in
 // every exchange: each layer but the last forwards once and reverses once.
 TEST(MessagePassing, EmptyGraphStillExchanges) {

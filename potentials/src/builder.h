@@ -106,6 +106,10 @@ class ModuleBuilder {
     module_.register_buffer(name, value.to(torch::kInt64));
     note(name, SpeciesAxes::from_data);
   }
+  /// Marks a flat parameter as a block per species (SpeciesLayout; fine-tuning with other species).
+  void species_layout(const std::string& name, std::vector<int64_t> shape, int64_t axis, bool per_sqrt_species) {
+    species_layout_[name] = SpeciesLayout{std::move(shape), axis, per_sqrt_species};
+  }
   /// Marks a tensor as having one entry per output head along `axis` (multi-head models).
   void head_axis(const std::string& name, int64_t axis) { head_axis_[name] = axis; }
   /// Marks parameters as the descriptor's (training.freeze: descriptor).
@@ -129,6 +133,7 @@ class ModuleBuilder {
     built.metadata.dtype = spec.dtype;
     built.metadata.hyperparameters = hyperparameters;
     built.species_axes = species_axes_;
+    built.species_layout = species_layout_;
     built.head_axis = head_axis_;
     built.descriptor = descriptor_;
     return built;
@@ -139,6 +144,7 @@ class ModuleBuilder {
     if (axes != SpeciesAxes::none) species_axes_[name] = axes;
   }
   std::map<std::string, SpeciesAxes> species_axes_;
+  std::map<std::string, SpeciesLayout> species_layout_;
   std::map<std::string, int64_t> head_axis_;
   std::set<std::string> descriptor_;
   torch::jit::Module module_;

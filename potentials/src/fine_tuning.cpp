@@ -3,6 +3,9 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
 
 #include "mlip/error.h"
 #include "mlip/potentials.h"
@@ -56,6 +59,29 @@ void transfer_one(torch::Tensor to, const torch::Tensor& from, const std::string
       else
         copy_checked(to[a][b], from[map[a]][map[b]], name);
     }
+  }
+}
+
+// A flat parameter with a block per species (SpeciesLayout): the blocks of the species both
+// models have, rescaled where the forward normalises by the species count.
+void transfer_in_layout(torch::Tensor to, const torch::Tensor& from, const std::string& name, const SpeciesLayout& layout,
+                        const std::vector<int64_t>& map, int64_t ns_source) {
+  const auto shape_for = [&](int64_t n) {
+    std::vector<int64_t> shape = layout.shape;
+    shape[layout.axis] = n;
+    return shape;
+  };
+  const std::vector<int64_t> to_shape = shape_for(int64_t(map.size())), from_shape = shape_for(ns_source);
+  const int64_t expected = std::accumulate(from_shape.begin(), from_shape.end(), int64_t(1), std::multiplies<>());
+  if (from.numel() != expected)
+    throw Error("'" + name + "' has " + std::to_string(from.numel()) + " entries in the source, not " + std::to_string(expected) +
+                " (" + std::to_string(ns_source) + " species): not the same architecture and hyperparameters");
+  const torch::Tensor to_v = to.view(to_shape), from_v = from.reshape(from_shape);
+  const double factor = layout.per_sqrt_species ? std::sqrt(double(map.size()) / double(ns_source)) : 1.0;
+  for (std::size_t a = 0; a < map.size(); ++a) {
+    if (map[a] < 0) continue;
+    const torch::Tensor block = from_v.select(layout.axis, map[a]);
+    copy_checked(to_v.select(layout.axis, int64_t(a)), factor == 1.0 ? block : block * factor, name);
   }
 }
 
@@ -118,7 +144,10 @@ std::vector<std::string> transfer_weights(BuiltModel& target, const std::map<std
         throw Error("'" + name + "': " + e.what());
       }
     }
-    transfer_one(tensor, from, name, axes, map, static_cast<int64_t>(source_species.size()));
+    if (const auto l = target.species_layout.find(name); l != target.species_layout.end())
+      transfer_in_layout(tensor, from, name, l->second, map, static_cast<int64_t>(source_species.size()));
+    else
+      transfer_one(tensor, from, name, axes, map, static_cast<int64_t>(source_species.size()));
   }
   std::vector<std::string> added;
   for (std::size_t k = 0; k < species.size(); ++k)

@@ -239,7 +239,7 @@ std::string contraction_source(detail::ModuleBuilder& b, const Shape& s, int t, 
       const int64_t P = U.size(-1);
       if (U.abs().max().item<double>() == 0.0) continue;  // mace-torch keeps zeros there
       const std::string name = p + "sc" + std::to_string(L) + "_w" + std::to_string(nu);
-      b.normal(name, {s.N, P, s.C}, 1.0 / double(P));
+      b.normal(name, {s.N, P, s.C}, 1.0 / double(P), SpeciesAxes::species);
       weights.push_back(name);
       const torch::Tensor flat = U.reshape({-1});
       const double* u = flat.data_ptr<double>();
@@ -506,8 +506,10 @@ std::vector<int> layer_parameters(detail::ModuleBuilder& b, const Shape& s, int 
   for (const int l : edge) up += contains(in, l) ? s.C * Ce : 0;
   b.normal(p + "up_w", {up}, 1.0);
   if (s.nonlinear_block(t)) {
-    b.normal(p + "source_w", {s.N * s.C}, 0.001);
-    b.normal(p + "target_w", {s.N * s.C}, 0.001);
+    for (const char* w : {"source_w", "target_w"}) {
+      b.normal(p + w, {s.N * s.C}, 0.001);
+      b.species_layout(p + w, {s.N, s.C}, 0, /*per_sqrt_species=*/true);
+    }
     int64_t res = 0;
     for (const int l : edge) res += Ce * s.message_C(t, l);
     b.normal(p + "res_w", {res}, 1.0);
@@ -524,11 +526,14 @@ std::vector<int> layer_parameters(detail::ModuleBuilder& b, const Shape& s, int 
   std::vector<int> skip_in;
   if (!s.residual(t)) {
     b.normal(p + "skip_w", {int64_t(s.Ls + 1) * s.C * s.N * s.C}, 1.0);
+    b.species_layout(p + "skip_w", {int64_t(s.Ls + 1), s.C, s.N, s.C}, 2, /*per_sqrt_species=*/true);
   } else {
     for (std::size_t k = 0; k < in.size(); ++k)
       if (contains(outs, in[k])) skip_in.push_back(int(k));
     // the non-linear block's skip connection is a Linear, the others' are species-dependent
     b.normal(p + "skip_w", {int64_t(skip_in.size()) * s.C * (s.nonlinear_block(t) ? 1 : s.N) * s.C}, 1.0);
+    if (!s.nonlinear_block(t))
+      b.species_layout(p + "skip_w", {int64_t(skip_in.size()), s.C, s.N, s.C}, 2, /*per_sqrt_species=*/true);
   }
   b.normal(p + "prod_w", {int64_t(outs.size()) * s.C * s.C}, 1.0);
   // readouts: a leading axis of heads in a multi-head model
@@ -751,6 +756,7 @@ BuiltModel build_mace(const ModelSpec& spec) {
 
   detail::ModuleBuilder b("MACE", torch_dtype(spec), spec.seed);
   b.normal("embedding_w", {s.N * s.C}, 1.0);
+  b.species_layout("embedding_w", {s.N, s.C}, 0, /*per_sqrt_species=*/true);
   b.buffer("avg_num_neighbors", torch::full({1}, avg > 0 ? avg : 1.0));
   detail::add_energy_buffers(b, s.N, int64_t(s.heads.size()));
   b.float_attribute("cutoff", spec.cutoff);

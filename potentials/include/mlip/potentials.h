@@ -36,11 +36,22 @@ torch::Dtype torch_dtype(const ModelSpec& spec);
 ///                       hyperparameters (index tables, basis frequencies); not transferred
 enum class SpeciesAxes { none, species, species_pair, species_by_species, from_data };
 
+/// A parameter with one block per species inside a flat tensor (MACE's e3nn-style weights):
+/// viewed as `shape`, the species count at `axis`. `per_sqrt_species`: the forward divides it by
+/// the square root of the species count (the normalisation of a one-hot input), so fine-tuning
+/// into another species count rescales it to keep the function of the species both models have.
+struct SpeciesLayout {
+  std::vector<int64_t> shape;
+  int64_t axis = 0;
+  bool per_sqrt_species = false;
+};
+
 /// A trainable model (parameters require grad) and its metadata.
 struct BuiltModel {
   torch::jit::Module module;
   ModelMetadata metadata;
   std::map<std::string, SpeciesAxes> species_axes;   // tensors indexed by species (absent: none)
+  std::map<std::string, SpeciesLayout> species_layout;   // flat tensors with a species axis inside
   std::map<std::string, int64_t> head_axis;          // a multi-head model's tensors with one entry per head: which axis
   std::set<std::string> descriptor;                  // parameters of the descriptor (training.freeze)
 };
