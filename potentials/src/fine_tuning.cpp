@@ -89,16 +89,13 @@ void transfer_in_layout(torch::Tensor to, const torch::Tensor& from, const std::
 // source: nothing to map).
 std::vector<int64_t> heads_in_source(const nlohmann::json& target_hp, const nlohmann::json& source_hp) {
   const std::vector<std::string> target = model_heads(target_hp), source = model_heads(source_hp);
-  if (target.empty() && !source.empty()) {
-    std::string names;
-    for (const auto& h : source) names += (names.empty() ? "" : ", ") + h;
-    throw Error("the source model has the heads " + names +
+  if (target.empty() && !source.empty())
+    throw Error("the source model has the heads " + head_list(source) +
                 ": list those to keep in model.hyperparameters.heads, or import one head alone");
-  }
   std::vector<int64_t> map;
   for (const auto& h : target) {
-    const auto it = std::find(source.begin(), source.end(), h);
-    map.push_back(it != source.end() ? int64_t(it - source.begin()) : (source.empty() ? 0 : default_head(source_hp)));
+    const int64_t index = find_head(source, h);
+    map.push_back(index >= 0 ? index : (source.empty() ? 0 : default_head(source_hp)));
   }
   return map;
 }
