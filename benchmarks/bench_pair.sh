@@ -24,7 +24,9 @@
 # FLOAT32 (1: also the float32 model at the FLOAT32_SIZES, default 10k), KOKKOS (1: also pair_style mlip/kk, run with
 # -k on t 1 -sf kk, next to each mlip float64 run), SNAP (0: no snap runs), KEEP (1: keep the work
 # directory), REPEATS (1: how many times the main runs go round, each round through every run
-# before the next). SIZES may include 1m (about a million atoms, one step: the memory bound).
+# before the next). WINDOWS (1; up to 5: each main run times that many windows of its steps, one
+# after the other in one LAMMPS run: a row each, in md.tsv as repeats; the GPU check's medians of 3
+# within one call of the device tool). SIZES may include 1m (about a million atoms, one step: the memory bound).
 # PAINN (1: also the message-passing model, PaiNN with default hyperparameters - 64 features,
 # 2 layers, rc 5 A, "painn_water64" - at every size but 1m, default chunk; and PAINN_CHUNKS
 # ("16 64 128 256 all") scanned on the 1k box, 1 rank; "all": one model call per step).
@@ -41,7 +43,9 @@
 # steps per size instead of the defaults below). SE_E2A (0: no
 # plain se_e2_a float64 rows, for runs of the other rows alone). ROWS_OUT (a file each row is
 # appended to the moment it is measured; scripts/gpu-check.sh points it into $OUT). LOGS (a
-# folder each run's LAMMPS log is copied to).
+# folder each run's LAMMPS log is copied to). TIMING (yes; kernels: the main runs with `timing kernels`,
+# LibTorch's profiler over their steps but the first, its table in their logs: slower, for where
+# the time goes, not for the figures).
 # Results: benchmarks/results/bench_pair/<date>-<commit>/ (lib.sh; RESULTS=none: none): md.tsv and
 # scan.tsv, one line per run and repeat, logs/; benchmarks/tables.py makes the docs' tables of them.
 # Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
@@ -71,6 +75,7 @@ MACE=${MACE:-0}
 COMPRESSED=${COMPRESSED:-1}
 PAINN_CHUNKS=${PAINN_CHUNKS-"16 64 128 256 all"}
 REPEATS=${REPEATS:-1}
+WINDOWS=${WINDOWS:-1}
 rep=1
 table=scan
 lmp_extra=()    # extra LAMMPS command-line arguments of the next run()
@@ -121,8 +126,11 @@ velocity     all create 300.0 4928459 loop geom
 timestep     0.0005
 fix          1 all nve
 thermo       100
+variable     windows index 1
 run          ${steps}
 EOF
+# WINDOWS: more timing windows of the same length, one after the other in the same run
+for w in 2 3 4 5; do echo "if \"\${windows} >= $w\" then \"run \${steps}\"" >>in.md; done
 
 # mlip: the water input every MD benchmark shares (lib.sh), with this script's variables.
 water_md_input in.water
@@ -168,6 +176,7 @@ run() {
   shift 3
   local vars=() v
   for v in "$@"; do vars+=(-var "${v%%=*}" "${v#*=}"); done
+  [[ $table == md ]] && vars+=(-var windows "$WINDOWS")
   local log="$work/log.$(echo "$label-$np" | tr -c 'A-Za-z0-9_.-' '_')"
   echo "  $label, $np rank(s) ..." >&2
   local rss=() rc=0
@@ -193,28 +202,38 @@ run() {
     add_row "| $label | - | $np | - | failed: ${why:-exit $rc} | | | | | | |"
     return 0
   fi
-  add_row "$(awk -v label="$label" -v np="$np" -v rss="$(awk '/maxrss_kib/ {print $2}' "$log.time" 2>/dev/null)" -v gpu="${gpu_mib:--}" '
-    /^Loop time of/ { loop = $4; steps = $9; atoms = $12 }
-    /^Pair  *\|/ { pair = $5 }
+  # a row per timing window (WINDOWS), each its own repeat in md.tsv: (rep - 1) * WINDOWS + window
+  local line window=0 first_rep=$rep
+  while read -r line; do
+    rep=$(((first_rep - 1) * WINDOWS + ++window))
+    add_row "$line"
+  done < <(awk -v label="$label" -v np="$np" -v rss="$(awk '/maxrss_kib/ {print $2}' "$log.time" 2>/dev/null)" -v gpu="${gpu_mib:--}" '
+    /^Loop time of/ { n++; loop[n] = $4; steps[n] = $9; atoms[n] = $12 }
+    /^Pair  *\|/ { pair[n] = $5 }
     /^pair_style mlip timing: [0-9]+ force calls/ {
+      t++
       for (i = 1; i <= NF; i++) {
-        if ($i == "graph") graph = $(i + 1); if ($i == "model") model = $(i + 1); if ($i == "forces") forces = $(i + 1)
+        if ($i == "graph") graph[t] = $(i + 1); if ($i == "model") model[t] = $(i + 1); if ($i == "forces") forces[t] = $(i + 1)
       }
-      sub(",", "", graph); sub(",", "", model); sub(";", "", forces)
+      sub(",", "", graph[t]); sub(",", "", model[t]); sub(";", "", forces[t])
     }
     END {
-      per = 1e6 / (steps * atoms)
-      split_ = (model == "") ? "- | - | -" : sprintf("%.3g | %.4g | %.3g", graph, model, forces)
       rss_ = (rss == "") ? "-" : sprintf("%.0f", rss / 1024)
-      printf "| %s | %d | %d | %d | %.4g | %.3g | %s | %s | %s |", label, atoms, np, steps, loop * per, (loop - pair) * per, split_, rss_, gpu
-    }' "$log")"
+      for (k = 1; k <= n; k++) {
+        per = 1e6 / (steps[k] * atoms[k])
+        split_ = (model[k] == "") ? "- | - | -" : sprintf("%.3g | %.4g | %.3g", graph[k], model[k], forces[k])
+        printf "| %s | %d | %d | %d | %.4g | %.3g | %s | %s | %s |\n", label, atoms[k], np, steps[k], loop[k] * per, (loop[k] - pair[k]) * per, split_, rss_, gpu
+      }
+    }' "$log")
+  rep=$first_rep
 }
 
 header="| potential | atoms | ranks | steps | total us/atom-step | LAMMPS (non-pair) | graph | model | forces | peak RSS/rank MiB | peak GPU MiB |
 |---|---|---|---|---|---|---|---|---|---|---|"
 
-options="timing yes"
-[[ -n $CHUNK ]] && options="chunk $CHUNK timing yes"
+TIMING=${TIMING:-yes}
+options="timing $TIMING"
+[[ -n $CHUNK ]] && options="chunk $CHUNK timing $TIMING"
 DEVICE=${DEVICE:-}
 CUDA_GRAPH=${CUDA_GRAPH:-0}
 on=""

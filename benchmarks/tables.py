@@ -156,26 +156,33 @@ def threads(run):
 
 def gpu_md_rows(run):
     """the MD rows of the GPU check (bench_pair.sh's markdown rows): run (with its chunk), atoms,
-    us (us/atom-step), gpu (peak GPU MiB), and the row's cells"""
-    rows, chunk = [], ""
+    us (us/atom-step), gpu (peak GPU MiB), stage (the check's stage), and the row's cells"""
+    rows, chunk, stage = [], "", ""
     for line in (run / "md.txt").read_text().splitlines():
         if line.startswith("# "):  # a stage's header: its settings, CHUNK=N among them
             m = re.search(r"\bCHUNK=(\d+)", line)
             chunk = f", chunk {m[1]}" if m else ""
+            stage = line[2:].split(" ")[0]
             continue
         f = [x.strip() for x in line.strip("|").split("|")]
         if line.startswith("|") and len(f) >= 11:
             us = f[4] if not f[4].startswith("failed") else \
                 "failed: out of GPU memory" if "out of memory" in f[4] else "failed"
-            rows.append({"run": f[0] + chunk, "atoms": f[1], "us": us, "gpu": f[10], "cells": f})
+            rows.append({"run": f[0] + chunk, "atoms": f[1], "us": us, "gpu": f[10], "stage": stage, "cells": f})
     return rows
 
 
 def gpu_md(run):
-    """the MD rows of the GPU check (one run each)"""
-    rows = gpu_md_rows(run)
+    """the MD rows of the GPU check: a run's timing windows (bench_pair.sh's WINDOWS, a row each)
+    as the median (min-max) of its us/atom-step and the peak GPU memory of its process; a run of
+    one window (the checks before 2026-11-29) as its row"""
+    groups = {}
+    for r in gpu_md_rows(run):
+        groups.setdefault((r["stage"], r["run"], r["atoms"]), []).append(r)
     out = ["| run | atoms | us/atom-step | peak GPU MiB |", "|---|---|---|---|"]
-    out += [f"| {r['run']} | {r['atoms']} | {r['us']} | {r['gpu']} |" for r in rows]
+    for (_, name, atoms), rs in groups.items():
+        us = rs[0]["us"] if len(rs) == 1 else summary([r["us"] for r in rs], 4)[0]
+        out.append(f"| {name} | {atoms} | {us} | {rs[-1]['gpu']} |")
     return "\n".join(out) + "\n"
 
 
@@ -212,6 +219,16 @@ def mp_accuracy(run):
     out += summary_rows(rows, lambda r: (r["model"],),
                         (("steps", 5), ("val_e_mev_atom", 3), ("val_f_mev_a", 3), ("test_e_mev_atom", 3),
                          ("test_f_mev_a", 3), ("md_us_per_atom_step", 3)))
+    return "\n".join(out) + "\n"
+
+
+def batch_lr(run):
+    """per batch and learning-rate rule: the rate, steps, test errors and CPU frames/s over the repeats"""
+    rows = read_tsv(run / "rows.tsv")
+    out = ["| batch (frames) | lr rule | lr | optimiser steps | test E RMSE (meV/atom) | test F RMSE (meV/Å) | "
+           "frames/s (CPU, 2 threads) |", "|---|---|---|---|---|---|---|"]
+    out += summary_rows(rows, lambda r: (r["batch"], r["rule"], r["lr"]),
+                        (("steps", 5), ("energy_rmse_mev_atom", 3), ("force_rmse_mev_a", 3), ("frames_per_s", 3)))
     return "\n".join(out) + "\n"
 
 
@@ -456,6 +473,7 @@ KINDS = {
     ("mp_accuracy", "errors"): mp_accuracy,
     ("fine_tuning", "errors"): fine_tuning,
     ("multihead_replay", "errors"): multihead_replay,
+    ("batch_lr", "errors"): batch_lr,
 }
 
 

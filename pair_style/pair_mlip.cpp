@@ -596,6 +596,7 @@ void PairMLIP::begin_compute(int eflag, int vflag, bool alloc)
   // Timers cover the steps of a run, as LAMMPS's loop time does (the setup call, which also
   // pays for TorchScript's first-call optimisation, is reported alone only after a `run 0`).
   impl->timers.begin_compute(update->setupflag != 0, update->firststep, update->laststep);
+  start_profile();
 }
 
 void PairTimers::begin_compute(bool setup, bigint first_step, bigint last_step)
@@ -612,6 +613,7 @@ void PairTimers::begin_compute(bool setup, bigint first_step, bigint last_step)
 void PairMLIP::end_compute()
 {
   impl->timers.end_compute();
+  if (impl->profile) impl->profiled_calls++;
   if (options.timing && update->whichflag == 1 && update->ntimestep == update->laststep) report_timing();
 }
 
@@ -858,4 +860,47 @@ void PairMLIP::report_timing()
     utils::logmesg(lmp, "pair_style mlip timing: GPU memory of a model call on rank 0: {:.1f} KiB per centre atom, "
                         "{:.0f} bytes per edge (the most seen)\n",
                    impl->sizer->bytes_per_centre() / 1024.0, impl->sizer->bytes_per_edge());
+  report_profile();
+}
+
+/* ----------------------------------------------------------------------
+   'timing kernels': LibTorch's profiler on rank 0 from a run's second force call (the first pays
+   for TorchScript's optimisation) to its timing report
+------------------------------------------------------------------------- */
+
+void PairMLIP::start_profile()
+{
+  Impl &s = *impl;
+  if (!options.timing_kernels || comm->me != 0 || s.profile || update->setupflag || update->whichflag != 1 ||
+      s.timers.calls() != 1)
+    return;
+  const bool gpu = s.model && s.model->device().is_cuda();
+  try {    // a profile that cannot start stops nothing but itself
+    s.profile = std::make_unique<mlip::KernelProfile>(gpu);
+  } catch (const std::exception &e) {
+    error->warning(FLERR, std::string("pair_style mlip: timing kernels: no profile: ") + e.what());
+  }
+  s.profiled_calls = 0;
+}
+
+void PairMLIP::report_profile()
+{
+  Impl &s = *impl;
+  if (!options.timing_kernels) return;
+  if (!s.profile) {
+    utils::logmesg(lmp, "pair_style mlip kernels: nothing profiled (a run's first step is not: run 2 steps or more)\n");
+    return;
+  }
+  mlip::ProfileSummary summary;
+  try {
+    summary = s.profile->stop();
+  } catch (const std::exception &e) {
+    s.profile.reset();
+    error->warning(FLERR, std::string("pair_style mlip: timing kernels: the profile failed: ") + e.what());
+    return;
+  }
+  s.profile.reset();
+  utils::logmesg(lmp, "pair_style mlip kernels: {} force calls on rank 0 under LibTorch's profiler (slower than "
+                      "without it); per force call:\n{}",
+                 s.profiled_calls, mlip::format_profile(summary, "pair_style mlip kernels: ", s.profiled_calls, "call"));
 }

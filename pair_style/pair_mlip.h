@@ -146,6 +146,8 @@ class PairMLIP : public Pair {
   enum Timer { GRAPH, MODEL, FORCES };
   void add_time(Timer which, double seconds);
   void report_timing();
+  void start_profile();                         // timing kernels
+  void report_profile();
 };
 
 }    // namespace LAMMPS_NS

@@ -19,6 +19,7 @@
 #include "mlip/model/device_graph.h"
 #include "mlip/model/device_memory.h"
 #include "mlip/model/graph_capture.h"
+#include "mlip/model/kernel_profile.h"
 #include "mlip/model/model.h"
 
 #include <cstdio>
@@ -194,6 +195,9 @@ struct PairMLIP::Impl {
   mlip::DeviceGraph device_graph;
   std::vector<int64_t> atom_species;  // (local + ghost atoms) model species, -1 for NULL types
   std::vector<int> node_atom;         // device_graph's node_atom, on the host
+  // 'timing kernels': LibTorch's profiler over a run's force calls after its first (rank 0).
+  std::unique_ptr<mlip::KernelProfile> profile;
+  long profiled_calls = 0;
 
   // Whether this call's memory is measured: until one was, then every 64th (a query of the
   // driver and of LibTorch's allocator is not free on every step).

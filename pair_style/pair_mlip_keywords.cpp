@@ -60,9 +60,16 @@ const std::vector<Keyword> &keywords()
       {"head", "NAME", "the file's (`head`)",
        "the head of a multi-head model (MACE: `heads`) the run uses, e.g. one head of MACE-MH", false,
        [](const std::string &v, Options &o) { o.head = v; }},
-      {"timing", "yes|no", "no",
-       "after each run, where the pair time went (graph, model, forces; µs/atom-step) and the peak memory", false,
-       [](const std::string &v, Options &o) { o.timing = yes_no("timing", v); }},
+      {"timing", "yes|no|kernels", "no",
+       "after each run, where the pair time went (graph, model, forces; µs/atom-step) and the peak memory; "
+       "`kernels` also profiles the run's steps but its first (LibTorch's profiler, rank 0): the GPU's kernels and "
+       "copies, the host's launches, waits and operators, per force call ([gpu.md](gpu.md))",
+       false,
+       [](const std::string &v, Options &o) {
+         if (v != "yes" && v != "no" && v != "kernels") bad_value("timing", v, "'yes', 'no' or 'kernels'");
+         o.timing_kernels = v == "kernels";
+         o.timing = v != "no";
+       }},
       {"device", "cpu|cuda|cuda:N|auto", "cpu",
        "where the model runs: `cuda` the rank's GPU (node-local rank modulo the visible GPUs), `cuda:N` GPU N, "
        "`auto` a GPU when one is visible; not for `mlip/kk`, whose model runs where Kokkos runs",

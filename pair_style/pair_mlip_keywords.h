@@ -19,6 +19,7 @@ struct Options {
   enum class Exchange { automatic, yes, no };
   int chunk = 0;                          // 0: not given (PairMLIP::settings() sets the default for the model)
   bool timing = false;
+  bool timing_kernels = false;            // timing kernels: LibTorch's profiler over the run's steps
   std::string device;                     // "" if not given
   bool cuda_graph = false;
   bool device_graph = false;              // graph device: built where the model runs

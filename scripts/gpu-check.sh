@@ -37,7 +37,8 @@
 #
 # What comes back in $OUT (at most 8 files: the device tool's limit): summary.txt (the figures,
 # one line each, also printed), md.txt (bench_pair.sh's rows as they are measured), stages.txt
-# (each stage's seconds), failures.txt, logs.tar.gz (every log, refreshed after each stage).
+# (each stage's seconds), failures.txt, profile.txt (the profile stage's tables: each kernel's time,
+# the host's launches and waits, per force call), logs.tar.gz (every log, refreshed after each stage).
 #
 # The dry run, here without a GPU: MLIP_GPU_CHECK_DRY=1 scripts/gpu-check.sh all runs the same
 # stages on the CPU (device cpu, small sizes: 1k atoms, a 32-frame training set) and prints each
@@ -352,7 +353,7 @@ stage_build() {
 #---------------------------------------------------------------------------------------------------
 stage_device() {
   local rc=0
-  gtest_each device 60 "$build/bin/test_device" 'Device.*:Architectures/DeviceModels.*:GraphCaptureGpu.*:DeviceKernelsGpu.*:DeviceGraphGpu.*:DeviceMemoryGpu.*' || rc=$?
+  gtest_each device 60 "$build/bin/test_device" 'Device.*:Architectures/DeviceModels.*:GraphCaptureGpu.*:DeviceKernelsGpu.*:DeviceGraphGpu.*:DeviceMemoryGpu.*:KernelProfileGpu.*' || rc=$?
   record "tests test_device (GPU cases): $(gtest_counts "$logs/device.log")"
   local forces graphs
   forces=$(grep 'relative difference GPU vs CPU' "$logs/device.log" | grep -v 'CUDA graph\|device kernels' | sed 's/: relative difference GPU vs CPU:/:/' | paste -sd';' -)
@@ -429,7 +430,7 @@ bench() {
   echo "# $name ($*)" >>"$out/md.txt"
   local rc=0
   run_logged "$name" "$limit" env RANKS=1 CHUNKS= SNAP=0 KOKKOS=0 PAINN=0 FLOAT32=0 COMPRESSED=0 DEVICE=$device \
-    RESULTS=none ROWS_OUT="$out/md.txt" LOGS="$logs/lammps-$name" "$@" "$repo/benchmarks/bench_pair.sh" "$build" || rc=$?
+    WINDOWS=3 RESULTS=none ROWS_OUT="$out/md.txt" LOGS="$logs/lammps-$name" "$@" "$repo/benchmarks/bench_pair.sh" "$build" || rc=$?
   local row
   while read -r row; do record "MD: $row"; done < <(awk -v mark="# $name (" 'index($0, mark) == 1 { on = 1; next } /^# / { on = 0 } on' "$out/md.txt")
   return $rc
@@ -439,8 +440,9 @@ stage_md() {
     # cuda_graph on the CPU: a failed row, and the PaiNN row after it
     bench md 240 SIZES=1k MD_STEPS="1k=2" CUDA_GRAPH=1 PAINN=1 PAINN_CHUNKS=
   else
-    # 20 steps at 10k: the random-weight benchmark model brings two atoms within 0.1 A at step 43
-    bench md 300 SIZES="10k 100k" MD_STEPS="10k=20 100k=10" CUDA_GRAPH=1
+    # 3 windows of 10 steps at 10k: the random-weight benchmark model brings two atoms within 0.1 A
+    # at step 43
+    bench md 300 SIZES="10k 100k" MD_STEPS="10k=10 100k=4" CUDA_GRAPH=1
   fi
 }
 # The MD step's graph built on the GPU ('graph device'): se_e2_a plain and compressed in float64 and
@@ -449,7 +451,7 @@ stage_md_device_graph() {
   if [[ $dry == 1 ]]; then
     bench md_device_graph 240 SIZES=1k MD_STEPS="1k=2" GRAPH=device COMPRESSED=1 PAINN=1 PAINN_CHUNKS=
   else
-    bench md_device_graph 300 SIZES="10k 100k" MD_STEPS="10k=20 100k=10" GRAPH=device COMPRESSED=1 FLOAT32=1 \
+    bench md_device_graph 300 SIZES="10k 100k" MD_STEPS="10k=10 100k=4" GRAPH=device COMPRESSED=1 FLOAT32=1 \
       FLOAT32_SIZES="10k 100k" PAINN=1 PAINN_CHUNKS=
   fi
 }
@@ -457,7 +459,7 @@ stage_md_more() {
   if [[ $dry == 1 ]]; then
     bench md_more 240 SIZES=1k MD_STEPS="1k=2" SE_E2A=0 COMPRESSED=1 PAINN=1 PAINN_CHUNKS= MACE=1
   else
-    bench md_more 240 SIZES=10k MD_STEPS="10k=20" SE_E2A=0 COMPRESSED=1 FLOAT32=1 PAINN=1 PAINN_CHUNKS= CUDA_GRAPH=1 MACE=1
+    bench md_more 240 SIZES=10k MD_STEPS="10k=10" SE_E2A=0 COMPRESSED=1 FLOAT32=1 PAINN=1 PAINN_CHUNKS= CUDA_GRAPH=1 MACE=1
   fi
 }
 stage_md_1m() {
@@ -479,6 +481,71 @@ sizing() {
   while read -r line; do record "memory: $line"; done < <(grep -rhoE 'model calls on the GPU take.*|GPU memory of a model call.*' "$logs/lammps-$1" 2>/dev/null | sort | uniq -c | sed 's/^ *//')
 }
 
+# Where the step's time goes (issue 54's profiles): the main models under 'timing kernels'
+# (LibTorch's profiler: each kernel's time, the copies, the host's launches and waits, per force
+# call), se_e2_a plain and compressed, float64 and float32, at 100k atoms with the graph built on
+# the GPU; PaiNN and both MACE models at 10k; training steps of the water se_e2_a example at batch
+# 1 and 16 and of the MACE example (mlip-trainer --profile). Their times are not figures (the
+# profiler slows the step); the tables go to profile.txt, each run's totals and top kernels to the
+# summary.
+stage_profile() {
+  local rc=0 device=cuda
+  [[ $dry == 1 ]] && device=cpu
+  if [[ $dry == 1 ]]; then
+    bench_profile profile 120 SIZES=1k MD_STEPS="1k=3" GRAPH=device PAINN=1 PAINN_CHUNKS= || rc=$?
+    train_profile profile-train-b4 "$repo/examples/configs/water-se_e2_a.yaml" 3 --set data.batch.frames=4 \
+      --set data.validation_fraction=0.9 || rc=$?
+  else
+    bench_profile profile 150 SIZES=100k MD_STEPS="100k=4" GRAPH=device COMPRESSED=1 FLOAT32=1 FLOAT32_SIZES=100k || rc=$?
+    bench_profile profile_mp 120 SIZES=10k MD_STEPS="10k=5" SE_E2A=0 PAINN=1 PAINN_CHUNKS= MACE=1 || rc=$?
+    train_profile profile-train-b1 "$repo/examples/configs/water-se_e2_a.yaml" 10 --set data.batch.frames=1 || rc=$?
+    train_profile profile-train-b16 "$repo/examples/configs/water-se_e2_a.yaml" 10 --set data.batch.frames=16 || rc=$?
+    train_profile profile-train-mace "$repo/examples/configs/ethanol-mace.yaml" 5 --set data.validation_fraction=0.5 || rc=$?
+  fi
+  return $rc
+}
+# train_profile NAME CONFIG STEPS --set...: one epoch of CONFIG with --profile STEPS on the check's
+# device; its table into profile.txt, its totals into the summary
+train_profile() {
+  local name=$1 config=$2 steps=$3
+  shift 3
+  (($(left) < 15)) && { record "profile: $name: not run (the budget is spent)"; return 1; }
+  rm -rf "$build/$name"
+  if ! run_logged "$name" 90 "$build/bin/mlip-trainer" train "$config" --threads 4 --profile "$steps" \
+    --set training.device=$device --set training.epochs=1 --set training.max_minutes=0 \
+    --set output.dir="$build/$name" --set data.cache_dir="$build/cache" --set output.log_every=0 "$@"; then
+    record "profile: $name: failed: $(grep -m1 -iE 'error' "$logs/$name.log" || tail -1 "$logs/$name.log")"
+    return 1
+  fi
+  { echo "== $name ($*)"; grep '^profile: ' "$logs/$name.log" | sed 's/^profile: //'; } >>"$out/profile.txt"
+  record "profile: $name: $(grep -m1 '^profile: wall' "$logs/$name.log" | sed 's/^profile: //')"
+}
+# bench_profile NAME SECONDS VAR=VALUE...: bench_pair.sh with TIMING=kernels, its tables into
+# profile.txt and a few lines of each into the summary
+bench_profile() {
+  local name=$1 limit=$2 rc=0 log label line
+  shift 2
+  local device=cuda
+  [[ $dry == 1 ]] && device=cpu
+  run_logged "$name" "$limit" env RANKS=1 CHUNKS= SNAP=0 KOKKOS=0 PAINN=0 FLOAT32=0 COMPRESSED=0 DEVICE=$device \
+    RESULTS=none TIMING=kernels ROWS_OUT="$logs/$name-rows.txt" LOGS="$logs/lammps-$name" "$@" \
+    "$repo/benchmarks/bench_pair.sh" "$build" || rc=$?
+  for log in "$logs/lammps-$name"/log.*; do
+    [[ -f $log ]] || continue
+    label=$(basename "$log" | sed 's/^log\.//; s/-1$//')
+    if ! grep -q '^pair_style mlip kernels: wall' "$log"; then
+      record "profile: $label: no profile ($(grep -m1 'ERROR' "$log" | cut -c1-160 || echo 'see the log'))"
+      rc=1
+      continue
+    fi
+    { echo "== $label, $(grep -m1 '^Loop time of' "$log" | grep -o 'with [0-9]* atoms' || true)"
+      grep '^pair_style mlip kernels:' "$log" | sed 's/^pair_style mlip kernels: //'; } >>"$out/profile.txt"
+    record "profile: $label: $(grep -m1 '^pair_style mlip kernels: wall' "$log" | sed 's/^pair_style mlip kernels: //')"
+    while read -r line; do record "profile: $label:   $line"; done < <(grep -E '^pair_style mlip kernels: +[0-9.]+ +[0-9.]+% +[0-9.]+  kernel ' "$log" | head -3 | sed 's/^pair_style mlip kernels: *//')
+  done
+  return $rc
+}
+
 # MACE on the operators' device kernels (libmlip_cuda_ops.so) with no chunk, against the aten
 # formulations (MLIP_KERNELS=aten) in chunks of 4096 atoms (one call of all 10k atoms of the
 # 128-channel model took 139 GB on the H200 in the check of f7968e4): time and GPU memory.
@@ -488,9 +555,9 @@ stage_md_mace_kernels() {
     bench md_mace_kernels 120 SIZES=1k MD_STEPS="1k=1" SE_E2A=0 MACE=1 || rc=$?
     bench md_mace_aten 120 SIZES=1k MD_STEPS="1k=1" SE_E2A=0 MACE=1 CHUNK=256 MLIP_KERNELS=aten || rc=$?
   else
-    bench md_mace_kernels 150 SIZES=10k MD_STEPS="10k=10" SE_E2A=0 MACE=1 || rc=$?
+    bench md_mace_kernels 150 SIZES=10k MD_STEPS="10k=4" SE_E2A=0 MACE=1 || rc=$?
     sizing md_mace_kernels
-    bench md_mace_aten 120 SIZES=10k MD_STEPS="10k=10" SE_E2A=0 MACE=1 CHUNK=4096 MLIP_KERNELS=aten || rc=$?
+    bench md_mace_aten 120 SIZES=10k MD_STEPS="10k=4" SE_E2A=0 MACE=1 CHUNK=4096 MLIP_KERNELS=aten || rc=$?
   fi
   return $rc
 }
@@ -628,7 +695,7 @@ main() {
   fi
   digest=$(source_digest)
   local f
-  for f in summary.txt stages.txt md.txt failures.txt; do : >"$out/$f"; done
+  for f in summary.txt stages.txt md.txt failures.txt profile.txt; do : >"$out/$f"; done
   echo "== mlip GPU check, $(date -u +%FT%TZ) ==" >>"$out/summary.txt"
   stage env 0 stage_env
   [[ $step == build ]] && budget=100000
@@ -644,6 +711,7 @@ main() {
   stage train 40 stage_train
   stage md 60 stage_md
   stage md_device_graph 60 stage_md_device_graph
+  stage profile 90 stage_profile
   stage train_gpu 40 stage_train_gpu
   stage stream 150 stage_stream
   stage pair_np2 30 stage_pair_np2

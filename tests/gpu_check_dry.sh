@@ -24,11 +24,11 @@ check() {  # check FILE REGEX WHAT
     fail=1
   fi
 }
-for s in env build device pair_np1 train md train_gpu stream pair_np2 md_more md_1m mace; do
+for s in env build device pair_np1 train md profile train_gpu stream pair_np2 md_more md_1m mace; do
   check "$out/stages.txt" "^$s +[0-9]+ s" "stage $s ran"
 done
 if grep -q skipped "$out/stages.txt"; then echo "FAILED: a stage was skipped for time"; fail=1; fi
-for s in env build device pair_np1 train train_gpu stream pair_np2 md_more md_1m mace; do
+for s in env build device pair_np1 train profile train_gpu stream pair_np2 md_more md_1m mace; do
   check "$out/stages.txt" "^$s +[0-9]+ s +ok" "stage $s passed"
 done
 check "$out/summary.txt" '^cmake: cmake version' "cmake --version"
@@ -53,6 +53,12 @@ check "$out.md-stage" '^\| mlip painn f64 on cpu \| 1152 \| 1 \| 2 \| [0-9.]+' "
 check "$out/summary.txt" '^MD: \| mlip se_e2_a f64 compressed on cpu \| 1152 ' "MD row, compressed (md_more)"
 check "$out/md.txt" '^\| mlip se_e2_a f64 on cpu \| 1152 .*\| [0-9]+ \| - \|$' "md.txt row with peak RSS and no GPU memory"
 check "$out/failures.txt" '^== md: exit 1' "the failed MD run in failures.txt"
+# the profile stage: each run's table in profile.txt, its totals in the summary
+check "$out/summary.txt" '^profile: mlip_se_e2_a_f64_on_cpu: wall [0-9.]+ ms per call; host operators' "se_e2_a's profile totals"
+check "$out/summary.txt" '^profile: mlip_painn_f64_on_cpu: wall [0-9.]+ ms per call' "PaiNN's profile totals"
+check "$out/profile.txt" '^== mlip_painn_f64_on_cpu, with 1152 atoms' "PaiNN's table heading"
+check "$out/profile.txt" '^ *[0-9.]+ +[0-9.]+% +[0-9.]+  operator aten::' "an operator row in profile.txt"
+check "$out/summary.txt" '^profile: profile-train-b4: wall [0-9.]+ ms per step' "the training profile's totals"
 # the mace stage: bench_mace.sh's tables of both codes (mace-torch from the torch venv here)
 check "$out/summary.txt" '^mace: mace-torch [0-9.]+ e3nn [0-9.]+' "the mace-torch version"
 check "$out/summary.txt" '^mace-32ch: \| mace-torch, 1 rank x 1 thread \| [0-9.]+' "mace-torch's training row"

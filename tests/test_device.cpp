@@ -27,6 +27,7 @@
 #include "mlip/model/device_memory.h"
 #include "mlip/error.h"
 #include "mlip/model/graph_capture.h"
+#include "mlip/model/kernel_profile.h"
 #include "mlip/model/model.h"
 #include "mlip/ops/equivariant_message.h"
 #include "mlip/ops/radial_net.h"
@@ -607,4 +608,70 @@ TEST(DeviceKernelsGpu, TanhNetEqualsTheCpu) {
     std::printf("device kernels: tanh_net %s relative difference GPU vs CPU %.3g\n",
                 dtype == torch::kFloat64 ? "float64" : "float32", worst);
   }
+}
+
+// 'timing kernels' and --profile (mlip/model/kernel_profile.h): LibTorch's profiler summarised.
+namespace {
+const mlip::ProfileRow* profile_row(const mlip::ProfileSummary& s, const std::string& kind, const std::string& name) {
+  for (const auto& r : s.rows)
+    if (r.kind == kind && r.name == name) return &r;
+  return nullptr;
+}
+}  // namespace
+
+TEST(KernelProfile, HostOperatorsCountedOnceEachByTheirSelfTime) {
+  const torch::Tensor a = torch::rand({96, 96}, torch::kFloat64);
+  mlip::ProfileSummary s;
+  {
+    mlip::KernelProfile profile(false);
+    EXPECT_THROW({ mlip::KernelProfile second(false); }, mlip::Error);   // one at a time
+    torch::Tensor b = a;
+    for (int i = 0; i < 5; ++i) b = torch::matmul(b, a).tanh();   // matmul calls mm: nested
+    s = profile.stop();
+  }
+  const mlip::ProfileRow* mm = profile_row(s, "operator", "aten::mm");
+  const mlip::ProfileRow* tanh = profile_row(s, "operator", "aten::tanh");
+  ASSERT_NE(mm, nullptr);
+  ASSERT_NE(tanh, nullptr);
+  EXPECT_EQ(mm->calls, 5);
+  EXPECT_EQ(tanh->calls, 5);
+  EXPECT_GT(mm->seconds, 0.0);
+  // Self times: nested operators are not counted twice, so they sum to at most the wall time.
+  EXPECT_LE(s.seconds("operator"), s.wall_seconds);
+  EXPECT_GT(s.wall_seconds, 0.0);
+  EXPECT_EQ(s.kernels, 0);          // no GPU asked for
+  EXPECT_EQ(s.gpu_seconds, 0.0);
+  EXPECT_EQ(s.launches, 0);
+  const std::string text = mlip::format_profile(s, "x: ", 5, "call");
+  EXPECT_NE(text.find("x: wall "), std::string::npos) << text;
+  EXPECT_NE(text.find("aten::mm"), std::string::npos) << text;
+  EXPECT_EQ(text.find("GPU busy"), std::string::npos) << text;
+  // The profiler is free again for the next one.
+  mlip::KernelProfile again(false);
+  EXPECT_TRUE(again.running());
+  (void)again.stop();
+  EXPECT_FALSE(again.running());
+}
+
+TEST(KernelProfileGpu, KernelsCopiesLaunchesAndWaits) {
+  if (const std::string why = mlip::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const torch::Device gpu(torch::kCUDA, 0);
+  const torch::Tensor a = torch::rand({512, 512}, torch::kFloat64).to(gpu);
+  (void)torch::matmul(a, a).tanh().sum().item<double>();   // cuBLAS's handle, the allocator's first blocks
+  mlip::KernelProfile profile(true);
+  torch::Tensor b = a;
+  for (int i = 0; i < 5; ++i) b = torch::matmul(b, a).tanh();
+  const double sum = b.sum().item<double>();   // a copy back and a wait
+  const mlip::ProfileSummary s = profile.stop();
+  std::printf("kernel profile on the GPU:\n%s", mlip::format_profile(s, "  ", 5, "call").c_str());
+  EXPECT_TRUE(std::isfinite(sum));
+  EXPECT_GE(s.kernels, 11);                  // 5 products, 5 tanh, the sum
+  EXPECT_GE(s.launches, 6);                  // tanh and the sum at least (cuBLAS may go by the driver)
+  EXPECT_GE(s.waits, 1);
+  EXPECT_GT(s.gpu_seconds, 0.0);
+  EXPECT_LE(s.gpu_seconds, s.wall_seconds);
+  EXPECT_GT(s.seconds("copy"), 0.0);
+  bool tanh = false;
+  for (const auto& r : s.rows) tanh = tanh || (r.kind == "kernel" && r.name.find("tanh") != std::string::npos);
+  EXPECT_TRUE(tanh) << "no kernel named after tanh";
 }

@@ -73,7 +73,7 @@ TEST(PairKeywords, ErrorsNameTheKeywordAndTheValue)
     EXPECT_NE(error_of({"chunk", bad}).find("keyword 'chunk' must be a whole number >= 1, not '" + std::string(bad) + "'"),
               std::string::npos)
         << bad;
-  EXPECT_NE(error_of({"timing", "maybe"}).find("keyword 'timing' must be 'yes' or 'no', not 'maybe'"), std::string::npos);
+  EXPECT_NE(error_of({"timing", "maybe"}).find("keyword 'timing' must be 'yes', 'no' or 'kernels', not 'maybe'"), std::string::npos);
   for (const char *bad : {"0", "-1", "inf", "nan", "1e999", "x"})
     EXPECT_NE(error_of({"relative", bad}, 2).find("keyword 'relative' must be a finite number > 0, not '" + std::string(bad) + "'"),
               std::string::npos)
@@ -88,7 +88,7 @@ TEST(PairKeywords, ErrorsNameTheKeywordAndTheValue)
 TEST(PairKeywords, SynopsisListsEveryKeyword)
 {
   EXPECT_EQ(mlip_pair::synopsis(),
-            "pair_style mlip MODEL [MODEL2 ...] [chunk N] [head NAME] [timing yes|no] [device cpu|cuda|cuda:N|auto] "
+            "pair_style mlip MODEL [MODEL2 ...] [chunk N] [head NAME] [timing yes|no|kernels] [device cpu|cuda|cuda:N|auto] "
             "[cuda_graph yes|no] [graph host|device] [exchange yes|no] [out_freq N] [out_file FILE] [relative EPS]");
 }
 

@@ -624,6 +624,29 @@ TEST(PairMLIP, TimingReportAfterRun) {
   }
 }
 
+// `timing kernels` also profiles a run's steps but its first (rank 0) and prints the table; a run
+// of one step has nothing profiled and says so.
+TEST(PairMLIP, TimingKernelsProfilesTheStepsOfARunButItsFirst) {
+  const std::string model = model_path("se_e2_a");
+  const std::string log = (fs::temp_directory_path() / "mlip_test_pair" / fmt::format("kernels{}.log", nprocs())).string();
+  {
+    Lammps lmp(log);
+    setup_system(lmp, random_system(Box{}, 40, 1.0, 38), Box{}, "pair_style mlip " + model + " timing kernels");
+    lmp.ok("fix 1 all nve");
+    lmp.ok("run 4");
+    lmp.ok("run 1");
+  }
+  if (rank() == 0) {
+    const std::string text = read_text(log);
+    EXPECT_NE(text.find("pair_style mlip timing: 4 force calls"), std::string::npos) << text;
+    EXPECT_NE(text.find("pair_style mlip kernels: 3 force calls on rank 0 under LibTorch's profiler"),
+              std::string::npos) << text;
+    EXPECT_NE(text.find("pair_style mlip kernels: wall "), std::string::npos) << text;
+    EXPECT_NE(text.find(" operator aten::"), std::string::npos) << text;
+    EXPECT_NE(text.find("pair_style mlip kernels: nothing profiled"), std::string::npos) << text;
+  }
+}
+
 TEST(PairMLIP, Float32ModelIsCloseToFloat64) {
   const std::string m32 = model_file(torch::kFloat32);
   const Structure s = random_system(Box{}, 40, 1.0, 24);
@@ -676,7 +699,7 @@ TEST(PairMLIP, BadInputGivesClearErrors) {
                   "pair_style mlip: unknown device 'gpu' (known: cpu, cuda, cuda:N, auto)"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device cuda:x", "* * O H H"), "expected cuda:N"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " timing maybe", "* * O H H"),
-                  "keyword 'timing' must be 'yes' or 'no', not 'maybe'"));
+                  "keyword 'timing' must be 'yes', 'no' or 'kernels', not 'maybe'"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunk 0", "* * O H H"),
                   "keyword 'chunk' must be a whole number >= 1, not '0'"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H H", "newton off"), "requires 'newton on'"));

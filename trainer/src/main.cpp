@@ -37,9 +37,10 @@ namespace {
 void print_line(const std::string& s) { std::printf("%s\n", s.c_str()); }
 
 int run_train(Communicator& comm, const std::string& config_path, const std::vector<std::string>& overrides,
-              bool resume, int64_t stop_after) {
+              bool resume, int64_t stop_after, int64_t profile = 0) {
   Config config = read_config(config_path, overrides);
   Trainer trainer(config, config_text(config_path, overrides), comm);
+  trainer.profile_steps(profile);
   trainer.run(resume, stop_after);
   return 0;
 }
@@ -202,6 +203,11 @@ int main(int argc, char** argv) {
   train->add_flag("--resume", resume, "Continue from the latest checkpoint in output.dir");
   int64_t stop_after = 0;
   train->add_option("--stop-after-epochs", stop_after, "End this run after N epochs (resume later with --resume)");
+  int64_t profile = 0;
+  train->add_option("--profile", profile,
+                    "Profile N optimiser steps after the first two (LibTorch's profiler, rank 0): the GPU's kernels "
+                    "and copies, the host's launches, waits and operators, per step, in the log")
+      ->check(CLI::PositiveNumber);
   train->add_option("--threads", threads, "LibTorch threads per rank (default: cores / ranks)");
   int committee = 1;
   train->add_option("--committee", committee,
@@ -317,7 +323,7 @@ int main(int argc, char** argv) {
     if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
     at::set_num_threads(threads);
     if (*train && committee > 1) return run_committee(*comm, config_path, overrides, resume, stop_after, committee);
-    if (*train) return run_train(*comm, config_path, overrides, resume, stop_after);
+    if (*train) return run_train(*comm, config_path, overrides, resume, stop_after, profile);
     if (*dev) return run_deviation(devi_inputs, devi);
     if (*exp) return run_export(checkpoint, output, export_options);
     if (*cmp) return run_compress(compress_source, compress_output, export_options);

@@ -356,6 +356,41 @@ void Trainer::step_optimizer() {
   ++state_.step;
 }
 
+// --profile N: steps 3 .. N + 2 of this run under LibTorch's profiler (the first two pay for
+// TorchScript's optimisation and the allocator's warm-up), then its table in the log.
+void Trainer::profile_step() {
+  if (profile_steps_ <= 0 || !comm_.is_root()) return;
+  ++steps_run_;
+  if (!profile_ && steps_run_ == 2 && steps_profiled_ == 0) {
+    try {   // a profile that cannot start stops nothing but itself
+      profile_ = std::make_unique<KernelProfile>(device_.is_cuda());
+    } catch (const std::exception& e) {
+      log(std::string("WARNING: --profile: no profile: ") + e.what());
+      profile_steps_ = 0;
+    }
+    return;
+  }
+  if (profile_ && ++steps_profiled_ == profile_steps_) report_profile();
+}
+
+// The profile so far (also where the run ends before --profile's steps were taken).
+void Trainer::report_profile() {
+  if (!profile_) return;
+  ProfileSummary summary;
+  try {
+    summary = profile_->stop();
+  } catch (const std::exception& e) {
+    profile_.reset();
+    log(std::string("WARNING: --profile: the profile failed: ") + e.what());
+    return;
+  }
+  profile_.reset();
+  std::string table = format_profile(summary, "profile: ", static_cast<double>(steps_profiled_), "step");
+  table.pop_back();   // its last newline
+  log(fmt::format("profile: {} optimiser steps under LibTorch's profiler (slower than without it); per step:\n{}",
+                  steps_profiled_, table));
+}
+
 MetricSums Trainer::train_epoch() {
   const auto batches = sampler_->epoch_batches(state_.epoch);
   const int64_t n_steps = (static_cast<int64_t>(batches.size()) + config_.accumulate - 1) / config_.accumulate;
@@ -398,6 +433,7 @@ MetricSums Trainer::train_epoch() {
       times_.model += since(t0);
     }
     step_optimizer();
+    profile_step();
     log_progress(n_steps, sums);
     if (config_.checkpoint_every_steps > 0 && state_.step % config_.checkpoint_every_steps == 0 && s + 1 < n_steps) {
       save_inside_epoch(s + 1, sums);
@@ -500,6 +536,7 @@ void Trainer::run(bool resume, int64_t stop_after_epochs) {
   const int64_t run_start_epoch = state_.epoch;
   while (state_.epoch < config_.epochs) {
     if (stop_after_epochs > 0 && state_.epoch - run_start_epoch >= stop_after_epochs) {
+      report_profile();
       log(fmt::format("stopping after {} epoch(s) as asked; continue with --resume", stop_after_epochs));
       comm_.barrier();
       return;
@@ -508,6 +545,7 @@ void Trainer::run(bool resume, int64_t stop_after_epochs) {
     ++state_.epoch;
     if (!end_epoch(train)) break;
   }
+  report_profile();
   finish_outputs();
   comm_.barrier();
 }

@@ -22,6 +22,7 @@
 #include "fused_adam.h"
 #include "gradient_reducer.h"
 #include "mlip/data/dataset.h"
+#include "mlip/model/kernel_profile.h"
 #include "mlip/potentials.h"
 #include "permutation.h"
 
@@ -248,6 +249,9 @@ class Trainer {
   /// `stop_after_epochs` > 0 the run ends after that many epochs (for job-chunked clusters: the
   /// schedule still spans training.epochs, and --resume continues exactly).
   void run(bool resume, int64_t stop_after_epochs = 0);
+  /// Profiles `steps` optimiser steps of this run after its first two (LibTorch's profiler, rank 0;
+  /// --profile N) and logs where they spent their time (mlip/model/kernel_profile.h).
+  void profile_steps(int64_t steps) { profile_steps_ = steps; }
 
   // Pieces used by tests.
   MetricSums validate();
@@ -283,6 +287,8 @@ class Trainer {
   bool end_epoch(const MetricSums& train);
   void finish_outputs();
   void step_optimizer();
+  void profile_step();
+  void report_profile();
   void save_checkpoint(bool best);
   void update_best(const std::filesystem::path& epoch_dir);
   void load_checkpoint(const std::string& dir);
@@ -315,6 +321,8 @@ class Trainer {
   TrainState state_;
   StepTimes times_;
   std::chrono::steady_clock::time_point start_;
+  int64_t profile_steps_ = 0, steps_run_ = 0, steps_profiled_ = 0;
+  std::unique_ptr<KernelProfile> profile_;
 };
 
 /// Where the training data lives (training.data_on_device resolved) and why, for the log.

@@ -1,0 +1,57 @@
+// Where a stretch of work spends its time, by LibTorch's profiler (Kineto): on a GPU each kernel's
+// time, the copies, and the host's kernel launches and waits for the device; on the host the
+// operators' self time. The pair style's `timing kernels` and `mlip-trainer train --profile N`
+// print its table: the kernels' own times next to the wall time say whether a step is bound by the
+// GPU's work or by the host (launches, waits, graph building), which no wall-clock split can.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlip {
+
+struct ProfileRow {
+  std::string kind;   // "kernel", "copy", "memset" (the GPU's work), "runtime" (host calls into
+                      // CUDA), "operator" (host, self time: the time not inside another event)
+  std::string name;
+  int64_t calls = 0;
+  double seconds = 0;
+};
+
+struct ProfileSummary {
+  std::vector<ProfileRow> rows;   // by kind in the order above, then by time, longest first
+  double wall_seconds = 0;        // from start to stop
+  double gpu_seconds = 0;         // kernels, copies and memsets, summed
+  int64_t kernels = 0;            // kernels run on the GPU
+  int64_t launches = 0;           // host calls that launch a kernel
+  int64_t waits = 0;              // host calls that wait for the GPU (synchronisations)
+  double wait_seconds = 0;
+  double seconds(const std::string& kind) const;   // the rows of one kind, summed
+};
+
+/// Starts LibTorch's profiler (CPU operators; with `gpu`, the GPU's activity too); stop() ends it.
+/// One at a time in a process (LibTorch's profiler is one): a second one is an error. On a GPU the
+/// device is synchronised at start and stop, so that the wall time holds the work in between.
+class KernelProfile {
+ public:
+  explicit KernelProfile(bool gpu);
+  ~KernelProfile();   // stops it if stop() was not called
+  KernelProfile(const KernelProfile&) = delete;
+  KernelProfile& operator=(const KernelProfile&) = delete;
+
+  ProfileSummary stop();
+  bool running() const { return running_; }
+
+ private:
+  bool running_ = false, gpu_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
+
+/// The summary as text lines, each starting with `prefix`: totals and, per kind, the `top` rows
+/// with the most time; times and counts per `per` (e.g. force calls), which `per_name` names.
+std::string format_profile(const ProfileSummary& s, const std::string& prefix, double per,
+                           const std::string& per_name, int top = 12);
+
+}  // namespace mlip
