@@ -126,14 +126,20 @@ velocity     all create 300.0 4928459 loop geom
 timestep     0.0005
 fix          1 all nve
 thermo       100
-variable     windows index 1
 run          ${steps}
 EOF
-# WINDOWS: more timing windows of the same length, one after the other in the same run
-for w in 2 3 4 5; do echo "if \"\${windows} >= $w\" then \"run \${steps}\"" >>in.md; done
+# add_windows FILE: WINDOWS' further timing windows of the same length, one after the other in
+# the same LAMMPS run (the variable 'windows', 1 unless given)
+add_windows() {
+  echo "variable     windows index 1" >>"$1"
+  local w
+  for w in 2 3 4 5; do echo "if \"\${windows} >= $w\" then \"run \${steps}\"" >>"$1"; done
+}
+add_windows in.md
 
 # mlip: the water input every MD benchmark shares (lib.sh), with this script's variables.
 water_md_input in.water
+add_windows in.water
 cat > in.mlip <<'EOF'
 variable     pair string "mlip ${model} ${options}"
 variable     load string "variable none index 0"

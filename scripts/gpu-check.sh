@@ -527,12 +527,15 @@ bench_profile() {
   shift 2
   local device=cuda
   [[ $dry == 1 ]] && device=cpu
+  rm -f "$logs/$name-rows.txt"
   run_logged "$name" "$limit" env RANKS=1 CHUNKS= SNAP=0 KOKKOS=0 PAINN=0 FLOAT32=0 COMPRESSED=0 DEVICE=$device \
     RESULTS=none TIMING=kernels ROWS_OUT="$logs/$name-rows.txt" LOGS="$logs/lammps-$name" "$@" \
     "$repo/benchmarks/bench_pair.sh" "$build" || rc=$?
-  for log in "$logs/lammps-$name"/log.*; do
-    [[ -f $log ]] || continue
-    label=$(basename "$log" | sed 's/^log\.//; s/-1$//')
+  # each row's run and its log (bench_pair.sh names it after the row's label and rank count)
+  while IFS='|' read -r _ label _; do
+    label=$(echo "$label" | sed 's/^ *//; s/ *$//')
+    log=$logs/lammps-$name/log.$(echo "$label-1" | tr -c 'A-Za-z0-9_.-' '_')
+    [[ -f $log ]] || { record "profile: $label: no log"; rc=1; continue; }
     if ! grep -q '^pair_style mlip kernels: wall' "$log"; then
       record "profile: $label: no profile ($(grep -m1 'ERROR' "$log" | cut -c1-160 || echo 'see the log'))"
       rc=1
@@ -542,7 +545,7 @@ bench_profile() {
       grep '^pair_style mlip kernels:' "$log" | sed 's/^pair_style mlip kernels: //'; } >>"$out/profile.txt"
     record "profile: $label: $(grep -m1 '^pair_style mlip kernels: wall' "$log" | sed 's/^pair_style mlip kernels: //')"
     while read -r line; do record "profile: $label:   $line"; done < <(grep -E '^pair_style mlip kernels: +[0-9.]+ +[0-9.]+% +[0-9.]+  kernel ' "$log" | head -3 | sed 's/^pair_style mlip kernels: *//')
-  done
+  done < <(sort -u "$logs/$name-rows.txt" 2>/dev/null | grep '^|')
   return $rc
 }
 

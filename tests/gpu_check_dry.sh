@@ -50,13 +50,17 @@ check "$out/summary.txt" '^MD: \| mlip se_e2_a f64 on cpu, CUDA graph \| - \| 1 
 awk '/^# md \(/ { on = 1; next } /^# / { on = 0 } on' "$out/md.txt" >"$out.md-stage"
 check "$out.md-stage" '^\| mlip se_e2_a f64 on cpu, CUDA graph \| - \| 1 \| - \| failed' "the md stage's failed row"
 check "$out.md-stage" '^\| mlip painn f64 on cpu \| 1152 \| 1 \| 2 \| [0-9.]+' "the md stage's PaiNN row after the failed run"
+if (($(grep -c '^| mlip se_e2_a f64 on cpu | 1152 ' "$out.md-stage") != 3)); then
+  echo "FAILED: the md stage's se_e2_a run gave $(grep -c '^| mlip se_e2_a f64 on cpu | 1152 ' "$out.md-stage") rows, not 3 (WINDOWS=3)"
+  fail=1
+fi
 check "$out/summary.txt" '^MD: \| mlip se_e2_a f64 compressed on cpu \| 1152 ' "MD row, compressed (md_more)"
 check "$out/md.txt" '^\| mlip se_e2_a f64 on cpu \| 1152 .*\| [0-9]+ \| - \|$' "md.txt row with peak RSS and no GPU memory"
 check "$out/failures.txt" '^== md: exit 1' "the failed MD run in failures.txt"
 # the profile stage: each run's table in profile.txt, its totals in the summary
-check "$out/summary.txt" '^profile: mlip_se_e2_a_f64_on_cpu: wall [0-9.]+ ms per call; host operators' "se_e2_a's profile totals"
-check "$out/summary.txt" '^profile: mlip_painn_f64_on_cpu: wall [0-9.]+ ms per call' "PaiNN's profile totals"
-check "$out/profile.txt" '^== mlip_painn_f64_on_cpu, with 1152 atoms' "PaiNN's table heading"
+check "$out/summary.txt" '^profile: mlip se_e2_a f64 on cpu, device graph: wall [0-9.]+ ms per call; host operators' "se_e2_a's profile totals"
+check "$out/summary.txt" '^profile: mlip painn f64 on cpu, device graph: wall [0-9.]+ ms per call' "PaiNN's profile totals"
+check "$out/profile.txt" '^== mlip painn f64 on cpu, device graph, with 1152 atoms' "PaiNN's table heading"
 check "$out/profile.txt" '^ *[0-9.]+ +[0-9.]+% +[0-9.]+  operator aten::' "an operator row in profile.txt"
 check "$out/summary.txt" '^profile: profile-train-b4: wall [0-9.]+ ms per step' "the training profile's totals"
 # the mace stage: bench_mace.sh's tables of both codes (mace-torch from the torch venv here)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -147,6 +148,9 @@ double ProfileSummary::seconds(const std::string& kind) const {
 KernelProfile::KernelProfile(bool gpu) {
   if (pi::profilerEnabled())
     throw Error("LibTorch's profiler is already on in this process (one profile at a time)");
+  // Without a GPU, Kineto's start logs an ERROR line about counting GPUs: its errors are shown
+  // only where the GPU is profiled (KINETO_LOG_LEVEL, when not set: 5 hides its ERROR level).
+  if (!gpu) setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
   const pi::ProfilerConfig config(pi::ProfilerState::KINETO);
   std::set<pi::ActivityType> activities{pi::ActivityType::CPU};
   if (gpu) activities.insert(pi::ActivityType::CUDA);
