@@ -8,7 +8,7 @@
 #
 # The water se_e2_a example (examples/configs/water-se_e2_a.yaml: its model, loss, optimizer,
 # schedule and EMA) on data/water-deepmd/data_0 and data_1 (240 frames, 10% held out for the
-# validation that picks the best epoch), for EPOCHS epochs (20: 4320 frames seen) with no time
+# validation that picks the best epoch), for EPOCHS epochs (20: 20 x 216 frames seen) with no time
 # limit, tested on data_2 (80 frames: `mlip-trainer test`, energy RMSE per atom, force RMSE).
 # Batches BATCHES ("2 16 64" frames; 2 is the example's) and rules RULES ("none sqrt linear"):
 # lr = lr0 * (B / 2)^p with p = 0, 1/2, 1, the final rate alike, and the EMA decay per step
@@ -56,8 +56,10 @@ for rep in $(seq "$REPEATS"); do
       keep_log "$name-test.log"
       e=$(sed -nE 's/^energy RMSE +([0-9.]+) meV\/atom.*/\1/p' "$name-test.log")
       fr=$(sed -nE 's/^force RMSE +([0-9.]+) meV\/A.*/\1/p' "$name-test.log")
-      steps=$(sed -nE 's/.*"steps": *([0-9]+).*/\1/p' "$work/$name/model.json" 2>/dev/null | head -1)
-      frames=$(python3 -c "print(round(216 * $EPOCHS / $wall, 1))")
+      per_epoch=$(sed -nE 's/.* ([0-9]+) steps per epoch.*/\1/p' "$name-train.log" | head -1)
+      train=$(sed -nE 's/^data: ([0-9]+) training and.*/\1/p' "$name-train.log" | head -1)
+      steps=$((per_epoch * EPOCHS))
+      frames=$(python3 -c "print(round($train * $EPOCHS / $wall, 1))")
       row "$rule" "$b" "$rep" "$lr" "$ema" "${steps:--}" "$wall" "$frames" "$e" "$fr"
       echo "   energy $e meV/atom, forces $fr meV/A, $wall s" >&2
     done
