@@ -227,7 +227,7 @@ def batch_lr(run):
     rows = read_tsv(run / "rows.tsv")
     out = ["| batch (frames) | lr rule | lr | optimiser steps | test E RMSE (meV/atom) | test F RMSE (meV/Å) | "
            "frames/s (CPU, 2 threads) |", "|---|---|---|---|---|---|---|"]
-    out += summary_rows(rows, lambda r: (r["batch"], r["rule"], r["lr"]),
+    out += summary_rows(rows, lambda r: (r["batch"], r["rule"], f"{float(r['lr']):.3g}"),
                         (("steps", 5), ("energy_rmse_mev_atom", 3), ("force_rmse_mev_a", 3), ("frames_per_s", 3)))
     return "\n".join(out) + "\n"
 

@@ -138,3 +138,31 @@ def _(run):
 @figure("mace-acc-e0", MACE_ACCURACY)
 def _(run):
     return f"{g(accuracy(run, 'E0-baseline', 'energy_rmse_mev_per_atom'))} meV/atom"
+
+
+BATCH_LR = "batch_lr/2026-11-29-05eb819"
+
+
+def batch_forces(run, batch):
+    values = run.values("rows", "force_rmse_mev_a", batch=batch)
+    return g(min(values)) if len(values) == 1 else f"{g(min(values))}-{g(max(values))}"
+
+
+@figure("batch-lr-b2-forces", BATCH_LR)
+def _(run):
+    return batch_forces(run, 2)
+
+
+@figure("batch-lr-b16-forces", BATCH_LR)
+def _(run):
+    return f"{batch_forces(run, 16)} meV/Å"
+
+
+@figure("batch-lr-b64-forces", BATCH_LR)
+def _(run):
+    return batch_forces(run, 64)
+
+
+@figure("gpu-h100-train-b16", "gpu-check/2026-11-27-fae0881")
+def _(run):
+    return g(float(run.match("summary.txt", r"^training se_e2_a water, batch 16, cuda: ([0-9.]+) frames/s")))
