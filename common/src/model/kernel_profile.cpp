@@ -41,11 +41,6 @@ const char* kind_of(const kp::KinetoEvent& e) {
 bool launches(const std::string& name) { return name.find("Launch") != std::string::npos; }
 bool waits(const std::string& name) { return name.find("Synchronize") != std::string::npos; }
 
-struct HostEvent {
-  const kp::KinetoEvent* event;
-  double child_seconds = 0;
-};
-
 // Self time of the host's events: each one's duration less that of the events directly inside it
 // (on its thread; an operator's CUDA calls count as the calls', not the operator's).
 std::vector<double> self_seconds(const std::vector<const kp::KinetoEvent*>& host) {
