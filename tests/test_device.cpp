@@ -23,6 +23,7 @@
 
 #include "mlip/model/device.h"
 #include "mlip/model/device_graph.h"
+#include "mlip/model/device_step.h"
 #include "mlip/graph/chunk_graph.h"
 #include "mlip/model/device_memory.h"
 #include "mlip/error.h"
@@ -556,6 +557,163 @@ TEST(DeviceGraph, EqualsTheHostGraphOfTheSameAtoms) {
   EXPECT_EQ(sparse.n_centers, 1);
   EXPECT_EQ(sparse.n_edges(), 1);
   EXPECT_EQ(sparse.n_nodes(), 2);
+}
+
+// The whole step with static shapes (mlip/model/device_step.h), on the CPU's loop here: the same
+// energies, forces and virials onto the atoms as the device graph's call of the model (whose graph
+// the test above checks), for one net per neighbour species, one per species pair, float32;
+// moved atoms, more atoms (capacities grown) and a denser box (edges outgrow their nets: the step
+// evaluated again) alike.
+namespace {
+
+mlip::StepOutput reference_step(const mlip::Model& m, const Atoms& a, int64_t n_local) {
+  const int64_t n = static_cast<int64_t>(a.species.size());
+  const mlip::DeviceGraph g = mlip::build_device_graph(torch::tensor(a.x, torch::kFloat64).view({n, 3}),
+                                                       torch::tensor(a.species, torch::kInt64), n_local,
+                                                       m.info().cutoff, 1);
+  const mlip::ModelOutput out = mlip::evaluate_graph(m, g.view());
+  mlip::EdgeForceRequest request;
+  request.virial = request.node_virial = true;
+  const mlip::EdgeForces ef = mlip::edge_forces(g.view(), out.edge_grad, request);
+  mlip::StepOutput r;
+  r.atom_energy = torch::zeros({n_local}, torch::kFloat64).index_add_(0, g.node_atom.narrow(0, 0, g.n_centers), out.atom_energy);
+  r.forces = torch::zeros({n, 3}, torch::kFloat64).index_add_(0, g.node_atom, ef.forces);
+  r.atom_virial = torch::zeros({n, 9}, torch::kFloat64).index_add_(0, g.node_atom, ef.node_virial);
+  r.virial = ef.virial.view({9});
+  r.n_edges = g.n_edges();
+  r.shortest = std::sqrt(g.edge_vectors.square().sum(1).min().item<double>());
+  return r;
+}
+
+double relative(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>() / std::max(b.abs().max().item<double>(), 1e-300);
+}
+
+}  // namespace
+
+TEST(DeviceStep, EqualsTheDeviceGraphsModelCallOnTheAtoms) {
+  const mlip::testing::TempDir dir("mlip_test_device_step");
+  const std::vector<std::pair<std::string, double>> models = {
+      {"se_e2_a", 1e-12},
+      {R"(se_e2_a@3.5:{"embedding":[4,8],"axis_neurons":4,"fitting":[8,8],"type_one_side":false})", 1e-12},
+      {R"(se_e2_a@3.5:{"embedding":[4,8],"axis_neurons":4,"fitting":[8,8]}/f32)", 1e-5}};
+  for (const auto& [name, tolerance] : models) {
+    const std::string path = (dir.path / "model.pt").string();
+    mlip::testing::write_test_model(name, path);
+    const mlip::Model m = mlip::Model::load(path);
+    mlip::DeviceStep step(m, m.info().cutoff, /*record=*/false);
+    Atoms moved = random_atoms(500, 14.0, 7);
+    for (double& v : moved.x) v += 0.05 * std::sin(v * 13.0);
+    Atoms dense = random_atoms(500, 14.0, 7);
+    for (double& v : dense.x) v *= 0.85;
+    const std::vector<std::tuple<const char*, Atoms, int64_t>> steps = {
+        {"first", random_atoms(500, 14.0, 7), 300}, {"moved", moved, 300}, {"more atoms", random_atoms(800, 16.0, 8), 500},
+        {"denser", dense, 300}};
+    int64_t repeats = 0;
+    for (const auto& [what, atoms, n_local] : steps) {
+      const int64_t n = static_cast<int64_t>(atoms.species.size());
+      const mlip::StepOutput ref = reference_step(m, atoms, n_local);
+      const mlip::StepOutput got = step.evaluate(atoms.x.data(), 1.0, atoms.species.data(), n, n_local, true);
+      SCOPED_TRACE(name + ", " + what);
+      ASSERT_EQ(got.n_edges, ref.n_edges);
+      EXPECT_LE(relative(got.atom_energy, ref.atom_energy), tolerance);
+      EXPECT_LE(relative(got.forces, ref.forces), tolerance);
+      EXPECT_LE(relative(got.virial, ref.virial), tolerance);
+      EXPECT_LE(relative(got.atom_virial, ref.atom_virial), tolerance);
+      // Without per-atom virials: the same step.
+      const mlip::StepOutput plain = step.evaluate(atoms.x.data(), 1.0, atoms.species.data(), n, n_local, false);
+      EXPECT_FALSE(plain.atom_virial.defined());
+      EXPECT_TRUE(torch::equal(plain.forces, got.forces));
+      EXPECT_EQ(got.shortest, ref.shortest);
+      if (std::string(what) == "moved") {
+        EXPECT_EQ(step.repeats(), repeats) << "moved atoms outgrew the capacity";
+      }
+      repeats = step.repeats();
+    }
+    EXPECT_GE(step.repeats(), 1) << "the denser box did not outgrow its nets";
+    EXPECT_EQ(step.recordings(), 0);
+  }
+}
+
+TEST(DeviceStep, BadInputAndEmptySteps) {
+  const mlip::testing::TempDir dir("mlip_test_device_step_errors");
+  const std::string path = (dir.path / "model.pt").string();
+  mlip::testing::write_test_model("se_e2_a_md_compressed", path);
+  const mlip::Model m = mlip::Model::load(path);
+  mlip::DeviceStep step(m, m.info().cutoff, false);
+  // Two atoms 0.8 A apart: closer than the compressed tables reach (1 A).
+  std::vector<double> x = {0, 0, 0, 0.8, 0, 0};
+  std::vector<int64_t> species = {0, 1};
+  EXPECT_THROW(
+      {
+        try {
+          step.evaluate(x.data(), 1.0, species.data(), 2, 2, false);
+        } catch (const mlip::Error& e) {
+          EXPECT_NE(std::string(e.what()).find("closer than its embedding table covers"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      mlip::Error);
+  x[3] = 2.0;
+  const mlip::StepOutput two = step.evaluate(x.data(), 1.0, species.data(), 2, 2, false);
+  EXPECT_NEAR(two.shortest, 2.0, 1e-12);
+  EXPECT_EQ(two.n_edges, 2);
+  EXPECT_NEAR(two.forces.sum().item<double>(), 0.0, 1e-12);   // Newton's third law
+  // Positions in another unit: scale 0.5 of 4.0 is the same step.
+  std::vector<double> twice = {0, 0, 0, 4.0, 0, 0};
+  EXPECT_TRUE(torch::allclose(step.evaluate(twice.data(), 0.5, species.data(), 2, 2, false).forces, two.forces));
+  species[1] = 2;
+  EXPECT_THROW(step.evaluate(x.data(), 1.0, species.data(), 2, 2, false), mlip::Error);
+  species[1] = 1;
+  x[4] = std::nan("");
+  EXPECT_THROW(step.evaluate(x.data(), 1.0, species.data(), 2, 2, false), mlip::Error);
+  // No centres (only ghosts, or atoms the model skips), no atoms, isolated atoms.
+  x[4] = 0;
+  EXPECT_EQ(step.evaluate(x.data(), 1.0, species.data(), 2, 0, false).forces.abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(step.evaluate(x.data(), 1.0, species.data(), 0, 0, false).forces.numel(), 0);
+  x[3] = 10.0;
+  const mlip::StepOutput apart = step.evaluate(x.data(), 1.0, species.data(), 2, 2, false);
+  EXPECT_EQ(apart.n_edges, 0);
+  EXPECT_EQ(apart.forces.abs().sum().item<double>(), 0.0);
+  EXPECT_EQ(apart.atom_energy.numel(), 2);
+  EXPECT_THROW(mlip::DeviceStep(m, m.info().cutoff, /*record=*/true), mlip::Error);   // not on a GPU
+}
+
+// The recorded step (one CUDA graph: cells, edges, model, forces) on the GPU against the eager step
+// on the CPU, float64: moved atoms replay the recording; more atoms and a denser box record anew.
+TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
+  if (const std::string why = mlip::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const mlip::testing::TempDir dir("mlip_test_device_step_gpu");
+  const std::string path = (dir.path / "model.pt").string();
+  mlip::testing::write_test_model("se_e2_a", path);
+  const mlip::Model cpu = mlip::Model::load(path);
+  const mlip::Model gpu = mlip::Model::load(path, mlip::choose_device("cuda", 0, "test"));
+  mlip::DeviceStep eager(cpu, cpu.info().cutoff, false), recorded(gpu, gpu.info().cutoff, true);
+  Atoms dense = random_atoms(3000, 30.0, 9);
+  for (double& v : dense.x) v *= 0.9;
+  const std::vector<std::pair<const char*, Atoms>> steps = {
+      {"first", random_atoms(3000, 30.0, 9)}, {"again", random_atoms(3000, 30.0, 9)}, {"more atoms", random_atoms(4000, 33.0, 10)},
+      {"denser", dense}};
+  std::vector<int64_t> recordings;
+  for (const auto& [what, a] : steps) {
+    const int64_t n = static_cast<int64_t>(a.species.size()), n_local = n * 2 / 3;
+    const mlip::StepOutput c = eager.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, false);
+    const mlip::StepOutput g = recorded.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, false);
+    const double de = relative(g.atom_energy, c.atom_energy), df = relative(g.forces, c.forces),
+                 dv = relative(g.virial, c.virial);
+    std::printf("device step (%s): %lld atoms, %lld edges, recorded %lld time(s), %lld repeat(s); relative difference "
+                "GPU vs CPU: energies %.3g, forces %.3g, virial %.3g\n",
+                what, static_cast<long long>(n), static_cast<long long>(g.n_edges),
+                static_cast<long long>(recorded.recordings()), static_cast<long long>(recorded.repeats()), de, df, dv);
+    EXPECT_EQ(g.n_edges, c.n_edges) << what;
+    EXPECT_LE(de, 1e-10) << what;
+    EXPECT_LE(df, 1e-10) << what;
+    EXPECT_LE(dv, 1e-10) << what;
+    recordings.push_back(recorded.recordings());
+  }
+  EXPECT_EQ(recordings[0], 1);
+  EXPECT_EQ(recordings[1], 1) << "the same atoms were recorded anew";
+  EXPECT_GT(recordings[3], recordings[1]);
 }
 
 TEST(DeviceGraphGpu, TheGpuBuildsTheCpusGraph) {

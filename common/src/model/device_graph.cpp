@@ -6,16 +6,17 @@
 
 #include "../ops/device_launch.h"
 #include "../ops/graph_elements.h"
+#include "cell_grid.h"
 
 namespace mlip {
 
 using kernels::CellGrid;
 
 // The cell list of x: cells at least `cutoff` wide over the atoms' bounding box (wider where that
-// would make more than about 8 cells per atom), atoms grouped by cell in index order.
+// would make more than about 8 cells per atom: cell_grid.h), atoms grouped by cell in index order.
 struct DeviceGraphBuilder::Cells {
   CellGrid<double> grid{};
-  torch::Tensor cell, by_cell, cell_first;   // kept alive for grid's pointers
+  torch::Tensor frame, cell, by_cell, cell_first;   // kept alive for grid's pointers
 };
 
 namespace {
@@ -27,27 +28,16 @@ void make_cells(DeviceGraphBuilder::Cells& c, const torch::Tensor& x, const torc
   g.species = species.data_ptr<int64_t>();
   g.cut2 = cutoff * cutoff;
   const torch::Tensor bounds = torch::stack({std::get<0>(x.min(0)), std::get<0>(x.max(0))}).cpu();   // 6 numbers
-  const auto b = bounds.accessor<double, 2>();
-  const int64_t most = 8 * n + 64;
-  int64_t total = 1;
-  for (double width = cutoff;; width *= 2) {
-    total = 1;
-    for (int d = 0; d < 3; ++d) {
-      const double cells = std::floor((b[1][d] - b[0][d]) / width);
-      g.dims[d] = std::clamp<int64_t>(static_cast<int64_t>(std::min(cells, 1e9)), 1, most);
-      total *= g.dims[d];
-      if (total > most) break;
-    }
-    if (total <= most) break;
-  }
-  for (int d = 0; d < 3; ++d) {
-    const double extent = b[1][d] - b[0][d];
-    g.lo[d] = b[0][d];
-    g.inv_size[d] = extent > 0 ? static_cast<double>(g.dims[d]) / extent : 0.0;
-  }
+  const double* lo = bounds.data_ptr<double>();
+  const std::array<int64_t, 3> dims = detail::grid_dims(lo, lo + 3, cutoff, n);
+  std::copy(dims.begin(), dims.end(), g.dims);
+  torch::Tensor frame = torch::empty({6}, torch::kFloat64);
+  detail::grid_frame(lo, lo + 3, g.dims, cutoff, frame.data_ptr<double>());
+  c.frame = frame.to(x.device());
+  g.frame = c.frame.data_ptr<double>();
   c.cell = torch::empty({n}, species.options());
   detail::run_elements(kernels::GraphCellOf<double>{g, c.cell.data_ptr<int64_t>()}, n, x.device());
-  std::tie(c.by_cell, c.cell_first) = detail::grouped_by(c.cell, total);
+  std::tie(c.by_cell, c.cell_first) = detail::grouped_by(c.cell, g.cells() + 1);   // + 1: the skipped atoms
   g.by_cell = c.by_cell.data_ptr<int64_t>();
   g.cell_first = c.cell_first.data_ptr<int64_t>();
 }

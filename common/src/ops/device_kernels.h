@@ -23,7 +23,7 @@ namespace mlip::kernels {
   X(MessageForward) X(MessageGradX) X(MessageGradS) X(MessageGradW) X(ContractForward) X(ContractGradX)    \
       X(ContractGradZ) X(ContractSecondG) X(ContractSecondX) X(ContractSecondZ) X(VectorForwardS)           \
           X(VectorForwardV) X(VectorGradPhi) X(VectorGradW) X(VectorGradV) X(VectorGradUnit)                \
-              X(TabulatedForward) X(TabulatedBackward) X(GraphCellOf) X(GraphReach) X(GraphCountEdges) X(GraphListEdges) X(TanhNetForward) \
+              X(TabulatedForward) X(TabulatedBackward) X(GraphCellOf) X(GraphReach) X(GraphCountEdges) X(GraphListEdges) X(GraphCountBySpecies) X(GraphListGrouped) X(TanhNetForward) \
                   X(SiluForward) X(SiluGrad) X(SiluSecondX) X(PolynomialForward) X(PolynomialGrad) \
                       X(BesselForward) X(BesselGrad)
 
@@ -40,7 +40,7 @@ enum class Kernel : int {
 // total, LibTorch's caching allocator's reserved, allocated and peak allocated since
 // mlip_cuda_reset_peak); mlip_cuda_release_cache gives the allocator's unused blocks back to the
 // driver. Version: the layout of the functors and this interface; another version is refused.
-constexpr int kDeviceKernelsVersion = 8;
+constexpr int kDeviceKernelsVersion = 9;
 enum MemoryField : int { kFree, kTotal, kReserved, kAllocated, kPeakAllocated, kMemoryFields };
 extern "C" {
 using CudaLaunch = int (*)(int id, int f64, const void* functor, int64_t count, int device);

@@ -27,13 +27,17 @@ template <typename T> struct CellGrid {
   using value_type = T;
   const T* x;                          // (n, 3) positions, Å (ghosts as images: no wrapping here)
   const int64_t* species;              // (n) model species, -1 for atoms the model skips
-  T lo[3], inv_size[3];                // the grid's corner and 1 / cell width per axis
+  const T* frame;                      // (6) the grid's corner lo[3], then 1 / cell width per axis (in the
+                                       // device's memory: a recorded step's copy changes it each step)
   int64_t dims[3];                     // cells per axis
   const int64_t *by_cell, *cell_first; // atoms of cell c: by_cell[cell_first[c] .. cell_first[c + 1])
   T cut2;                              // cutoff squared: edges strictly inside it
 
+  // Cells narrower than the cutoff would miss neighbours; any wider (or atoms outside the grid,
+  // clamped to its edge cells: clamping never moves two atoms more than one cell apart) only cost time.
+  MLIP_HD int64_t cells() const { return dims[0] * dims[1] * dims[2]; }
   MLIP_HD int64_t coord(int64_t i, int d) const {
-    const T u = (x[3 * i + d] - lo[d]) * inv_size[d];
+    const T u = (x[3 * i + d] - frame[d]) * frame[3 + d];
     const int64_t c = u > T(0) ? static_cast<int64_t>(u) : 0;
     return c < dims[d] ? c : dims[d] - 1;
   }
@@ -62,12 +66,13 @@ template <typename T> struct CellGrid {
   }
 };
 
-// cell[i]: the cell of atom i; elements (n).
+// cell[i]: the cell of atom i; atoms the model skips go to a bucket after the last cell, which no
+// search visits; elements (n).
 template <typename T> struct GraphCellOf {
   static constexpr Kernel id = Kernel::GraphCellOf;
   CellGrid<T> o;
   int64_t* cell;
-  MLIP_HD void operator()(int64_t i) const { cell[i] = o.cell_of(i); }
+  MLIP_HD void operator()(int64_t i) const { cell[i] = o.species[i] < 0 ? o.cells() : o.cell_of(i); }
 };
 
 // out[i]: atom i is reached (in[i]), or the model takes it and a reached atom is within the
@@ -115,6 +120,52 @@ template <typename T> struct GraphListEdges {
       neighbor[k] = node_of[j];
       vectors[3 * k] = dx, vectors[3 * k + 1] = dy, vectors[3 * k + 2] = dz;
       return ++k == stop;
+    });
+  }
+};
+
+// The grouped step (mlip/model/device_step.h): centres are the atoms with a node slot (slot[i] >= 0).
+// count[i * n_species + s]: centre i's neighbours of species s (zeros for other atoms); elements (n).
+template <typename T> struct GraphCountBySpecies {
+  static constexpr Kernel id = Kernel::GraphCountBySpecies;
+  CellGrid<T> o;
+  const int64_t* slot;
+  int64_t n_species;
+  int64_t* count;
+  MLIP_HD void operator()(int64_t i) const {
+    int64_t* c = count + i * n_species;
+    for (int64_t s = 0; s < n_species; ++s) c[s] = 0;
+    if (slot[i] >= 0) o.for_each_neighbor(i, [&](int64_t j, T, T, T) { return ++c[o.species[j]], false; });
+  }
+};
+
+// Centre i's edges in the slots of their embedding nets: net g of edge i -> j is species[j] (plus
+// species[i] * n_species with one net per species pair); its k-th edge in net g goes to
+// net_first[g] + cursor[i * n_nets + g] (cursor: i's first place in g, advanced here: only thread i
+// touches row i), unless that is past the net's capacity (net_first[g + 1]): then it is dropped, and
+// the counts tell the caller. Neighbour node of atom j: first_atom_node + j; elements (n).
+template <typename T> struct GraphListGrouped {
+  static constexpr Kernel id = Kernel::GraphListGrouped;
+  CellGrid<T> o;
+  const int64_t* slot;
+  int64_t n_species, n_nets, first_atom_node;
+  bool pair_nets;
+  const int64_t* net_first;   // (n_nets + 1)
+  int64_t* cursor;            // (n, n_nets)
+  int64_t *center, *neighbor; // (E) each
+  T* vectors;                 // (E, 3)
+  MLIP_HD void operator()(int64_t i) const {
+    if (slot[i] < 0) return;
+    int64_t* at = cursor + i * n_nets;
+    const int64_t row = pair_nets ? o.species[i] * n_species : 0;
+    o.for_each_neighbor(i, [&](int64_t j, T dx, T dy, T dz) {
+      const int64_t g = row + o.species[j], k = net_first[g] + at[g]++;
+      if (k < net_first[g + 1]) {
+        center[k] = slot[i];
+        neighbor[k] = first_atom_node + j;
+        vectors[3 * k] = dx, vectors[3 * k + 1] = dy, vectors[3 * k + 2] = dz;
+      }
+      return false;
     });
   }
 };

@@ -21,6 +21,10 @@
 
 namespace mlip {
 
+namespace detail {
+struct CudaGraphRecorder;
+}
+
 class GraphCapture {
  public:
   /// Throws mlip::Error naming the reason when the model has no forward_grouped(), or, with
@@ -38,7 +42,6 @@ class GraphCapture {
   const GroupCapacity& capacity() const { return capacity_; }
 
  private:
-  struct Recorder;
   void record();
   void copy_inputs();
 
@@ -46,7 +49,7 @@ class GraphCapture {
   GroupingRule rule_;
   GroupCapacity capacity_;
   GroupedGraph grouped_;
-  std::unique_ptr<Recorder> recorder_;   // null: eager
+  std::unique_ptr<detail::CudaGraphRecorder> recorder_;   // null: eager
   ModelInput input_;                     // the recorded call's inputs (on the model's device)
   ModelOutput output_;                   // its outputs
   int64_t recordings_ = 0;

@@ -1,0 +1,104 @@
+// A local model's whole MD step on its device with static shapes, so that one CUDA graph records it
+// (pair_style mlip ... graph device cuda_graph yes): the positions and species go to the device once,
+// the cell list, the edge list grouped by embedding net (mlip/model/grouped_graph.h's layout), the
+// model's forward_grouped(), and the forces and virial summed onto the atoms all run there, and one
+// block of results comes back. Nothing waits for the device in between: no size is read back
+// before the end of the step.
+//
+// Static shapes: the atoms (local and ghost), the centres of each species (both counted on the
+// host) and the edges of each embedding net have capacities, grown by grouped_capacity()'s rule
+// (10% headroom, multiples of 32) and never shrunk. The device counts the edges of each net and
+// lists those that fit; the counts come back with the results, and a step whose edges outgrew a
+// net is evaluated again at the new capacity (so it costs a second evaluation, and a recording).
+// The cell grid's number of cells is part of the recording too: it is chosen again when the box
+// has changed so much that the cells are far wider than the cutoff; between, the grid's corner and
+// cell widths are inputs of each step, the widths never below the cutoff.
+//
+// Layout of the model's graph: the centres' nodes [0, C) grouped by species (the atoms [0, n_local)
+// the model takes, in atom order within a species; padding centres have no edges and their
+// energies are dropped), then one node for every atom, C + a for atom a, which is each edge's
+// neighbour (node), whether it is a local or a ghost atom. Padding edges are grouped_graph.h's.
+//
+// With `record` false, the same step runs eagerly on any device (one count read back before the
+// edges are listed): the code path the CPU tests check. A step that asks for per-atom virials runs
+// eagerly too (on LAMMPS's dump steps), so that the recording need not change.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "mlip/model/grouped_graph.h"
+#include "mlip/model/model.h"
+
+namespace mlip {
+
+namespace detail {
+struct CudaGraphRecorder;
+}
+
+/// One step's results, float64 on the CPU, in eV and Å, in atom order.
+struct StepOutput {
+  torch::Tensor atom_energy;   // (n_local): 0 for atoms the model skips
+  torch::Tensor forces;        // (n, 3): on local and ghost atoms (LAMMPS sums the ghosts' onto their owners)
+  torch::Tensor virial;        // (9) row-major W_ab = -sum over edges r_a g_b
+  torch::Tensor atom_virial;   // (n, 9) each edge's -r (x) g on its neighbour atom; undefined unless asked
+  double shortest = std::numeric_limits<double>::infinity();   // the shortest edge (Å); NaN: a position not finite
+  int64_t n_edges = 0;
+};
+
+/// The capacities a step is evaluated (and recorded) at.
+struct StepCapacity {
+  int64_t atoms = 0;
+  std::vector<int64_t> centers, edges;   // per species; per embedding net
+  std::vector<int64_t> cells;            // cells per axis (3)
+  bool operator==(const StepCapacity& o) const {
+    return atoms == o.atoms && centers == o.centers && edges == o.edges && cells == o.cells;
+  }
+};
+
+class DeviceStep {
+ public:
+  /// Throws mlip::Error naming the reason when the model has no forward_grouped() (message-passing
+  /// models), or, with `record`, when the model is not on a GPU or libmlip_cuda_graph.so cannot be
+  /// loaded (mlip/model/graph_capture.h).
+  DeviceStep(const Model& model, double cutoff, bool record);
+  ~DeviceStep();
+  DeviceStep(const DeviceStep&) = delete;
+  DeviceStep& operator=(const DeviceStep&) = delete;
+
+  /// The step of n atoms: `positions` (n, 3) row-major in host memory, times `scale` for Å;
+  /// `species` (n) the model's species index of each atom, -1 for atoms the model skips; the
+  /// atoms [0, n_local) are the centres. Throws mlip::Error for a species outside the model's.
+  StepOutput evaluate(const double* positions, double scale, const int64_t* species, int64_t n, int64_t n_local,
+                      bool atom_virial);
+
+  /// How many times the step was recorded (the first time and each growth); 0 when eager.
+  int64_t recordings() const { return recordings_; }
+  /// Steps evaluated a second time because their edges outgrew a capacity.
+  int64_t repeats() const { return repeats_; }
+  const StepCapacity& capacity() const { return capacity_; }
+
+  struct Buffers;   // device_step.cpp
+
+ private:
+  void stage(const double* positions, double scale, const int64_t* species, int64_t n, int64_t n_local);
+  void resize();
+  void run(bool atom_virial);
+  StepOutput results(int64_t n, int64_t n_local, bool atom_virial) const;
+  bool fit_edges(const std::vector<int64_t>& counts);
+
+  const Model* model_;
+  GroupingRule rule_;
+  double cutoff_;
+  StepCapacity capacity_, wanted_;
+  std::unique_ptr<Buffers> b_;
+  std::unique_ptr<detail::CudaGraphRecorder> recorder_;   // null: eager
+  bool recorded_ = false;                                 // a recording for capacity_
+  int64_t recordings_ = 0, repeats_ = 0;
+};
+
+}  // namespace mlip

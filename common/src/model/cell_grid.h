@@ -1,0 +1,39 @@
+// The cell grid of the device graphs (device_graph.cpp, device_step.cpp), chosen on the host from
+// the atoms' bounding box; not installed.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+
+namespace mlip::detail {
+
+/// Cells per axis over the box [lo, hi]: cells at least `width` wide, wider where that would make
+/// more than about 8 cells per atom (n atoms).
+inline std::array<int64_t, 3> grid_dims(const double* lo, const double* hi, double width, int64_t n) {
+  const int64_t most = 8 * n + 64;
+  std::array<int64_t, 3> dims{1, 1, 1};
+  for (;; width *= 2) {
+    int64_t total = 1;
+    for (int d = 0; d < 3; ++d) {
+      const double cells = std::floor((hi[d] - lo[d]) / width);
+      dims[d] = std::clamp<int64_t>(static_cast<int64_t>(std::min(cells, 1e9)), 1, most);
+      total *= dims[d];
+      if (total > most) break;
+    }
+    if (total <= most) return dims;
+  }
+}
+
+/// The grid's frame (kernels::CellGrid::frame): its corner lo, then cells per Å on each axis,
+/// never more than 1 / cutoff (cells never narrower than the cutoff, whatever dims are).
+inline void grid_frame(const double* lo, const double* hi, const int64_t* dims, double cutoff, double* frame) {
+  for (int d = 0; d < 3; ++d) {
+    const double extent = hi[d] - lo[d];
+    frame[d] = lo[d];
+    frame[3 + d] = std::min(extent > 0 ? static_cast<double>(dims[d]) / extent : 1.0 / cutoff, 1.0 / cutoff);
+  }
+}
+
+}  // namespace mlip::detail

@@ -1,0 +1,296 @@
+#include "mlip/model/device_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "../ops/device_launch.h"
+#include "../ops/graph_elements.h"
+#include "cell_grid.h"
+#include "cuda_graph_recorder.h"
+#include "mlip/error.h"
+
+namespace mlip {
+
+using kernels::CellGrid;
+
+namespace {
+
+std::vector<int64_t> offsets(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> at(sizes.size() + 1, 0);
+  std::partial_sum(sizes.begin(), sizes.end(), at.begin() + 1);
+  return at;
+}
+
+}  // namespace
+
+// The step's inputs on the host and the device (fixed while the capacity is), the grid over them,
+// and what the last run left: the packed results
+//   [forces (atoms, 3) | energies (atoms) | virial (9) | shortest edge squared | edges per net].
+struct DeviceStep::Buffers {
+  std::vector<double> host_real;     // positions (atoms, 3), then the grid's frame (6)
+  std::vector<int64_t> host_index;   // species (atoms), slot (atoms): each atom's centre node or -1,
+                                     // centre_atom (centres): each centre node's atom, `atoms` for padding
+  torch::Tensor real, index;         // the same on the device
+  torch::Tensor x, frame, species, slot, centre_atom;   // views of them
+  torch::Tensor head_species;        // (centres): the species of each centre node, padding too
+  torch::Tensor net_first;           // (nets + 1): where each net's edges start
+  CellGrid<double> grid{};
+  torch::Tensor packed, atom_virial;
+  int64_t atoms = 0, centers = 0, nets = 0, edges = 0;
+};
+
+DeviceStep::DeviceStep(const Model& model, double cutoff, bool record)
+    : model_(&model), rule_(GroupingRule::of(model)), cutoff_(cutoff), b_(std::make_unique<Buffers>()) {
+  if (!record) return;
+  if (!model.device().is_cuda()) throw Error("CUDA graphs need the model on a GPU (it is on " + model.device().str() + ")");
+  recorder_ = std::make_unique<detail::CudaGraphRecorder>(model.device().index());
+}
+
+DeviceStep::~DeviceStep() = default;
+
+// The host's part: the inputs staged at the wanted capacity (atoms and centres grown where this
+// step has more, the grid chosen again where the box left its range).
+void DeviceStep::stage(const double* positions, double scale, const int64_t* species, int64_t n, int64_t n_local) {
+  const int64_t ns = rule_.n_species;
+  std::vector<int64_t> centers(static_cast<std::size_t>(ns), 0);
+  double lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
+  bool first = true;
+  for (int64_t i = 0; i < n; ++i) {
+    if (species[i] < -1 || species[i] >= ns)
+      throw Error("device step: atom " + std::to_string(i) + " has species index " + std::to_string(species[i]) +
+                  ", outside the model's " + std::to_string(ns));
+    if (species[i] < 0) continue;
+    if (i < n_local) ++centers[static_cast<std::size_t>(species[i])];
+    for (int d = 0; d < 3; ++d) {
+      const double v = positions[3 * i + d] * scale;
+      if (!std::isfinite(v)) throw Error("device step: atom " + std::to_string(i) + " has a non-finite position");
+      lo[d] = first ? v : std::min(lo[d], v);
+      hi[d] = first ? v : std::max(hi[d], v);
+    }
+    first = false;
+  }
+  wanted_ = capacity_;
+  if (n > wanted_.atoms) wanted_.atoms = grouped_capacity(n);
+  wanted_.centers.resize(static_cast<std::size_t>(ns), 0);
+  for (std::size_t t = 0; t < centers.size(); ++t)
+    if (centers[t] > wanted_.centers[t]) wanted_.centers[t] = grouped_capacity(centers[t]);
+  // The grid: kept while its cells are no narrower than the cutoff would allow and no more than
+  // about 25% wider; chosen anew 10% wide of the cutoff, so that small changes of the box keep it.
+  const std::array<int64_t, 3> fit = detail::grid_dims(lo, hi, cutoff_, wanted_.atoms);
+  bool keep = wanted_.cells.size() == 3;
+  for (int d = 0; d < 3 && keep; ++d) keep = wanted_.cells[d] <= fit[d] && wanted_.cells[d] >= (fit[d] * 4) / 5;
+  if (!keep) {
+    const std::array<int64_t, 3> dims = detail::grid_dims(lo, hi, 1.1 * cutoff_, wanted_.atoms);
+    wanted_.cells.assign(dims.begin(), dims.end());
+  }
+
+  Buffers& b = *b_;
+  const int64_t N = wanted_.atoms;
+  const std::vector<int64_t> center_at = offsets(wanted_.centers);
+  b.host_real.assign(static_cast<std::size_t>(3 * N + 6), 0.0);
+  for (int64_t k = 0; k < 3 * n; ++k) b.host_real[k] = positions[k] * scale;
+  detail::grid_frame(lo, hi, wanted_.cells.data(), cutoff_, b.host_real.data() + 3 * N);
+  b.host_index.assign(static_cast<std::size_t>(2 * N + center_at.back()), -1);
+  int64_t* s = b.host_index.data();
+  int64_t* slot = s + N;
+  int64_t* centre_atom = s + 2 * N;
+  std::fill(centre_atom, centre_atom + center_at.back(), N);
+  std::vector<int64_t> next(center_at.begin(), center_at.end() - 1);
+  for (int64_t i = 0; i < n; ++i) {
+    s[i] = species[i];
+    if (i < n_local && species[i] >= 0) {
+      slot[i] = next[static_cast<std::size_t>(species[i])]++;
+      centre_atom[slot[i]] = i;
+    }
+  }
+}
+
+// The device buffers of capacity_ (the recording's inputs and constants).
+void DeviceStep::resize() {
+  Buffers& b = *b_;
+  const torch::Device device = model_->device();
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  b.atoms = capacity_.atoms;
+  b.nets = rule_.pair_nets ? rule_.n_species * rule_.n_species : rule_.n_species;
+  capacity_.edges.resize(static_cast<std::size_t>(b.nets), 0);
+  b.centers = std::accumulate(capacity_.centers.begin(), capacity_.centers.end(), int64_t{0});
+  b.edges = std::accumulate(capacity_.edges.begin(), capacity_.edges.end(), int64_t{0});
+  b.real = torch::empty({3 * b.atoms + 6}, i64.dtype(torch::kFloat64));
+  b.index = torch::empty({2 * b.atoms + b.centers}, i64);
+  b.x = b.real.narrow(0, 0, 3 * b.atoms).view({b.atoms, 3});
+  b.frame = b.real.narrow(0, 3 * b.atoms, 6);
+  b.species = b.index.narrow(0, 0, b.atoms);
+  b.slot = b.index.narrow(0, b.atoms, b.atoms);
+  b.centre_atom = b.index.narrow(0, 2 * b.atoms, b.centers);
+  std::vector<int64_t> head;
+  for (std::size_t t = 0; t < capacity_.centers.size(); ++t) head.insert(head.end(), capacity_.centers[t], int64_t(t));
+  b.head_species = torch::tensor(head, torch::kInt64).to(device);
+  b.net_first = torch::tensor(offsets(capacity_.edges), torch::kInt64).to(device);
+  CellGrid<double>& g = b.grid;
+  g.x = b.x.data_ptr<double>();
+  g.species = b.species.data_ptr<int64_t>();
+  g.frame = b.frame.data_ptr<double>();
+  std::copy(capacity_.cells.begin(), capacity_.cells.end(), g.dims);
+  g.cut2 = cutoff_ * cutoff_;
+  b.packed = b.atom_virial = torch::Tensor();
+}
+
+namespace {
+
+// The cell list over the staged atoms and each centre's edges per net: `cursor` (atoms, nets)
+// each centre's first place in each net, `totals` (nets) the edges of each net; the cell list's
+// tensors are kept with them while the kernels that read them are queued.
+struct EdgeCounts {
+  torch::Tensor by_cell, cell_first, cursor, totals;
+};
+
+EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
+  const torch::Device device = b.x.device();
+  const int64_t ns = rule.n_species;
+  EdgeCounts c;
+  torch::Tensor cell = torch::empty({b.atoms}, b.species.options());
+  detail::run_elements(kernels::GraphCellOf<double>{b.grid, cell.data_ptr<int64_t>()}, b.atoms, device);
+  std::tie(c.by_cell, c.cell_first) = detail::grouped_by(cell, b.grid.cells() + 1);   // + 1: skipped atoms
+  b.grid.by_cell = c.by_cell.data_ptr<int64_t>();
+  b.grid.cell_first = c.cell_first.data_ptr<int64_t>();
+  torch::Tensor count = torch::empty({b.atoms, ns}, b.species.options());
+  detail::run_elements(kernels::GraphCountBySpecies<double>{b.grid, b.slot.data_ptr<int64_t>(), ns,
+                                                            count.data_ptr<int64_t>()},
+                       b.atoms, device);
+  if (rule.pair_nets) {   // centre i's counts into the nets of its own species' row
+    const torch::Tensor column =
+        b.species.clamp_min(0).mul(ns).unsqueeze(1) + torch::arange(ns, b.species.options()).unsqueeze(0);
+    count = torch::zeros({b.atoms, ns * ns}, count.options()).scatter_(1, column, count);
+  }
+  c.cursor = count.cumsum(0) - count;
+  c.totals = count.sum(0);
+  return c;
+}
+
+}  // namespace
+
+// The device's part (what a CUDA graph records): cells, edges, the model, forces onto the atoms.
+void DeviceStep::run(bool atom_virial) {
+  Buffers& b = *b_;
+  const torch::Device device = model_->device();
+  const EdgeCounts counts = count_edges(b, rule_);
+  torch::Tensor edge_index = torch::zeros({2, b.edges}, b.species.options());
+  torch::Tensor vectors = torch::zeros({b.edges, 3}, b.x.options());
+  vectors.select(1, 0).fill_(rule_.pad_length);   // padding: centre 0 to itself, beyond the cutoff
+  int64_t* ends = edge_index.data_ptr<int64_t>();
+  detail::run_elements(
+      kernels::GraphListGrouped<double>{b.grid, b.slot.data_ptr<int64_t>(), rule_.n_species, b.nets, b.centers,
+                                        rule_.pair_nets, b.net_first.data_ptr<int64_t>(), counts.cursor.data_ptr<int64_t>(),
+                                        ends, ends + b.edges, vectors.data_ptr<double>()},
+      b.atoms, device);
+
+  ModelInput in;
+  in.species = torch::cat({b.head_species, b.species.clamp_min(0)});
+  in.edge_index = edge_index;
+  in.edge_vectors = vectors.to(model_->info().torch_dtype());
+  in.n_centers = b.centers;
+  in.center_groups = capacity_.centers;
+  in.edge_groups = capacity_.edges;
+  const ModelOutput out = model_->evaluate(in, true);
+  EdgeForceRequest request;
+  request.virial = true;
+  request.node_virial = atom_virial;
+  const int64_t n_nodes = b.centers + b.atoms;
+  const EdgeForces ef = edge_forces(edge_index, vectors, out.edge_grad.to(torch::kFloat64), n_nodes, request);
+  // Onto the atoms (a row more: where padding centres go).
+  const auto onto_atoms = [&](const torch::Tensor& nodes) {
+    torch::Tensor a = torch::zeros({b.atoms + 1, nodes.size(1)}, nodes.options());
+    a.narrow(0, 0, b.atoms).copy_(nodes.narrow(0, b.centers, b.atoms));
+    return a.index_add_(0, b.centre_atom, nodes.narrow(0, 0, b.centers)).narrow(0, 0, b.atoms);
+  };
+  const torch::Tensor energy = torch::zeros({b.atoms + 1}, b.x.options())
+                                   .index_add_(0, b.centre_atom, out.atom_energy.to(torch::kFloat64))
+                                   .narrow(0, 0, b.atoms);
+  const torch::Tensor shortest2 = b.edges > 0 ? vectors.square().sum(1).amin().view({1})
+                                              : torch::full({1}, INFINITY, vectors.options());
+  b.packed = torch::cat({onto_atoms(ef.forces).flatten(), energy.flatten(), ef.virial.flatten(), shortest2,
+                         counts.totals.to(torch::kFloat64)});
+  b.atom_virial = atom_virial ? onto_atoms(ef.node_virial) : torch::Tensor();
+}
+
+bool DeviceStep::fit_edges(const std::vector<int64_t>& counts) {
+  bool grown = wanted_.edges.size() != counts.size();
+  wanted_.edges.resize(counts.size(), 0);
+  for (std::size_t g = 0; g < counts.size(); ++g) {
+    if (counts[g] > wanted_.edges[g]) {
+      wanted_.edges[g] = grouped_capacity(counts[g]);
+      grown = true;
+    }
+  }
+  return grown;
+}
+
+StepOutput DeviceStep::results(int64_t n, int64_t n_local, bool atom_virial) const {
+  const Buffers& b = *b_;
+  const torch::Tensor p = b.packed.cpu();
+  const int64_t N = b.atoms;
+  StepOutput out;
+  out.forces = p.narrow(0, 0, 3 * n).view({n, 3}).clone();
+  out.atom_energy = p.narrow(0, 3 * N, n_local).clone();
+  out.virial = p.narrow(0, 4 * N, 9).clone();
+  out.shortest = std::sqrt(p[4 * N + 9].item<double>());
+  out.n_edges = static_cast<int64_t>(p.narrow(0, 4 * N + 10, b.nets).sum().item<double>());
+  if (atom_virial) out.atom_virial = b.atom_virial.narrow(0, 0, n).cpu();
+  return out;
+}
+
+StepOutput DeviceStep::evaluate(const double* positions, double scale, const int64_t* species, int64_t n,
+                                int64_t n_local, bool atom_virial) {
+  stage(positions, scale, species, n, n_local);
+  const bool eager = !recorder_ || atom_virial;
+  for (;;) {
+    if (!(wanted_ == capacity_)) {
+      capacity_ = wanted_;
+      resize();
+      recorded_ = false;
+      stage(positions, scale, species, n, n_local);   // the slots of the new capacity
+    }
+    Buffers& b = *b_;
+    if (b.centers == 0) {   // nothing to evaluate
+      StepOutput out;
+      out.forces = torch::zeros({n, 3}, torch::kFloat64);
+      out.atom_energy = torch::zeros({n_local}, torch::kFloat64);
+      out.virial = torch::zeros({9}, torch::kFloat64);
+      if (atom_virial) out.atom_virial = torch::zeros({n, 9}, torch::kFloat64);
+      return out;
+    }
+    b.real.copy_(torch::from_blob(b.host_real.data(), {b.real.numel()}, torch::kFloat64));
+    b.index.copy_(torch::from_blob(b.host_index.data(), {b.index.numel()}, torch::kInt64));
+    if (b.edges == 0 && !recorded_) {
+      // No edge capacity yet (the first step): the counts first, so as not to evaluate the model twice.
+      const torch::Tensor counts = count_edges(b, rule_).totals.cpu();
+      if (fit_edges(std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel())))
+        continue;
+    }
+    if (eager) {
+      run(atom_virial);
+    } else {
+      if (!recorded_) {
+        recorder_->record([&] { run(false); });
+        ++recordings_;
+        recorded_ = true;
+      }
+      recorder_->replay_now();
+    }
+    StepOutput out = results(n, n_local, atom_virial);
+    const torch::Tensor counts = b.packed.narrow(0, 4 * b.atoms + 10, b.nets).cpu().to(torch::kInt64);
+    if (fit_edges(std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel()))) {
+      ++repeats_;   // edges were dropped: the step again at the new capacity
+      continue;
+    }
+    if (out.shortest < rule_.shortest)
+      throw Error("compressed model: a neighbour is closer than its embedding table covers (made for distances >= " +
+                  std::to_string(rule_.shortest) + " A; the shortest edge has " + std::to_string(out.shortest) +
+                  "): recompress with a smaller --min-distance, or use the uncompressed model");
+    return out;
+  }
+}
+
+}  // namespace mlip
