@@ -37,8 +37,10 @@
 # to each float64 run, and in float32 where FLOAT32 runs).
 # DEVICE (cuda, cuda:N or auto: pair_style mlip runs its model there, 'device DEVICE'; the mlip
 # rows are labelled with it; scripts/gpu-check.sh uses it). CUDA_GRAPH (1, with DEVICE: also each
-# se_e2_a run with 'cuda_graph yes', the model call recorded as a CUDA graph, next to it). GRAPH (host;
-# device: every mlip run with 'graph device', the graph built on the model's device; no CUDA graphs).
+# se_e2_a run, float64 and float32, with 'cuda_graph yes', the model call recorded as a CUDA graph, next
+# to it; only: those runs alone; eager: those runs alone with 'cuda_graph eager', the same padded path
+# unrecorded, on any device). GRAPH (host; device: every mlip run with 'graph device', the graph built
+# on the model's device; with CUDA_GRAPH the whole step recorded as one CUDA graph).
 # THREADS (LibTorch threads per rank, OMP_NUM_THREADS; default 1). MD_STEPS ("10k=50 100k=20": MD
 # steps per size instead of the defaults below). SE_E2A (0: no
 # plain se_e2_a float64 rows, for runs of the other rows alone). ROWS_OUT (a file each row is
@@ -251,7 +253,6 @@ GRAPH=${GRAPH:-host}
 if [[ $GRAPH == device ]]; then
   options="$options graph device"
   on="$on, device graph"
-  CUDA_GRAPH=0
 fi
 
 if [[ -n $CHUNKS ]]; then
@@ -286,9 +287,12 @@ for size in $SIZES; do
   for np in $RANKS; do
     graphs=no
     if [[ $CUDA_GRAPH == 1 && -n $DEVICE ]]; then graphs="no yes"; fi
+    if [[ $CUDA_GRAPH == only && -n $DEVICE ]]; then graphs=yes; fi
+    if [[ $CUDA_GRAPH == eager ]]; then graphs=eager; fi
     for graph in $graphs; do
       g=""
       if [[ $graph == yes ]]; then g=", CUDA graph"; fi
+      if [[ $graph == eager ]]; then g=", CUDA graph eager"; fi
       if [[ $SE_E2A == 1 ]]; then
         run "mlip se_e2_a f64$on$g" "$np" in.mlip "data=water-$size.data" model=water64.pt \
           "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
@@ -297,20 +301,20 @@ for size in $SIZES; do
         run "mlip se_e2_a f64 compressed$on$g" "$np" in.mlip "data=water-$size.data" model=water64c.pt \
           "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
       fi
+      if [[ $FLOAT32 == 1 && " $FLOAT32_SIZES " == *" $size "* ]]; then
+        run "mlip se_e2_a f32$on$g" "$np" in.mlip "data=water-$size.data" model=water32.pt \
+          "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
+        if [[ $COMPRESSED == 1 ]]; then
+          run "mlip se_e2_a f32 compressed$on$g" "$np" in.mlip "data=water-$size.data" model=water32c.pt \
+            "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
+        fi
+      fi
     done
     if [[ $KOKKOS == 1 ]]; then
       lmp_extra=(-k on t 1 -sf kk)
       run "mlip/kk se_e2_a f64" "$np" in.mlip "data=water-$size.data" model=water64.pt "options=$options" \
         "steps=${mlip_steps[$size]}"
       lmp_extra=()
-    fi
-    if [[ $FLOAT32 == 1 && " $FLOAT32_SIZES " == *" $size "* ]]; then
-      run "mlip se_e2_a f32$on" "$np" in.mlip "data=water-$size.data" model=water32.pt "options=$options" \
-        "steps=${mlip_steps[$size]}"
-      if [[ $COMPRESSED == 1 ]]; then
-        run "mlip se_e2_a f32 compressed$on" "$np" in.mlip "data=water-$size.data" model=water32c.pt \
-          "options=$options" "steps=${mlip_steps[$size]}"
-      fi
     fi
     if [[ $PAINN == 1 && -n ${painn_steps[$size]:-} ]]; then
       run "mlip painn f64$on" "$np" in.mlip "data=water-$size.data" model=painn64.pt "options=$options" \

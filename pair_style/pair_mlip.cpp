@@ -506,7 +506,9 @@ void PairMLIP::compute(int eflag, int vflag)
 {
   begin_compute(eflag, vflag);
   begin_deviation();
-  if (options.device_graph) {
+  if (impl->step) {
+    compute_device_step();
+  } else if (options.device_graph) {
     compute_device_graph();
   } else if (exchanging()) {
     compute_exchanging();
@@ -818,18 +820,28 @@ void PairMLIP::close_atoms_error(int i, int j, double r)
 void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
 {
   impl->capture.reset();
+  impl->step.reset();
   if (!options.cuda_graph) return;
-  if (!one_call)
+  const bool record = !options.cuda_graph_eager;
+  if (kokkosable || (record && !one_call))
     error->all(FLERR, kokkosable ? "pair_style mlip: cuda_graph yes is for pair_style mlip, not its Kokkos variant"
                                  : "pair_style mlip: cuda_graph yes needs the model on a GPU ('device cuda')");
   if (chunk_given)
     error->all(FLERR, "pair_style mlip: cuda_graph yes records one model call with all local atoms: drop 'chunk'");
   if (exchanging()) error->all(FLERR, "pair_style mlip: cuda_graph yes cannot record the ghost exchange");
-  guarded(error, true, "cuda_graph yes",
-          [&] { impl->capture = std::make_unique<mlip::GraphCapture>(*impl->model, true); });
+  if (options.device_graph) {
+    guarded(error, true, "cuda_graph with graph device",
+            [&] { impl->step = std::make_unique<mlip::DeviceStep>(*impl->model, cutoff, record); });
+  } else {
+    guarded(error, true, "cuda_graph yes",
+            [&] { impl->capture = std::make_unique<mlip::GraphCapture>(*impl->model, record); });
+  }
   if (comm->me == 0)
-    utils::logmesg(lmp, "pair_style mlip: the model call is recorded as a CUDA graph on sizes padded by 10% (and "
-                        "to multiples of 32), recorded anew when the system outgrows them{}\n",
+    utils::logmesg(lmp, "pair_style mlip: {} {} on sizes padded by 10% (and to multiples of 32), {} when the system "
+                        "outgrows them{}\n",
+                   options.device_graph ? "the whole step (cell list, edges, model, forces)" : "the model call",
+                   record ? "is recorded as a CUDA graph" : "runs eagerly ('cuda_graph eager')",
+                   record ? "recorded anew" : "grown",
                    committee_size() == 1 ? "" : "; the committee's other models run without");
 }
 
@@ -856,6 +868,11 @@ void PairMLIP::report_timing()
   if (impl->capture)
     utils::logmesg(lmp, "pair_style mlip timing: CUDA graph recorded {} time(s) on rank 0 so far\n",
                    impl->capture->recordings());
+  if (impl->step)
+    utils::logmesg(lmp, "pair_style mlip timing: the whole step recorded {} time(s) on rank 0 so far, {} step(s) "
+                        "evaluated again after their edges outgrew the capacity; the step's graph and model are "
+                        "counted as model\n",
+                   impl->step->recordings(), impl->step->repeats());
   if (impl->sizer && impl->sizer->seen())
     utils::logmesg(lmp, "pair_style mlip timing: GPU memory of a model call on rank 0: {:.1f} KiB per centre atom, "
                         "{:.0f} bytes per edge (the most seen)\n",

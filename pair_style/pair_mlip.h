@@ -127,6 +127,7 @@ class PairMLIP : public Pair {
   void compute_device_graph();
   void init_device_graph();
   void evaluate_device_chunk(const mlip::DeviceGraphBuilder &cells, int64_t first, int64_t last);
+  void compute_device_step();
   void check_device_distances();
   void check_device_graph_settings();
   bool exchanging() const;

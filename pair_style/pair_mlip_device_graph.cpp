@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <optional>
 
 using namespace LAMMPS_NS;
@@ -47,8 +48,7 @@ double seconds_since(Clock::time_point t0)
 void PairMLIP::init_device_graph()
 {
   if (!options.device_graph) return;
-  const char *why = options.cuda_graph ? "cuda_graph yes"
-                    : exchanging()     ? "the ghost exchange (drop 'exchange yes': the graph carries the halo)"
+  const char *why = exchanging()     ? "the ghost exchange (drop 'exchange yes': the graph carries the halo)"
                     : committee_size() > 1 ? "several models"
                     : kokkosable           ? "mlip/kk"
                                            : nullptr;
@@ -157,6 +157,43 @@ void PairMLIP::evaluate_device_chunk(const mlip::DeviceGraphBuilder &cells, int6
   s.node_atom.assign(node_atom.data_ptr<int64_t>(), node_atom.data_ptr<int64_t>() + node_atom.numel());
   add_outputs(out.atom_energy.data_ptr<double>(), ef, s.node_atom.data(), g.n_centers);
   s.device_graph = mlip::DeviceGraph{};   // its memory free for the next call
+  add_time(FORCES, seconds_since(t0));
+}
+
+// 'graph device cuda_graph yes|eager': the whole step with static shapes, recorded as one CUDA
+// graph (mlip/model/device_step.h); results per atom, one copy back. The timing parts: the step
+// as model, the host's sums into LAMMPS's arrays as forces.
+void PairMLIP::compute_device_step()
+{
+  Impl &s = *impl;
+  auto t0 = Clock::now();
+  const int n = atom->nlocal + atom->nghost;
+  s.atom_species.resize(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; i++) s.atom_species[i] = type_species[atom->type[i]];
+  const bool atom_virial = vflag_atom || cvflag_atom;
+  mlip::StepOutput step;
+  guarded(error, false, "graph device cuda_graph", [&] {
+    step = s.step->evaluate(n > 0 ? atom->x[0] : nullptr, 1.0 / distance_unit, s.atom_species.data(), n, atom->nlocal,
+                            atom_virial);
+  });
+  add_time(MODEL, seconds_since(t0));
+  t0 = Clock::now();
+  if (step.shortest < min_distance) {   // rare: the device graph of the same atoms names them
+    const torch::Tensor x = torch::from_blob(atom->x[0], {n, 3}, torch::kFloat64) * (1.0 / distance_unit);
+    const torch::Tensor species = torch::from_blob(s.atom_species.data(), {n}, torch::kInt64);
+    s.device_graph = mlip::build_device_graph(x, species, atom->nlocal, cutoff, 1);
+    check_device_distances();
+  }
+  mlip::ModelOutput out;
+  out.atom_energy = step.atom_energy;
+  mlip::EdgeForces ef;
+  ef.forces = step.forces;
+  ef.virial = step.virial.view({1, 9});
+  ef.node_virial = step.atom_virial;
+  to_lammps_units(out, ef);
+  s.node_atom.resize(static_cast<std::size_t>(n));
+  std::iota(s.node_atom.begin(), s.node_atom.end(), 0);
+  add_outputs(out.atom_energy.data_ptr<double>(), ef, s.node_atom.data(), atom->nlocal);
   add_time(FORCES, seconds_since(t0));
 }
 

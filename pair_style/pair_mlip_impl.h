@@ -17,6 +17,7 @@
 #include "mlip/graph/chunk_graph.h"
 #include "mlip/error.h"
 #include "mlip/model/device_graph.h"
+#include "mlip/model/device_step.h"
 #include "mlip/model/device_memory.h"
 #include "mlip/model/graph_capture.h"
 #include "mlip/model/kernel_profile.h"
@@ -193,6 +194,8 @@ struct PairMLIP::Impl {
   int gpu_sharing = 1;                // ranks of this node on this rank's GPU (they share its memory)
   // 'graph device': the graph built on the model's device (pair_mlip_device_graph.cpp).
   mlip::DeviceGraph device_graph;
+  // 'graph device cuda_graph yes|eager': the whole step with static shapes (mlip/model/device_step.h).
+  std::unique_ptr<mlip::DeviceStep> step;
   std::vector<int64_t> atom_species;  // (local + ghost atoms) model species, -1 for NULL types
   std::vector<int> node_atom;         // device_graph's node_atom, on the host
   // 'timing kernels': LibTorch's profiler over a run's force calls after its first (rank 0).

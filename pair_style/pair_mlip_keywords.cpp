@@ -74,16 +74,23 @@ const std::vector<Keyword> &keywords()
        "where the model runs: `cuda` the rank's GPU (node-local rank modulo the visible GPUs), `cuda:N` GPU N, "
        "`auto` a GPU when one is visible; not for `mlip/kk`, whose model runs where Kokkos runs",
        false, [](const std::string &v, Options &o) { o.device = v; }},
-      {"cuda_graph", "yes|no", "no",
+      {"cuda_graph", "yes|no|eager", "no",
        "with `device cuda`: record the model call (forward and forces) as a CUDA graph and replay it each step, on a "
-       "graph grouped and padded to static sizes (+10%, multiples of 32; recorded anew when outgrown). se_e2_a "
-       "models (plain or compressed) only; not with `chunk`, the ghost exchange or `mlip/kk`",
-       false, [](const std::string &v, Options &o) { o.cuda_graph = yes_no("cuda_graph", v); }},
+       "graph grouped and padded to static sizes (+10%, multiples of 32; recorded anew when outgrown); with "
+       "`graph device` the whole step (cell list, edges, model, forces) as one. se_e2_a models (plain or compressed) "
+       "only; not with `chunk`, the ghost exchange or `mlip/kk`. `eager`: the same padded path run without "
+       "recording, on any device (to tell a recording's fault from the model's)",
+       false,
+       [](const std::string &v, Options &o) {
+         if (v != "yes" && v != "no" && v != "eager") bad_value("cuda_graph", v, "'yes', 'no' or 'eager'");
+         o.cuda_graph = v != "no";
+         o.cuda_graph_eager = v == "eager";
+       }},
       {"graph", "host|device", "host",
        "where the neighbour graph is built each step: `device` copies the positions to the model's device once and "
        "builds the cell list, the halo and the edge list there, and the forces and virials too (one copy back); calls "
-       "sized by the free memory, or of at most `chunk` atoms; not with `cuda_graph`, the ghost exchange, several "
-       "models or `mlip/kk`",
+       "sized by the free memory, or of at most `chunk` atoms, or with `cuda_graph` the whole step recorded as one "
+       "CUDA graph; not with the ghost exchange, several models or `mlip/kk`",
        false,
        [](const std::string &v, Options &o) {
          if (v != "host" && v != "device") bad_value("graph", v, "'host' or 'device'");

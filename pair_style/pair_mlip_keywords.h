@@ -22,6 +22,7 @@ struct Options {
   bool timing_kernels = false;            // timing kernels: LibTorch's profiler over the run's steps
   std::string device;                     // "" if not given
   bool cuda_graph = false;
+  bool cuda_graph_eager = false;          // cuda_graph eager: the recorded path run without recording
   bool device_graph = false;              // graph device: built where the model runs
   Exchange exchange = Exchange::automatic;
   int out_freq = 0;                       // committees: 100 unless given

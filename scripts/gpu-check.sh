@@ -16,6 +16,8 @@
 #              the peak GPU memory of each run (benchmarks/bench_pair.sh)
 #   md_device_graph  the same with the graph built on the GPU ('graph device'): se_e2_a plain and
 #              compressed, float64 and float32, PaiNN, at 10k and 100k atoms
+#   md_step_graph  se_e2_a's whole step as one CUDA graph ('graph device cuda_graph yes'), the same
+#              four models and sizes
 #   train_gpu  the trainer's GPU test (resume, data on the device, GPU = CPU in float64)
 #   stream     training streamed from a pack against the same frames in memory, on the CPUs (pairs
 #              at once, a core each) and on the GPU
@@ -455,6 +457,16 @@ stage_md_device_graph() {
       FLOAT32_SIZES="10k 100k" PAINN=1 PAINN_CHUNKS=
   fi
 }
+# The whole step recorded as one CUDA graph (mlip/model/device_step.h), against the rows above; on
+# the CPU (dry) the same path unrecorded ('cuda_graph eager').
+stage_md_step_graph() {
+  if [[ $dry == 1 ]]; then
+    bench md_step_graph 240 SIZES=1k MD_STEPS="1k=2" GRAPH=device CUDA_GRAPH=eager COMPRESSED=1
+  else
+    bench md_step_graph 300 SIZES="10k 100k" MD_STEPS="10k=10 100k=4" GRAPH=device CUDA_GRAPH=only COMPRESSED=1 \
+      FLOAT32=1 FLOAT32_SIZES="10k 100k"
+  fi
+}
 stage_md_more() {
   if [[ $dry == 1 ]]; then
     bench md_more 240 SIZES=1k MD_STEPS="1k=2" SE_E2A=0 COMPRESSED=1 PAINN=1 PAINN_CHUNKS= MACE=1
@@ -497,6 +509,8 @@ stage_profile() {
       --set data.validation_fraction=0.9 || rc=$?
   else
     bench_profile profile 150 SIZES=100k MD_STEPS="100k=4" GRAPH=device COMPRESSED=1 FLOAT32=1 FLOAT32_SIZES=100k || rc=$?
+    bench_profile profile_step 90 SIZES=100k MD_STEPS="100k=4" GRAPH=device CUDA_GRAPH=only SE_E2A=0 COMPRESSED=1 \
+      FLOAT32=1 FLOAT32_SIZES=100k || rc=$?
     bench_profile profile_mp 120 SIZES=10k MD_STEPS="10k=5" SE_E2A=0 PAINN=1 PAINN_CHUNKS= MACE=1 || rc=$?
     train_profile profile-train-b1 "$repo/examples/configs/water-se_e2_a.yaml" 10 --set data.batch.frames=1 || rc=$?
     train_profile profile-train-b16 "$repo/examples/configs/water-se_e2_a.yaml" 10 --set data.batch.frames=16 || rc=$?
@@ -714,6 +728,7 @@ main() {
   stage train 40 stage_train
   stage md 60 stage_md
   stage md_device_graph 60 stage_md_device_graph
+  stage md_step_graph 60 stage_md_step_graph
   stage profile 90 stage_profile
   stage train_gpu 40 stage_train_gpu
   stage stream 150 stage_stream

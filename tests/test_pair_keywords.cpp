@@ -89,7 +89,7 @@ TEST(PairKeywords, SynopsisListsEveryKeyword)
 {
   EXPECT_EQ(mlip_pair::synopsis(),
             "pair_style mlip MODEL [MODEL2 ...] [chunk N] [head NAME] [timing yes|no|kernels] [device cpu|cuda|cuda:N|auto] "
-            "[cuda_graph yes|no] [graph host|device] [exchange yes|no] [out_freq N] [out_file FILE] [relative EPS]");
+            "[cuda_graph yes|no|eager] [graph host|device] [exchange yes|no] [out_freq N] [out_file FILE] [relative EPS]");
 }
 
 // docs/pair_style.md shows the synopsis and the table between markers, exactly as the table

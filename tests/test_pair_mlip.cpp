@@ -1183,6 +1183,37 @@ TEST(PairMLIP, DeviceGraphEqualsTheHostGraph) {
   EXPECT_EQ(molecular_error("special_bonds lj 1 1 1\n"), "no error");
 }
 
+// 'cuda_graph eager': the padded paths a CUDA graph records, run without recording (here on the
+// CPU): with 'graph device' the whole step (mlip/model/device_step.h: cells, edges grouped by net,
+// model, forces onto the atoms), else the model call on the grouped graph; both equal the host
+// graph's step, over a few steps of MD with per-atom energies and virials. PaiNN has no grouped
+// forward: an error that says so.
+TEST(PairMLIP, CudaGraphEagerEqualsTheHostGraph) {
+  for (const std::string keywords : {" graph device cuda_graph eager", " cuda_graph eager"}) {
+    for (const auto& [model, setup, coeff] :
+         {std::tuple{model_path("se_e2_a"), water_setup(80, 60), "* * O H H"},
+          std::tuple{model_path("se_e2_a_md_compressed"), ta_setup, "* * O"},
+          std::tuple{model_path("se_e2_a"), water_setup(40, 54, 0.3), "* * O H H"}}) {
+      const Snapshot host = snapshot(false, setup, "pair_style mlip " + model + "\npair_coeff " + coeff, 3);
+      const Snapshot eager = snapshot(false, setup, "pair_style mlip " + model + keywords + "\npair_coeff " + coeff, 3);
+      SCOPED_TRACE(model + keywords);
+      ASSERT_FALSE(host.f.empty());
+      ASSERT_EQ(eager.f.size(), host.f.size());
+      EXPECT_NEAR(eager.pe, host.pe, 1e-10 * std::abs(host.pe));
+      expect_same(eager.pressure, host.pressure, 1e-10, "pressure");
+      expect_same(eager.f, host.f, 1e-10, "forces");
+      expect_same(eager.pe_atom, host.pe_atom, 1e-10, "pe/atom");
+      expect_same(eager.stress, host.stress, 1e-10, "stress/atom");
+      expect_same(eager.cstress, host.cstress, 1e-10, "centroid/stress/atom");
+      expect_same(eager.x, host.x, 1e-10, "positions after the run");
+    }
+  }
+  const std::string painn = error_of("pair_style mlip " + model_path("painn") + " graph device cuda_graph eager", "* * O H H");
+  EXPECT_NE(painn.find("has no forward_grouped()"), std::string::npos) << painn;
+  const std::string value = error_of("pair_style mlip " + model_path("se_e2_a") + " cuda_graph maybe", "* * O H H");
+  EXPECT_NE(value.find("keyword 'cuda_graph' must be 'yes', 'no' or 'eager', not 'maybe'"), std::string::npos) << value;
+}
+
 class PairMLIPGpu : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -1254,12 +1285,18 @@ TEST_F(PairMLIPGpu, TrajectoryMatchesCpu) {
 // water has closer pairs), with empty subdomains, and over 50 steps of MD (replays with new
 // positions and neighbour lists, and recordings anew where a group outgrows its capacity). A
 // message-passing model cannot be recorded: errors that say why (its ghost exchange; without
-// it, no forward_grouped()).
+// it, no forward_grouped()). With 'graph device' the whole step is recorded, on the same cases.
 TEST_F(PairMLIPGpu, CudaGraphMatchesCpu) {
   expect_gpu_matches(water_setup(80, 52), model_path("se_e2_a"), "* * O H H", 0, 1e-8, " cuda_graph yes");
   expect_gpu_matches(ta_setup, model_path("se_e2_a_md_compressed"), "* * O", 20, 1e-8, " cuda_graph yes");
   expect_gpu_matches(water_setup(40, 54, 0.3), model_path("se_e2_a"), "* * O H H", 0, 1e-8, " cuda_graph yes");
   expect_gpu_matches(ta_setup, model_path("se_e2_a_ta"), "* * Ta", 50, 1e-8, " cuda_graph yes");
+  // The whole step as one graph (mlip/model/device_step.h).
+  expect_gpu_matches(water_setup(150, 61) + "replicate 2 2 2\n", model_path("se_e2_a"), "* * O H H", 3, 1e-8,
+                     " graph device cuda_graph yes");
+  expect_gpu_matches(ta_setup, model_path("se_e2_a_md_compressed"), "* * O", 20, 1e-8, " graph device cuda_graph yes");
+  expect_gpu_matches(water_setup(40, 54, 0.3), model_path("se_e2_a"), "* * O H H", 0, 1e-8, " graph device cuda_graph yes");
+  expect_gpu_matches(ta_setup, model_path("se_e2_a_ta"), "* * Ta", 50, 1e-8, " graph device cuda_graph yes");
   const std::string painn = "pair_style mlip " + model_path("painn") + " device cuda cuda_graph yes";
   const std::string x = error_of(painn, "* * O H H");
   EXPECT_NE(x.find("cuda_graph yes cannot record the ghost exchange"), std::string::npos) << x;
