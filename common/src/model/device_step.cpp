@@ -26,8 +26,9 @@ std::vector<int64_t> offsets(const std::vector<int64_t>& sizes) {
 }  // namespace
 
 // The step's inputs on the host and the device (fixed while the capacity is), the grid over them,
-// and what the last run left: the packed results
-//   [forces (atoms, 3) | energies (atoms) | virial (9) | shortest edge squared | edges per net].
+// and the recording's outputs: the packed results
+//   [forces (atoms, 3) | energies (atoms) | virial (9) | shortest edge squared | edges per net]
+// (an eager step's are its own: a recording's outputs are kept for its replays).
 struct DeviceStep::Buffers {
   std::vector<double> host_real;     // positions (atoms, 3), then the grid's frame (6)
   std::vector<int64_t> host_index;   // species (atoms), slot (atoms): each atom's centre node or -1,
@@ -37,7 +38,7 @@ struct DeviceStep::Buffers {
   torch::Tensor head_species;        // (centres): the species of each centre node, padding too
   torch::Tensor net_first;           // (nets + 1): where each net's edges start
   CellGrid<double> grid{};
-  torch::Tensor packed, atom_virial;
+  std::pair<torch::Tensor, torch::Tensor> recorded;
   int64_t atoms = 0, centers = 0, nets = 0, edges = 0;
 };
 
@@ -134,7 +135,7 @@ void DeviceStep::resize() {
   g.frame = b.frame.data_ptr<double>();
   std::copy(capacity_.cells.begin(), capacity_.cells.end(), g.dims);
   g.cut2 = cutoff_ * cutoff_;
-  b.packed = b.atom_virial = torch::Tensor();
+  b.recorded = {};
 }
 
 namespace {
@@ -172,7 +173,7 @@ EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
 }  // namespace
 
 // The device's part (what a CUDA graph records): cells, edges, the model, forces onto the atoms.
-void DeviceStep::run(bool atom_virial) {
+std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
   Buffers& b = *b_;
   const torch::Device device = model_->device();
   const EdgeCounts counts = count_edges(b, rule_);
@@ -210,9 +211,9 @@ void DeviceStep::run(bool atom_virial) {
                                    .narrow(0, 0, b.atoms);
   const torch::Tensor shortest2 = b.edges > 0 ? vectors.square().sum(1).amin().view({1})
                                               : torch::full({1}, INFINITY, vectors.options());
-  b.packed = torch::cat({onto_atoms(ef.forces).flatten(), energy.flatten(), ef.virial.flatten(), shortest2,
-                         counts.totals.to(torch::kFloat64)});
-  b.atom_virial = atom_virial ? onto_atoms(ef.node_virial) : torch::Tensor();
+  return {torch::cat({onto_atoms(ef.forces).flatten(), energy.flatten(), ef.virial.flatten(), shortest2,
+                     counts.totals.to(torch::kFloat64)}),
+          atom_virial ? onto_atoms(ef.node_virial) : torch::Tensor()};
 }
 
 bool DeviceStep::fit_edges(const std::vector<int64_t>& counts) {
@@ -227,9 +228,9 @@ bool DeviceStep::fit_edges(const std::vector<int64_t>& counts) {
   return grown;
 }
 
-StepOutput DeviceStep::results(int64_t n, int64_t n_local, bool atom_virial) const {
+StepOutput DeviceStep::results(const std::pair<torch::Tensor, torch::Tensor>& run, int64_t n, int64_t n_local) const {
   const Buffers& b = *b_;
-  const torch::Tensor p = b.packed.cpu();
+  const torch::Tensor p = run.first.cpu();
   const int64_t N = b.atoms;
   StepOutput out;
   out.forces = p.narrow(0, 0, 3 * n).view({n, 3}).clone();
@@ -237,7 +238,8 @@ StepOutput DeviceStep::results(int64_t n, int64_t n_local, bool atom_virial) con
   out.virial = p.narrow(0, 4 * N, 9).clone();
   out.shortest = std::sqrt(p[4 * N + 9].item<double>());
   out.n_edges = static_cast<int64_t>(p.narrow(0, 4 * N + 10, b.nets).sum().item<double>());
-  if (atom_virial) out.atom_virial = b.atom_virial.narrow(0, 0, n).cpu();
+  out.counts.assign(p.data_ptr<double>() + 4 * N + 10, p.data_ptr<double>() + 4 * N + 10 + b.nets);
+  if (run.second.defined()) out.atom_virial = run.second.narrow(0, 0, n).cpu();
   return out;
 }
 
@@ -269,19 +271,20 @@ StepOutput DeviceStep::evaluate(const double* positions, double scale, const int
       if (fit_edges(std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel())))
         continue;
     }
+    std::pair<torch::Tensor, torch::Tensor> done;
     if (eager) {
-      run(atom_virial);
+      done = run(atom_virial);
     } else {
       if (!recorded_) {
-        recorder_->record([&] { run(false); });
+        recorder_->record([&] { b.recorded = run(false); });
         ++recordings_;
         recorded_ = true;
       }
       recorder_->replay_now();
+      done = b.recorded;
     }
-    StepOutput out = results(n, n_local, atom_virial);
-    const torch::Tensor counts = b.packed.narrow(0, 4 * b.atoms + 10, b.nets).cpu().to(torch::kInt64);
-    if (fit_edges(std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel()))) {
+    StepOutput out = results(done, n, n_local);
+    if (fit_edges(out.counts)) {
       ++repeats_;   // edges were dropped: the step again at the new capacity
       continue;
     }

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <torch/types.h>
@@ -48,6 +49,7 @@ struct StepOutput {
   torch::Tensor atom_virial;   // (n, 9) each edge's -r (x) g on its neighbour atom; undefined unless asked
   double shortest = std::numeric_limits<double>::infinity();   // the shortest edge (Å); NaN: a position not finite
   int64_t n_edges = 0;
+  std::vector<int64_t> counts;   // edges per embedding net
 };
 
 /// The capacities a step is evaluated (and recorded) at.
@@ -87,8 +89,9 @@ class DeviceStep {
  private:
   void stage(const double* positions, double scale, const int64_t* species, int64_t n, int64_t n_local);
   void resize();
-  void run(bool atom_virial);
-  StepOutput results(int64_t n, int64_t n_local, bool atom_virial) const;
+  /// The device's part; returns the packed results (device_step.cpp) and the per-atom virials.
+  std::pair<torch::Tensor, torch::Tensor> run(bool atom_virial);
+  StepOutput results(const std::pair<torch::Tensor, torch::Tensor>& run, int64_t n, int64_t n_local) const;
   bool fit_edges(const std::vector<int64_t>& counts);
 
   const Model* model_;
