@@ -14,7 +14,9 @@
 # lr = lr0 * (B / 2)^p with p = 0, 1/2, 1, the final rate alike, and the EMA decay per step
 # 0.99^(B / 2) (the same window in frames seen); B = 2 is the same under every rule and runs once.
 # Each run one process with 2 threads (the same for every batch; frames/s here are CPU figures).
-# REPEATS (1): each repeat with training.seed = repeat (the model's initial weights stay the same).
+# REPEATS (1): each repeat with training.seed = repeat (the model's initial weights stay the same);
+# REPEAT_FROM (1): the first repeat run (REPEAT_FROM=2 REPEATS=2: the second alone, to add to a run
+# that stopped after its first).
 # Results: benchmarks/results/batch_lr/<date>-<commit>/ (lib.sh): rows.tsv, logs/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -23,6 +25,7 @@ EPOCHS=${EPOCHS:-20}
 BATCHES=${BATCHES:-2 16 64}
 RULES=${RULES:-none sqrt linear}
 REPEATS=${REPEATS:-1}
+REPEAT_FROM=${REPEAT_FROM:-1}
 data=$src/data/water-deepmd
 cd "$work"
 
@@ -32,7 +35,7 @@ factor() {
 }
 
 row rule batch repeat lr ema_decay steps wall_s frames_per_s energy_rmse_mev_atom force_rmse_mev_a
-for rep in $(seq "$REPEATS"); do
+for rep in $(seq "$REPEAT_FROM" "$REPEATS"); do
   for b in $BATCHES; do
     for rule in $RULES; do
       [[ $b == 2 && $rule != none ]] && continue   # every rule is the identity at the example's batch
