@@ -831,7 +831,7 @@ void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
   if (exchanging()) error->all(FLERR, "pair_style mlip: cuda_graph yes cannot record the ghost exchange");
   if (options.device_graph) {
     guarded(error, true, "cuda_graph with graph device",
-            [&] { impl->step = std::make_unique<mlip::DeviceStep>(*impl->model, cutoff, record); });
+            [&] { impl->step = std::make_unique<mlip::DeviceStep>(*impl->model, cutoff, record, min_distance); });
   } else {
     guarded(error, true, "cuda_graph yes",
             [&] { impl->capture = std::make_unique<mlip::GraphCapture>(*impl->model, record); });

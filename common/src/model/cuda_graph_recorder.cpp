@@ -137,4 +137,13 @@ int mlip_cuda_graph_replay(void* handle) {
   });
 }
 
+// Drops the recording, so that its memory can go before another is made.
+int mlip_cuda_graph_drop(void* handle) {
+  return guarded([&] {
+    auto& r = *static_cast<Recorder*>(handle);
+    c10::cuda::CUDAGuard device(r.device);
+    r.graph.reset();
+  });
+}
+
 }  // extern "C"

@@ -16,7 +16,8 @@ namespace mlip::detail {
 struct CudaGraphRecorder {
   using Fn = int (*)(void*);
   const char* (*error)() = nullptr;
-  Fn warmup_begin = nullptr, warmup_end = nullptr, capture_begin = nullptr, capture_end = nullptr, replay = nullptr;
+  Fn warmup_begin = nullptr, warmup_end = nullptr, capture_begin = nullptr, capture_end = nullptr, replay = nullptr,
+     drop_graph = nullptr;
   void (*destroy)(void*) = nullptr;
   void* handle = nullptr;
 
@@ -40,6 +41,7 @@ struct CudaGraphRecorder {
     capture_begin = reinterpret_cast<Fn>(sym("mlip_cuda_graph_capture_begin"));
     capture_end = reinterpret_cast<Fn>(sym("mlip_cuda_graph_capture_end"));
     replay = reinterpret_cast<Fn>(sym("mlip_cuda_graph_replay"));
+    drop_graph = reinterpret_cast<Fn>(sym("mlip_cuda_graph_drop"));
     destroy = reinterpret_cast<void (*)(void*)>(sym("mlip_cuda_graph_delete"));
     auto create = reinterpret_cast<int (*)(int, void**)>(sym("mlip_cuda_graph_new"));
     check(create(device, &handle), "creating a recorder");
@@ -74,6 +76,8 @@ struct CudaGraphRecorder {
     check(capture_end(handle), "ending a recording");
   }
   void replay_now() { check(replay(handle), "replay"); }
+  /// Drops the recording (its memory goes back when the outputs that still hold it are gone).
+  void drop() { check(drop_graph(handle), "dropping a recording"); }
 };
 
 }  // namespace mlip::detail

@@ -10,6 +10,7 @@
 #include "cell_grid.h"
 #include "cuda_graph_recorder.h"
 #include "mlip/error.h"
+#include "mlip/ops/operators.h"
 
 namespace mlip {
 
@@ -42,8 +43,12 @@ struct DeviceStep::Buffers {
   int64_t atoms = 0, centers = 0, nets = 0, edges = 0;
 };
 
-DeviceStep::DeviceStep(const Model& model, double cutoff, bool record)
-    : model_(&model), rule_(GroupingRule::of(model)), cutoff_(cutoff), b_(std::make_unique<Buffers>()) {
+DeviceStep::DeviceStep(const Model& model, double cutoff, bool record, double min_distance)
+    : model_(&model), rule_(GroupingRule::of(model)), cutoff_(cutoff), min_distance_(min_distance),
+      b_(std::make_unique<Buffers>()) {
+  if (model.device().is_cuda())
+    if (const std::string why = device_kernels_unavailable(); !why.empty())
+      throw Error("the step on the GPU needs mlip's CUDA kernels (libmlip_cuda_ops.so): " + why);
   if (!record) return;
   if (!model.device().is_cuda()) throw Error("CUDA graphs need the model on a GPU (it is on " + model.device().str() + ")");
   recorder_ = std::make_unique<detail::CudaGraphRecorder>(model.device().index());
@@ -77,11 +82,12 @@ void DeviceStep::stage(const double* positions, double scale, const int64_t* spe
   wanted_.centers.resize(static_cast<std::size_t>(ns), 0);
   for (std::size_t t = 0; t < centers.size(); ++t)
     if (centers[t] > wanted_.centers[t]) wanted_.centers[t] = grouped_capacity(centers[t]);
-  // The grid: kept while its cells are no narrower than the cutoff would allow and no more than
-  // about 25% wider; chosen anew 10% wide of the cutoff, so that small changes of the box keep it.
+  // The grid: kept while its cells are no more than about 25% wider than the cutoff would allow
+  // (a box that shrank keeps it too: its cells are then a cutoff wide, grid_frame, and the grid
+  // reaches past the atoms); chosen anew 10% wider than the cutoff, so that small changes keep it.
   const std::array<int64_t, 3> fit = detail::grid_dims(lo, hi, cutoff_, wanted_.atoms);
   bool keep = wanted_.cells.size() == 3;
-  for (int d = 0; d < 3 && keep; ++d) keep = wanted_.cells[d] <= fit[d] && wanted_.cells[d] >= (fit[d] * 4) / 5;
+  for (int d = 0; d < 3 && keep; ++d) keep = wanted_.cells[d] >= (fit[d] * 4) / 5;
   if (!keep) {
     const std::array<int64_t, 3> dims = detail::grid_dims(lo, hi, 1.1 * cutoff_, wanted_.atoms);
     wanted_.cells.assign(dims.begin(), dims.end());
@@ -111,6 +117,8 @@ void DeviceStep::stage(const double* positions, double scale, const int64_t* spe
 // The device buffers of capacity_ (the recording's inputs and constants).
 void DeviceStep::resize() {
   Buffers& b = *b_;
+  b.recorded = {};
+  if (recorder_) recorder_->drop();   // the old recording's memory free before the new buffers
   const torch::Device device = model_->device();
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
   b.atoms = capacity_.atoms;
@@ -174,6 +182,11 @@ EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
 
 // The device's part (what a CUDA graph records): cells, edges, the model, forces onto the atoms.
 std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
+  // The operators' device reads (index bounds, the compressed tables' range) off, recorded or not,
+  // so that eager steps run the operators a recording runs: the indices are made in range here,
+  // positions were checked finite on the host, and the shortest edge comes back with the results
+  // (checked against the tables in evaluate(); beyond a table the kernels clamp to its last bin).
+  const DeviceValueChecksPaused paused;
   Buffers& b = *b_;
   const torch::Device device = model_->device();
   const EdgeCounts counts = count_edges(b, rule_);
@@ -265,8 +278,9 @@ StepOutput DeviceStep::evaluate(const double* positions, double scale, const int
     }
     b.real.copy_(torch::from_blob(b.host_real.data(), {b.real.numel()}, torch::kFloat64));
     b.index.copy_(torch::from_blob(b.host_index.data(), {b.index.numel()}, torch::kInt64));
-    if (b.edges == 0 && !recorded_) {
-      // No edge capacity yet (the first step): the counts first, so as not to evaluate the model twice.
+    if (!recorded_ && (!eager || b.edges == 0)) {
+      // Before a recording (and an eager step's first): the counts first, so that the model is not
+      // evaluated, nor the step recorded, twice. Eager steps otherwise find an overflow afterwards.
       const torch::Tensor counts = count_edges(b, rule_).totals.cpu();
       if (fit_edges(std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel())))
         continue;
@@ -288,7 +302,7 @@ StepOutput DeviceStep::evaluate(const double* positions, double scale, const int
       ++repeats_;   // edges were dropped: the step again at the new capacity
       continue;
     }
-    if (out.shortest < rule_.shortest)
+    if (out.shortest < rule_.shortest && out.shortest >= min_distance_)
       throw Error("compressed model: a neighbour is closer than its embedding table covers (made for distances >= " +
                   std::to_string(rule_.shortest) + " A; the shortest edge has " + std::to_string(out.shortest) +
                   "): recompress with a smaller --min-distance, or use the uncompressed model");

@@ -37,10 +37,11 @@ void GraphCapture::copy_inputs() {
 // Inputs of the new shapes (copies on the GPU, which later steps overwrite), then the recording
 // (cuda_graph_recorder.h); the replay that follows computes this step.
 void GraphCapture::record() {
+  output_ = ModelOutput{};
+  recorder_->drop();   // the old recording's memory free before the new inputs
   input_ = detail::model_input(*model_, grouped_.view());
   input_.center_groups = capacity_.centers;
   input_.edge_groups = capacity_.edges;
-  output_ = ModelOutput{};
   recorder_->record([&] { output_ = model_->evaluate(input_, true); });
   ++recordings_;
   recorded_ = true;   // only now: a failed recording is tried again at the next call

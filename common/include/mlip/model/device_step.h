@@ -19,9 +19,11 @@
 // energies are dropped), then one node for every atom, C + a for atom a, which is each edge's
 // neighbour (node), whether it is a local or a ghost atom. Padding edges are grouped_graph.h's.
 //
-// With `record` false, the same step runs eagerly on any device (one count read back before the
-// edges are listed): the code path the CPU tests check. A step that asks for per-atom virials runs
-// eagerly too (on LAMMPS's dump steps), so that the recording need not change.
+// Before each recording the edges are counted first (one read back), so that the recording fits
+// them. With `record` false, the same step runs eagerly on any device (counted first only at the
+// first step; later an overflow is found afterwards): the code path the CPU tests check. A step
+// that asks for per-atom virials runs eagerly too (on LAMMPS's dump steps), so that the recording
+// need not change: its memory comes on top of the recording's.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +49,7 @@ struct StepOutput {
   torch::Tensor forces;        // (n, 3): on local and ghost atoms (LAMMPS sums the ghosts' onto their owners)
   torch::Tensor virial;        // (9) row-major W_ab = -sum over edges r_a g_b
   torch::Tensor atom_virial;   // (n, 9) each edge's -r (x) g on its neighbour atom; undefined unless asked
-  double shortest = std::numeric_limits<double>::infinity();   // the shortest edge (Å); NaN: a position not finite
+  double shortest = std::numeric_limits<double>::infinity();   // the shortest edge (Å)
   int64_t n_edges = 0;
   std::vector<int64_t> counts;   // edges per embedding net
 };
@@ -65,16 +67,19 @@ struct StepCapacity {
 class DeviceStep {
  public:
   /// Throws mlip::Error naming the reason when the model has no forward_grouped() (message-passing
-  /// models), or, with `record`, when the model is not on a GPU or libmlip_cuda_graph.so cannot be
-  /// loaded (mlip/model/graph_capture.h).
-  DeviceStep(const Model& model, double cutoff, bool record);
+  /// models), when it is on a GPU and libmlip_cuda_ops.so cannot be loaded, or, with `record`, when
+  /// the model is not on a GPU or libmlip_cuda_graph.so cannot be loaded (mlip/model/graph_capture.h).
+  /// Edges shorter than `min_distance` (Å) are the caller's to report (StepOutput::shortest): the
+  /// compressed tables' range is not checked below it.
+  DeviceStep(const Model& model, double cutoff, bool record, double min_distance = 0.0);
   ~DeviceStep();
   DeviceStep(const DeviceStep&) = delete;
   DeviceStep& operator=(const DeviceStep&) = delete;
 
   /// The step of n atoms: `positions` (n, 3) row-major in host memory, times `scale` for Å;
   /// `species` (n) the model's species index of each atom, -1 for atoms the model skips; the
-  /// atoms [0, n_local) are the centres. Throws mlip::Error for a species outside the model's.
+  /// atoms [0, n_local) are the centres. Throws mlip::Error for a species outside the model's, a
+  /// position not finite, or, for a compressed model, an edge shorter than its tables reach.
   StepOutput evaluate(const double* positions, double scale, const int64_t* species, int64_t n, int64_t n_local,
                       bool atom_virial);
 
@@ -96,7 +101,7 @@ class DeviceStep {
 
   const Model* model_;
   GroupingRule rule_;
-  double cutoff_;
+  double cutoff_, min_distance_;
   StepCapacity capacity_, wanted_;
   std::unique_ptr<Buffers> b_;
   std::unique_ptr<detail::CudaGraphRecorder> recorder_;   // null: eager

@@ -2,6 +2,7 @@
 // current stream of the device, so they order with the model's other operations and with CUDA
 // graph recording.
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
 
@@ -28,6 +29,7 @@ __attribute__((visibility("default"))) const char* mlip_cuda_error() { return la
 __attribute__((visibility("default"))) int mlip_cuda_launch(int id, int f64, const void* functor, int64_t count,
                                                             int device) {
   try {
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));   // the rank's GPU, not the current one
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
     const cudaError_t rc = mlip::kernels::launch_on_stream(id, f64, functor, count, stream);
     if (rc == cudaSuccess) return 0;
