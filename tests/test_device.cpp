@@ -680,40 +680,53 @@ TEST(DeviceStep, BadInputAndEmptySteps) {
 }
 
 // The recorded step (one CUDA graph: cells, edges, model, forces) on the GPU against the eager step
-// on the CPU, float64: moved atoms replay the recording; more atoms and a denser box record anew.
+// on the CPU, float64, plain and compressed se_e2_a (its atoms spread to stay within the tables), with
+// the operators' device kernels (the step's choice on a GPU) and their ATen formulations: moved atoms
+// replay the recording; more atoms and a denser box record anew.
 TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
   if (const std::string why = mlip::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const mlip::testing::TempDir dir("mlip_test_device_step_gpu");
-  const std::string path = (dir.path / "model.pt").string();
-  mlip::testing::write_test_model("se_e2_a", path);
-  const mlip::Model cpu = mlip::Model::load(path);
-  const mlip::Model gpu = mlip::Model::load(path, mlip::choose_device("cuda", 0, "test"));
-  mlip::DeviceStep eager(cpu, cpu.info().cutoff, false), recorded(gpu, gpu.info().cutoff, true);
-  Atoms dense = random_atoms(3000, 30.0, 9);
-  for (double& v : dense.x) v *= 0.9;
-  const std::vector<std::pair<const char*, Atoms>> steps = {
-      {"first", random_atoms(3000, 30.0, 9)}, {"again", random_atoms(3000, 30.0, 9)}, {"more atoms", random_atoms(4000, 33.0, 10)},
-      {"denser", dense}};
-  std::vector<int64_t> recordings;
-  for (const auto& [what, a] : steps) {
-    const int64_t n = static_cast<int64_t>(a.species.size()), n_local = n * 2 / 3;
-    const mlip::StepOutput c = eager.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, false);
-    const mlip::StepOutput g = recorded.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, false);
-    const double de = relative(g.atom_energy, c.atom_energy), df = relative(g.forces, c.forces),
-                 dv = relative(g.virial, c.virial);
-    std::printf("device step (%s): %lld atoms, %lld edges, recorded %lld time(s), %lld repeat(s); relative difference "
-                "GPU vs CPU: energies %.3g, forces %.3g, virial %.3g\n",
-                what, static_cast<long long>(n), static_cast<long long>(g.n_edges),
-                static_cast<long long>(recorded.recordings()), static_cast<long long>(recorded.repeats()), de, df, dv);
-    EXPECT_EQ(g.n_edges, c.n_edges) << what;
-    EXPECT_LE(de, 1e-10) << what;
-    EXPECT_LE(df, 1e-10) << what;
-    EXPECT_LE(dv, 1e-10) << what;
-    recordings.push_back(recorded.recordings());
+  for (const auto& [name, spread] : {std::pair{"se_e2_a", 1.0}, std::pair{"se_e2_a_md_compressed", 1.7}}) {
+    const std::string path = (dir.path / (std::string(name) + ".pt")).string();
+    mlip::testing::write_test_model(name, path);
+    const mlip::Model cpu = mlip::Model::load(path);
+    const mlip::Model gpu = mlip::Model::load(path, mlip::choose_device("cuda", 0, "test"));
+    const auto atoms = [s = spread](int n, double side, unsigned seed, double squeeze) {
+      Atoms a = random_atoms(n, side, seed);
+      for (double& v : a.x) v *= s * squeeze;
+      return a;
+    };
+    const std::vector<std::pair<const char*, Atoms>> steps = {{"first", atoms(3000, 30.0, 9, 1.0)},
+                                                              {"again", atoms(3000, 30.0, 9, 1.0)},
+                                                              {"more atoms", atoms(4000, 33.0, 10, 1.0)},
+                                                              {"denser", atoms(3000, 30.0, 9, 0.9)}};
+    mlip::DeviceStep eager(cpu, cpu.info().cutoff, false);
+    for (const mlip::KernelChoice choice : {mlip::KernelChoice::usual, mlip::KernelChoice::aten}) {
+      const mlip::KernelChoiceScope kernels(choice);
+      const std::string what = std::string(name) + (choice == mlip::KernelChoice::usual ? ", device kernels" : ", aten");
+      mlip::DeviceStep recorded(gpu, gpu.info().cutoff, true);
+      std::vector<int64_t> recordings;
+      for (const auto& [step, a] : steps) {
+        const int64_t n = static_cast<int64_t>(a.species.size()), n_local = n * 2 / 3;
+        const mlip::StepOutput c = eager.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, false);
+        const mlip::StepOutput g = recorded.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, false);
+        const double de = relative(g.atom_energy, c.atom_energy), df = relative(g.forces, c.forces),
+                     dv = relative(g.virial, c.virial);
+        std::printf("device step (%s, %s): %lld atoms, %lld edges, recorded %lld time(s), %lld repeat(s); relative "
+                    "difference GPU vs CPU: energies %.3g, forces %.3g, virial %.3g\n",
+                    what.c_str(), step, static_cast<long long>(n), static_cast<long long>(g.n_edges),
+                    static_cast<long long>(recorded.recordings()), static_cast<long long>(recorded.repeats()), de, df, dv);
+        EXPECT_EQ(g.n_edges, c.n_edges) << what << ", " << step;
+        EXPECT_LE(de, 1e-10) << what << ", " << step;
+        EXPECT_LE(df, 1e-10) << what << ", " << step;
+        EXPECT_LE(dv, 1e-10) << what << ", " << step;
+        recordings.push_back(recorded.recordings());
+      }
+      EXPECT_EQ(recordings[0], 1) << what;
+      EXPECT_EQ(recordings[1], 1) << what << ": the same atoms were recorded anew";
+      EXPECT_GT(recordings[3], recordings[1]) << what;
+    }
   }
-  EXPECT_EQ(recordings[0], 1);
-  EXPECT_EQ(recordings[1], 1) << "the same atoms were recorded anew";
-  EXPECT_GT(recordings[3], recordings[1]);
 }
 
 TEST(DeviceGraphGpu, TheGpuBuildsTheCpusGraph) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "../ops/device_launch.h"
@@ -187,6 +188,11 @@ std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
   // positions were checked finite on the host, and the shortest edge comes back with the results
   // (checked against the tables in evaluate(); beyond a table the kernels clamp to its last bin).
   const DeviceValueChecksPaused paused;
+  // On a GPU the operators' device kernels (compressed se_e2_a's fused tables: no (edges, M)
+  // tensors), recorded too, unless MLIP_KERNELS chose a path: where the checks are paused the
+  // usual choice would take the ATen formulations (GraphCapture records those).
+  std::optional<KernelChoiceScope> kernels;
+  if (model_->device().is_cuda() && kernel_choice() == KernelChoice::usual) kernels.emplace(KernelChoice::device_kernels);
   Buffers& b = *b_;
   const torch::Device device = model_->device();
   const EdgeCounts counts = count_edges(b, rule_);

@@ -92,8 +92,9 @@ KernelPath kernel_path(const torch::Device& device) {
   }
   if (device.is_cpu()) return KernelPath::cpu_kernels;
   // While a CUDA graph is recorded (the device value checks are paused then): the ATen
-  // formulations, which the GPU check has recorded and replayed; the device kernels' tables sort
-  // the edges (argsort), not yet recorded on a GPU.
+  // formulations, which the GPU check has recorded and replayed (GraphCapture); the device
+  // kernels' tables sort the edges (argsort), not yet recorded on a GPU. DeviceStep asks for the
+  // device kernels explicitly (its own cell list sorts too).
   if (!device_value_checks_on()) return KernelPath::aten;
   if (cuda_library().launch) return KernelPath::device_kernels;
   static const bool said = [] {
