@@ -32,8 +32,8 @@ std::vector<int64_t> offsets(const std::vector<int64_t>& sizes) {
 //   [forces (atoms, 3) | energies (atoms) | virial (9) | shortest edge squared | edges per net]
 // (an eager step's are its own: a recording's outputs are kept for its replays).
 struct DeviceStep::Buffers {
-  std::vector<double> host_real;     // positions (atoms, 3), then the grid's frame (6)
-  std::vector<int64_t> host_index;   // species (atoms), slot (atoms): each atom's centre node or -1,
+  torch::Tensor host_real;           // positions (atoms, 3), then the grid's frame (6)
+  torch::Tensor host_index;          // species (atoms), slot (atoms): each atom's centre node or -1,
                                      // centre_atom (centres): each centre node's atom, `atoms` for padding
   torch::Tensor real, index;         // the same on the device
   torch::Tensor x, frame, species, slot, centre_atom;   // views of them
@@ -97,11 +97,20 @@ void DeviceStep::stage(const double* positions, double scale, const int64_t* spe
   Buffers& b = *b_;
   const int64_t N = wanted_.atoms;
   const std::vector<int64_t> center_at = offsets(wanted_.centers);
-  b.host_real.assign(static_cast<std::size_t>(3 * N + 6), 0.0);
-  for (int64_t k = 0; k < 3 * n; ++k) b.host_real[k] = positions[k] * scale;
-  detail::grid_frame(lo, hi, wanted_.cells.data(), cutoff_, b.host_real.data() + 3 * N);
-  b.host_index.assign(static_cast<std::size_t>(2 * N + center_at.back()), -1);
-  int64_t* s = b.host_index.data();
+  // Host buffers pinned for a GPU (its copies then need no staging of their own); only this
+  // function writes them, after the last step's copies were done (its results were read back).
+  const auto host = [&](torch::Tensor& t, int64_t size, torch::Dtype dtype) {
+    if (!t.defined() || t.numel() != size)
+      t = torch::empty({size}, torch::TensorOptions().dtype(dtype).pinned_memory(model_->device().is_cuda()));
+  };
+  host(b.host_real, 3 * N + 6, torch::kFloat64);
+  double* real = b.host_real.data_ptr<double>();
+  std::fill(real, real + 3 * N, 0.0);
+  for (int64_t k = 0; k < 3 * n; ++k) real[k] = positions[k] * scale;
+  detail::grid_frame(lo, hi, wanted_.cells.data(), cutoff_, real + 3 * N);
+  host(b.host_index, 2 * N + center_at.back(), torch::kInt64);
+  int64_t* s = b.host_index.data_ptr<int64_t>();
+  std::fill(s, s + b.host_index.numel(), int64_t{-1});
   int64_t* slot = s + N;
   int64_t* centre_atom = s + 2 * N;
   std::fill(centre_atom, centre_atom + center_at.back(), N);
@@ -282,8 +291,8 @@ StepOutput DeviceStep::evaluate(const double* positions, double scale, const int
       if (atom_virial) out.atom_virial = torch::zeros({n, 9}, torch::kFloat64);
       return out;
     }
-    b.real.copy_(torch::from_blob(b.host_real.data(), {b.real.numel()}, torch::kFloat64));
-    b.index.copy_(torch::from_blob(b.host_index.data(), {b.index.numel()}, torch::kInt64));
+    b.real.copy_(b.host_real, /*non_blocking=*/true);
+    b.index.copy_(b.host_index, /*non_blocking=*/true);
     if (!recorded_ && (!eager || b.edges == 0)) {
       // Before a recording (and an eager step's first): the counts first, so that the model is not
       // evaluated, nor the step recorded, twice. Eager steps otherwise find an overflow afterwards.
