@@ -271,6 +271,19 @@ StepOutput DeviceStep::results(const std::pair<torch::Tensor, torch::Tensor>& ru
   return out;
 }
 
+namespace {
+
+StepOutput nothing_to_evaluate(int64_t n, int64_t n_local, bool atom_virial) {
+  StepOutput out;
+  out.forces = torch::zeros({n, 3}, torch::kFloat64);
+  out.atom_energy = torch::zeros({n_local}, torch::kFloat64);
+  out.virial = torch::zeros({9}, torch::kFloat64);
+  if (atom_virial) out.atom_virial = torch::zeros({n, 9}, torch::kFloat64);
+  return out;
+}
+
+}  // namespace
+
 StepOutput DeviceStep::evaluate(const double* positions, double scale, const int64_t* species, int64_t n,
                                 int64_t n_local, bool atom_virial) {
   stage(positions, scale, species, n, n_local);
@@ -283,14 +296,7 @@ StepOutput DeviceStep::evaluate(const double* positions, double scale, const int
       stage(positions, scale, species, n, n_local);   // the slots of the new capacity
     }
     Buffers& b = *b_;
-    if (b.centers == 0) {   // nothing to evaluate
-      StepOutput out;
-      out.forces = torch::zeros({n, 3}, torch::kFloat64);
-      out.atom_energy = torch::zeros({n_local}, torch::kFloat64);
-      out.virial = torch::zeros({9}, torch::kFloat64);
-      if (atom_virial) out.atom_virial = torch::zeros({n, 9}, torch::kFloat64);
-      return out;
-    }
+    if (b.centers == 0) return nothing_to_evaluate(n, n_local, atom_virial);
     b.real.copy_(b.host_real, /*non_blocking=*/true);
     b.index.copy_(b.host_index, /*non_blocking=*/true);
     if (!recorded_ && (!eager || b.edges == 0)) {
@@ -317,12 +323,18 @@ StepOutput DeviceStep::evaluate(const double* positions, double scale, const int
       ++repeats_;   // edges were dropped: the step again at the new capacity
       continue;
     }
-    if (out.shortest < rule_.shortest && out.shortest >= min_distance_)
-      throw Error("compressed model: a neighbour is closer than its embedding table covers (made for distances >= " +
-                  std::to_string(rule_.shortest) + " A; the shortest edge has " + std::to_string(out.shortest) +
-                  "): recompress with a smaller --min-distance, or use the uncompressed model");
+    check_tables(out.shortest);
     return out;
   }
+}
+
+// A compressed model's tables reach down to rule_.shortest; closer pairs than min_distance_ are
+// the caller's error (the atoms named).
+void DeviceStep::check_tables(double shortest) const {
+  if (shortest >= rule_.shortest || shortest < min_distance_) return;
+  throw Error("compressed model: a neighbour is closer than its embedding table covers (made for distances >= " +
+              std::to_string(rule_.shortest) + " A; the shortest edge has " + std::to_string(shortest) +
+              "): recompress with a smaller --min-distance, or use the uncompressed model");
 }
 
 }  // namespace mlip

@@ -98,6 +98,7 @@ class DeviceStep {
   std::pair<torch::Tensor, torch::Tensor> run(bool atom_virial);
   StepOutput results(const std::pair<torch::Tensor, torch::Tensor>& run, int64_t n, int64_t n_local) const;
   bool fit_edges(const std::vector<int64_t>& counts);
+  void check_tables(double shortest) const;
 
   const Model* model_;
   GroupingRule rule_;
