@@ -863,6 +863,20 @@ void expect_same(const std::vector<double>& a, const std::vector<double>& b, dou
   EXPECT_EQ(bad, 0) << what << ": entries differing by more than " << tol << " x max |value| " << scale;
 }
 
+// Two runs of one input: energy, pressure, forces, per-atom energies and stresses (centroid ones
+// unless `centroid` is false) equal to `tol` relative, and, after a run, the positions.
+void expect_same_run(const Snapshot& got, const Snapshot& want, double tol, bool after_run, bool centroid = true) {
+  ASSERT_FALSE(want.f.empty());
+  ASSERT_EQ(got.f.size(), want.f.size());
+  EXPECT_NEAR(got.pe, want.pe, tol * std::abs(want.pe));
+  expect_same(got.pressure, want.pressure, tol, "pressure");
+  expect_same(got.f, want.f, tol, "forces");
+  expect_same(got.pe_atom, want.pe_atom, tol, "pe/atom");
+  expect_same(got.stress, want.stress, tol, "stress/atom");
+  if (centroid) expect_same(got.cstress, want.cstress, tol, "centroid/stress/atom");
+  if (after_run) expect_same(got.x, want.x, tol, "positions after the run");
+}
+
 // mlip/kk and mlip on the same input: everything equal to `tol` relative. `pair_commands` has
 // {} where the style name goes: "mlip" for the reference, `kk_style` for the Kokkos run.
 void expect_kokkos_matches(const std::string& setup, const std::string& pair_commands, int run = 0,
@@ -875,15 +889,8 @@ void expect_kokkos_matches(const std::string& setup, const std::string& pair_com
   const Snapshot ref = snapshot(false, setup, with_style("mlip"), run);
   const Snapshot kk = snapshot(true, setup, with_style(kk_style), run);
   ASSERT_FALSE(ref.f.empty());
-  ASSERT_FALSE(kk.f.empty());
   ASSERT_GT(max_abs(ref.f), 0.05) << "the test system must have non-trivial forces";
-  EXPECT_NEAR(kk.pe, ref.pe, tol * std::abs(ref.pe));
-  expect_same(kk.pressure, ref.pressure, tol, "pressure");
-  expect_same(kk.f, ref.f, tol, "forces");
-  expect_same(kk.pe_atom, ref.pe_atom, tol, "pe/atom");
-  expect_same(kk.stress, ref.stress, tol, "stress/atom");
-  if (centroid) expect_same(kk.cstress, ref.cstress, tol, "centroid/stress/atom");
-  if (run > 0) expect_same(kk.x, ref.x, tol, "positions after the run");
+  expect_same_run(kk, ref, tol, run > 0, centroid);
 }
 
 // Random O/H "water" atoms in the triclinic test box, types 1 = O, 2 = 3 = H.
@@ -1136,15 +1143,8 @@ TEST(PairMLIP, DeviceGraphEqualsTheHostGraph) {
     const std::string setup = water_setup(80, 60);
     const Snapshot host = snapshot(false, setup, "pair_style mlip " + model + "\npair_coeff * * O H H", 3);
     const Snapshot device = snapshot(false, setup, "pair_style mlip " + model + " graph device\npair_coeff * * O H H", 3);
-    ASSERT_FALSE(host.f.empty()) << name;
-    ASSERT_EQ(device.f.size(), host.f.size()) << name;
-    EXPECT_NEAR(device.pe, host.pe, 1e-10 * std::abs(host.pe)) << name;
-    expect_same(device.pressure, host.pressure, 1e-10, "pressure");
-    expect_same(device.f, host.f, 1e-10, "forces");
-    expect_same(device.pe_atom, host.pe_atom, 1e-10, "pe/atom");
-    expect_same(device.stress, host.stress, 1e-10, "stress/atom");
-    expect_same(device.cstress, host.cstress, 1e-10, "centroid/stress/atom");
-    expect_same(device.x, host.x, 1e-10, "positions after the run");
+    SCOPED_TRACE(name);
+    expect_same_run(device, host, 1e-10, true);
   }
   const std::string model = model_path("se_e2_a");
   const std::string exchange = error_of("pair_style mlip " + model_path("painn") + " graph device exchange yes", "* * O H H");
@@ -1197,15 +1197,7 @@ TEST(PairMLIP, CudaGraphEagerEqualsTheHostGraph) {
       const Snapshot host = snapshot(false, setup, "pair_style mlip " + model + "\npair_coeff " + coeff, 3);
       const Snapshot eager = snapshot(false, setup, "pair_style mlip " + model + keywords + "\npair_coeff " + coeff, 3);
       SCOPED_TRACE(model + keywords);
-      ASSERT_FALSE(host.f.empty());
-      ASSERT_EQ(eager.f.size(), host.f.size());
-      EXPECT_NEAR(eager.pe, host.pe, 1e-10 * std::abs(host.pe));
-      expect_same(eager.pressure, host.pressure, 1e-10, "pressure");
-      expect_same(eager.f, host.f, 1e-10, "forces");
-      expect_same(eager.pe_atom, host.pe_atom, 1e-10, "pe/atom");
-      expect_same(eager.stress, host.stress, 1e-10, "stress/atom");
-      expect_same(eager.cstress, host.cstress, 1e-10, "centroid/stress/atom");
-      expect_same(eager.x, host.x, 1e-10, "positions after the run");
+      expect_same_run(eager, host, 1e-10, true);
     }
   }
   const std::string painn = error_of("pair_style mlip " + model_path("painn") + " graph device cuda_graph eager", "* * O H H");
@@ -1226,15 +1218,7 @@ class PairMLIPGpu : public ::testing::Test {
     const Snapshot cpu = snapshot(false, setup, "pair_style mlip " + pair_style_args + "\npair_coeff " + coeff, run);
     const Snapshot gpu = snapshot(
         false, setup, "pair_style mlip " + pair_style_args + " device cuda" + gpu_args + "\npair_coeff " + coeff, run);
-    ASSERT_FALSE(cpu.f.empty());
-    ASSERT_FALSE(gpu.f.empty());
-    EXPECT_NEAR(gpu.pe, cpu.pe, tol * std::abs(cpu.pe));
-    expect_same(gpu.pressure, cpu.pressure, tol, "pressure");
-    expect_same(gpu.f, cpu.f, tol, "forces");
-    expect_same(gpu.pe_atom, cpu.pe_atom, tol, "pe/atom");
-    expect_same(gpu.stress, cpu.stress, tol, "stress/atom");
-    expect_same(gpu.cstress, cpu.cstress, tol, "centroid/stress/atom");
-    if (run > 0) expect_same(gpu.x, cpu.x, tol, "positions after the run");
+    expect_same_run(gpu, cpu, tol, run > 0);
   }
 };
 
