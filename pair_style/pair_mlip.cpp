@@ -227,6 +227,7 @@ void PairMLIP::settings(int narg, char **arg)
                       kokkosable && execution_space == Device);
   init_cuda_graph(one_call, chunk_given);
   init_device_graph();
+  impl->step_chunk = chunk_given ? options.chunk : 0;
   if (!chunk_given) options.chunk = options.device_graph ? default_chunk_gpu : default_chunk(one_call);
   init_sizer(one_call && !chunk_given);
   set_reach();
@@ -285,7 +286,7 @@ void PairMLIP::init_sizer(bool wanted)
 {
   impl->sizer.reset();
   impl->sizing_reported = false;
-  if (!wanted || options.cuda_graph || exchanging() || committee_size() > 1 ||
+  if (!wanted || (options.cuda_graph && !impl->step) || exchanging() || committee_size() > 1 ||
       !mlip::device_memory(impl->model->device()))
     return;
   impl->sizer = std::make_unique<mlip::ChunkSizer>();
@@ -826,8 +827,9 @@ void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
   if (kokkosable || (record && !one_call))
     error->all(FLERR, kokkosable ? "pair_style mlip: cuda_graph yes is for pair_style mlip, not its Kokkos variant"
                                  : "pair_style mlip: cuda_graph yes needs the model on a GPU ('device cuda')");
-  if (chunk_given)
-    error->all(FLERR, "pair_style mlip: cuda_graph yes records one model call with all local atoms: drop 'chunk'");
+  if (chunk_given && !options.device_graph)
+    error->all(FLERR, "pair_style mlip: cuda_graph yes records one model call with all local atoms: drop 'chunk' "
+                      "(or add 'graph device': the whole step recorded, its model calls in chunks)");
   if (exchanging()) error->all(FLERR, "pair_style mlip: cuda_graph yes cannot record the ghost exchange");
   if (options.device_graph) {
     guarded(error, true, "cuda_graph with graph device",
@@ -870,9 +872,9 @@ void PairMLIP::report_timing()
                    impl->capture->recordings());
   if (impl->step)
     utils::logmesg(lmp, "pair_style mlip timing: the whole step recorded {} time(s) on rank 0 so far, {} step(s) "
-                        "evaluated again after their edges outgrew the capacity; the step's graph and model are "
-                        "counted as model\n",
-                   impl->step->recordings(), impl->step->repeats());
+                        "evaluated again after their edges outgrew the capacity, its model calls in {} chunk(s); "
+                        "the step's graph and model are counted as model\n",
+                   impl->step->recordings(), impl->step->repeats(), impl->step->capacity().chunks);
   if (impl->sizer && impl->sizer->seen())
     utils::logmesg(lmp, "pair_style mlip timing: GPU memory of a model call on rank 0: {:.1f} KiB per centre atom, "
                         "{:.0f} bytes per edge (the most seen)\n",

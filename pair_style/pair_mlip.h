@@ -27,6 +27,7 @@ class DeviceGraphBuilder;
 struct EdgeForces;
 struct GraphView;
 struct ModelOutput;
+struct StepOutput;
 }
 
 namespace LAMMPS_NS {
@@ -127,6 +128,7 @@ class PairMLIP : public Pair {
   void compute_device_graph();
   void init_device_graph();
   void evaluate_device_chunk(const mlip::DeviceGraphBuilder &cells, int64_t first, int64_t last);
+  mlip::StepOutput evaluate_step(int n, bool atom_virial);
   void compute_device_step();
   void check_device_distances();
   void check_device_graph_settings();

@@ -161,7 +161,8 @@ void PairMLIP::evaluate_device_chunk(const mlip::DeviceGraphBuilder &cells, int6
 }
 
 // 'graph device cuda_graph yes|eager': the whole step with static shapes, recorded as one CUDA
-// graph (mlip/model/device_step.h); results per atom, one copy back. The timing parts: the step
+// graph (mlip/model/device_step.h), its model calls in chunks where memory asks; results per atom,
+// one copy back. The timing parts: the step
 // as model, the host's sums into LAMMPS's arrays as forces.
 void PairMLIP::compute_device_step()
 {
@@ -170,12 +171,7 @@ void PairMLIP::compute_device_step()
   const int n = atom->nlocal + atom->nghost;
   s.atom_species.resize(static_cast<std::size_t>(n));
   for (int i = 0; i < n; i++) s.atom_species[i] = type_species[atom->type[i]];
-  const bool atom_virial = vflag_atom || cvflag_atom;
-  mlip::StepOutput step;
-  guarded(error, false, "graph device cuda_graph", [&] {
-    step = s.step->evaluate(n > 0 ? atom->x[0] : nullptr, 1.0 / distance_unit, s.atom_species.data(), n, atom->nlocal,
-                            atom_virial);
-  });
+  const mlip::StepOutput step = evaluate_step(n, vflag_atom || cvflag_atom);
   add_time(MODEL, seconds_since(t0));
   t0 = Clock::now();
   if (step.shortest < min_distance) {   // rare: the device graph of the same atoms names them
@@ -195,6 +191,44 @@ void PairMLIP::compute_device_step()
   std::iota(s.node_atom.begin(), s.node_atom.end(), 0);
   add_outputs(out.atom_energy.data_ptr<double>(), ef, s.node_atom.data(), atom->nlocal);
   add_time(FORCES, seconds_since(t0));
+}
+
+// The whole step, its model calls in chunks of at most 'chunk N' local atoms, or on a GPU of what
+// the sizer says fits (all in one until a recording's memory was measured); a step that runs out of
+// GPU memory is evaluated again in chunks of half as many atoms (nothing of it was added), down to
+// one atom a chunk.
+mlip::StepOutput PairMLIP::evaluate_step(int n, bool atom_virial)
+{
+  Impl &s = *impl;
+  const int nlocal = atom->nlocal;
+  const int64_t limit = s.sizer ? s.sizer->limit() : 0;
+  int64_t chunk = s.step_chunk;
+  if (s.sizer) chunk = s.sizer->seen() ? s.sizer->chunk(nlocal, available_memory()) : limit;
+  const int64_t recordings = s.step->recordings();
+  mlip::StepOutput out;
+  for (;;) {
+    const int64_t chunks = std::max<int64_t>(1, s.step->capacity().chunks);
+    const int64_t tried = std::min<int64_t>(chunk > 0 ? chunk : nlocal, (nlocal + chunks - 1) / chunks);
+    try {
+      guarded(
+          error, false, "graph device cuda_graph",
+          [&] {
+            out = s.step->evaluate(n > 0 ? atom->x[0] : nullptr, 1.0 / distance_unit, s.atom_species.data(), n,
+                                   nlocal, atom_virial, chunk);
+          },
+          s.sizer != nullptr);
+      break;
+    } catch (const std::exception &e) {   // out of GPU memory: guarded() passes nothing else on
+      if (tried <= 1) error->one(FLERR, std::string("pair_style mlip: graph device cuda_graph: ") + e.what());
+      s.sizer->out_of_memory(tried);
+      mlip::release_cached_memory();
+      chunk = std::max<int64_t>(1, tried / 2);
+    }
+  }
+  const mlip::StepMemory &m = s.step->memory();
+  if (s.sizer && s.step->recordings() != recordings && m.bytes > 0) s.sizer->observe(m.centres, m.edges, m.bytes);
+  if (s.sizer) report_sizing(limit, nlocal);
+  return out;
 }
 
 // check_distances() for the device graph: its shortest edge, read after the model call.

@@ -196,6 +196,7 @@ struct PairMLIP::Impl {
   mlip::DeviceGraph device_graph;
   // 'graph device cuda_graph yes|eager': the whole step with static shapes (mlip/model/device_step.h).
   std::unique_ptr<mlip::DeviceStep> step;
+  int64_t step_chunk = 0;   // its local atoms per model call: 'chunk N', else 0 (all, or the sizer's)
   std::vector<int64_t> atom_species;  // (local + ghost atoms) model species, -1 for NULL types
   std::vector<int> node_atom;         // device_graph's node_atom, on the host
   // 'timing kernels': LibTorch's profiler over a run's force calls after its first (rank 0).

@@ -17,7 +17,7 @@
 #   md_device_graph  the same with the graph built on the GPU ('graph device'): se_e2_a plain and
 #              compressed, float64 and float32, PaiNN, at 10k and 100k atoms
 #   md_step_graph  se_e2_a's whole step as one CUDA graph ('graph device cuda_graph yes'), the same
-#              four models and sizes
+#              four models and sizes, no chunk (its model calls chunked only if memory asks)
 #   train_gpu  the trainer's GPU test (resume, data on the device, GPU = CPU in float64)
 #   stream     training streamed from a pack against the same frames in memory, on the CPUs (pairs
 #              at once, a core each) and on the GPU
@@ -460,12 +460,17 @@ stage_md_device_graph() {
 # The whole step recorded as one CUDA graph (mlip/model/device_step.h), against the rows above; on
 # the CPU (dry) the same path unrecorded ('cuda_graph eager').
 stage_md_step_graph() {
+  local rc=0
   if [[ $dry == 1 ]]; then
-    bench md_step_graph 240 SIZES=1k MD_STEPS="1k=2" GRAPH=device CUDA_GRAPH=eager COMPRESSED=1
+    bench md_step_graph 240 SIZES=1k MD_STEPS="1k=2" GRAPH=device CUDA_GRAPH=eager COMPRESSED=1 || rc=$?
   else
+    # No chunk: one recording of all atoms until it runs out of GPU memory, then its model calls
+    # in chunks the sizer chooses (the memory lines say what a recording took).
     bench md_step_graph 300 SIZES="10k 100k" MD_STEPS="10k=10 100k=4" GRAPH=device CUDA_GRAPH=only COMPRESSED=1 \
-      FLOAT32=1 FLOAT32_SIZES="10k 100k"
+      FLOAT32=1 FLOAT32_SIZES="10k 100k" || rc=$?
   fi
+  sizing md_step_graph
+  return $rc
 }
 stage_md_more() {
   if [[ $dry == 1 ]]; then

@@ -563,7 +563,7 @@ TEST(DeviceGraph, EqualsTheHostGraphOfTheSameAtoms) {
 // energies, forces and virials onto the atoms as the device graph's call of the model (whose graph
 // the test above checks), for one net per neighbour species, one per species pair, float32;
 // moved atoms, more atoms (capacities grown) and a denser box (edges outgrow their nets: the step
-// evaluated again) alike.
+// evaluated again) alike; in one chunk and in several.
 namespace {
 
 mlip::StepOutput reference_step(const mlip::Model& m, const Atoms& a, int64_t n_local) {
@@ -601,37 +601,46 @@ TEST(DeviceStep, EqualsTheDeviceGraphsModelCallOnTheAtoms) {
     const std::string path = (dir.path / "model.pt").string();
     mlip::testing::write_test_model(name, path);
     const mlip::Model m = mlip::Model::load(path);
-    mlip::DeviceStep step(m, m.info().cutoff, /*record=*/false);
     Atoms moved = random_atoms(500, 14.0, 7);
     for (double& v : moved.x) v += 0.05 * std::sin(v * 13.0);
     Atoms dense = random_atoms(500, 14.0, 7);
     for (double& v : dense.x) v *= 0.85;
-    const std::vector<std::tuple<const char*, Atoms, int64_t>> steps = {
-        {"first", random_atoms(500, 14.0, 7), 300}, {"moved", moved, 300}, {"more atoms", random_atoms(800, 16.0, 8), 500},
-        {"denser", dense, 300}};
-    int64_t repeats = 0;
-    for (const auto& [what, atoms, n_local] : steps) {
-      const int64_t n = static_cast<int64_t>(atoms.species.size());
-      const mlip::StepOutput ref = reference_step(m, atoms, n_local);
-      const mlip::StepOutput got = step.evaluate(atoms.x.data(), 1.0, atoms.species.data(), n, n_local, true);
-      SCOPED_TRACE(name + ", " + what);
-      ASSERT_EQ(got.n_edges, ref.n_edges);
-      EXPECT_LE(relative(got.atom_energy, ref.atom_energy), tolerance);
-      EXPECT_LE(relative(got.forces, ref.forces), tolerance);
-      EXPECT_LE(relative(got.virial, ref.virial), tolerance);
-      EXPECT_LE(relative(got.atom_virial, ref.atom_virial), tolerance);
-      // Without per-atom virials: the same step.
-      const mlip::StepOutput plain = step.evaluate(atoms.x.data(), 1.0, atoms.species.data(), n, n_local, false);
-      EXPECT_FALSE(plain.atom_virial.defined());
-      EXPECT_TRUE(torch::equal(plain.forces, got.forces));
-      EXPECT_EQ(got.shortest, ref.shortest);
-      if (std::string(what) == "moved") {
-        EXPECT_EQ(step.repeats(), repeats) << "moved atoms outgrew the capacity";
+    // What each step is, and the local atoms per chunk of the chunked step (0: one chunk): 5
+    // chunks, kept for more atoms, then 8 (the capacities chosen anew).
+    const std::vector<std::tuple<const char*, Atoms, int64_t, int64_t>> steps = {
+        {"first", random_atoms(500, 14.0, 7), 300, 60},
+        {"moved", moved, 300, 60},
+        {"more atoms", random_atoms(800, 16.0, 8), 500, 120},
+        {"denser", dense, 300, 40}};
+    for (const bool chunked : {false, true}) {
+      mlip::DeviceStep step(m, m.info().cutoff, /*record=*/false);
+      int64_t repeats = 0;
+      for (const auto& [what, atoms, n_local, chunk] : steps) {
+        const int64_t n = static_cast<int64_t>(atoms.species.size()), chunk_atoms = chunked ? chunk : 0;
+        const mlip::StepOutput ref = reference_step(m, atoms, n_local);
+        const mlip::StepOutput got =
+            step.evaluate(atoms.x.data(), 1.0, atoms.species.data(), n, n_local, true, chunk_atoms);
+        SCOPED_TRACE(name + ", " + what + (chunked ? ", chunked" : ""));
+        ASSERT_EQ(got.n_edges, ref.n_edges);
+        EXPECT_LE(relative(got.atom_energy, ref.atom_energy), tolerance);
+        EXPECT_LE(relative(got.forces, ref.forces), tolerance);
+        EXPECT_LE(relative(got.virial, ref.virial), tolerance);
+        EXPECT_LE(relative(got.atom_virial, ref.atom_virial), tolerance);
+        // Without per-atom virials: the same step.
+        const mlip::StepOutput plain =
+            step.evaluate(atoms.x.data(), 1.0, atoms.species.data(), n, n_local, false, chunk_atoms);
+        EXPECT_FALSE(plain.atom_virial.defined());
+        EXPECT_TRUE(torch::equal(plain.forces, got.forces));
+        EXPECT_EQ(got.shortest, ref.shortest);
+        if (std::string(what) == "moved") {
+          EXPECT_EQ(step.repeats(), repeats) << "moved atoms outgrew the capacity";
+        }
+        repeats = step.repeats();
       }
-      repeats = step.repeats();
+      EXPECT_EQ(step.capacity().chunks, chunked ? 8 : 1);   // never fewer
+      EXPECT_GE(step.repeats(), 1) << "no step outgrew its nets";
+      EXPECT_EQ(step.recordings(), 0);
     }
-    EXPECT_GE(step.repeats(), 1) << "the denser box did not outgrow its nets";
-    EXPECT_EQ(step.recordings(), 0);
   }
 }
 
@@ -701,15 +710,19 @@ TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
                                                               {"more atoms", atoms(4000, 33.0, 10, 1.0)},
                                                               {"denser", atoms(3000, 30.0, 9, 0.9)}};
     mlip::DeviceStep eager(cpu, cpu.info().cutoff, false);
-    for (const mlip::KernelChoice choice : {mlip::KernelChoice::usual, mlip::KernelChoice::aten}) {
+    // Device kernels (in one chunk and in chunks of at most 700 local atoms) and ATen formulations.
+    for (const auto& [choice, chunk] : {std::pair{mlip::KernelChoice::usual, int64_t{0}},
+                                        std::pair{mlip::KernelChoice::usual, int64_t{700}},
+                                        std::pair{mlip::KernelChoice::aten, int64_t{0}}}) {
       const mlip::KernelChoiceScope kernels(choice);
-      const std::string what = std::string(name) + (choice == mlip::KernelChoice::usual ? ", device kernels" : ", aten");
+      const std::string what = std::string(name) + (choice == mlip::KernelChoice::usual ? ", device kernels" : ", aten") +
+                               (chunk > 0 ? ", chunks of 700" : "");
       mlip::DeviceStep recorded(gpu, gpu.info().cutoff, true);
       std::vector<int64_t> recordings;
       for (const auto& [step, a] : steps) {
         const int64_t n = static_cast<int64_t>(a.species.size()), n_local = n * 2 / 3;
         const mlip::StepOutput c = eager.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, false);
-        const mlip::StepOutput g = recorded.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, false);
+        const mlip::StepOutput g = recorded.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, false, chunk);
         const double de = relative(g.atom_energy, c.atom_energy), df = relative(g.forces, c.forces),
                      dv = relative(g.virial, c.virial);
         std::printf("device step (%s, %s): %lld atoms, %lld edges, recorded %lld time(s), %lld repeat(s); relative "
@@ -722,6 +735,11 @@ TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
         EXPECT_LE(dv, 1e-10) << what << ", " << step;
         recordings.push_back(recorded.recordings());
       }
+      EXPECT_EQ(recorded.capacity().chunks, chunk > 0 ? 4 : 1) << what;   // 2666 local atoms
+      EXPECT_GT(recorded.memory().bytes, 0) << what;
+      std::printf("device step (%s): the last recording took %.1f MiB, %lld centres and %lld edges a chunk\n",
+                  what.c_str(), static_cast<double>(recorded.memory().bytes) / (1 << 20),
+                  static_cast<long long>(recorded.memory().centres), static_cast<long long>(recorded.memory().edges));
       EXPECT_EQ(recordings[0], 1) << what;
       EXPECT_EQ(recordings[1], 1) << what << ": the same atoms were recorded anew";
       EXPECT_GT(recordings[3], recordings[1]) << what;

@@ -1189,7 +1189,9 @@ TEST(PairMLIP, DeviceGraphEqualsTheHostGraph) {
 // graph's step, over a few steps of MD with per-atom energies and virials. PaiNN has no grouped
 // forward: an error that says so.
 TEST(PairMLIP, CudaGraphEagerEqualsTheHostGraph) {
-  for (const std::string keywords : {" graph device cuda_graph eager", " cuda_graph eager"}) {
+  // The whole step in one chunk and in chunks of at most 25 local atoms (several per rank).
+  for (const std::string keywords : {" graph device cuda_graph eager", " graph device cuda_graph eager chunk 25",
+                                     " cuda_graph eager"}) {
     for (const auto& [model, setup, coeff] :
          {std::tuple{model_path("se_e2_a"), water_setup(80, 60), "* * O H H"},
           std::tuple{model_path("se_e2_a_md_compressed"), ta_setup, "* * O"},
@@ -1202,6 +1204,8 @@ TEST(PairMLIP, CudaGraphEagerEqualsTheHostGraph) {
   }
   const std::string painn = error_of("pair_style mlip " + model_path("painn") + " graph device cuda_graph eager", "* * O H H");
   EXPECT_NE(painn.find("has no forward_grouped()"), std::string::npos) << painn;
+  const std::string chunked = error_of("pair_style mlip " + model_path("se_e2_a") + " cuda_graph eager chunk 25", "* * O H H");
+  EXPECT_NE(chunked.find("or add 'graph device'"), std::string::npos) << chunked;
   const std::string value = error_of("pair_style mlip " + model_path("se_e2_a") + " cuda_graph maybe", "* * O H H");
   EXPECT_NE(value.find("keyword 'cuda_graph' must be 'yes', 'no' or 'eager', not 'maybe'"), std::string::npos) << value;
 }

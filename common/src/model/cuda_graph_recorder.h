@@ -78,6 +78,8 @@ struct CudaGraphRecorder {
   void replay_now() { check(replay(handle), "replay"); }
   /// Drops the recording (its memory goes back when the outputs that still hold it are gone).
   void drop() { check(drop_graph(handle), "dropping a recording"); }
+  /// drop() where an error is already on its way (its own error is not the one to report).
+  void drop_quietly() noexcept { drop_graph(handle); }
 };
 
 }  // namespace mlip::detail

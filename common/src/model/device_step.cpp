@@ -1,6 +1,7 @@
 #include "mlip/model/device_step.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "cell_grid.h"
 #include "cuda_graph_recorder.h"
 #include "mlip/error.h"
+#include "mlip/model/device_memory.h"
 #include "mlip/ops/operators.h"
 
 namespace mlip {
@@ -33,15 +35,18 @@ std::vector<int64_t> offsets(const std::vector<int64_t>& sizes) {
 // (an eager step's are its own: a recording's outputs are kept for its replays).
 struct DeviceStep::Buffers {
   torch::Tensor host_real;           // positions (atoms, 3), then the grid's frame (6)
-  torch::Tensor host_index;          // species (atoms), slot (atoms): each atom's centre node or -1,
-                                     // centre_atom (centres): each centre node's atom, `atoms` for padding
+  torch::Tensor host_index;          // species (atoms), slot (atoms): each atom's centre node in its
+                                     // chunk or -1, chunk_of (atoms): each centre's chunk (0 for the
+                                     // others), centre_atom (chunks, centres): each centre node's
+                                     // atom, `atoms` for padding, chunk_start (chunks): each chunk's
+                                     // first atom
   torch::Tensor real, index;         // the same on the device
-  torch::Tensor x, frame, species, slot, centre_atom;   // views of them
-  torch::Tensor head_species;        // (centres): the species of each centre node, padding too
-  torch::Tensor net_first;           // (nets + 1): where each net's edges start
+  torch::Tensor x, frame, species, slot, chunk_of, centre_atom, chunk_start;   // views of them
+  torch::Tensor head_species;        // (centres): the species of each centre node of a chunk, padding too
+  torch::Tensor net_first;           // (nets + 1): where each net's edges start in a chunk
   CellGrid<double> grid{};
   std::pair<torch::Tensor, torch::Tensor> recorded;
-  int64_t atoms = 0, centers = 0, nets = 0, edges = 0;
+  int64_t atoms = 0, chunks = 1, centers = 0, nets = 0, edges = 0;   // centres, edges: of a chunk
 };
 
 DeviceStep::DeviceStep(const Model& model, double cutoff, bool record, double min_distance)
@@ -57,11 +62,21 @@ DeviceStep::DeviceStep(const Model& model, double cutoff, bool record, double mi
 
 DeviceStep::~DeviceStep() = default;
 
-// The host's part: the inputs staged at the wanted capacity (atoms and centres grown where this
-// step has more, the grid chosen again where the box left its range).
-void DeviceStep::stage(const double* positions, double scale, const int64_t* species, int64_t n, int64_t n_local) {
+// The host's part: the capacity this step wants (chunks, atoms and centres grown where this step
+// has more, the grid chosen again where the box left its range); returns the atoms' bounding box
+// (lo, hi).
+std::array<double, 6> DeviceStep::stage(const double* positions, double scale, const int64_t* species, int64_t n,
+                                        int64_t n_local, int64_t chunk_atoms) {
   const int64_t ns = rule_.n_species;
-  std::vector<int64_t> centers(static_cast<std::size_t>(ns), 0);
+  wanted_ = capacity_;
+  if (chunk_atoms > 0 && (n_local + chunk_atoms - 1) / chunk_atoms > wanted_.chunks) {
+    wanted_.chunks = (n_local + chunk_atoms - 1) / chunk_atoms;
+    wanted_.centers.clear();   // chosen anew for the smaller chunks
+    wanted_.edges.clear();
+  }
+  const int64_t K = wanted_.chunks;
+  const auto chunk_of = [&](int64_t i) { return i * K / n_local; };   // equal ranges of local atoms
+  std::vector<int64_t> centers(static_cast<std::size_t>(K * ns), 0);
   double lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
   bool first = true;
   for (int64_t i = 0; i < n; ++i) {
@@ -69,7 +84,7 @@ void DeviceStep::stage(const double* positions, double scale, const int64_t* spe
       throw Error("device step: atom " + std::to_string(i) + " has species index " + std::to_string(species[i]) +
                   ", outside the model's " + std::to_string(ns));
     if (species[i] < 0) continue;
-    if (i < n_local) ++centers[static_cast<std::size_t>(species[i])];
+    if (i < n_local) ++centers[static_cast<std::size_t>(chunk_of(i) * ns + species[i])];
     for (int d = 0; d < 3; ++d) {
       const double v = positions[3 * i + d] * scale;
       if (!std::isfinite(v)) throw Error("device step: atom " + std::to_string(i) + " has a non-finite position");
@@ -78,14 +93,18 @@ void DeviceStep::stage(const double* positions, double scale, const int64_t* spe
     }
     first = false;
   }
-  wanted_ = capacity_;
   if (n > wanted_.atoms) wanted_.atoms = grouped_capacity(n);
   wanted_.centers.resize(static_cast<std::size_t>(ns), 0);
-  for (std::size_t t = 0; t < centers.size(); ++t)
-    if (centers[t] > wanted_.centers[t]) wanted_.centers[t] = grouped_capacity(centers[t]);
-  // The grid: kept while its cells are no more than about 25% wider than the cutoff would allow
-  // (a box that shrank keeps it too: its cells are then a cutoff wide, grid_frame, and the grid
-  // reaches past the atoms); chosen anew 10% wider than the cutoff, so that small changes keep it.
+  for (std::size_t c = 0; c < centers.size(); ++c)
+    if (centers[c] > wanted_.centers[c % ns]) wanted_.centers[c % ns] = grouped_capacity(centers[c]);
+  choose_grid(lo, hi);
+  return {lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]};
+}
+
+// The grid: kept while its cells are no more than about 25% wider than the cutoff would allow
+// (a box that shrank keeps it too: its cells are then a cutoff wide, grid_frame, and the grid
+// reaches past the atoms); chosen anew 10% wider than the cutoff, so that small changes keep it.
+void DeviceStep::choose_grid(const double* lo, const double* hi) {
   const std::array<int64_t, 3> fit = detail::grid_dims(lo, hi, cutoff_, wanted_.atoms);
   bool keep = wanted_.cells.size() == 3;
   for (int d = 0; d < 3 && keep; ++d) keep = wanted_.cells[d] >= (fit[d] * 4) / 5;
@@ -93,10 +112,16 @@ void DeviceStep::stage(const double* positions, double scale, const int64_t* spe
     const std::array<int64_t, 3> dims = detail::grid_dims(lo, hi, 1.1 * cutoff_, wanted_.atoms);
     wanted_.cells.assign(dims.begin(), dims.end());
   }
+}
 
+// The host buffers at the wanted capacity: positions and frame; species, slots, chunks, each
+// centre node's atom and each chunk's first atom.
+void DeviceStep::stage_inputs(const double* positions, double scale, const int64_t* species, int64_t n,
+                              int64_t n_local, const double* lo, const double* hi) {
   Buffers& b = *b_;
-  const int64_t N = wanted_.atoms;
+  const int64_t N = wanted_.atoms, K = wanted_.chunks, ns = rule_.n_species;
   const std::vector<int64_t> center_at = offsets(wanted_.centers);
+  const int64_t C = center_at.back();
   // Host buffers pinned for a GPU (its copies then need no staging of their own); only this
   // function writes them, after the last step's copies were done (its results were read back).
   const auto host = [&](torch::Tensor& t, int64_t size, torch::Dtype dtype) {
@@ -108,18 +133,26 @@ void DeviceStep::stage(const double* positions, double scale, const int64_t* spe
   std::fill(real, real + 3 * N, 0.0);
   for (int64_t k = 0; k < 3 * n; ++k) real[k] = positions[k] * scale;
   detail::grid_frame(lo, hi, wanted_.cells.data(), cutoff_, real + 3 * N);
-  host(b.host_index, 2 * N + center_at.back(), torch::kInt64);
+  host(b.host_index, 3 * N + K * C + K, torch::kInt64);
   int64_t* s = b.host_index.data_ptr<int64_t>();
-  std::fill(s, s + b.host_index.numel(), int64_t{-1});
   int64_t* slot = s + N;
-  int64_t* centre_atom = s + 2 * N;
-  std::fill(centre_atom, centre_atom + center_at.back(), N);
-  std::vector<int64_t> next(center_at.begin(), center_at.end() - 1);
+  int64_t* chunk = s + 2 * N;
+  int64_t* centre_atom = s + 3 * N;
+  int64_t* chunk_start = centre_atom + K * C;
+  std::fill(s, s + 2 * N, int64_t{-1});
+  std::fill(chunk, chunk + N, int64_t{0});
+  std::fill(centre_atom, centre_atom + K * C, N);
+  std::vector<int64_t> next;   // per chunk and species: the next centre node
+  for (int64_t k = 0; k < K; ++k) {
+    next.insert(next.end(), center_at.begin(), center_at.end() - 1);
+    chunk_start[k] = std::min(std::max<int64_t>(N - 1, 0), (k * n_local + K - 1) / K);
+  }
   for (int64_t i = 0; i < n; ++i) {
     s[i] = species[i];
     if (i < n_local && species[i] >= 0) {
-      slot[i] = next[static_cast<std::size_t>(species[i])]++;
-      centre_atom[slot[i]] = i;
+      chunk[i] = i * K / n_local;
+      slot[i] = next[static_cast<std::size_t>(chunk[i] * ns + species[i])]++;
+      centre_atom[chunk[i] * C + slot[i]] = i;
     }
   }
 }
@@ -132,17 +165,20 @@ void DeviceStep::resize() {
   const torch::Device device = model_->device();
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
   b.atoms = capacity_.atoms;
+  b.chunks = capacity_.chunks;
   b.nets = rule_.pair_nets ? rule_.n_species * rule_.n_species : rule_.n_species;
   capacity_.edges.resize(static_cast<std::size_t>(b.nets), 0);
   b.centers = std::accumulate(capacity_.centers.begin(), capacity_.centers.end(), int64_t{0});
   b.edges = std::accumulate(capacity_.edges.begin(), capacity_.edges.end(), int64_t{0});
   b.real = torch::empty({3 * b.atoms + 6}, i64.dtype(torch::kFloat64));
-  b.index = torch::empty({2 * b.atoms + b.centers}, i64);
+  b.index = torch::empty({3 * b.atoms + b.chunks * (b.centers + 1)}, i64);
   b.x = b.real.narrow(0, 0, 3 * b.atoms).view({b.atoms, 3});
   b.frame = b.real.narrow(0, 3 * b.atoms, 6);
   b.species = b.index.narrow(0, 0, b.atoms);
   b.slot = b.index.narrow(0, b.atoms, b.atoms);
-  b.centre_atom = b.index.narrow(0, 2 * b.atoms, b.centers);
+  b.chunk_of = b.index.narrow(0, 2 * b.atoms, b.atoms);
+  b.centre_atom = b.index.narrow(0, 3 * b.atoms, b.chunks * b.centers).view({b.chunks, b.centers});
+  b.chunk_start = b.index.narrow(0, 3 * b.atoms + b.chunks * b.centers, b.chunks);
   std::vector<int64_t> head;
   for (std::size_t t = 0; t < capacity_.centers.size(); ++t) head.insert(head.end(), capacity_.centers[t], int64_t(t));
   b.head_species = torch::tensor(head, torch::kInt64).to(device);
@@ -153,14 +189,14 @@ void DeviceStep::resize() {
   g.frame = b.frame.data_ptr<double>();
   std::copy(capacity_.cells.begin(), capacity_.cells.end(), g.dims);
   g.cut2 = cutoff_ * cutoff_;
-  b.recorded = {};
 }
 
 namespace {
 
 // The cell list over the staged atoms and each centre's edges per net: `cursor` (atoms, nets)
-// each centre's first place in each net, `totals` (nets) the edges of each net; the cell list's
-// tensors are kept with them while the kernels that read them are queued.
+// each centre's first place in each net of its chunk, `totals` (chunks, nets) the edges of each
+// chunk's nets; the cell list's tensors are kept with them while the kernels that read them are
+// queued.
 struct EdgeCounts {
   torch::Tensor by_cell, cell_first, cursor, totals;
 };
@@ -183,14 +219,18 @@ EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
         b.species.clamp_min(0).mul(ns).unsqueeze(1) + torch::arange(ns, b.species.options()).unsqueeze(0);
     count = torch::zeros({b.atoms, ns * ns}, count.options()).scatter_(1, column, count);
   }
-  c.cursor = count.cumsum(0) - count;
-  c.totals = count.sum(0);
+  // Places from each chunk's first atom on (atoms of other chunks lie between a chunk's and its
+  // start only when they have no edges: chunks are ranges of atoms).
+  const torch::Tensor before = count.cumsum(0) - count;
+  c.cursor = before - before.index_select(0, b.chunk_start).index_select(0, b.chunk_of);
+  c.totals = torch::zeros({b.chunks, count.size(1)}, count.options()).index_add_(0, b.chunk_of, count);
   return c;
 }
 
 }  // namespace
 
-// The device's part (what a CUDA graph records): cells, edges, the model, forces onto the atoms.
+// The device's part (what a CUDA graph records): cells, edges, the model chunk by chunk, forces
+// onto the atoms.
 std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
   // The operators' device reads (index bounds, the compressed tables' range) off, recorded or not,
   // so that eager steps run the operators a recording runs: the indices are made in range here,
@@ -205,18 +245,38 @@ std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
   Buffers& b = *b_;
   const torch::Device device = model_->device();
   const EdgeCounts counts = count_edges(b, rule_);
-  torch::Tensor edge_index = torch::zeros({2, b.edges}, b.species.options());
-  torch::Tensor vectors = torch::zeros({b.edges, 3}, b.x.options());
+  const int64_t all = b.chunks * b.edges;
+  torch::Tensor edge_index = torch::zeros({2, all}, b.species.options());
+  torch::Tensor vectors = torch::zeros({all, 3}, b.x.options());
   vectors.select(1, 0).fill_(rule_.pad_length);   // padding: centre 0 to itself, beyond the cutoff
   int64_t* ends = edge_index.data_ptr<int64_t>();
   detail::run_elements(
       kernels::GraphListGrouped<double>{b.grid, b.slot.data_ptr<int64_t>(), rule_.n_species, b.nets, b.centers,
-                                        rule_.pair_nets, b.net_first.data_ptr<int64_t>(), counts.cursor.data_ptr<int64_t>(),
-                                        ends, ends + b.edges, vectors.data_ptr<double>()},
+                                        rule_.pair_nets, b.net_first.data_ptr<int64_t>(), b.chunk_of.data_ptr<int64_t>(),
+                                        b.edges, counts.cursor.data_ptr<int64_t>(), ends, ends + all,
+                                        vectors.data_ptr<double>()},
       b.atoms, device);
+  // Sums onto the atoms, a row more: where padding centres go.
+  torch::Tensor forces = torch::zeros({b.atoms + 1, 3}, b.x.options()), energy = torch::zeros({b.atoms + 1}, b.x.options());
+  torch::Tensor virial = torch::zeros({9}, b.x.options());
+  torch::Tensor node_virial = atom_virial ? torch::zeros({b.atoms + 1, 9}, b.x.options()) : torch::Tensor();
+  const torch::Tensor species = torch::cat({b.head_species, b.species.clamp_min(0)});
+  for (int64_t k = 0; k < b.chunks; ++k)
+    run_chunk(edge_index.narrow(1, k * b.edges, b.edges).contiguous(), vectors.narrow(0, k * b.edges, b.edges), species,
+              b.centre_atom[k], {forces, energy, virial, node_virial});
+  const torch::Tensor shortest2 = all > 0 ? vectors.square().sum(1).amin().view({1})
+                                          : torch::full({1}, INFINITY, vectors.options());
+  return {torch::cat({forces.narrow(0, 0, b.atoms).flatten(), energy.narrow(0, 0, b.atoms), virial, shortest2,
+                      counts.totals.flatten().to(torch::kFloat64)}),
+          atom_virial ? node_virial.narrow(0, 0, b.atoms) : torch::Tensor()};
+}
 
+// One chunk's model call and forces, added to the step's sums (their memory free for the next).
+void DeviceStep::run_chunk(const torch::Tensor& edge_index, const torch::Tensor& vectors, const torch::Tensor& species,
+                           const torch::Tensor& centre_atom, const Sums& sums) {
+  const Buffers& b = *b_;
   ModelInput in;
-  in.species = torch::cat({b.head_species, b.species.clamp_min(0)});
+  in.species = species;
   in.edge_index = edge_index;
   in.edge_vectors = vectors.to(model_->info().torch_dtype());
   in.n_centers = b.centers;
@@ -225,31 +285,26 @@ std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
   const ModelOutput out = model_->evaluate(in, true);
   EdgeForceRequest request;
   request.virial = true;
-  request.node_virial = atom_virial;
-  const int64_t n_nodes = b.centers + b.atoms;
-  const EdgeForces ef = edge_forces(edge_index, vectors, out.edge_grad.to(torch::kFloat64), n_nodes, request);
-  // Onto the atoms (a row more: where padding centres go).
-  const auto onto_atoms = [&](const torch::Tensor& nodes) {
-    torch::Tensor a = torch::zeros({b.atoms + 1, nodes.size(1)}, nodes.options());
-    a.narrow(0, 0, b.atoms).copy_(nodes.narrow(0, b.centers, b.atoms));
-    return a.index_add_(0, b.centre_atom, nodes.narrow(0, 0, b.centers)).narrow(0, 0, b.atoms);
+  request.node_virial = sums.node_virial.defined();
+  const EdgeForces ef = edge_forces(edge_index, vectors, out.edge_grad.to(torch::kFloat64), b.centers + b.atoms, request);
+  const auto onto_atoms = [&](const torch::Tensor& to, const torch::Tensor& nodes) {
+    to.narrow(0, 0, b.atoms).add_(nodes.narrow(0, b.centers, b.atoms));
+    to.index_add_(0, centre_atom, nodes.narrow(0, 0, b.centers));
   };
-  const torch::Tensor energy = torch::zeros({b.atoms + 1}, b.x.options())
-                                   .index_add_(0, b.centre_atom, out.atom_energy.to(torch::kFloat64))
-                                   .narrow(0, 0, b.atoms);
-  const torch::Tensor shortest2 = b.edges > 0 ? vectors.square().sum(1).amin().view({1})
-                                              : torch::full({1}, INFINITY, vectors.options());
-  return {torch::cat({onto_atoms(ef.forces).flatten(), energy.flatten(), ef.virial.flatten(), shortest2,
-                     counts.totals.to(torch::kFloat64)}),
-          atom_virial ? onto_atoms(ef.node_virial) : torch::Tensor()};
+  onto_atoms(sums.forces, ef.forces);
+  if (request.node_virial) onto_atoms(sums.node_virial, ef.node_virial);
+  sums.energy.index_add_(0, centre_atom, out.atom_energy.to(torch::kFloat64));
+  sums.virial.add_(ef.virial.flatten());
 }
 
+// Grows the wanted edges of each net to the most of any chunk (`counts`: chunks x nets).
 bool DeviceStep::fit_edges(const std::vector<int64_t>& counts) {
-  bool grown = wanted_.edges.size() != counts.size();
-  wanted_.edges.resize(counts.size(), 0);
-  for (std::size_t g = 0; g < counts.size(); ++g) {
-    if (counts[g] > wanted_.edges[g]) {
-      wanted_.edges[g] = grouped_capacity(counts[g]);
+  const std::size_t nets = static_cast<std::size_t>(b_->nets);
+  bool grown = wanted_.edges.size() != nets;
+  wanted_.edges.resize(nets, 0);
+  for (std::size_t c = 0; c < counts.size(); ++c) {
+    if (counts[c] > wanted_.edges[c % nets]) {
+      wanted_.edges[c % nets] = grouped_capacity(counts[c]);
       grown = true;
     }
   }
@@ -265,8 +320,9 @@ StepOutput DeviceStep::results(const std::pair<torch::Tensor, torch::Tensor>& ru
   out.atom_energy = p.narrow(0, 3 * N, n_local).clone();
   out.virial = p.narrow(0, 4 * N, 9).clone();
   out.shortest = std::sqrt(p[4 * N + 9].item<double>());
-  out.n_edges = static_cast<int64_t>(p.narrow(0, 4 * N + 10, b.nets).sum().item<double>());
-  out.counts.assign(p.data_ptr<double>() + 4 * N + 10, p.data_ptr<double>() + 4 * N + 10 + b.nets);
+  const double* counts = p.data_ptr<double>() + 4 * N + 10;
+  out.counts.assign(counts, counts + b.chunks * b.nets);
+  out.n_edges = std::accumulate(out.counts.begin(), out.counts.end(), int64_t{0});
   if (run.second.defined()) out.atom_virial = run.second.narrow(0, 0, n).cpu();
   return out;
 }
@@ -285,20 +341,41 @@ StepOutput nothing_to_evaluate(int64_t n, int64_t n_local, bool atom_virial) {
 }  // namespace
 
 StepOutput DeviceStep::evaluate(const double* positions, double scale, const int64_t* species, int64_t n,
-                                int64_t n_local, bool atom_virial) {
-  stage(positions, scale, species, n, n_local);
+                                int64_t n_local, bool atom_virial, int64_t chunk_atoms) {
+  try {
+    return attempt(positions, scale, species, n, n_local, atom_virial, chunk_atoms);
+  } catch (...) {
+    // Nothing half-made is kept (a recording or buffers that ran out of GPU memory): the next step
+    // starts from no capacity.
+    b_->recorded = {};
+    recorded_ = false;
+    capacity_ = StepCapacity{};
+    memory_ = StepMemory{};
+    if (recorder_) recorder_->drop_quietly();
+    throw;
+  }
+}
+
+StepOutput DeviceStep::attempt(const double* positions, double scale, const int64_t* species, int64_t n,
+                               int64_t n_local, bool atom_virial, int64_t chunk_atoms) {
+  const std::array<double, 6> box = stage(positions, scale, species, n, n_local, chunk_atoms);
   const bool eager = !recorder_ || atom_virial;
+  bool staged = false;
   for (;;) {
     if (!(wanted_ == capacity_)) {
       capacity_ = wanted_;
       resize();
       recorded_ = false;
-      stage(positions, scale, species, n, n_local);   // the slots of the new capacity
+      staged = false;
     }
     Buffers& b = *b_;
     if (b.centers == 0) return nothing_to_evaluate(n, n_local, atom_virial);
-    b.real.copy_(b.host_real, /*non_blocking=*/true);
-    b.index.copy_(b.host_index, /*non_blocking=*/true);
+    if (!staged) {   // the slots of this capacity
+      stage_inputs(positions, scale, species, n, n_local, box.data(), box.data() + 3);
+      b.real.copy_(b.host_real, /*non_blocking=*/true);
+      b.index.copy_(b.host_index, /*non_blocking=*/true);
+      staged = true;
+    }
     if (!recorded_ && (!eager || b.edges == 0)) {
       // Before a recording (and an eager step's first): the counts first, so that the model is not
       // evaluated, nor the step recorded, twice. Eager steps otherwise find an overflow afterwards.
@@ -310,11 +387,7 @@ StepOutput DeviceStep::evaluate(const double* positions, double scale, const int
     if (eager) {
       done = run(atom_virial);
     } else {
-      if (!recorded_) {
-        recorder_->record([&] { b.recorded = run(false); });
-        ++recordings_;
-        recorded_ = true;
-      }
+      if (!recorded_) record();
       recorder_->replay_now();
       done = b.recorded;
     }
@@ -324,8 +397,25 @@ StepOutput DeviceStep::evaluate(const double* positions, double scale, const int
       continue;
     }
     check_tables(out.shortest);
+    for (std::size_t c = 0; c < out.counts.size(); ++c)   // the most of any chunk per net
+      out.counts[c % b.nets] = std::max(out.counts[c % b.nets], out.counts[c]);
+    out.counts.resize(static_cast<std::size_t>(b.nets));
     return out;
   }
+}
+
+// The step recorded (the inputs staged), with the memory it took where that can be known.
+void DeviceStep::record() {
+  Buffers& b = *b_;
+  const torch::Device device = model_->device();
+  reset_peak_memory(device);
+  const std::optional<DeviceMemory> before = device_memory(device);
+  recorder_->record([&] { b.recorded = run(false); });
+  ++recordings_;
+  recorded_ = true;
+  if (before)
+    if (const std::optional<DeviceMemory> after = device_memory(device))
+      memory_ = StepMemory{b.centers, b.edges, after->peak - before->allocated};
 }
 
 // A compressed model's tables reach down to rule_.shortest; closer pairs than min_distance_ are

@@ -40,7 +40,7 @@ enum class Kernel : int {
 // total, LibTorch's caching allocator's reserved, allocated and peak allocated since
 // mlip_cuda_reset_peak); mlip_cuda_release_cache gives the allocator's unused blocks back to the
 // driver. Version: the layout of the functors and this interface; another version is refused.
-constexpr int kDeviceKernelsVersion = 9;
+constexpr int kDeviceKernelsVersion = 10;
 enum MemoryField : int { kFree, kTotal, kReserved, kAllocated, kPeakAllocated, kMemoryFields };
 extern "C" {
 using CudaLaunch = int (*)(int id, int f64, const void* functor, int64_t count, int device);

@@ -14,10 +14,17 @@
 // has changed so much that the cells are far wider than the cutoff; between, the grid's corner and
 // cell widths are inputs of each step, the widths never below the cutoff.
 //
-// Layout of the model's graph: the centres' nodes [0, C) grouped by species (the atoms [0, n_local)
-// the model takes, in atom order within a species; padding centres have no edges and their
+// Layout of a chunk's graph for the model: the centres' nodes [0, C) grouped by species (the
+// chunk's atoms of [0, n_local) the model takes, in atom order within a species; padding centres have no edges and their
 // energies are dropped), then one node for every atom, C + a for atom a, which is each edge's
 // neighbour (node), whether it is a local or a ghost atom. Padding edges are grouped_graph.h's.
+//
+// Chunks: the centres may be split into K chunks of consecutive local atoms (evaluate's
+// `chunk_atoms`: at most that many local atoms each), all of the same layout (the capacities per
+// species and per net are the most any chunk needs); the edges of all chunks are listed at once,
+// then the model and its forces run chunk after chunk inside the same recording, so that the
+// memory of a chunk's model call is reused by the next (the edge list, of all chunks, is 40 bytes
+// an edge). The number of chunks never shrinks; when it grows, the capacities are chosen anew.
 //
 // Before each recording the edges are counted first (one read back), so that the recording fits
 // them. With `record` false, the same step runs eagerly on any device (counted first only at the
@@ -26,6 +33,7 @@
 // need not change: its memory comes on top of the recording's.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -51,16 +59,24 @@ struct StepOutput {
   torch::Tensor atom_virial;   // (n, 9) each edge's -r (x) g on its neighbour atom; undefined unless asked
   double shortest = std::numeric_limits<double>::infinity();   // the shortest edge (Å)
   int64_t n_edges = 0;
-  std::vector<int64_t> counts;   // edges per embedding net
+  std::vector<int64_t> counts;   // edges per embedding net: the most of any chunk
+};
+
+/// A recording's memory on a GPU: the peak bytes LibTorch's allocator gave it beyond what was in
+/// use before (the edge lists of all chunks, one chunk's model call, the results), and the
+/// centres and edges of a chunk (capacities); zero where the memory cannot be known.
+struct StepMemory {
+  int64_t centres = 0, edges = 0, bytes = 0;
 };
 
 /// The capacities a step is evaluated (and recorded) at.
 struct StepCapacity {
   int64_t atoms = 0;
-  std::vector<int64_t> centers, edges;   // per species; per embedding net
+  int64_t chunks = 1;
+  std::vector<int64_t> centers, edges;   // of a chunk: per species; per embedding net
   std::vector<int64_t> cells;            // cells per axis (3)
   bool operator==(const StepCapacity& o) const {
-    return atoms == o.atoms && centers == o.centers && edges == o.edges && cells == o.cells;
+    return atoms == o.atoms && chunks == o.chunks && centers == o.centers && edges == o.edges && cells == o.cells;
   }
 };
 
@@ -78,24 +94,41 @@ class DeviceStep {
 
   /// The step of n atoms: `positions` (n, 3) row-major in host memory, times `scale` for Å;
   /// `species` (n) the model's species index of each atom, -1 for atoms the model skips; the
-  /// atoms [0, n_local) are the centres. Throws mlip::Error for a species outside the model's, a
-  /// position not finite, or, for a compressed model, an edge shorter than its tables reach.
+  /// atoms [0, n_local) are the centres, in chunks of at most `chunk_atoms` of them (0: one chunk;
+  /// the chunks of an earlier step are kept if there were more). Throws mlip::Error for a species
+  /// outside the model's, a position not finite, or, for a compressed model, an edge shorter than
+  /// its tables reach. A step that throws (out of GPU memory too) adds nothing; the next evaluates
+  /// again.
   StepOutput evaluate(const double* positions, double scale, const int64_t* species, int64_t n, int64_t n_local,
-                      bool atom_virial);
+                      bool atom_virial, int64_t chunk_atoms = 0);
 
   /// How many times the step was recorded (the first time and each growth); 0 when eager.
   int64_t recordings() const { return recordings_; }
   /// Steps evaluated a second time because their edges outgrew a capacity.
   int64_t repeats() const { return repeats_; }
   const StepCapacity& capacity() const { return capacity_; }
+  /// The latest recording's memory (mlip/model/device_memory.h's figures; zero while there are none).
+  const StepMemory& memory() const { return memory_; }
 
   struct Buffers;   // device_step.cpp
 
  private:
-  void stage(const double* positions, double scale, const int64_t* species, int64_t n, int64_t n_local);
+  std::array<double, 6> stage(const double* positions, double scale, const int64_t* species, int64_t n,
+                              int64_t n_local, int64_t chunk_atoms);
+  void choose_grid(const double* lo, const double* hi);
+  void stage_inputs(const double* positions, double scale, const int64_t* species, int64_t n, int64_t n_local,
+                    const double* lo, const double* hi);
   void resize();
+  StepOutput attempt(const double* positions, double scale, const int64_t* species, int64_t n, int64_t n_local,
+                     bool atom_virial, int64_t chunk_atoms);
+  void record();
   /// The device's part; returns the packed results (device_step.cpp) and the per-atom virials.
   std::pair<torch::Tensor, torch::Tensor> run(bool atom_virial);
+  struct Sums {
+    torch::Tensor forces, energy, virial, node_virial;   // onto the atoms (node_virial: undefined unless asked)
+  };
+  void run_chunk(const torch::Tensor& edge_index, const torch::Tensor& vectors, const torch::Tensor& species,
+                 const torch::Tensor& centre_atom, const Sums& sums);
   StepOutput results(const std::pair<torch::Tensor, torch::Tensor>& run, int64_t n, int64_t n_local) const;
   bool fit_edges(const std::vector<int64_t>& counts);
   void check_tables(double shortest) const;
@@ -104,6 +137,7 @@ class DeviceStep {
   GroupingRule rule_;
   double cutoff_, min_distance_;
   StepCapacity capacity_, wanted_;
+  StepMemory memory_;
   std::unique_ptr<Buffers> b_;
   std::unique_ptr<detail::CudaGraphRecorder> recorder_;   // null: eager
   bool recorded_ = false;                                 // a recording for capacity_
