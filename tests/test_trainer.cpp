@@ -155,6 +155,27 @@ TEST(Loss, EachTermByHand) {
   EXPECT_NEAR(l, huber(0.2, 0.1) + 3 * huber(1.0, 0.1), 1e-12);
 }
 
+// Training's sums kept on the device (MetricTotals, read at progress lines and the epoch's end):
+// bitwise those of MetricSums added batch by batch on the host after the same start (a resumed
+// epoch's), float32 predictions and a normaliser as training has them.
+TEST(Loss, TotalsOnTheDeviceEqualSumsOnTheHost) {
+  TinyBatch b;
+  MetricSums start;
+  start.unpack({0.1, 2, 0.3, 12, 0.7, 9, 1.3, 2});
+  MetricSums host = start;
+  MetricTotals totals(start);
+  EXPECT_EQ(totals.read().pack(), start.pack());
+  for (const double normalizer : {2.0, 3.0, 7.0}) {
+    Prediction p = b.p;
+    p.energy = p.energy.to(torch::kFloat32) * (normalizer / 2.0);
+    p.forces = p.forces.to(torch::kFloat32) * (normalizer / 3.0);
+    p.virial = p.virial.to(torch::kFloat32);
+    loss_terms(p, b.t, {0.3, 1.1, 0.7}, "mse", 0, normalizer, &host, &totals);
+  }
+  EXPECT_EQ(totals.read().pack(), host.pack());
+  EXPECT_EQ(totals.read().frames, start.frames + 6);
+}
+
 // A multi-head model's validation per head: the batch with only that head's frames labelled.
 TEST(Loss, FramesOfOneHead) {
   TinyBatch b;
@@ -627,6 +648,28 @@ TEST(GradientReducer, BucketsCoverEveryParameterOnceInReverseOrder) {
   double norm = 0;
   for (auto& p : params) norm += p.grad().pow(2).sum().item<double>();
   EXPECT_NEAR(reducer.gradient_norm(), std::sqrt(norm), 1e-12 * std::sqrt(norm));
+}
+
+// training.grad_clip: gradients whose global norm is above the clip are scaled onto it (float32
+// and float64, as a host scalar would scale them); at or below it they stay bitwise as they were.
+TEST(GradientReducer, ClipNormScalesOntoTheClipAndLeavesSmallerNormsAlone) {
+  for (const auto dtype : {torch::kFloat32, torch::kFloat64}) {
+    torch::manual_seed(5);
+    std::vector<torch::Tensor> params;
+    for (int64_t n : {6, 40, 3}) params.push_back(torch::zeros({n}, dtype).requires_grad_(true));
+    for (auto& p : params) p.mutable_grad() = torch::randn_like(p);
+    GradientReducer reducer(params, 1 << 20);
+    const double norm = reducer.gradient_norm();
+    std::vector<torch::Tensor> before;
+    for (auto& p : params) before.push_back(p.grad().clone());
+    reducer.clip_norm(norm * 1.5);
+    for (std::size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i].grad(), before[i])) << i;
+    reducer.clip_norm(0.25 * norm);
+    const double tolerance = dtype == torch::kFloat32 ? 1e-6 : 1e-14;
+    EXPECT_NEAR(reducer.gradient_norm(), 0.25 * norm, tolerance * norm);
+    for (std::size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(torch::equal(params[i].grad(), before[i].mul(0.25 * norm / norm))) << i;
+  }
 }
 
 // FusedAdam itself against torch::optim's Adam and AdamW (AMSGrad, weight decay), step by step

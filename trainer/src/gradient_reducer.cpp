@@ -48,14 +48,23 @@ void GradientReducer::reduce(Communicator& comm) {
   }
 }
 
-double GradientReducer::gradient_norm() const {
+torch::Tensor GradientReducer::gradient_norm_on_device() const {
   std::vector<torch::Tensor> norms;
   norms.reserve(params_.size());
   for (const torch::Tensor& p : params_) {
     if (p.grad().defined()) norms.push_back(p.grad().norm());
   }
-  if (norms.empty()) return 0.0;
-  return torch::stack(norms).norm().item<double>();
+  if (norms.empty()) return torch::zeros({}, torch::kFloat64);
+  return torch::stack(norms).norm().to(torch::kFloat64);
+}
+
+void GradientReducer::clip_norm(double max_norm) {
+  torch::NoGradGuard no_grad;  // scaling gradients
+  const torch::Tensor scale = (max_norm / gradient_norm_on_device()).clamp_max(1.0);
+  std::vector<torch::Tensor> grads;
+  for (torch::Tensor& p : params_)
+    if (p.grad().defined()) grads.push_back(p.mutable_grad());
+  if (!grads.empty()) at::_foreach_mul_(grads, scale.to(grads.front().options()));
 }
 
 }  // namespace mlip::trainer

@@ -27,8 +27,13 @@ class GradientReducer {
   void reduce(Communicator& comm);
 
   /// The global L2 norm of the gradients, from per-parameter norms (so independent of the
-  /// bucketing): one device-to-host copy.
-  double gradient_norm() const;
+  /// bucketing): one device-to-host copy (gradient_norm_on_device(): none).
+  double gradient_norm() const { return gradient_norm_on_device().item<double>(); }
+  /// The same where the gradients are, unread (float64, 0-dim).
+  torch::Tensor gradient_norm_on_device() const;
+  /// Every gradient times min(1, max_norm / the global norm), on their device, unread: bitwise
+  /// unchanged where the norm is at most max_norm.
+  void clip_norm(double max_norm);
 
   std::size_t buckets() const { return buckets_.size(); }
 

@@ -132,6 +132,19 @@ void MetricSums::unpack(const std::vector<double>& v) {
   virial_sq = v[4], virial_n = v[5], loss = v[6], frames = v[7];
 }
 
+void MetricTotals::add(const torch::Tensor& terms) {
+  if (!sums_.defined()) sums_ = torch::tensor(start_.pack(), torch::kFloat64).to(terms.device());
+  sums_.add_(terms);
+}
+
+MetricSums MetricTotals::read() const {
+  if (!sums_.defined()) return start_;
+  const torch::Tensor x = sums_.cpu();
+  MetricSums m;
+  m.unpack(std::vector<double>(x.data_ptr<double>(), x.data_ptr<double>() + x.numel()));
+  return m;
+}
+
 namespace {
 
 torch::Tensor elementwise_loss(const torch::Tensor& d, const std::string& kind, double delta) {
@@ -142,7 +155,7 @@ torch::Tensor elementwise_loss(const torch::Tensor& d, const std::string& kind, 
 }  // namespace
 
 torch::Tensor loss_terms(const Prediction& p, const BatchTensors& b, const Prefactors& pre, const std::string& kind,
-                         double huber_delta, double normalizer, MetricSums* sums) {
+                         double huber_delta, double normalizer, MetricSums* sums, MetricTotals* totals) {
   const auto as = p.energy.scalar_type();  // labels are float64: a no-op unless accumulating in float32
   const torch::Tensor n_atoms = b.atoms_per_frame.to(as), has_energy = b.has_energy.to(as);
   const torch::Tensor has_forces = b.has_forces_atom.to(as), has_virial = b.has_virial.to(as);
@@ -157,24 +170,22 @@ torch::Tensor loss_terms(const Prediction& p, const BatchTensors& b, const Prefa
   const torch::Tensor lv = elementwise_loss(dv, kind, huber_delta).sum(1) / 9.0;
   const torch::Tensor per_frame = pre.energy * le + pre.forces * lf_frame + pre.virial * lv;
   const torch::Tensor loss = (b.weight.to(as) * per_frame).sum() / normalizer;
-  if (sums) {
-    // One device-to-host copy for all of them.
-    const torch::Tensor v =
-        torch::stack({(de * de).sum(), has_energy.sum(), (df * df).sum(), has_forces.sum(), (dv * dv).sum(),
-                      has_virial.sum(), loss.detach()})
-            .to(torch::kCPU, torch::kFloat64)
-            .contiguous();
-    const double* x = v.data_ptr<double>();
-    MetricSums m;
-    m.energy_sq = x[0];
-    m.energy_n = x[1];
-    m.forces_sq = x[2];
-    m.forces_n = 3.0 * x[3];
-    m.virial_sq = x[4];
-    m.virial_n = 9.0 * x[5];
-    m.loss = x[6] * normalizer;
-    m.frames = static_cast<double>(b.n_frames);
-    sums->add(m);
+  if (sums || totals) {
+    // MetricSums::pack()'s order, in float64 (the counts and the loss scaled there, as the host
+    // would): one device-to-host copy for all of them, or none.
+    const torch::Tensor v = torch::stack({(de * de).sum(), has_energy.sum(), (df * df).sum(), has_forces.sum(),
+                                          (dv * dv).sum(), has_virial.sum(), loss.detach()})
+                                .to(torch::kFloat64);
+    const torch::Tensor terms =
+        torch::cat({v.narrow(0, 0, 3), v.narrow(0, 3, 1) * 3.0, v.narrow(0, 4, 1), v.narrow(0, 5, 1) * 9.0,
+                    v.narrow(0, 6, 1) * normalizer, torch::full({1}, static_cast<double>(b.n_frames), v.options())});
+    if (totals) totals->add(terms);
+    if (sums) {
+      const torch::Tensor x = terms.cpu();
+      MetricSums m;
+      m.unpack(std::vector<double>(x.data_ptr<double>(), x.data_ptr<double>() + x.numel()));
+      sums->add(m);
+    }
   }
   return loss;
 }

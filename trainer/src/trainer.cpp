@@ -333,14 +333,8 @@ void Trainer::step_optimizer() {
   reducer_->reduce(gradient_comm());
   times_.communication += since(t_comm);
   const auto t_opt = std::chrono::steady_clock::now();
-  if (config_.grad_clip > 0) {
-    // Clip the global gradient norm (same on every rank: the gradients are already reduced).
-    const double norm = reducer_->gradient_norm();
-    if (norm > config_.grad_clip) {
-      torch::NoGradGuard no_grad;  // scaling gradients
-      for (auto& p : params_) p.mutable_grad().mul_(config_.grad_clip / norm);
-    }
-  }
+  // The global gradient norm clipped (the same on every rank: the gradients are already reduced).
+  if (config_.grad_clip > 0) reducer_->clip_norm(config_.grad_clip);
   const double lr = schedule_->lr(state_.step);
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
   if (fused_)
@@ -396,9 +390,10 @@ MetricSums Trainer::train_epoch() {
   const int64_t n_steps = (static_cast<int64_t>(batches.size()) + config_.accumulate - 1) / config_.accumulate;
   // A run resumed from a checkpoint inside this epoch goes on from its step, with the sums so far.
   const int64_t first_step = state_.epoch_step;
-  MetricSums sums;
-  if (!state_.epoch_sums.empty() && comm_.is_root()) sums.unpack(state_.epoch_sums);
+  MetricSums resumed;
+  if (!state_.epoch_sums.empty() && comm_.is_root()) resumed.unpack(state_.epoch_sums);
   state_.epoch_sums.clear();
+  MetricTotals sums(resumed);   // on the device: read at progress lines, checkpoints and the end
   // This rank's share of every global batch from there on, built ahead by the prefetcher.
   const std::size_t first_batch = static_cast<std::size_t>(first_step * config_.accumulate);
   const auto prefetch = batches_of(*data_.train, resident_train_, batches.size() - std::min(first_batch, batches.size()),
@@ -426,7 +421,7 @@ MetricSums Trainer::train_epoch() {
       times_.data += since(t0);
       t0 = std::chrono::steady_clock::now();
       const Prediction p = predict(model_.module, t, /*create_graph=*/true, accumulate_);
-      torch::Tensor loss = loss_terms(p, t, pre, config_.loss, config_.huber_delta, global_frames, &sums);
+      torch::Tensor loss = loss_terms(p, t, pre, config_.loss, config_.huber_delta, global_frames, nullptr, &sums);
       // Gradients of the parameters only: the edge vectors' would need the model's second
       // derivatives with respect to positions (se_e2_a's tanh_net does not compute them).
       loss.backward({}, {}, false, params_);
@@ -436,19 +431,21 @@ MetricSums Trainer::train_epoch() {
     profile_step();
     log_progress(n_steps, sums);
     if (config_.checkpoint_every_steps > 0 && state_.step % config_.checkpoint_every_steps == 0 && s + 1 < n_steps) {
-      save_inside_epoch(s + 1, sums);
+      save_inside_epoch(s + 1, sums.read());
     }
   }
   state_.epoch_step = 0;
   times_.wall = since(t_epoch);
-  std::vector<double> v = sums.pack();
+  std::vector<double> v = sums.read().pack();
   comm_.allreduce_sum(v.data(), v.size());
-  sums.unpack(v);
-  return sums;
+  MetricSums total;
+  total.unpack(v);
+  return total;
 }
 
-void Trainer::log_progress(int64_t steps_per_epoch, const MetricSums& sums) const {
+void Trainer::log_progress(int64_t steps_per_epoch, const MetricTotals& totals) const {
   if (config_.log_every <= 0 || state_.step % config_.log_every != 0 || !comm_.is_root()) return;
+  const MetricSums sums = totals.read();
   const double elapsed = state_.elapsed_seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double total = double(steps_per_epoch) * config_.epochs;
   const double done = double(state_.step);

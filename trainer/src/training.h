@@ -169,6 +169,23 @@ struct MetricSums {
   static constexpr double kNoLabel = std::numeric_limits<double>::quiet_NaN();
 };
 
+/// MetricSums summed where the model runs: each batch's terms are added there and nothing is read
+/// back until read() (a progress line, a checkpoint, the epoch's end), so that a training step
+/// does not wait for the GPU. The same sums, added in the same order, as MetricSums::add() of each
+/// batch's on the host after `start`.
+class MetricTotals {
+ public:
+  explicit MetricTotals(const MetricSums& start = {}) : start_(start) {}
+  /// A batch's sums: (8) float64 in MetricSums::pack()'s order.
+  void add(const torch::Tensor& terms);
+  /// All so far (one copy back).
+  MetricSums read() const;
+
+ private:
+  MetricSums start_;
+  torch::Tensor sums_;
+};
+
 /// The batch with only the frames of `head` labelled and weighted (a multi-head model's batch;
 /// the other frames stay, masked): loss_terms() of it gives that head's errors.
 BatchTensors frames_of_head(const BatchTensors& b, int64_t head);
@@ -178,9 +195,9 @@ std::string milli(double value, int decimals);
 
 /// sum_frames w_f (p_E l(dE/N) + p_F mean l(dF) + p_V mean l(dW/N)) / normalizer, with l the
 /// squared error or the Huber function; frames without a label contribute nothing to that term.
-/// Computed in the prediction's dtype; `sums` costs one device-to-host copy.
+/// Computed in the prediction's dtype; `sums` costs one device-to-host copy, `totals` none.
 torch::Tensor loss_terms(const Prediction& p, const BatchTensors& b, const Prefactors& pre, const std::string& kind,
-                         double huber_delta, double normalizer, MetricSums* sums);
+                         double huber_delta, double normalizer, MetricSums* sums, MetricTotals* totals = nullptr);
 
 // ---------------------------------------------------------------------------------------------
 // Schedules
@@ -279,7 +296,7 @@ class Trainer {
   std::unique_ptr<BatchPrefetcher> batches_of(const FrameSource& frames, const std::vector<BatchTensors>& resident,
                                               std::size_t count,
                                               std::function<std::vector<int64_t>(std::size_t)> idx) const;
-  void log_progress(int64_t steps_per_epoch, const MetricSums& sums) const;
+  void log_progress(int64_t steps_per_epoch, const MetricTotals& sums) const;
   void save_inside_epoch(int64_t epoch_step, const MetricSums& sums);
   Communicator& gradient_comm() { return nccl_ ? *nccl_ : comm_; }
   MetricSums train_epoch();
