@@ -218,8 +218,9 @@ mlip::StepOutput PairMLIP::evaluate_step(int n, bool atom_virial)
           },
           s.sizer != nullptr);
       break;
-    } catch (const std::exception &e) {   // out of GPU memory: guarded() passes nothing else on
-      if (tried <= 1) error->one(FLERR, std::string("pair_style mlip: graph device cuda_graph: ") + e.what());
+    } catch (const std::exception &e) {   // guarded() passes on only running out of GPU memory (sized)
+      if (!s.sizer || !mlip::is_out_of_memory(e) || tried <= 1)
+        error->one(FLERR, std::string("pair_style mlip: graph device cuda_graph: ") + e.what());
       s.sizer->out_of_memory(tried);
       mlip::release_cached_memory();
       chunk = std::max<int64_t>(1, tried / 2);
