@@ -54,7 +54,8 @@ const std::vector<Keyword> &keywords()
   static const std::vector<Keyword> table = {
       {"chunk", "N",
        "64 (local models), 1024 (compressed se_e2_a), 128 (message passing, ghost exchange or halo); on a GPU sized "
-       "by the free memory ([gpu.md](gpu.md)), all local atoms with `cuda_graph yes` or the ghost exchange",
+       "by the free memory ([gpu.md](gpu.md)), all local atoms with `cuda_graph yes` (with `graph device`: all "
+       "until a recording runs out of GPU memory, then sized by the free memory) or the ghost exchange",
        "most local atoms per model call: bounds the memory of a call", false,
        [](const std::string &v, Options &o) { o.chunk = positive_int("chunk", v); }},
       {"head", "NAME", "the file's (`head`)",
@@ -78,7 +79,8 @@ const std::vector<Keyword> &keywords()
        "with `device cuda`: record the model call (forward and forces) as a CUDA graph and replay it each step, on a "
        "graph grouped and padded to static sizes (+10%, multiples of 32; recorded anew when outgrown); with "
        "`graph device` the whole step (cell list, edges, model, forces) as one. se_e2_a models (plain or compressed) "
-       "only; not with `chunk`, the ghost exchange or `mlip/kk`. `eager`: the same padded path run without "
+       "only; not with the ghost exchange or `mlip/kk`, nor with `chunk` unless `graph device` (then the recorded "
+       "step makes its model calls in chunks). `eager`: the same padded path run without "
        "recording, on any device (to tell a recording's fault from the model's)",
        false,
        [](const std::string &v, Options &o) {

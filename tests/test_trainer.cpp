@@ -1,6 +1,7 @@
 // mlip-trainer's parts: config checking, loss terms, energy-shift fit, schedules, and
 // checkpoint/resume equality (interrupted + resumed == uninterrupted, bitwise on CPU).
 #include <gtest/gtest.h>
+#include <numeric>
 
 #include <cmath>
 #include <unistd.h>
@@ -1262,6 +1263,37 @@ output:
   EXPECT_LE(de32, 1e-5);
 }
 
+// training.grouped true: the tiny problem trained on grouped batches follows the plain run (the
+// same steps up to rounding); a model without forward_grouped() is refused with its name.
+TEST(Training, GroupedBatchesTrainAsPlainOnes) {
+  TempDir dir("mlip_test_grouped_training");
+  SerialCommunicator comm;
+  std::vector<std::vector<torch::Tensor>> params;
+  for (const bool grouped : {false, true}) {
+    const fs::path out = dir.path / (grouped ? "run-grouped" : "run-plain");
+    Config c = read_config(tiny_config(dir, out.string(), 3));
+    c.grouped = grouped;
+    Trainer t(c, "", comm);
+    t.run(false);
+    params.push_back(checkpoint_parameters(out));
+  }
+  ASSERT_EQ(params[0].size(), params[1].size());
+  for (std::size_t i = 0; i < params[0].size(); ++i)
+    EXPECT_TRUE(torch::allclose(params[1][i], params[0][i], 1e-8, 1e-10)) << "parameter " << i;
+  Config painn = read_config(tiny_config(dir, (dir.path / "run-painn").string(), 1));
+  painn.model.architecture = "painn";
+  painn.model.hyperparameters = {{"features", 4}, {"layers", 2}, {"radial_basis", 4}};
+  painn.grouped = true;
+  try {
+    Trainer t(painn, "", comm);
+    t.run(false);
+    ADD_FAILURE() << "no error";
+  } catch (const mlip::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("training.grouped: true needs a model with forward_grouped()"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Training, LossDecreasesOnTinyProblem) {
   TempDir dir("mlip_test_tiny_training");
   SerialCommunicator comm;
@@ -1278,6 +1310,68 @@ TEST(Training, LossDecreasesOnTinyProblem) {
 
 namespace mlip::trainer {
 namespace {
+
+// training.grouped: a batch regrouped for forward_grouped() (atoms by species, edges by net, from
+// the host's counts) gives the plain batch's energies, forces (in its new atom order), virials,
+// loss and parameter gradients, for one net per neighbour species and per species pair; the
+// counts of frames made one by one and concatenated (frames kept on the device) are the whole
+// batch's.
+TEST(Training, GroupedBatchesGiveThePlainLossAndGradients) {
+  auto frames = read_extxyz(mlip::testing::source_dir() + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+                            ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
+  std::vector<Frame> batch_frames = {make_frame(frames[0], 4.0), make_frame(frames[300], 4.0), make_frame(frames[700], 4.0)};
+  batch_frames[1].structure.virial = Mat3{{{1, 0, 0}, {0, 2, 0}, {0, 0, 3}}};
+  const SpeciesMap species({"H", "C", "O"});
+  const BatchTensors plain =
+      to_tensors(make_batch({&batch_frames[0], &batch_frames[1], &batch_frames[2]}, species), torch::kFloat64);
+  std::vector<BatchTensors> one;
+  for (const Frame& f : batch_frames) one.push_back(to_tensors(make_batch({&f}, species), torch::kFloat64));
+  const BatchTensors joined = concat({&one[0], &one[1], &one[2]});
+  EXPECT_EQ(joined.counts.species, plain.counts.species);
+  EXPECT_EQ(joined.counts.pairs, plain.counts.pairs);
+  EXPECT_EQ(plain.counts.species, (std::vector<int64_t>{18, 6, 3}));   // 3 ethanols: H6 C2 O
+  for (const bool one_side : {true, false}) {
+    ModelSpec spec;
+    spec.architecture = "se_e2_a";
+    spec.species = {"H", "C", "O"};
+    spec.cutoff = 4.0;
+    spec.hyperparameters = {{"embedding", {4, 8}}, {"axis_neurons", 2}, {"fitting", {8, 8}}, {"type_one_side", one_side}};
+    BuiltModel m = build_model(spec);
+    const BatchTensors grouped = group_batch(joined, 3, !one_side);
+    EXPECT_EQ(grouped.center_groups, plain.counts.species);
+    EXPECT_EQ(static_cast<int64_t>(grouped.edge_groups.size()), one_side ? 3 : 9);
+    EXPECT_EQ(std::accumulate(grouped.edge_groups.begin(), grouped.edge_groups.end(), int64_t{0}), plain.edge_index.size(1));
+    // grouped atom k is plain atom order[k]
+    const torch::Tensor order = torch::argsort(plain.species, /*stable=*/true);
+    EXPECT_TRUE(torch::equal(grouped.forces, plain.forces.index_select(0, order)));
+    auto params = trainable_parameters(m.module);
+    const auto run = [&](const BatchTensors& t, Prediction& p) {
+      for (auto& x : params) x.mutable_grad() = torch::Tensor();
+      p = predict(m.module, t, /*create_graph=*/true);
+      torch::Tensor l = loss_terms(p, t, {1.0, 1.0, 0.1}, "mse", 0.0, 3.0, nullptr);
+      l.backward({}, {}, false, params);
+      std::vector<torch::Tensor> grads;
+      for (auto& x : params) grads.push_back(x.grad().clone());
+      return std::pair{l.item<double>(), grads};
+    };
+    Prediction pp, pg;
+    const auto [lp, gp] = run(plain, pp);
+    const auto [lg, gg] = run(grouped, pg);
+    SCOPED_TRACE(one_side ? "one net per neighbour species" : "one net per species pair");
+    EXPECT_NEAR(lg, lp, 1e-12 * std::abs(lp));
+    EXPECT_TRUE(torch::allclose(pg.energy, pp.energy, 1e-12, 1e-12));
+    EXPECT_TRUE(torch::allclose(pg.forces, pp.forces.index_select(0, order), 1e-10, 1e-12));
+    EXPECT_TRUE(torch::allclose(pg.virial, pp.virial, 1e-10, 1e-12));
+    for (std::size_t i = 0; i < gp.size(); ++i) EXPECT_TRUE(torch::allclose(gg[i], gp[i], 1e-9, 1e-12)) << "parameter " << i;
+    // The sizes are what forward_grouped() goes by: groups of other sizes give other forces.
+    BatchTensors shifted = grouped;
+    std::rotate(shifted.edge_groups.begin(), shifted.edge_groups.begin() + 1, shifted.edge_groups.end());
+    Prediction ps;
+    run(shifted, ps);
+    EXPECT_GT((ps.forces - pg.forces).abs().max().item<double>(), 1e-3 * pg.forces.abs().max().item<double>());
+  }
+  EXPECT_THROW(group_batch(plain, 2, false), mlip::Error);   // species index 2 of a 2-species model
+}
 
 // The training gradient of a force loss (double backward through the model) against finite
 // differences of the loss in a few parameters, for both architectures.

@@ -409,6 +409,7 @@ static void read_training(Section& top, Config& c) {
   c.early_stopping_patience = training.get<int64_t>("early_stopping_patience", c.early_stopping_patience);
   c.device = training.get<std::string>("device", c.device);
   c.data_on_device = training.get<std::string>("data_on_device", c.data_on_device);
+  c.grouped = training.get<bool>("grouped", c.grouped);
   c.tf32 = training.get<bool>("tf32", c.tf32);
   c.deterministic = training.get<bool>("deterministic", c.deterministic);
   c.accumulate_dtype = training.get<std::string>("accumulate_dtype", c.accumulate_dtype);

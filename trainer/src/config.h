@@ -79,6 +79,7 @@ struct Config {
   // where training runs (docs/config.md "Devices and communication")
   std::string device = "auto";          // auto | cpu | cuda | cuda:N (mlip/model/device.h)
   std::string data_on_device = "auto";  // auto (= true on a GPU) | true | false
+  bool grouped = false;                 // training batches grouped for the model's forward_grouped()
   bool tf32 = false;                    // TF32 matrix products for float32 models on GPUs
   bool deterministic = true;            // deterministic GPU kernels (bitwise resume)
   std::string accumulate_dtype = "float64";  // energies, forces and loss: float64 | float32

@@ -8,6 +8,73 @@
 
 namespace mlip::trainer {
 
+namespace {
+
+GroupCounts count_groups(const GraphBatch& b) {
+  GroupCounts c;
+  for (const int64_t s : b.species) c.n_species = std::max(c.n_species, s + 1);
+  c.species.assign(static_cast<std::size_t>(c.n_species), 0);
+  c.pairs.assign(static_cast<std::size_t>(c.n_species * c.n_species), 0);
+  for (const int64_t s : b.species)
+    if (s >= 0) ++c.species[static_cast<std::size_t>(s)];
+  for (int64_t e = 0; e < b.num_edges; ++e) {
+    const int64_t i = b.species[static_cast<std::size_t>(b.edge_index[static_cast<std::size_t>(e)])],
+                  j = b.species[static_cast<std::size_t>(b.edge_index[static_cast<std::size_t>(b.num_edges + e)])];
+    if (i >= 0 && j >= 0) ++c.pairs[static_cast<std::size_t>(i * c.n_species + j)];
+  }
+  return c;
+}
+
+}  // namespace
+
+void GroupCounts::add(const GroupCounts& o) {
+  const int64_t n = std::max(n_species, o.n_species);
+  std::vector<int64_t> s(static_cast<std::size_t>(n), 0), p(static_cast<std::size_t>(n * n), 0);
+  for (const GroupCounts* c : {static_cast<const GroupCounts*>(this), &o}) {
+    for (int64_t a = 0; a < c->n_species; ++a) {
+      s[static_cast<std::size_t>(a)] += c->species[static_cast<std::size_t>(a)];
+      for (int64_t b = 0; b < c->n_species; ++b)
+        p[static_cast<std::size_t>(a * n + b)] += c->pairs[static_cast<std::size_t>(a * c->n_species + b)];
+    }
+  }
+  n_species = n;
+  species = std::move(s);
+  pairs = std::move(p);
+}
+
+BatchTensors group_batch(const BatchTensors& b, int64_t n_species, bool pair_nets) {
+  const GroupCounts& c = b.counts;
+  if (c.n_species > n_species)
+    throw Error("a batch has species index " + std::to_string(c.n_species - 1) + ", outside the model's " +
+                std::to_string(n_species));
+  BatchTensors t = b;
+  // Atoms by species (stable: in their order within one); each atom's new node number.
+  const torch::Tensor order = torch::argsort(b.species, /*stable=*/true);
+  const torch::Tensor place =
+      torch::empty_like(order).index_put_({order}, torch::arange(b.n_atoms, order.options()));
+  for (auto member : {&BatchTensors::species, &BatchTensors::frame_of_atom, &BatchTensors::forces,
+                      &BatchTensors::has_forces_atom, &BatchTensors::head})
+    if ((b.*member).defined()) t.*member = (b.*member).index_select(0, order);
+  // Edges by net, then by (new) centre: in a net, each centre's edges in their order.
+  const torch::Tensor ends = place.index_select(0, b.edge_index.reshape({-1})).view({2, -1});
+  torch::Tensor net = b.species.index_select(0, b.edge_index[1]);
+  if (pair_nets) net = net + b.species.index_select(0, b.edge_index[0]) * n_species;
+  const torch::Tensor edge_order = torch::argsort(net * std::max<int64_t>(b.n_atoms, 1) + ends[0], /*stable=*/true);
+  t.edge_index = ends.index_select(1, edge_order);
+  t.edge_vectors = b.edge_vectors.index_select(0, edge_order);
+  t.frame_of_edge = b.frame_of_edge.index_select(0, edge_order);
+  // The groups' sizes, from the host's counts.
+  t.center_groups.assign(static_cast<std::size_t>(n_species), 0);
+  t.edge_groups.assign(static_cast<std::size_t>(pair_nets ? n_species * n_species : n_species), 0);
+  for (int64_t i = 0; i < c.n_species; ++i) {
+    t.center_groups[static_cast<std::size_t>(i)] = c.species[static_cast<std::size_t>(i)];
+    for (int64_t j = 0; j < c.n_species; ++j)
+      t.edge_groups[static_cast<std::size_t>(pair_nets ? i * n_species + j : j)] +=
+          c.pairs[static_cast<std::size_t>(i * c.n_species + j)];
+  }
+  return t;
+}
+
 BatchTensors to_tensors(const GraphBatch& b, torch::Dtype dtype) {
   auto i64 = [](const std::vector<int64_t>& v, std::vector<int64_t> shape) {
     return torch::from_blob(const_cast<int64_t*>(v.data()), shape, torch::kInt64).clone();
@@ -42,6 +109,7 @@ BatchTensors to_tensors(const GraphBatch& b, torch::Dtype dtype) {
   const auto given = std::count_if(b.head.begin(), b.head.end(), [](int64_t h) { return h >= 0; });
   if (given > 0 && given != b.num_frames) throw Error("a batch mixes frames with a head and frames without one");
   if (given > 0) t.head = i64(b.head, {b.num_frames}).index_select(0, t.frame_of_atom);
+  t.counts = count_groups(b);
   return t;
 }
 
@@ -70,6 +138,7 @@ BatchTensors concat(const std::vector<const BatchTensors*>& parts) {
     frame_of_edge.push_back(p->frame_of_edge + t.n_frames);
     t.n_atoms += p->n_atoms;
     t.n_frames += p->n_frames;
+    t.counts.add(p->counts);
     t.any_virial = t.any_virial || p->any_virial;
   }
   t.edge_index = torch::cat(edge_index, 1);
@@ -84,7 +153,7 @@ BatchTensors concat(const std::vector<const BatchTensors*>& parts) {
 }
 
 Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph, torch::Dtype accumulate) {
-  ModelInput in{b.species, b.edge_index, b.edge_vectors, b.n_atoms, {}, {}, b.head};
+  ModelInput in{b.species, b.edge_index, b.edge_vectors, b.n_atoms, b.center_groups, b.edge_groups, b.head};
   const ModelOutput out =
       evaluate_module(module, in, create_graph ? EdgeGradient::differentiable : EdgeGradient::value);
   EdgeForceRequest request;

@@ -225,6 +225,7 @@ void Trainer::setup_model_and_statistics() {
         cache->push_back(to_device(host_batch(*frames, {static_cast<int64_t>(k)}, *species_, dtype_), device_));
     }
   }
+  choose_grouping();
   params_ = trainable_parameters(model_.module);
   reducer_ = std::make_unique<GradientReducer>(params_, static_cast<std::size_t>(config_.bucket_mb * (1 << 20)));
   if (config_.ema_decay > 0)
@@ -244,6 +245,22 @@ void Trainer::setup_model_and_statistics() {
                                        at::get_num_threads());
   const int64_t steps_per_epoch = (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate;
   schedule_ = std::make_unique<Schedule>(config_, steps_per_epoch * config_.epochs);
+}
+
+// training.grouped: training batches grouped by species and embedding net for the model's
+// forward_grouped() (group_batch: sizes from the host, so the forward waits for no size from the
+// device), for models that have it (se_e2_a) with one head.
+void Trainer::choose_grouping() {
+  const nlohmann::json& hyper = model_.metadata.hyperparameters;
+  grouped_ = config_.grouped;
+  group_species_ = static_cast<int64_t>(model_.metadata.species.size());
+  group_pair_nets_ = hyper.is_object() && !hyper.value("type_one_side", true);
+  if (!grouped_) return;
+  if (!model_.module.find_method("forward_grouped").has_value() || !model_heads(hyper).empty())
+    throw Error("training.grouped: true needs a model with forward_grouped() and one head (se_e2_a); this " +
+                model_.metadata.architecture + " model has " +
+                (model_heads(hyper).empty() ? std::string("no forward_grouped()") : std::string("several heads")));
+  log("training: batches grouped by species and embedding net for forward_grouped() (training.grouped)");
 }
 
 // training.data_on_device for this data and device; every rank decides alike (the same frames,
@@ -417,7 +434,8 @@ MetricSums Trainer::train_epoch() {
     for (int64_t k = b0; k < b1; ++k) {
       if (batches.frames(static_cast<std::size_t>(k)) <= comm_.rank()) continue;   // no share of this batch
       auto t0 = std::chrono::steady_clock::now();
-      const BatchTensors t = to_device(prefetch->next(), device_);
+      BatchTensors t = to_device(prefetch->next(), device_);
+      if (grouped_) t = group_batch(t, group_species_, group_pair_nets_);
       times_.data += since(t0);
       t0 = std::chrono::steady_clock::now();
       const Prediction p = predict(model_.module, t, /*create_graph=*/true, accumulate_);

@@ -113,8 +113,21 @@ std::vector<double> shortest_by_species(const PackStats& stats, const SpeciesMap
 // ---------------------------------------------------------------------------------------------
 
 /// A GraphBatch as tensors: edge vectors in the model's dtype, labels in float64.
+/// A batch's atoms per species and edges per (centre species, neighbour species) pair, counted on
+/// the host when its tensors are made, so that grouping it (group_batch) needs no size from the
+/// device.
+struct GroupCounts {
+  int64_t n_species = 0;                 // the highest species index counted, plus one
+  std::vector<int64_t> species, pairs;   // (n_species); (n_species x n_species) row-major: centre, neighbour
+  void add(const GroupCounts& o);
+};
+
 struct BatchTensors {
   int64_t n_frames = 0, n_atoms = 0;
+  GroupCounts counts;
+  // Set by group_batch(): atoms grouped by species, edges by embedding net (sizes of each group),
+  // for the model's forward_grouped(); empty: the batch as it was made.
+  std::vector<int64_t> center_groups, edge_groups;
   torch::Tensor species, edge_index, edge_vectors, frame_of_atom, frame_of_edge, atoms_per_frame;
   torch::Tensor energy, has_energy, forces, has_forces_atom, virial, has_virial, weight;
   torch::Tensor head;       // (n_atoms) int64, each atom's frame's head; undefined: the model's default
@@ -135,6 +148,14 @@ BatchTensors to_device(const BatchTensors& b, const torch::Device& device);
 /// Several batches as one, on their device: what to_tensors(make_batch(all frames)) gives, made
 /// from per-frame tensors that stay on the device (training.data_on_device), with no host copy.
 BatchTensors concat(const std::vector<const BatchTensors*>& parts);
+
+/// The same batch reordered for a model's forward_grouped() (mlip/model/grouped_graph.h), on its
+/// device and with no size read from it: atoms grouped by species (in their order within one),
+/// edges grouped by embedding net (the neighbour's species, or with `pair_nets` the pair's) and by
+/// centre within a net, labels and frame indices with them. The same energies, forces and loss up
+/// to rounding; forces come in the new atom order, as the labels do. Throws mlip::Error for a
+/// species index of n_species or more.
+BatchTensors group_batch(const BatchTensors& b, int64_t n_species, bool pair_nets);
 
 struct Prediction {
   torch::Tensor energy;  // (n_frames)
@@ -326,6 +347,11 @@ class Trainer {
   torch::Device device_ = torch::kCPU;
   torch::Dtype accumulate_ = torch::kFloat64;
   bool data_on_device_ = false;                 // training.data_on_device, resolved for device_ and the data
+  // training.grouped, resolved: training batches through group_batch() and forward_grouped().
+  bool grouped_ = false;
+  int64_t group_species_ = 0;
+  bool group_pair_nets_ = false;
+  void choose_grouping();
   std::unique_ptr<Communicator> nccl_;          // gradients of a multi-GPU run (else comm_)
   std::unique_ptr<GradientReducer> reducer_;
   std::vector<BatchTensors> resident_train_, resident_validation_;  // per frame, on device_
