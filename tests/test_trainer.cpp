@@ -1337,7 +1337,10 @@ TEST(Training, GroupedBatchesGiveThePlainLossAndGradients) {
     spec.cutoff = 4.0;
     spec.hyperparameters = {{"embedding", {4, 8}}, {"axis_neurons", 2}, {"fitting", {8, 8}}, {"type_one_side", one_side}};
     BuiltModel m = build_model(spec);
-    const BatchTensors grouped = group_batch(joined, 3, !one_side);
+    GroupingRule rule;
+    rule.n_species = 3;
+    rule.pair_nets = !one_side;
+    const BatchTensors grouped = group_batch(joined, rule);
     EXPECT_EQ(grouped.center_groups, plain.counts.species);
     EXPECT_EQ(static_cast<int64_t>(grouped.edge_groups.size()), one_side ? 3 : 9);
     EXPECT_EQ(std::accumulate(grouped.edge_groups.begin(), grouped.edge_groups.end(), int64_t{0}), plain.edge_index.size(1));
@@ -1370,7 +1373,9 @@ TEST(Training, GroupedBatchesGiveThePlainLossAndGradients) {
     run(shifted, ps);
     EXPECT_GT((ps.forces - pg.forces).abs().max().item<double>(), 1e-3 * pg.forces.abs().max().item<double>());
   }
-  EXPECT_THROW(group_batch(plain, 2, false), mlip::Error);   // species index 2 of a 2-species model
+  GroupingRule two;
+  two.n_species = 2;
+  EXPECT_THROW(group_batch(plain, two), mlip::Error);   // species index 2 of a 2-species model
 }
 
 // The training gradient of a force loss (double backward through the model) against finite

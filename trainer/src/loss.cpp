@@ -42,7 +42,9 @@ void GroupCounts::add(const GroupCounts& o) {
   pairs = std::move(p);
 }
 
-BatchTensors group_batch(const BatchTensors& b, int64_t n_species, bool pair_nets) {
+BatchTensors group_batch(const BatchTensors& b, const GroupingRule& rule) {
+  const int64_t n_species = rule.n_species;
+  const bool pair_nets = rule.pair_nets;
   const GroupCounts& c = b.counts;
   if (c.n_species > n_species)
     throw Error("a batch has species index " + std::to_string(c.n_species - 1) + ", outside the model's " +

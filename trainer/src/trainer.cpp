@@ -251,15 +251,16 @@ void Trainer::setup_model_and_statistics() {
 // forward_grouped() (group_batch: sizes from the host, so the forward waits for no size from the
 // device), for models that have it (se_e2_a) with one head.
 void Trainer::choose_grouping() {
+  grouping_.reset();
+  if (!config_.grouped) return;
   const nlohmann::json& hyper = model_.metadata.hyperparameters;
-  grouped_ = config_.grouped;
-  group_species_ = static_cast<int64_t>(model_.metadata.species.size());
-  group_pair_nets_ = hyper.is_object() && !hyper.value("type_one_side", true);
-  if (!grouped_) return;
-  if (!model_.module.find_method("forward_grouped").has_value() || !model_heads(hyper).empty())
+  ModelMetadata meta = model_.metadata;
+  meta.grouped_forward = model_.module.find_method("forward_grouped").has_value();
+  if (!meta.grouped_forward || !model_heads(hyper).empty())
     throw Error("training.grouped: true needs a model with forward_grouped() and one head (se_e2_a); this " +
-                model_.metadata.architecture + " model has " +
+                meta.architecture + " model has " +
                 (model_heads(hyper).empty() ? std::string("no forward_grouped()") : std::string("several heads")));
+  grouping_ = GroupingRule::of(meta);
   log("training: batches grouped by species and embedding net for forward_grouped() (training.grouped)");
 }
 
@@ -435,7 +436,7 @@ MetricSums Trainer::train_epoch() {
       if (batches.frames(static_cast<std::size_t>(k)) <= comm_.rank()) continue;   // no share of this batch
       auto t0 = std::chrono::steady_clock::now();
       BatchTensors t = to_device(prefetch->next(), device_);
-      if (grouped_) t = group_batch(t, group_species_, group_pair_nets_);
+      if (grouping_) t = group_batch(t, *grouping_);
       times_.data += since(t0);
       t0 = std::chrono::steady_clock::now();
       const Prediction p = predict(model_.module, t, /*create_graph=*/true, accumulate_);

@@ -22,6 +22,7 @@
 #include "fused_adam.h"
 #include "gradient_reducer.h"
 #include "mlip/data/dataset.h"
+#include "mlip/model/grouped_graph.h"
 #include "mlip/model/kernel_profile.h"
 #include "mlip/potentials.h"
 #include "permutation.h"
@@ -151,11 +152,11 @@ BatchTensors concat(const std::vector<const BatchTensors*>& parts);
 
 /// The same batch reordered for a model's forward_grouped() (mlip/model/grouped_graph.h), on its
 /// device and with no size read from it: atoms grouped by species (in their order within one),
-/// edges grouped by embedding net (the neighbour's species, or with `pair_nets` the pair's) and by
+/// edges grouped by embedding net (the neighbour's species, or with rule.pair_nets the pair's) and by
 /// centre within a net, labels and frame indices with them. The same energies, forces and loss up
 /// to rounding; forces come in the new atom order, as the labels do. Throws mlip::Error for a
-/// species index of n_species or more.
-BatchTensors group_batch(const BatchTensors& b, int64_t n_species, bool pair_nets);
+/// species index outside the rule's.
+BatchTensors group_batch(const BatchTensors& b, const GroupingRule& rule);
 
 struct Prediction {
   torch::Tensor energy;  // (n_frames)
@@ -348,9 +349,7 @@ class Trainer {
   torch::Dtype accumulate_ = torch::kFloat64;
   bool data_on_device_ = false;                 // training.data_on_device, resolved for device_ and the data
   // training.grouped, resolved: training batches through group_batch() and forward_grouped().
-  bool grouped_ = false;
-  int64_t group_species_ = 0;
-  bool group_pair_nets_ = false;
+  std::optional<GroupingRule> grouping_;
   void choose_grouping();
   std::unique_ptr<Communicator> nccl_;          // gradients of a multi-GPU run (else comm_)
   std::unique_ptr<GradientReducer> reducer_;

@@ -27,6 +27,17 @@ std::vector<int64_t> offsets(const std::vector<int64_t>& sizes) {
   return at;
 }
 
+// The most edges of any chunk in each net, from `count` (chunks x nets, row-major).
+template <class T> std::vector<int64_t> most_per_net(const T* count, int64_t chunks, int64_t nets) {
+  std::vector<int64_t> most(static_cast<std::size_t>(nets), 0);
+  for (int64_t c = 0; c < chunks * nets; ++c)
+    most[static_cast<std::size_t>(c % nets)] = std::max(most[static_cast<std::size_t>(c % nets)], int64_t(count[c]));
+  return most;
+}
+
+// The chunk of local atom i of n_local in `chunks` equal ranges.
+int64_t chunk_of_atom(int64_t i, int64_t chunks, int64_t n_local) { return i * chunks / n_local; }
+
 }  // namespace
 
 // The step's inputs on the host and the device (fixed while the capacity is), the grid over them,
@@ -75,7 +86,6 @@ std::array<double, 6> DeviceStep::stage(const double* positions, double scale, c
     wanted_.edges.clear();
   }
   const int64_t K = wanted_.chunks;
-  const auto chunk_of = [&](int64_t i) { return i * K / n_local; };   // equal ranges of local atoms
   std::vector<int64_t> centers(static_cast<std::size_t>(K * ns), 0);
   double lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
   bool first = true;
@@ -84,7 +94,7 @@ std::array<double, 6> DeviceStep::stage(const double* positions, double scale, c
       throw Error("device step: atom " + std::to_string(i) + " has species index " + std::to_string(species[i]) +
                   ", outside the model's " + std::to_string(ns));
     if (species[i] < 0) continue;
-    if (i < n_local) ++centers[static_cast<std::size_t>(chunk_of(i) * ns + species[i])];
+    if (i < n_local) ++centers[static_cast<std::size_t>(chunk_of_atom(i, K, n_local) * ns + species[i])];
     for (int d = 0; d < 3; ++d) {
       const double v = positions[3 * i + d] * scale;
       if (!std::isfinite(v)) throw Error("device step: atom " + std::to_string(i) + " has a non-finite position");
@@ -150,7 +160,7 @@ void DeviceStep::stage_inputs(const double* positions, double scale, const int64
   for (int64_t i = 0; i < n; ++i) {
     s[i] = species[i];
     if (i < n_local && species[i] >= 0) {
-      chunk[i] = i * K / n_local;
+      chunk[i] = chunk_of_atom(i, K, n_local);
       slot[i] = next[static_cast<std::size_t>(chunk[i] * ns + species[i])]++;
       centre_atom[chunk[i] * C + slot[i]] = i;
     }
@@ -297,14 +307,13 @@ void DeviceStep::run_chunk(const torch::Tensor& edge_index, const torch::Tensor&
   sums.virial.add_(ef.virial.flatten());
 }
 
-// Grows the wanted edges of each net to the most of any chunk (`counts`: chunks x nets).
+// Grows the wanted edges of each net where `counts` (per net: the most of any chunk) exceed them.
 bool DeviceStep::fit_edges(const std::vector<int64_t>& counts) {
-  const std::size_t nets = static_cast<std::size_t>(b_->nets);
-  bool grown = wanted_.edges.size() != nets;
-  wanted_.edges.resize(nets, 0);
-  for (std::size_t c = 0; c < counts.size(); ++c) {
-    if (counts[c] > wanted_.edges[c % nets]) {
-      wanted_.edges[c % nets] = grouped_capacity(counts[c]);
+  bool grown = wanted_.edges.size() != counts.size();
+  wanted_.edges.resize(counts.size(), 0);
+  for (std::size_t g = 0; g < counts.size(); ++g) {
+    if (counts[g] > wanted_.edges[g]) {
+      wanted_.edges[g] = grouped_capacity(counts[g]);
       grown = true;
     }
   }
@@ -321,8 +330,8 @@ StepOutput DeviceStep::results(const std::pair<torch::Tensor, torch::Tensor>& ru
   out.virial = p.narrow(0, 4 * N, 9).clone();
   out.shortest = std::sqrt(p[4 * N + 9].item<double>());
   const double* counts = p.data_ptr<double>() + 4 * N + 10;
-  out.counts.assign(counts, counts + b.chunks * b.nets);
-  out.n_edges = std::accumulate(out.counts.begin(), out.counts.end(), int64_t{0});
+  out.counts = most_per_net(counts, b.chunks, b.nets);
+  out.n_edges = static_cast<int64_t>(std::accumulate(counts, counts + b.chunks * b.nets, 0.0));
   if (run.second.defined()) out.atom_virial = run.second.narrow(0, 0, n).cpu();
   return out;
 }
@@ -380,8 +389,7 @@ StepOutput DeviceStep::attempt(const double* positions, double scale, const int6
       // Before a recording (and an eager step's first): the counts first, so that the model is not
       // evaluated, nor the step recorded, twice. Eager steps otherwise find an overflow afterwards.
       const torch::Tensor counts = count_edges(b, rule_).totals.cpu();
-      if (fit_edges(std::vector<int64_t>(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + counts.numel())))
-        continue;
+      if (fit_edges(most_per_net(counts.data_ptr<int64_t>(), b.chunks, b.nets))) continue;
     }
     std::pair<torch::Tensor, torch::Tensor> done;
     if (eager) {
@@ -397,9 +405,6 @@ StepOutput DeviceStep::attempt(const double* positions, double scale, const int6
       continue;
     }
     check_tables(out.shortest);
-    for (std::size_t c = 0; c < out.counts.size(); ++c)   // the most of any chunk per net
-      out.counts[c % b.nets] = std::max(out.counts[c % b.nets], out.counts[c]);
-    out.counts.resize(static_cast<std::size_t>(b.nets));
     return out;
   }
 }

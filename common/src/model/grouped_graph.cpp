@@ -10,8 +10,9 @@
 
 namespace mlip {
 
-GroupingRule GroupingRule::of(const Model& model) {
-  const ModelMetadata& meta = model.metadata();
+GroupingRule GroupingRule::of(const Model& model) { return of(model.metadata()); }
+
+GroupingRule GroupingRule::of(const ModelMetadata& meta) {
   if (!meta.grouped_forward) {
     throw Error("a " + meta.architecture + " model" + (meta.message_passing_layers > 0 ? " (message passing)" : "") +
                 " has no forward_grouped(): its shapes depend on the data, so a CUDA graph cannot record it "

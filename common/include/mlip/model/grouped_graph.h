@@ -25,6 +25,8 @@
 
 namespace mlip {
 
+struct ModelMetadata;
+
 /// How a model groups a graph: its species, whether it has one embedding net per (centre,
 /// neighbour) species pair, and the distances it accepts.
 struct GroupingRule {
@@ -35,6 +37,8 @@ struct GroupingRule {
 
   /// The rule for a model with a forward_grouped() (throws mlip::Error otherwise).
   static GroupingRule of(const Model& model);
+  /// The same from a model's metadata (its grouped_forward says whether it has one).
+  static GroupingRule of(const ModelMetadata& meta);
 };
 
 /// Group sizes: centres per species, edges per net, other nodes.
