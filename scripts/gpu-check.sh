@@ -11,8 +11,8 @@
 #              else a build from the bundle's sources (only the targets below, CMake policy floor 3.5)
 #   device     GPU vs CPU energies and forces in float64 (test_device; 1e-8), CUDA graph replays
 #   pair_np1   pair_style mlip device cuda against the CPU inside LAMMPS (PairMLIPGpu.*, 1 rank)
-#   train      training frames/s on water (examples/configs/water-se_e2_a.yaml), batch 1, 4, 16, and 1
-#              and 16 grouped (training.grouped)
+#   train      training frames/s on water (examples/configs/water-se_e2_a.yaml), batch 1, 4, 16, 1
+#              and 16 grouped (training.grouped), and 1 and 16 recorded (training.cuda_graph)
 #   md         MD us/atom-step at 10k and 100k water atoms, with and without cuda_graph yes, and
 #              the peak GPU memory of each run (benchmarks/bench_pair.sh)
 #   md_device_graph  the same with the graph built on the GPU ('graph device'): se_e2_a plain and
@@ -386,11 +386,14 @@ stage_train() {
   local b rate rc=0 device=cuda extra=()
   # dry run: the CPU and 32 of the 320 frames (the rest held out) so that it takes seconds
   [[ $dry == 1 ]] && device=cpu extra=(--set data.validation_fraction=0.9)
-  # 1g, 16g: the same batches grouped for forward_grouped() (training.grouped: no waits for sizes)
-  local frames grouped name
-  for b in 1 4 16 1g 16g; do
-    frames=${b%g} grouped=false name="batch $frames"
+  # 1g, 16g: the same batches grouped for forward_grouped() (training.grouped: no waits for sizes);
+  # 1r, 16r: the whole step recorded as a CUDA graph (training.cuda_graph; the dry run: eager)
+  local frames grouped name recorded recording=true
+  [[ $dry == 1 ]] && recording=eager
+  for b in 1 4 16 1g 16g 1r 16r; do
+    frames=${b%[gr]} grouped=false recorded=false name="batch $frames"
     [[ $b == *g ]] && grouped=true name="batch $frames, grouped"
+    [[ $b == *r ]] && recorded=$recording name="batch $frames, recorded"
     if (($(left) < 15)); then
       record "training $name: not run (the budget is spent)"
       rc=1
@@ -399,8 +402,8 @@ stage_train() {
     rm -rf "$build/train-b$b"
     if run_logged "train-b$b" 120 "$build/bin/mlip-trainer" train "$repo/examples/configs/water-se_e2_a.yaml" --threads 4 \
       --set training.device=$device --set training.epochs=2 --set training.max_minutes=0 --set data.batch.frames=$frames \
-      --set training.grouped=$grouped --set output.dir="$build/train-b$b" --set data.cache_dir="$build/cache" \
-      --set output.log_every=0 "${extra[@]}"; then
+      --set training.grouped=$grouped --set training.cuda_graph=$recorded --set output.dir="$build/train-b$b" \
+      --set data.cache_dir="$build/cache" --set output.log_every=0 "${extra[@]}"; then
       rate=$(awk '/throughput/ {r = $2} END {print r}' "$logs/train-b$b.log")
       record "training se_e2_a water, $name, $device: ${rate:-?} frames/s (second epoch)"
     else

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include <nlohmann/json.hpp>
+#include <torch/autograd.h>
 
 #include "checkpoint.h"
 #include "communicator.h"
@@ -24,6 +25,7 @@
 #include "support/test_models.h"
 #include "support/temp_dir.h"
 #include "mlip/data/io.h"
+#include "recorded_step.h"
 #include "training.h"
 
 namespace mlip::trainer {
@@ -800,6 +802,41 @@ TEST(TrainingGpu, ResumeDataPathsAndCpuAgreement) {
   }
 }
 
+// training.cuda_graph true on a GPU: the recorded step's replays follow the same step run eagerly
+// (the code path the CPU tests check), a run stopped and resumed (recorded anew) follows the run
+// without a stop, and both stay within rounding of the plain grouped step (the recorded step reads
+// the learning rate as float32).
+TEST(TrainingGpu, RecordedStepFollowsTheEagerStep) {
+  if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir("mlip_test_gpu_recorded_step");
+  SerialCommunicator comm;
+  auto params = [&](const std::string& name, const std::vector<std::string>& overrides, int stop_after = 0) {
+    const std::string out = (dir.path / name).string();
+    const std::string cfg = tiny_config(dir, out, 3);
+    std::vector<std::string> all = {"training.device=cuda", "training.grouped=true", "training.optimizer.fused=true",
+                                    "training.grad_clip=0.05"};
+    all.insert(all.end(), overrides.begin(), overrides.end());
+    Trainer t(read_config(cfg, all), "", comm);
+    t.run(false, stop_after);
+    if (stop_after > 0) {
+      Trainer r(read_config(cfg, all), "", comm);
+      r.run(true);
+    }
+    return checkpoint_parameters(fs::path(out) / "checkpoints" / "epoch-000003");
+  };
+  const auto recorded = params("recorded", {"training.cuda_graph=true"});
+  const auto eager = params("eager", {"training.cuda_graph=eager"});
+  const auto resumed = params("resumed", {"training.cuda_graph=true"}, 2);
+  const auto plain = params("plain", {});
+  ASSERT_FALSE(recorded.empty());
+  for (std::size_t i = 0; i < recorded.size(); ++i) {
+    const double scale = plain[i].abs().max().item<double>();
+    EXPECT_LE((recorded[i] - eager[i]).abs().max().item<double>(), 1e-12 * scale) << "recorded vs eager, parameter " << i;
+    EXPECT_LE((recorded[i] - resumed[i]).abs().max().item<double>(), 1e-12 * scale) << "resumed, parameter " << i;
+    EXPECT_LE((recorded[i] - plain[i]).abs().max().item<double>(), 1e-6 * scale) << "recorded vs plain, parameter " << i;
+  }
+}
+
 // Checkpoint files: a failed write names the file and the cause; altered or truncated files are
 // found by their digests, and --resume falls back to the newest intact checkpoint.
 TEST(Checkpoint, FailedWritesNameTheFileAndTheCause) {
@@ -1311,16 +1348,40 @@ TEST(Training, LossDecreasesOnTinyProblem) {
 namespace mlip::trainer {
 namespace {
 
+// Three frames of rMD17 ethanol (the second with a virial label) at a 4 A cutoff.
+std::vector<Frame> three_ethanols() {
+  auto frames = read_extxyz(mlip::testing::source_dir() + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+                            ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
+  std::vector<Frame> out = {make_frame(frames[0], 4.0), make_frame(frames[300], 4.0), make_frame(frames[700], 4.0)};
+  out[1].structure.virial = Mat3{{{1, 0, 0}, {0, 2, 0}, {0, 0, 3}}};
+  return out;
+}
+
+// A small se_e2_a for H, C, O: one embedding net per neighbour species (one_side) or per pair;
+// and how it groups.
+BuiltModel small_se_e2_a(bool one_side) {
+  ModelSpec spec;
+  spec.architecture = "se_e2_a";
+  spec.species = {"H", "C", "O"};
+  spec.cutoff = 4.0;
+  spec.hyperparameters = {{"embedding", {4, 8}}, {"axis_neurons", 2}, {"fitting", {8, 8}}, {"type_one_side", one_side}};
+  return build_model(spec);
+}
+GroupingRule small_se_e2_a_rule(bool one_side) {
+  GroupingRule rule;
+  rule.n_species = 3;
+  rule.pair_nets = !one_side;
+  rule.pad_length = 8.0;
+  return rule;
+}
+
 // training.grouped: a batch regrouped for forward_grouped() (atoms by species, edges by net, from
 // the host's counts) gives the plain batch's energies, forces (in its new atom order), virials,
 // loss and parameter gradients, for one net per neighbour species and per species pair; the
 // counts of frames made one by one and concatenated (frames kept on the device) are the whole
 // batch's.
 TEST(Training, GroupedBatchesGiveThePlainLossAndGradients) {
-  auto frames = read_extxyz(mlip::testing::source_dir() + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
-                            ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
-  std::vector<Frame> batch_frames = {make_frame(frames[0], 4.0), make_frame(frames[300], 4.0), make_frame(frames[700], 4.0)};
-  batch_frames[1].structure.virial = Mat3{{{1, 0, 0}, {0, 2, 0}, {0, 0, 3}}};
+  const std::vector<Frame> batch_frames = three_ethanols();
   const SpeciesMap species({"H", "C", "O"});
   const BatchTensors plain =
       to_tensors(make_batch({&batch_frames[0], &batch_frames[1], &batch_frames[2]}, species), torch::kFloat64);
@@ -1331,15 +1392,8 @@ TEST(Training, GroupedBatchesGiveThePlainLossAndGradients) {
   EXPECT_EQ(joined.counts.pairs, plain.counts.pairs);
   EXPECT_EQ(plain.counts.species, (std::vector<int64_t>{18, 6, 3}));   // 3 ethanols: H6 C2 O
   for (const bool one_side : {true, false}) {
-    ModelSpec spec;
-    spec.architecture = "se_e2_a";
-    spec.species = {"H", "C", "O"};
-    spec.cutoff = 4.0;
-    spec.hyperparameters = {{"embedding", {4, 8}}, {"axis_neurons", 2}, {"fitting", {8, 8}}, {"type_one_side", one_side}};
-    BuiltModel m = build_model(spec);
-    GroupingRule rule;
-    rule.n_species = 3;
-    rule.pair_nets = !one_side;
+    BuiltModel m = small_se_e2_a(one_side);
+    const GroupingRule rule = small_se_e2_a_rule(one_side);
     const BatchTensors grouped = group_batch(joined, rule);
     EXPECT_EQ(grouped.center_groups, plain.counts.species);
     EXPECT_EQ(static_cast<int64_t>(grouped.edge_groups.size()), one_side ? 3 : 9);
@@ -1437,6 +1491,110 @@ TEST(Training, ForceLossGradientMatchesFiniteDifferences) {
     }
     EXPECT_GT(checked, 10);
   }
+}
+
+// training.cuda_graph: a grouped batch padded to a capacity (padding atoms, edges beyond the
+// cutoff, frames of weight zero) gives the unpadded batch's loss, metric sums and parameter
+// gradients, with the loss weights as device tensors; a smaller batch padded into the same tensors
+// afterwards (stale entries overwritten) gives its own.
+TEST(Training, PaddedBatchesGiveTheGroupedLossAndGradients) {
+  const std::vector<Frame> fs3 = three_ethanols();
+  const SpeciesMap species({"H", "C", "O"});
+  for (const bool one_side : {true, false}) {
+    SCOPED_TRACE(one_side ? "one net per neighbour species" : "one net per species pair");
+    BuiltModel m = small_se_e2_a(one_side);
+    const GroupingRule rule = small_se_e2_a_rule(one_side);
+    auto params = trainable_parameters(m.module);
+    const Prefactors pre{1.0, 1.0, 0.1};
+    const auto gradients = [&](const torch::Tensor& loss) {
+      std::vector<torch::Tensor> g;
+      for (const auto& x : torch::autograd::grad({loss}, params, {}, false, false, true)) g.push_back(x);
+      return g;
+    };
+    BatchCapacity cap;
+    BatchTensors padded;
+    for (const std::size_t n : {std::size_t{3}, std::size_t{1}}) {
+      std::vector<const Frame*> use;
+      for (std::size_t k = 0; k < n; ++k) use.push_back(&fs3[k]);
+      const BatchTensors grouped = group_batch(to_tensors(make_batch(use, species), torch::kFloat64), rule);
+      const bool grew = fit_capacity(grouped, cap);
+      EXPECT_EQ(grew, n == 3);
+      pad_batch(grouped, cap, rule.pad_length, padded);
+      EXPECT_EQ(padded.n_frames, 4);
+      EXPECT_EQ(padded.n_atoms, cap.atoms());
+      for (std::size_t s = 0; s < cap.centers.size(); ++s) {
+        EXPECT_EQ(cap.centers[s] % 32, 0);
+        EXPECT_GT(cap.centers[s], grouped.center_groups[s]);
+      }
+      MetricSums plain_sums;
+      const Prediction pg = predict(m.module, grouped, /*create_graph=*/true);
+      const torch::Tensor lg = loss_terms(pg, grouped, pre, "mse", 0.0, 3.0, &plain_sums);
+      LossWeights w{torch::tensor({pre.energy, pre.forces, pre.virial}, torch::kFloat64),
+                    torch::scalar_tensor(3.0, torch::kFloat64),
+                    torch::scalar_tensor(static_cast<double>(n), torch::kFloat64)};
+      torch::Tensor terms;
+      const Prediction pp = predict(m.module, padded, /*create_graph=*/true);
+      const torch::Tensor lp = loss_terms(pp, padded, w, "mse", 0.0, &terms);
+      EXPECT_NEAR(lp.item<double>(), lg.item<double>(), 1e-12 * std::abs(lg.item<double>()));
+      const std::vector<double> want = plain_sums.pack();
+      for (std::size_t i = 0; i < want.size(); ++i)
+        EXPECT_NEAR(terms[static_cast<int64_t>(i)].item<double>(), want[i], 1e-12 * std::abs(want[i])) << "term " << i;
+      EXPECT_TRUE(torch::allclose(pp.energy.narrow(0, 0, static_cast<int64_t>(n)), pg.energy, 1e-12, 1e-12));
+      const auto gg = gradients(lg), gp = gradients(lp);
+      for (std::size_t i = 0; i < gg.size(); ++i)
+        EXPECT_TRUE(torch::allclose(gp[i], gg[i], 1e-10, 1e-12)) << "parameter " << i;
+    }
+  }
+}
+
+// training.cuda_graph eager (the recorded step run unrecorded, as ctest can): the tiny problem
+// trained 3 epochs (batches of 2 frames and a last one of 1, EMA, clipping) ends with the
+// parameters of the plain grouped step with the same fused Adam; what cannot be recorded is
+// refused with the reason.
+TEST(Training, RecordedStepTrainsAsThePlainStep) {
+  TempDir dir("mlip_test_recorded_step");
+  SerialCommunicator comm;
+  std::vector<std::vector<torch::Tensor>> params;
+  std::vector<std::vector<std::string>> csv;
+  for (const std::string mode : {"false", "eager"}) {
+    const fs::path out = dir.path / ("run-" + mode);
+    Config c = read_config(tiny_config(dir, out.string(), 3));
+    c.grouped = true;
+    c.fused = "true";
+    c.grad_clip = 0.05;   // clips some steps of this problem
+    c.cuda_graph = mode;
+    Trainer t(c, "", comm);
+    t.run(false);
+    EXPECT_EQ(t.state().step, 15);   // 9 training frames: 5 steps an epoch
+    params.push_back(checkpoint_parameters(out / "checkpoints" / "epoch-000003"));
+    std::ifstream in(out / "metrics.csv");
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line.substr(0, line.find(",", line.find(",") + 1)));
+    csv.push_back(lines);
+  }
+  ASSERT_EQ(params[0].size(), params[1].size());
+  for (std::size_t i = 0; i < params[0].size(); ++i)
+    EXPECT_TRUE(torch::allclose(params[1][i], params[0][i], 1e-10, 1e-12)) << "parameter " << i;
+  EXPECT_EQ(csv[0], csv[1]);   // epochs and steps
+  const auto refused = [&](const std::function<void(Config&)>& change, const std::string& why) {
+    Config c = read_config(tiny_config(dir, (dir.path / "refused").string(), 1));
+    c.cuda_graph = "eager";
+    change(c);
+    try {
+      Trainer t(c, "", comm);
+      t.run(false);
+      ADD_FAILURE() << "no error: " << why;
+    } catch (const mlip::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused([](Config& c) { c.accumulate = 2; }, "takes one batch a step; data.batch.accumulate is 2");
+  refused([](Config& c) { c.fused = "false"; }, "takes the fused Adam step");
+  refused([](Config& c) { c.cuda_graph = "true"; c.device = "cpu"; }, "needs a GPU");
+  refused([](Config& c) {
+    c.model.architecture = "painn";
+    c.model.hyperparameters = {{"features", 4}, {"layers", 2}, {"radial_basis", 4}};
+  }, "training.cuda_graph needs a model with forward_grouped()");
 }
 
 }  // namespace

@@ -410,6 +410,7 @@ static void read_training(Section& top, Config& c) {
   c.device = training.get<std::string>("device", c.device);
   c.data_on_device = training.get<std::string>("data_on_device", c.data_on_device);
   c.grouped = training.get<bool>("grouped", c.grouped);
+  c.cuda_graph = training.get<std::string>("cuda_graph", c.cuda_graph);
   c.tf32 = training.get<bool>("tf32", c.tf32);
   c.deterministic = training.get<bool>("deterministic", c.deterministic);
   c.accumulate_dtype = training.get<std::string>("accumulate_dtype", c.accumulate_dtype);
@@ -432,6 +433,9 @@ static void read_training(Section& top, Config& c) {
   }
   if (c.data_on_device != "auto" && c.data_on_device != "true" && c.data_on_device != "false") {
     training.fail(training.node()["data_on_device"], "training.data_on_device must be auto, true or false");
+  }
+  if (c.cuda_graph != "false" && c.cuda_graph != "true" && c.cuda_graph != "eager") {
+    training.fail(training.node()["cuda_graph"], "training.cuda_graph must be false, true or eager, not '" + c.cuda_graph + "'");
   }
   if (c.accumulate_dtype != "float64" && c.accumulate_dtype != "float32") {
     training.fail(training.node()["accumulate_dtype"], "training.accumulate_dtype must be float64 or float32");

@@ -80,6 +80,7 @@ struct Config {
   std::string device = "auto";          // auto | cpu | cuda | cuda:N (mlip/model/device.h)
   std::string data_on_device = "auto";  // auto (= true on a GPU) | true | false
   bool grouped = false;                 // training batches grouped for the model's forward_grouped()
+  std::string cuda_graph = "false";     // the training step recorded as a CUDA graph: false | true | eager
   bool tf32 = false;                    // TF32 matrix products for float32 models on GPUs
   bool deterministic = true;            // deterministic GPU kernels (bitwise resume)
   std::string accumulate_dtype = "float64";  // energies, forces and loss: float64 | float32

@@ -45,19 +45,23 @@ torch::optim::AdamParamState& FusedAdam::state_of(const torch::Tensor& p, bool a
   return static_cast<torch::optim::AdamParamState&>(*it->second);
 }
 
-// The kernels' step count of p (advanced with each step), renewed from the state when they part
-// (a checkpoint loaded, a new state).
-torch::Tensor& FusedAdam::count_of(const torch::Tensor& p, torch::optim::AdamParamState& state) {
-  Count& c = counts_[p.unsafeGetTensorImpl()];
-  if (c.host != state.step() || !c.on_device.defined()) {
-    c.on_device = torch::full({}, static_cast<double>(state.step()), p.options().dtype(torch::kFloat32));
-    c.host = state.step();
+void FusedAdam::sync_counts() {
+  auto& group = optimizer_.param_groups().at(0);
+  const bool amsgrad = adamw_ ? static_cast<const torch::optim::AdamWOptions&>(group.options()).amsgrad()
+                              : static_cast<const torch::optim::AdamOptions&>(group.options()).amsgrad();
+  torch::NoGradGuard no_grad;
+  for (const torch::Tensor& p : group.params()) {
+    if (!p.grad().defined()) continue;
+    const auto& state = state_of(p, amsgrad);
+    Count& c = counts_[p.unsafeGetTensorImpl()];
+    if (c.host != state.step() || !c.on_device.defined()) {
+      c.on_device = torch::full({}, static_cast<double>(state.step()), p.options().dtype(torch::kFloat32));
+      c.host = state.step();
+    }
   }
-  ++c.host;   // what step() makes it
-  return c.on_device;
 }
 
-void FusedAdam::step() {
+void FusedAdam::launch(const torch::Tensor* lr) {
   auto& group = optimizer_.param_groups().at(0);
   const Hyper h = adamw_ ? hyper_of(static_cast<const torch::optim::AdamWOptions&>(group.options()))
                          : hyper_of(static_cast<const torch::optim::AdamOptions&>(group.options()));
@@ -67,8 +71,7 @@ void FusedAdam::step() {
     if (!p.grad().defined()) continue;
     auto& state = state_of(p, h.amsgrad);
     Lists& l = lists[{static_cast<int>(p.device().type()) * 256 + p.device().index(), static_cast<int>(p.scalar_type())}];
-    l.steps.push_back(count_of(p, state));
-    state.step(state.step() + 1);
+    l.steps.push_back(counts_.at(p.unsafeGetTensorImpl()).on_device);
     l.params.push_back(p);
     l.grads.push_back(p.grad());
     l.exp_avgs.push_back(state.exp_avg());
@@ -78,12 +81,27 @@ void FusedAdam::step() {
   for (auto& entry : lists) {
     Lists& l = entry.second;
     at::_foreach_add_(l.steps, 1);   // the kernels take the count of this step
-    if (adamw_)
+    if (lr != nullptr && adamw_)
+      at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps, *lr, h.beta1,
+                        h.beta2, h.weight_decay, h.eps, h.amsgrad, /*maximize=*/false);
+    else if (lr != nullptr)
+      at::_fused_adam_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps, *lr, h.beta1, h.beta2,
+                       h.weight_decay, h.eps, h.amsgrad, /*maximize=*/false);
+    else if (adamw_)
       at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps, h.lr, h.beta1, h.beta2,
                         h.weight_decay, h.eps, h.amsgrad, /*maximize=*/false);
     else
       at::_fused_adam_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps, h.lr, h.beta1, h.beta2,
                        h.weight_decay, h.eps, h.amsgrad, /*maximize=*/false);
+  }
+}
+
+void FusedAdam::advance() {
+  for (const torch::Tensor& p : optimizer_.param_groups().at(0).params()) {
+    if (!p.grad().defined()) continue;
+    auto& state = static_cast<torch::optim::AdamParamState&>(*optimizer_.state().at(p.unsafeGetTensorImpl()));
+    state.step(state.step() + 1);
+    ++counts_.at(p.unsafeGetTensorImpl()).host;
   }
 }
 

@@ -17,7 +17,22 @@ class FusedAdam {
   /// `optimizer`: a torch::optim::Adam or AdamW (decoupled weight decay) whose step() this replaces.
   FusedAdam(torch::optim::Optimizer& optimizer, bool adamw) : optimizer_(optimizer), adamw_(adamw) {}
   /// One step with the options of the optimizer's (single) parameter group, its lr included.
-  void step();
+  void step() {
+    sync_counts();
+    launch(nullptr);
+    advance();
+  }
+
+  // A step in three parts, for a recorded training step (recorded_step.h), whose replays run the
+  // kernels and leave the host's counts to advance():
+  /// The optimizer's state made where it has none, and the kernels' step counts renewed from it
+  /// where they part (a checkpoint loaded): nothing is allocated by launch().
+  void sync_counts();
+  /// The kernels over every parameter with a gradient: counts + 1, then Adam's update; with `lr`
+  /// (0-dim, on the parameters' device) the learning rate read from there, else the group's.
+  void launch(const torch::Tensor* lr);
+  /// The host's step counts (the state's, which checkpoints save) advanced by one.
+  void advance();
 
  private:
   struct Count {
@@ -25,7 +40,6 @@ class FusedAdam {
     int64_t host = -1;         // the state's step when on_device was last in agreement with it
   };
   torch::optim::AdamParamState& state_of(const torch::Tensor& p, bool amsgrad);
-  torch::Tensor& count_of(const torch::Tensor& p, torch::optim::AdamParamState& state);
 
   torch::optim::Optimizer& optimizer_;
   bool adamw_;

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -225,8 +226,20 @@ torch::Tensor elementwise_loss(const torch::Tensor& d, const std::string& kind, 
 
 }  // namespace
 
-torch::Tensor loss_terms(const Prediction& p, const BatchTensors& b, const Prefactors& pre, const std::string& kind,
-                         double huber_delta, double normalizer, MetricSums* sums, MetricTotals* totals) {
+namespace {
+
+// A loss weight as a one-entry tensor of the terms' options.
+torch::Tensor entry(double x, const torch::TensorOptions& o) { return torch::full({1}, x, o); }
+torch::Tensor entry(const torch::Tensor& x, const torch::TensorOptions& o) { return x.to(o).reshape({1}); }
+
+// The loss of loss_terms(), with its weights (prefactors, normaliser, frames) as host numbers
+// (W = double) or as tensors on the device (W = torch::Tensor, 0-dim: a recorded step's inputs).
+// `terms` gets MetricSums::pack()'s order in float64 (the counts and the loss scaled there, as
+// the host would).
+template <class W>
+torch::Tensor weighted_loss(const Prediction& p, const BatchTensors& b, const W& pe, const W& pf, const W& pv,
+                            const W& normalizer, const W& frames, const std::string& kind, double huber_delta,
+                            torch::Tensor* terms) {
   const auto as = p.energy.scalar_type();  // labels are float64: a no-op unless accumulating in float32
   const torch::Tensor n_atoms = b.atoms_per_frame.to(as), has_energy = b.has_energy.to(as);
   const torch::Tensor has_forces = b.has_forces_atom.to(as), has_virial = b.has_virial.to(as);
@@ -239,26 +252,45 @@ torch::Tensor loss_terms(const Prediction& p, const BatchTensors& b, const Prefa
                                  (3.0 * n_atoms);
   const torch::Tensor le = elementwise_loss(de, kind, huber_delta);
   const torch::Tensor lv = elementwise_loss(dv, kind, huber_delta).sum(1) / 9.0;
-  const torch::Tensor per_frame = pre.energy * le + pre.forces * lf_frame + pre.virial * lv;
-  const torch::Tensor loss = (b.weight.to(as) * per_frame).sum() / normalizer;
-  if (sums || totals) {
-    // MetricSums::pack()'s order, in float64 (the counts and the loss scaled there, as the host
-    // would): one device-to-host copy for all of them, or none.
+  torch::Tensor loss;
+  if constexpr (std::is_same_v<W, double>) {
+    loss = (b.weight.to(as) * (pe * le + pf * lf_frame + pv * lv)).sum() / normalizer;
+  } else {
+    loss = (b.weight.to(as) * (pe.to(as) * le + pf.to(as) * lf_frame + pv.to(as) * lv)).sum() / normalizer.to(as);
+  }
+  if (terms) {
     const torch::Tensor v = torch::stack({(de * de).sum(), has_energy.sum(), (df * df).sum(), has_forces.sum(),
                                           (dv * dv).sum(), has_virial.sum(), loss.detach()})
                                 .to(torch::kFloat64);
-    const torch::Tensor terms =
-        torch::cat({v.narrow(0, 0, 3), v.narrow(0, 3, 1) * 3.0, v.narrow(0, 4, 1), v.narrow(0, 5, 1) * 9.0,
-                    v.narrow(0, 6, 1) * normalizer, torch::full({1}, static_cast<double>(b.n_frames), v.options())});
-    if (totals) totals->add(terms);
-    if (sums) {
-      const torch::Tensor x = terms.cpu();
-      MetricSums m;
-      m.unpack(std::vector<double>(x.data_ptr<double>(), x.data_ptr<double>() + x.numel()));
-      sums->add(m);
-    }
+    *terms = torch::cat({v.narrow(0, 0, 3), v.narrow(0, 3, 1) * 3.0, v.narrow(0, 4, 1), v.narrow(0, 5, 1) * 9.0,
+                         v.narrow(0, 6, 1) * entry(normalizer, v.options()), entry(frames, v.options())});
   }
   return loss;
+}
+
+}  // namespace
+
+torch::Tensor loss_terms(const Prediction& p, const BatchTensors& b, const Prefactors& pre, const std::string& kind,
+                         double huber_delta, double normalizer, MetricSums* sums, MetricTotals* totals) {
+  torch::Tensor terms;
+  const torch::Tensor loss = weighted_loss(p, b, pre.energy, pre.forces, pre.virial, normalizer,
+                                           static_cast<double>(b.n_frames), kind, huber_delta,
+                                           sums || totals ? &terms : nullptr);
+  if (totals) totals->add(terms);
+  if (sums) {
+    // one device-to-host copy for all of them
+    const torch::Tensor x = terms.cpu();
+    MetricSums m;
+    m.unpack(std::vector<double>(x.data_ptr<double>(), x.data_ptr<double>() + x.numel()));
+    sums->add(m);
+  }
+  return loss;
+}
+
+torch::Tensor loss_terms(const Prediction& p, const BatchTensors& b, const LossWeights& w, const std::string& kind,
+                         double huber_delta, torch::Tensor* terms) {
+  return weighted_loss(p, b, w.prefactors[0], w.prefactors[1], w.prefactors[2], w.normalizer, w.frames, kind,
+                       huber_delta, terms);
 }
 
 }  // namespace mlip::trainer

@@ -18,6 +18,7 @@
 #include "mlip/error.h"
 #include "mlip/data/io.h"
 #include "prefetch.h"
+#include "recorded_step.h"
 #include "training.h"
 
 #include <ATen/Context.h>
@@ -99,6 +100,8 @@ Trainer::Trainer(Config config, std::string config_text, Communicator& comm)
     : config_(std::move(config)), config_text_(std::move(config_text)), comm_(comm),
       dtype_(torch_dtype(config_.model)),
       accumulate_(config_.accumulate_dtype == "float32" ? torch::kFloat32 : torch::kFloat64) {}
+
+Trainer::~Trainer() = default;
 
 void Trainer::setup_device() {
   std::string note;
@@ -238,9 +241,10 @@ void Trainer::setup_model_and_statistics() {
         params_, torch::optim::AdamOptions(config_.lr).weight_decay(config_.weight_decay).amsgrad(config_.amsgrad));
   }
   fused_.reset();
-  if (config_.fused == "true" || (config_.fused == "auto" && device_.is_cuda()))
+  if (config_.fused == "true" || (config_.fused == "auto" && (device_.is_cuda() || config_.cuda_graph != "false")))
     fused_ = std::make_unique<FusedAdam>(*optimizer_, config_.optimizer == "adamw");
   if (fused_) log(fmt::format("optimizer: {} by ATen's fused kernel (training.optimizer.fused)", config_.optimizer));
+  choose_recording();
   sampler_ = std::make_unique<Sampler>(*data_.train, config_.batch_frames, config_.batch_atoms, config_.seed,
                                        at::get_num_threads());
   const int64_t steps_per_epoch = (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate;
@@ -252,16 +256,61 @@ void Trainer::setup_model_and_statistics() {
 // device), for models that have it (se_e2_a) with one head.
 void Trainer::choose_grouping() {
   grouping_.reset();
-  if (!config_.grouped) return;
+  if (!config_.grouped && config_.cuda_graph == "false") return;
   const nlohmann::json& hyper = model_.metadata.hyperparameters;
   ModelMetadata meta = model_.metadata;
   meta.grouped_forward = model_.module.find_method("forward_grouped").has_value();
   if (!meta.grouped_forward || !model_heads(hyper).empty())
-    throw Error("training.grouped: true needs a model with forward_grouped() and one head (se_e2_a); this " +
+    throw Error(std::string(config_.grouped ? "training.grouped: true" : "training.cuda_graph") +
+                " needs a model with forward_grouped() and one head (se_e2_a); this " +
                 meta.architecture + " model has " +
                 (model_heads(hyper).empty() ? std::string("no forward_grouped()") : std::string("several heads")));
   grouping_ = GroupingRule::of(meta);
-  log("training: batches grouped by species and embedding net for forward_grouped() (training.grouped)");
+  log(std::string("training: batches grouped by species and embedding net for forward_grouped() (") +
+      (config_.grouped ? "training.grouped" : "for training.cuda_graph") + ")");
+}
+
+// training.cuda_graph: the whole training step through a RecordedStep (recorded as a CUDA graph,
+// or eager), on grouped batches, for one rank, one batch a step and the fused Adam.
+void Trainer::choose_recording() {
+  recorded_.reset();
+  if (config_.cuda_graph == "false") return;
+  const std::string key = config_.file + ": training.cuda_graph " + config_.cuda_graph;
+  if (comm_.size() > 1)
+    throw Error(key + ": runs on one rank (the gradient sum over ranks is not recorded); this run has " +
+                std::to_string(comm_.size()));
+  if (config_.accumulate > 1)
+    throw Error(key + ": takes one batch a step; data.batch.accumulate is " + std::to_string(config_.accumulate));
+  if (!fused_) throw Error(key + ": takes the fused Adam step; training.optimizer.fused is false");
+  StepParts parts;
+  parts.module = &model_.module;
+  parts.params = &params_;
+  parts.adam = fused_.get();
+  parts.reducer = reducer_.get();
+  parts.grad_clip = config_.grad_clip;
+  parts.ema = &ema_;
+  parts.ema_decay = config_.ema_decay;
+  parts.accumulate = accumulate_;
+  parts.loss = config_.loss;
+  parts.huber_delta = config_.huber_delta;
+  parts.rule = *grouping_;
+  recorded_ = std::make_unique<RecordedStep>(parts, config_.cuda_graph == "true", device_);
+  log(config_.cuda_graph == "true"
+          ? "training: each step recorded as a CUDA graph and replayed (training.cuda_graph), batches padded to capacities"
+          : "training: each step as the recorded one, run eagerly (training.cuda_graph eager)");
+}
+
+// One batch's step through the RecordedStep: forward, gradients, clipping, Adam and EMA.
+void Trainer::take_step(const BatchTensors& batch, const Prefactors& pre, double normalizer, MetricTotals& sums) {
+  const double lr = schedule_->lr(state_.step);
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+  const BatchCapacity before = recorded_->capacity();
+  sums.add(recorded_->step(batch, pre, normalizer, static_cast<double>(batch.n_frames), lr));
+  ++state_.step;
+  const BatchCapacity& now = recorded_->capacity();
+  if (!(now == before))
+    log(fmt::format("training.cuda_graph: step {} padded to {} frames, {} atoms, {} edges{}", state_.step, now.frames - 1,
+                    now.atoms(), now.n_edges(), recorded_->recording() ? " (recorded anew)" : ""));
 }
 
 // training.data_on_device for this data and device; every rank decides alike (the same frames,
@@ -360,10 +409,7 @@ void Trainer::step_optimizer() {
   else
     optimizer_->step();
   optimizer_->zero_grad();
-  if (!ema_.empty()) {
-    torch::NoGradGuard no_grad;  // EMA update
-    for (std::size_t i = 0; i < params_.size(); ++i) ema_[i].mul_(config_.ema_decay).add_(params_[i].detach(), 1.0 - config_.ema_decay);
-  }
+  update_ema(ema_, params_, config_.ema_decay);
   times_.optimizer += since(t_opt);
   ++state_.step;
 }
@@ -439,6 +485,11 @@ MetricSums Trainer::train_epoch() {
       if (grouping_) t = group_batch(t, *grouping_);
       times_.data += since(t0);
       t0 = std::chrono::steady_clock::now();
+      if (recorded_) {
+        take_step(t, pre, global_frames, sums);
+        times_.model += since(t0);
+        continue;
+      }
       const Prediction p = predict(model_.module, t, /*create_graph=*/true, accumulate_);
       torch::Tensor loss = loss_terms(p, t, pre, config_.loss, config_.huber_delta, global_frames, nullptr, &sums);
       // Gradients of the parameters only: the edge vectors' would need the model's second
@@ -446,7 +497,7 @@ MetricSums Trainer::train_epoch() {
       loss.backward({}, {}, false, params_);
       times_.model += since(t0);
     }
-    step_optimizer();
+    if (!recorded_) step_optimizer();
     profile_step();
     log_progress(n_steps, sums);
     if (config_.checkpoint_every_steps > 0 && state_.step % config_.checkpoint_every_steps == 0 && s + 1 < n_steps) {

@@ -30,6 +30,7 @@
 namespace mlip::trainer {
 
 class BatchPrefetcher;
+class RecordedStep;
 
 // ---------------------------------------------------------------------------------------------
 // Data
@@ -221,6 +222,18 @@ std::string milli(double value, int decimals);
 torch::Tensor loss_terms(const Prediction& p, const BatchTensors& b, const Prefactors& pre, const std::string& kind,
                          double huber_delta, double normalizer, MetricSums* sums, MetricTotals* totals = nullptr);
 
+/// A step's loss weights as 0-dim float64 tensors on the device, so that a recorded training step
+/// (recorded_step.h) takes them as inputs: the prefactors (3: energy, forces, virial), the
+/// normaliser, and the frames the batch holds (its padding frames not counted).
+struct LossWeights {
+  torch::Tensor prefactors, normalizer, frames;
+};
+
+/// loss_terms() with weights on the device, reading nothing from it: `terms`, when given, gets the
+/// batch's MetricSums in pack()'s order (8, float64, on the device).
+torch::Tensor loss_terms(const Prediction& p, const BatchTensors& b, const LossWeights& w, const std::string& kind,
+                         double huber_delta, torch::Tensor* terms);
+
 // ---------------------------------------------------------------------------------------------
 // Schedules
 // ---------------------------------------------------------------------------------------------
@@ -284,6 +297,7 @@ struct TrainState {
 class Trainer {
  public:
   Trainer(Config config, std::string config_text, Communicator& comm);
+  ~Trainer();
   /// Trains from scratch, or from the latest checkpoint in output.dir when `resume`. With
   /// `stop_after_epochs` > 0 the run ends after that many epochs (for job-chunked clusters: the
   /// schedule still spans training.epochs, and --resume continues exactly).
@@ -351,6 +365,10 @@ class Trainer {
   // training.grouped, resolved: training batches through group_batch() and forward_grouped().
   std::optional<GroupingRule> grouping_;
   void choose_grouping();
+  // training.cuda_graph: each step through a RecordedStep (recorded_step.h); null: the plain step.
+  std::unique_ptr<RecordedStep> recorded_;
+  void choose_recording();
+  void take_step(const BatchTensors& batch, const Prefactors& pre, double normalizer, MetricTotals& sums);
   std::unique_ptr<Communicator> nccl_;          // gradients of a multi-GPU run (else comm_)
   std::unique_ptr<GradientReducer> reducer_;
   std::vector<BatchTensors> resident_train_, resident_validation_;  // per frame, on device_

@@ -10,7 +10,7 @@
 #include "../ops/device_launch.h"
 #include "../ops/graph_elements.h"
 #include "cell_grid.h"
-#include "cuda_graph_recorder.h"
+#include "mlip/model/cuda_graph_recorder.h"
 #include "mlip/error.h"
 #include "mlip/model/device_memory.h"
 #include "mlip/ops/operators.h"

@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "cuda_graph_recorder.h"
+#include "mlip/model/cuda_graph_recorder.h"
 #include "mlip/error.h"
 #include "model_internal.h"
 

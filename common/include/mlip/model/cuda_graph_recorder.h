@@ -1,5 +1,6 @@
-// The recorder of CUDA graphs that GraphCapture and DeviceStep share: libmlip_cuda_graph.so's C
-// interface (cuda_graph_recorder.cpp), loaded with dlopen; not installed.
+// The recorder of CUDA graphs that GraphCapture, DeviceStep and the trainer's recorded step share:
+// libmlip_cuda_graph.so's C interface (common/src/model/cuda_graph_recorder.cpp), loaded with
+// dlopen. Internal to mlip: not installed.
 #pragma once
 
 #include <dlfcn.h>
@@ -56,10 +57,13 @@ struct CudaGraphRecorder {
   // A few eager runs of `call` on the recorder's stream (first allocations, autograd's device
   // threads), then its recording, with no device-to-host reads. Recording runs nothing: a replay
   // computes. Throws mlip::Error (or what `call` throws), leaving no recording open.
-  template <class Call> void record(Call&& call) {
+  template <class Call> void record(Call&& call) { record(call, call); }
+  /// The same with warm-up runs of `warm` (what `call` does without its lasting effects, such as
+  /// an optimiser's step) before `call` is recorded.
+  template <class Warm, class Call> void record(Warm&& warm, Call&& call) {
     check(warmup_begin(handle), "warm-up");
     try {
-      for (int i = 0; i < 3; ++i) call();
+      for (int i = 0; i < 3; ++i) warm();
     } catch (...) {
       warmup_end(handle);
       throw;

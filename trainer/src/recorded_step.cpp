@@ -1,0 +1,203 @@
+#include "recorded_step.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <torch/autograd.h>
+
+#include "mlip/error.h"
+#include "mlip/model/cuda_graph_recorder.h"
+
+namespace mlip::trainer {
+
+namespace {
+
+std::vector<int64_t> starts_of(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> s(sizes.size(), 0);
+  if (!sizes.empty()) std::partial_sum(sizes.begin(), sizes.end() - 1, s.begin() + 1);
+  return s;
+}
+
+// `to` made anew unless it already has this shape, dtype and device.
+void ensure(torch::Tensor& to, at::IntArrayRef shape, const torch::TensorOptions& o) {
+  if (!to.defined() || to.sizes() != shape || to.scalar_type() != o.dtype().toScalarType() || to.device() != o.device())
+    to = torch::empty(shape, o);
+}
+
+// Rows [to_start, to_start + capacity) of `to` along `dim`: the first n from rows [from_start,
+// from_start + n) of `from`, the rest `pad`.
+void place(torch::Tensor& to, int64_t dim, int64_t to_start, int64_t capacity, const torch::Tensor& from,
+           int64_t from_start, int64_t n, double pad) {
+  if (n > 0) to.narrow(dim, to_start, n).copy_(from.narrow(dim, from_start, n), /*non_blocking=*/true);
+  if (capacity > n) to.narrow(dim, to_start + n, capacity - n).fill_(pad);
+}
+
+// Every per-frame tensor: the batch's frames, then padding frames (no label, weight zero, one
+// atom so that nothing divides by zero).
+void place_frames(const BatchTensors& b, int64_t frames, BatchTensors& into) {
+  const std::pair<torch::Tensor BatchTensors::*, double> per_frame[] = {
+      {&BatchTensors::atoms_per_frame, 1.0}, {&BatchTensors::energy, 0.0}, {&BatchTensors::has_energy, 0.0},
+      {&BatchTensors::virial, 0.0},          {&BatchTensors::has_virial, 0.0}, {&BatchTensors::weight, 0.0}};
+  for (const auto& [member, pad] : per_frame) {
+    const torch::Tensor& from = b.*member;
+    std::vector<int64_t> shape = from.sizes().vec();
+    shape[0] = frames;
+    ensure(into.*member, shape, from.options());
+    place(into.*member, 0, 0, frames, from, 0, b.n_frames, pad);
+  }
+}
+
+}  // namespace
+
+int64_t BatchCapacity::atoms() const { return std::accumulate(centers.begin(), centers.end(), int64_t{0}); }
+int64_t BatchCapacity::n_edges() const { return std::accumulate(edges.begin(), edges.end(), int64_t{0}); }
+
+bool fit_capacity(const BatchTensors& b, BatchCapacity& cap) {
+  const BatchCapacity before = cap;
+  cap.frames = std::max(cap.frames, b.n_frames + 1);
+  cap.virial = cap.virial || b.any_virial;
+  const auto grow = [](std::vector<int64_t>& to, const std::vector<int64_t>& sizes) {
+    to.resize(std::max(to.size(), sizes.size()), 0);
+    for (std::size_t k = 0; k < sizes.size(); ++k)
+      if (sizes[k] > to[k]) to[k] = grouped_capacity(sizes[k]);
+  };
+  grow(cap.centers, b.center_groups);
+  grow(cap.edges, b.edge_groups);
+  return !(cap == before);
+}
+
+void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_length, BatchTensors& into) {
+  if (b.center_groups.size() != cap.centers.size() || b.edge_groups.size() != cap.edges.size())
+    throw Error("pad_batch: the batch is not grouped as the capacity is (group_batch first)");
+  const torch::TensorOptions i64 = b.species.options();
+  const int64_t pad_frame = cap.frames - 1;
+  into.n_frames = cap.frames;
+  into.n_atoms = cap.atoms();
+  into.any_virial = cap.virial;
+  into.center_groups = cap.centers;
+  into.edge_groups = cap.edges;
+  into.head = torch::Tensor();
+  // Atoms: each species' group, then its padding atoms; the species of each slot never change.
+  const std::vector<int64_t> from_atom = starts_of(b.center_groups), to_atom = starts_of(cap.centers);
+  if (!into.species.defined() || into.species.size(0) != into.n_atoms || into.species.device() != b.species.device()) {
+    into.species = torch::empty({into.n_atoms}, i64);
+    for (std::size_t s = 0; s < cap.centers.size(); ++s)
+      into.species.narrow(0, to_atom[s], cap.centers[s]).fill_(static_cast<int64_t>(s));
+  }
+  ensure(into.frame_of_atom, {into.n_atoms}, i64);
+  ensure(into.forces, {into.n_atoms, 3}, b.forces.options());
+  ensure(into.has_forces_atom, {into.n_atoms}, b.has_forces_atom.options());
+  std::vector<torch::Tensor> node_map;   // each atom's number in the padded batch
+  for (std::size_t s = 0; s < cap.centers.size(); ++s) {
+    const int64_t n = b.center_groups[s], at = to_atom[s], from = from_atom[s], c = cap.centers[s];
+    place(into.frame_of_atom, 0, at, c, b.frame_of_atom, from, n, static_cast<double>(pad_frame));
+    place(into.forces, 0, at, c, b.forces, from, n, 0.0);
+    place(into.has_forces_atom, 0, at, c, b.has_forces_atom, from, n, 0.0);
+    if (n > 0) node_map.push_back(torch::arange(at, at + n, i64));
+  }
+  // Edges: each net's group, then its padding edges (atom 0 to itself, beyond the cutoff).
+  const int64_t e_all = cap.n_edges();
+  ensure(into.edge_index, {2, e_all}, i64);
+  ensure(into.edge_vectors, {e_all, 3}, b.edge_vectors.options());
+  ensure(into.frame_of_edge, {e_all}, i64);
+  const torch::Tensor ends = node_map.empty() || b.edge_index.size(1) == 0
+                                 ? b.edge_index
+                                 : torch::cat(node_map).index_select(0, b.edge_index.reshape({-1})).view({2, -1});
+  const std::vector<int64_t> from_edge = starts_of(b.edge_groups), to_edge = starts_of(cap.edges);
+  for (std::size_t e = 0; e < cap.edges.size(); ++e) {
+    const int64_t n = b.edge_groups[e], at = to_edge[e], from = from_edge[e], c = cap.edges[e];
+    place(into.edge_index, 1, at, c, ends, from, n, 0.0);
+    place(into.edge_vectors, 0, at, c, b.edge_vectors, from, n, 0.0);
+    if (c > n) into.edge_vectors.narrow(0, at + n, c - n).select(1, 0).fill_(pad_length);
+    place(into.frame_of_edge, 0, at, c, b.frame_of_edge, from, n, static_cast<double>(pad_frame));
+  }
+  place_frames(b, cap.frames, into);
+}
+
+void update_ema(std::vector<torch::Tensor>& ema, const std::vector<torch::Tensor>& params, double decay) {
+  torch::NoGradGuard no_grad;  // EMA update
+  for (std::size_t i = 0; i < ema.size(); ++i) ema[i].mul_(decay).add_(params[i].detach(), 1.0 - decay);
+}
+
+RecordedStep::RecordedStep(StepParts parts, bool record, const torch::Device& device) : parts_(std::move(parts)) {
+  if (record) {
+    if (!device.is_cuda())
+      throw Error("training.cuda_graph: true records the training step as a CUDA graph, which needs a GPU (training.device "
+                  "gave the CPU); eager runs the same step unrecorded");
+    recorder_ = std::make_unique<detail::CudaGraphRecorder>(device.index());
+  }
+  const torch::TensorOptions f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device);
+  weights_.prefactors = torch::zeros({3}, f64);
+  weights_.normalizer = torch::ones({}, f64);
+  weights_.frames = torch::zeros({}, f64);
+  // ATen's fused Adam reads a learning rate on a GPU as float32 (rounded: 6e-8 relative); on the
+  // CPU it takes the number.
+  lr_ = torch::zeros({}, f64.dtype(device.is_cuda() ? torch::kFloat32 : torch::kFloat64));
+}
+
+RecordedStep::~RecordedStep() = default;
+
+// The step on input_: its MetricSums terms; with `update`, the gradients set, clipped, and the
+// optimiser's and the EMA's steps taken (a warm-up before a recording leaves them out).
+void RecordedStep::run(bool update) {
+  std::vector<torch::Tensor>& params = *parts_.params;
+  const Prediction p = predict(*parts_.module, input_, /*create_graph=*/true, parts_.accumulate);
+  torch::Tensor terms;
+  const torch::Tensor loss = loss_terms(p, input_, weights_, parts_.loss, parts_.huber_delta, &terms);
+  const auto grads = torch::autograd::grad({loss}, params, {}, /*retain_graph=*/false, /*create_graph=*/false,
+                                           /*allow_unused=*/true);
+  if (!update) return;
+  terms_ = terms;
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
+  if (parts_.grad_clip > 0) parts_.reducer->clip_norm(parts_.grad_clip);
+  parts_.adam->sync_counts();   // in a recording: nothing to do (record() did it)
+  parts_.adam->launch(&lr_);
+  if (!parts_.ema->empty()) update_ema(*parts_.ema, params, parts_.ema_decay);
+}
+
+// The step recorded for the current capacity: warm-up runs without the updates, then the
+// recording (which computes nothing: the replay that follows takes the step).
+void RecordedStep::record() {
+  recorded_ = false;
+  recorder_->drop();
+  // The optimiser's state and the gradients' places exist before the recording, so that nothing
+  // it replays starts from zeros allocated inside it.
+  for (torch::Tensor& p : *parts_.params)
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  parts_.adam->sync_counts();
+  try {
+    recorder_->record([this] { run(false); }, [this] { run(true); });
+  } catch (const Error& e) {
+    throw Error(std::string("training.cuda_graph true: the training step could not be recorded as a CUDA graph (") +
+                e.what() + "); training.cuda_graph false trains without recording it");
+  }
+  recorded_ = true;
+  ++recordings_;
+}
+
+torch::Tensor RecordedStep::step(const BatchTensors& b, const Prefactors& pre, double normalizer, double frames,
+                                 double lr) {
+  if (fit_capacity(b, capacity_)) recorded_ = false;
+  pad_batch(b, capacity_, parts_.rule.pad_length, input_);
+  {
+    torch::NoGradGuard no_grad;  // the inputs of the step
+    weights_.prefactors[0].fill_(pre.energy);
+    weights_.prefactors[1].fill_(pre.forces);
+    weights_.prefactors[2].fill_(pre.virial);
+    weights_.normalizer.fill_(normalizer);
+    weights_.frames.fill_(frames);
+    lr_.fill_(lr);
+  }
+  if (!recorder_) {
+    run(true);
+    parts_.adam->advance();
+    return terms_;
+  }
+  if (!recorded_) record();
+  recorder_->replay_now();
+  parts_.adam->advance();
+  return terms_;
+}
+
+}  // namespace mlip::trainer

@@ -1,0 +1,107 @@
+// A training step recorded once as a CUDA graph and replayed for every batch (training.cuda_graph):
+// one launch for the forward pass, the forces (the double backward), the loss, the parameter
+// gradients, their clipping, the fused Adam step and the EMA, instead of the thousands of kernel
+// launches and their host-side dispatch that bind batch-1 training on a GPU.
+//
+// A graph needs static shapes, so each batch, grouped for forward_grouped() (group_batch), is
+// padded to a capacity (BatchCapacity) and copied into the recorded step's inputs:
+//   - atoms: each species' group padded with atoms of that species that have no edges, in a padding
+//     frame of their own, unlabelled;
+//   - edges: each embedding net's group padded with edges from atom 0 to itself beyond the cutoff
+//     (rule.pad_length), where every term of se_e2_a and its derivatives is exactly zero;
+//   - frames: padded with frames of weight zero and no labels (the last frame is padding's).
+// Capacities follow the grouped graph's rule (mlip/model/grouped_graph.h: the size plus 10%,
+// rounded up to 32; frames: one more than seen), grow where a batch outgrows them and never
+// shrink; each growth records the step anew. The loss weights and the learning rate are inputs
+// too (LossWeights), so a schedule needs no new recording. The batch's MetricSums come back as a
+// tensor on the device, as the plain step's do.
+//
+// Not with several ranks (the gradient sum over NCCL is not recorded), accumulate > 1, or models
+// without forward_grouped(): the trainer refuses them. With `record` false the same padded step
+// runs eagerly, on any device: the code path the CPU tests check.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fused_adam.h"
+#include "gradient_reducer.h"
+#include "training.h"
+
+namespace mlip::detail {
+struct CudaGraphRecorder;
+}
+
+namespace mlip::trainer {
+
+/// The padded sizes of a recorded step's batch.
+struct BatchCapacity {
+  int64_t frames = 0;                    // the last one holds the padding atoms
+  std::vector<int64_t> centers, edges;   // per species; per embedding net
+  bool virial = false;                   // virials computed (once a batch had a virial label)
+  bool operator==(const BatchCapacity& o) const {
+    return frames == o.frames && centers == o.centers && edges == o.edges && virial == o.virial;
+  }
+  int64_t atoms() const;
+  int64_t n_edges() const;
+};
+
+/// Grows `cap` where the grouped batch `b` outgrows it. Returns whether it changed.
+bool fit_capacity(const BatchTensors& b, BatchCapacity& cap);
+
+/// The grouped batch `b` (group_batch) padded to `cap` (which it fits), written into `into`'s
+/// tensors on b's device (made, or made anew, where their shapes differ), with no size read from
+/// the device. Padding edges are `pad_length` long.
+void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_length, BatchTensors& into);
+
+/// What a training step updates, and how (the trainer's own parts).
+struct StepParts {
+  torch::jit::Module* module = nullptr;
+  std::vector<torch::Tensor>* params = nullptr;
+  FusedAdam* adam = nullptr;
+  GradientReducer* reducer = nullptr;
+  double grad_clip = 0;                        // > 0: the global gradient norm clipped to it
+  std::vector<torch::Tensor>* ema = nullptr;   // empty: no EMA
+  double ema_decay = 0;
+  torch::Dtype accumulate = torch::kFloat64;
+  std::string loss = "mse";
+  double huber_delta = 0;
+  GroupingRule rule;
+};
+
+/// The parameters' exponential moving average: ema = decay ema + (1 - decay) p, on their device.
+void update_ema(std::vector<torch::Tensor>& ema, const std::vector<torch::Tensor>& params, double decay);
+
+class RecordedStep {
+ public:
+  /// With `record`, on a GPU (libmlip_cuda_graph.so loaded: throws mlip::Error naming why not).
+  RecordedStep(StepParts parts, bool record, const torch::Device& device);
+  ~RecordedStep();
+  RecordedStep(const RecordedStep&) = delete;
+  RecordedStep& operator=(const RecordedStep&) = delete;
+
+  /// One optimiser step on the grouped batch `b` with these weights and learning rate; returns
+  /// the batch's MetricSums terms (8, float64, on the device; valid until the next step).
+  torch::Tensor step(const BatchTensors& b, const Prefactors& pre, double normalizer, double frames, double lr);
+
+  int64_t recordings() const { return recordings_; }
+  const BatchCapacity& capacity() const { return capacity_; }
+  bool recording() const { return recorder_ != nullptr; }
+
+ private:
+  void run(bool update);
+  void record();
+
+  StepParts parts_;
+  std::unique_ptr<detail::CudaGraphRecorder> recorder_;   // null: eager
+  BatchCapacity capacity_;
+  BatchTensors input_;
+  LossWeights weights_;
+  torch::Tensor lr_, terms_;
+  int64_t recordings_ = 0;
+  bool recorded_ = false;
+};
+
+}  // namespace mlip::trainer
