@@ -1357,15 +1357,18 @@ std::vector<Frame> three_ethanols() {
   return out;
 }
 
-// A small se_e2_a for H, C, O: one embedding net per neighbour species (one_side) or per pair;
-// and how it groups.
-BuiltModel small_se_e2_a(bool one_side) {
+// A small se_e2_a for H, C, O: one embedding net per neighbour species (one_side) or per pair,
+// with a ZBL prior felt below 1.3 A when `zbl` (ethanol's C-H bonds are shorter); and how it groups.
+BuiltModel small_se_e2_a(bool one_side, bool zbl = false) {
   ModelSpec spec;
   spec.architecture = "se_e2_a";
   spec.species = {"H", "C", "O"};
   spec.cutoff = 4.0;
   spec.hyperparameters = {{"embedding", {4, 8}}, {"axis_neurons", 2}, {"fitting", {8, 8}}, {"type_one_side", one_side}};
-  return build_model(spec);
+  if (zbl) spec.repulsion = "zbl";
+  BuiltModel m = build_model(spec);
+  if (zbl) fit_repulsion(m, std::vector<double>(9, 1.3));
+  return m;
 }
 GroupingRule small_se_e2_a_rule(bool one_side) {
   GroupingRule rule;
@@ -1495,14 +1498,15 @@ TEST(Training, ForceLossGradientMatchesFiniteDifferences) {
 
 // training.cuda_graph: a grouped batch padded to a capacity (padding atoms, edges beyond the
 // cutoff, frames of weight zero) gives the unpadded batch's loss, metric sums and parameter
-// gradients, with the loss weights as device tensors; a smaller batch padded into the same tensors
-// afterwards (stale entries overwritten) gives its own.
+// gradients, with the loss weights as device tensors, also with the ZBL prior felt by some edges;
+// a smaller batch padded into the same tensors afterwards (stale entries overwritten) gives its own.
 TEST(Training, PaddedBatchesGiveTheGroupedLossAndGradients) {
   const std::vector<Frame> fs3 = three_ethanols();
   const SpeciesMap species({"H", "C", "O"});
-  for (const bool one_side : {true, false}) {
-    SCOPED_TRACE(one_side ? "one net per neighbour species" : "one net per species pair");
-    BuiltModel m = small_se_e2_a(one_side);
+  for (const auto& [one_side, zbl] : {std::pair{true, false}, {false, false}, {false, true}}) {
+    SCOPED_TRACE(std::string(one_side ? "one net per neighbour species" : "one net per species pair") +
+                 (zbl ? ", ZBL prior" : ""));
+    BuiltModel m = small_se_e2_a(one_side, zbl);
     const GroupingRule rule = small_se_e2_a_rule(one_side);
     auto params = trainable_parameters(m.module);
     const Prefactors pre{1.0, 1.0, 0.1};
