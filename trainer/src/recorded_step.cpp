@@ -125,6 +125,10 @@ RecordedStep::RecordedStep(StepParts parts, bool record, const torch::Device& de
     if (!device.is_cuda())
       throw Error("training.cuda_graph: true records the training step as a CUDA graph, which needs a GPU (training.device "
                   "gave the CPU); eager runs the same step unrecorded");
+    if (parts_.comm->size() > 1 && parts_.comm->name() != "nccl")
+      throw Error("training.cuda_graph: true on " + std::to_string(parts_.comm->size()) + " ranks sums the gradients "
+                  "inside the recorded step, which needs NCCL (one GPU per rank); these ranks sum them over " +
+                  parts_.comm->name() + " (eager runs the same step unrecorded)");
     recorder_ = std::make_unique<detail::CudaGraphRecorder>(device.index());
   }
   const torch::TensorOptions f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device);
@@ -150,6 +154,7 @@ void RecordedStep::run(bool update) {
   if (!update) return;
   terms_ = terms;
   for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
+  parts_.reducer->reduce(*parts_.comm);   // one rank: only the gradients of unused parameters made zeros
   if (parts_.grad_clip > 0) parts_.reducer->clip_norm(parts_.grad_clip);
   parts_.adam->sync_counts();   // in a recording: nothing to do (record() did it)
   parts_.adam->launch(&lr_);

@@ -16,9 +16,12 @@
 // too (LossWeights), so a schedule needs no new recording. The batch's MetricSums come back as a
 // tensor on the device, as the plain step's do.
 //
-// Not with several ranks (the gradient sum over NCCL is not recorded), accumulate > 1, or models
-// without forward_grouped(): the trainer refuses them. With `record` false the same padded step
-// runs eagerly, on any device: the code path the CPU tests check.
+// With several ranks the gradients are summed inside the step (GradientReducer: NCCL's all-reduce
+// is recorded on the step's stream; a host communicator cannot be recorded), and a rank with no
+// frames in a batch takes the step on an empty batch (all padding: zero gradients), so that every
+// rank replays the same collectives. Not with accumulate > 1 or models without forward_grouped():
+// the trainer refuses them. With `record` false the same padded step runs eagerly, on any device:
+// the code path the CPU tests check.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +65,7 @@ struct StepParts {
   std::vector<torch::Tensor>* params = nullptr;
   FusedAdam* adam = nullptr;
   GradientReducer* reducer = nullptr;
+  Communicator* comm = nullptr;                // the gradients summed over its ranks
   double grad_clip = 0;                        // > 0: the global gradient norm clipped to it
   std::vector<torch::Tensor>* ema = nullptr;   // empty: no EMA
   double ema_decay = 0;

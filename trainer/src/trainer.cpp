@@ -271,14 +271,11 @@ void Trainer::choose_grouping() {
 }
 
 // training.cuda_graph: the whole training step through a RecordedStep (recorded as a CUDA graph,
-// or eager), on grouped batches, for one rank, one batch a step and the fused Adam.
+// or eager), on grouped batches, one batch a step, with the fused Adam.
 void Trainer::choose_recording() {
   recorded_.reset();
   if (config_.cuda_graph == "false") return;
   const std::string key = config_.file + ": training.cuda_graph " + config_.cuda_graph;
-  if (comm_.size() > 1)
-    throw Error(key + ": runs on one rank (the gradient sum over ranks is not recorded); this run has " +
-                std::to_string(comm_.size()));
   if (config_.accumulate > 1)
     throw Error(key + ": takes one batch a step; data.batch.accumulate is " + std::to_string(config_.accumulate));
   if (!fused_) throw Error(key + ": takes the fused Adam step; training.optimizer.fused is false");
@@ -287,6 +284,7 @@ void Trainer::choose_recording() {
   parts.params = &params_;
   parts.adam = fused_.get();
   parts.reducer = reducer_.get();
+  parts.comm = &gradient_comm();
   parts.grad_clip = config_.grad_clip;
   parts.ema = &ema_;
   parts.ema_decay = config_.ema_decay;
@@ -479,9 +477,12 @@ MetricSums Trainer::train_epoch() {
     double global_frames = 0;
     for (int64_t k = b0; k < b1; ++k) global_frames += static_cast<double>(batches.frames(static_cast<std::size_t>(k)));
     for (int64_t k = b0; k < b1; ++k) {
-      if (batches.frames(static_cast<std::size_t>(k)) <= comm_.rank()) continue;   // no share of this batch
+      const bool share = batches.frames(static_cast<std::size_t>(k)) > comm_.rank();
+      // No share of this batch: the plain step adds no gradient; a recorded one takes its step on
+      // an empty batch, so that every rank replays the same collectives.
+      if (!share && !recorded_) continue;
       auto t0 = std::chrono::steady_clock::now();
-      BatchTensors t = to_device(prefetch->next(), device_);
+      BatchTensors t = to_device(share ? prefetch->next() : host_batch(*data_.train, {}, *species_, dtype_), device_);
       if (grouping_) t = group_batch(t, *grouping_);
       times_.data += since(t0);
       t0 = std::chrono::steady_clock::now();
