@@ -511,7 +511,7 @@ sizing() {
 # (LibTorch's profiler: each kernel's time, the copies, the host's launches and waits, per force
 # call), se_e2_a plain and compressed, float64 and float32, at 100k atoms with the graph built on
 # the GPU; PaiNN and both MACE models at 10k; training steps of the water se_e2_a example at batch
-# 1 and 16 and of the MACE example (mlip-trainer --profile). Their times are not figures (the
+# 1 (also recorded: training.cuda_graph) and 16 and of the MACE example (mlip-trainer --profile). Their times are not figures (the
 # profiler slows the step); the tables go to profile.txt, each run's totals and top kernels to the
 # summary.
 stage_profile() {
@@ -527,6 +527,8 @@ stage_profile() {
       FLOAT32=1 FLOAT32_SIZES=100k || rc=$?
     bench_profile profile_mp 120 SIZES=10k MD_STEPS="10k=5" SE_E2A=0 PAINN=1 PAINN_CHUNKS= MACE=1 || rc=$?
     train_profile profile-train-b1 "$repo/examples/configs/water-se_e2_a.yaml" 10 --set data.batch.frames=1 || rc=$?
+    train_profile profile-train-b1r "$repo/examples/configs/water-se_e2_a.yaml" 10 --set data.batch.frames=1 \
+      --set training.cuda_graph=true || rc=$?
     train_profile profile-train-b16 "$repo/examples/configs/water-se_e2_a.yaml" 10 --set data.batch.frames=16 || rc=$?
     train_profile profile-train-mace "$repo/examples/configs/ethanol-mace.yaml" 5 --set data.validation_fraction=0.5 || rc=$?
   fi
