@@ -8,6 +8,7 @@
 
 #include "mlip/error.h"
 #include "mlip/model/cuda_graph_recorder.h"
+#include "mlip/ops/operators.h"
 
 namespace mlip::trainer {
 
@@ -145,6 +146,9 @@ RecordedStep::~RecordedStep() = default;
 // The step on input_: its MetricSums terms; with `update`, the gradients set, clipped, and the
 // optimiser's and the EMA's steps taken (a warm-up before a recording leaves them out).
 void RecordedStep::run(bool update) {
+  // The batch's indices are made by the trainer and pad_batch: the operators' index checks (a read
+  // back each, which a recording cannot hold) are off, in warm-up runs and eager steps alike.
+  const DeviceValueChecksPaused trusted;
   std::vector<torch::Tensor>& params = *parts_.params;
   const Prediction p = predict(*parts_.module, input_, /*create_graph=*/true, parts_.accumulate);
   torch::Tensor terms;

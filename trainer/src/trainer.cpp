@@ -17,6 +17,7 @@
 #include "mlip/model/device_memory.h"
 #include "mlip/error.h"
 #include "mlip/data/io.h"
+#include "mlip/ops/operators.h"
 #include "prefetch.h"
 #include "recorded_step.h"
 #include "training.h"
@@ -491,6 +492,10 @@ MetricSums Trainer::train_epoch() {
         times_.model += since(t0);
         continue;
       }
+      // Grouped batches' indices are made by the trainer (make_batch, group_batch): the operators'
+      // index checks, a read back from the GPU each, are off for them.
+      std::optional<DeviceValueChecksPaused> trusted;
+      if (grouping_) trusted.emplace();
       const Prediction p = predict(model_.module, t, /*create_graph=*/true, accumulate_);
       torch::Tensor loss = loss_terms(p, t, pre, config_.loss, config_.huber_delta, global_frames, nullptr, &sums);
       // Gradients of the parameters only: the edge vectors' would need the model's second
