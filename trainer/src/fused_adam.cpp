@@ -45,20 +45,36 @@ torch::optim::AdamParamState& FusedAdam::state_of(const torch::Tensor& p, bool a
   return static_cast<torch::optim::AdamParamState&>(*it->second);
 }
 
-void FusedAdam::sync_counts() {
+bool FusedAdam::sync_counts() {
   auto& group = optimizer_.param_groups().at(0);
   const bool amsgrad = adamw_ ? static_cast<const torch::optim::AdamWOptions&>(group.options()).amsgrad()
                               : static_cast<const torch::optim::AdamOptions&>(group.options()).amsgrad();
   torch::NoGradGuard no_grad;
+  bool made = false;
   for (const torch::Tensor& p : group.params()) {
     if (!p.grad().defined()) continue;
+    made = made || optimizer_.state().count(p.unsafeGetTensorImpl()) == 0;
     const auto& state = state_of(p, amsgrad);
     Count& c = counts_[p.unsafeGetTensorImpl()];
     if (c.host != state.step() || !c.on_device.defined()) {
       c.on_device = torch::full({}, static_cast<double>(state.step()), p.options().dtype(torch::kFloat32));
       c.host = state.step();
+      made = true;
     }
   }
+  return made;
+}
+
+std::vector<torch::Tensor> FusedAdam::state_tensors() {
+  std::vector<torch::Tensor> out;
+  for (const torch::Tensor& p : optimizer_.param_groups().at(0).params()) {
+    if (!p.grad().defined()) continue;
+    const auto& state = static_cast<torch::optim::AdamParamState&>(*optimizer_.state().at(p.unsafeGetTensorImpl()));
+    for (const torch::Tensor& t : {state.exp_avg(), state.exp_avg_sq(), state.max_exp_avg_sq(),
+                                   counts_.at(p.unsafeGetTensorImpl()).on_device})
+      if (t.defined()) out.push_back(t);
+  }
+  return out;
 }
 
 void FusedAdam::launch(const torch::Tensor* lr) {

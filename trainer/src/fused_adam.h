@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <vector>
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -26,8 +27,12 @@ class FusedAdam {
   // A step in three parts, for a recorded training step (recorded_step.h), whose replays run the
   // kernels and leave the host's counts to advance():
   /// The optimizer's state made where it has none, and the kernels' step counts renewed from it
-  /// where they part (a checkpoint loaded): nothing is allocated by launch().
-  void sync_counts();
+  /// where they part (a checkpoint loaded): nothing is allocated by launch(). Returns whether it
+  /// made or renewed anything.
+  bool sync_counts();
+  /// Every tensor launch() updates besides the parameters (moments, step counts), for parameters
+  /// with a gradient.
+  std::vector<torch::Tensor> state_tensors();
   /// The kernels over every parameter with a gradient: counts + 1, then Adam's update; with `lr`
   /// (0-dim, on the parameters' device) the learning rate read from there, else the group's.
   void launch(const torch::Tensor* lr);

@@ -143,9 +143,9 @@ RecordedStep::RecordedStep(StepParts parts, bool record, const torch::Device& de
 
 RecordedStep::~RecordedStep() = default;
 
-// The step on input_: its MetricSums terms; with `update`, the gradients set, clipped, and the
-// optimiser's and the EMA's steps taken (a warm-up before a recording leaves them out).
-void RecordedStep::run(bool update) {
+// The step on input_: its MetricSums terms; unless a warm-up, the gradients set, summed over the
+// ranks and clipped, and the optimiser's and the EMA's steps taken.
+void RecordedStep::run(Run how) {
   // The batch's indices are made by the trainer and pad_batch: the operators' index checks (a read
   // back each, which a recording cannot hold) are off, in warm-up runs and eager steps alike.
   const DeviceValueChecksPaused trusted;
@@ -155,14 +155,37 @@ void RecordedStep::run(bool update) {
   const torch::Tensor loss = loss_terms(p, input_, weights_, parts_.loss, parts_.huber_delta, &terms);
   const auto grads = torch::autograd::grad({loss}, params, {}, /*retain_graph=*/false, /*create_graph=*/false,
                                            /*allow_unused=*/true);
-  if (!update) return;
+  if (how == Run::warm) return;
   terms_ = terms;
   for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
   parts_.reducer->reduce(*parts_.comm);   // one rank: only the gradients of unused parameters made zeros
   if (parts_.grad_clip > 0) parts_.reducer->clip_norm(parts_.grad_clip);
-  parts_.adam->sync_counts();   // in a recording: nothing to do (record() did it)
+  // In a recording there is nothing to make (record() made it): what would be made here would be
+  // made anew at every replay.
+  if (parts_.adam->sync_counts() && how == Run::capture)
+    throw Error("training.cuda_graph: the optimiser's state was made inside a recording (an internal error)");
   parts_.adam->launch(&lr_);
   if (!parts_.ema->empty()) update_ema(*parts_.ema, params, parts_.ema_decay);
+}
+
+// The update half of the step (the gradient sum, clipping, Adam, EMA) run once eagerly and undone,
+// before the first recording: its kernels, and NCCL's connections, are then set up outside the
+// recording. All ranks record their first step together (every rank takes it, on an empty batch
+// where it has no frames), so the sum's collectives match; later recordings are one rank's own and
+// their warm-ups run no collective.
+void RecordedStep::warm_update() {
+  for (torch::Tensor& p : *parts_.params)
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  parts_.adam->sync_counts();   // the state to keep exists before the step
+  std::vector<torch::Tensor> kept = *parts_.params;
+  for (const torch::Tensor& t : parts_.adam->state_tensors()) kept.push_back(t);
+  for (const torch::Tensor& t : *parts_.ema) kept.push_back(t);
+  std::vector<torch::Tensor> saved;
+  for (const torch::Tensor& t : kept) saved.push_back(t.detach().clone());
+  run(Run::eager);
+  torch::NoGradGuard no_grad;  // restoring the state
+  for (std::size_t i = 0; i < kept.size(); ++i) kept[i].copy_(saved[i]);
+  warmed_ = true;
 }
 
 // The step recorded for the current capacity: warm-up runs without the updates, then the
@@ -171,18 +194,25 @@ void RecordedStep::record() {
   recorded_ = false;
   recorder_->drop();
   // The optimiser's state and the gradients' places exist before the recording, so that nothing
-  // it replays starts from zeros allocated inside it.
-  for (torch::Tensor& p : *parts_.params)
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  // it replays starts from zeros allocated inside it; the old recording's outputs go, so that its
+  // memory can.
+  terms_ = torch::Tensor();
+  for (torch::Tensor& p : *parts_.params) p.mutable_grad() = torch::zeros_like(p);
   parts_.adam->sync_counts();
+  if (!warmed_) warm_update();
   try {
-    recorder_->record([this] { run(false); }, [this] { run(true); });
+    recorder_->record([this] { run(Run::warm); }, [this] { run(Run::capture); });
   } catch (const Error& e) {
     throw Error(std::string("training.cuda_graph true: the training step could not be recorded as a CUDA graph (") +
                 e.what() + "); training.cuda_graph false trains without recording it");
   }
   recorded_ = true;
   ++recordings_;
+}
+
+bool RecordedStep::fits(const BatchTensors& b) const {
+  BatchCapacity c = capacity_;
+  return !fit_capacity(b, c);
 }
 
 torch::Tensor RecordedStep::step(const BatchTensors& b, const Prefactors& pre, double normalizer, double frames,
@@ -199,7 +229,8 @@ torch::Tensor RecordedStep::step(const BatchTensors& b, const Prefactors& pre, d
     lr_.fill_(lr);
   }
   if (!recorder_) {
-    run(true);
+    if (!warmed_) warm_update();   // as before a first recording (so that the CPU tests check it undone)
+    run(Run::eager);
     parts_.adam->advance();
     return terms_;
   }

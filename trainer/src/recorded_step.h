@@ -93,10 +93,16 @@ class RecordedStep {
   int64_t recordings() const { return recordings_; }
   const BatchCapacity& capacity() const { return capacity_; }
   bool recording() const { return recorder_ != nullptr; }
+  /// Whether `b` (grouped) fits the current capacities (else the next step records anew).
+  bool fits(const BatchTensors& b) const;
 
  private:
-  void run(bool update);
+  // warm: the step without its lasting effects (a warm-up before a recording); capture: recorded;
+  // eager: run as it is.
+  enum class Run { warm, capture, eager };
+  void run(Run how);
   void record();
+  void warm_update();
 
   StepParts parts_;
   std::unique_ptr<detail::CudaGraphRecorder> recorder_;   // null: eager
@@ -106,6 +112,7 @@ class RecordedStep {
   torch::Tensor lr_, terms_;
   int64_t recordings_ = 0;
   bool recorded_ = false;
+  bool warmed_ = false;                  // warm_update() done
 };
 
 }  // namespace mlip::trainer

@@ -102,7 +102,9 @@ Trainer::Trainer(Config config, std::string config_text, Communicator& comm)
       dtype_(torch_dtype(config_.model)),
       accumulate_(config_.accumulate_dtype == "float32" ? torch::kFloat32 : torch::kFloat64) {}
 
-Trainer::~Trainer() = default;
+// The recorded step first: its recording holds NCCL work on nccl_, whose ncclCommDestroy waits
+// until no recording refers to it (members go in reverse order, nccl_ before recorded_).
+Trainer::~Trainer() { recorded_.reset(); }
 
 void Trainer::setup_device() {
   std::string note;
@@ -303,6 +305,10 @@ void Trainer::choose_recording() {
 void Trainer::take_step(const BatchTensors& batch, const Prefactors& pre, double normalizer, MetricTotals& sums) {
   const double lr = schedule_->lr(state_.step);
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+  if (profile_ && recorded_->recording() && !recorded_->fits(batch)) {
+    log("--profile: stopped before the training step is recorded anew (a recording is not profiled)");
+    report_profile();
+  }
   const BatchCapacity before = recorded_->capacity();
   sums.add(recorded_->step(batch, pre, normalizer, static_cast<double>(batch.n_frames), lr));
   ++state_.step;
@@ -672,11 +678,17 @@ bool Trainer::end_epoch(const MetricSums& train) {
     log("  val by head (meV/atom, meV/A, meV/atom):" + text);
   }
   const double tt = std::max(times_.wall, 1e-12);
-  log(fmt::format("  throughput {:.2f} frames/s | step time: model {:.1f}%, optimizer {:.1f}%, data {:.1f}%, "
-                  "communication {:.1f}%, other {:.1f}% (outside model and optimizer: {:.1f}%)",
-                  train.frames / tt, 100 * times_.model / tt, 100 * times_.optimizer / tt, 100 * times_.data / tt,
-                  100 * times_.communication / tt, 100 * times_.other() / tt,
-                  100 * (times_.data + times_.communication + times_.other()) / tt));
+  if (recorded_ && recorded_->recording()) {
+    // The host launches the replays and does not wait for them: its times are not the GPU's.
+    log(fmt::format("  throughput {:.2f} frames/s | step time not split (training.cuda_graph: recorded steps)",
+                    train.frames / tt));
+  } else {
+    log(fmt::format("  throughput {:.2f} frames/s | step time: model {:.1f}%, optimizer {:.1f}%, data {:.1f}%, "
+                    "communication {:.1f}%, other {:.1f}% (outside model and optimizer: {:.1f}%)",
+                    train.frames / tt, 100 * times_.model / tt, 100 * times_.optimizer / tt, 100 * times_.data / tt,
+                    100 * times_.communication / tt, 100 * times_.other() / tt,
+                    100 * (times_.data + times_.communication + times_.other()) / tt));
+  }
   if (comm_.is_root()) {
     const fs::path csv = fs::path(config_.output_dir) / "metrics.csv";
     std::ofstream out(csv, std::ios::app);
