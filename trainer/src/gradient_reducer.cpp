@@ -1,5 +1,7 @@
 #include "gradient_reducer.h"
 
+#include <ATen/ops/_foreach_norm.h>
+
 #include "mlip/error.h"
 
 namespace mlip::trainer {
@@ -49,13 +51,14 @@ void GradientReducer::reduce(Communicator& comm) {
 }
 
 torch::Tensor GradientReducer::gradient_norm_on_device() const {
-  std::vector<torch::Tensor> norms;
-  norms.reserve(params_.size());
+  std::vector<torch::Tensor> grads;
+  grads.reserve(params_.size());
   for (const torch::Tensor& p : params_) {
-    if (p.grad().defined()) norms.push_back(p.grad().norm());
+    if (p.grad().defined()) grads.push_back(p.grad());
   }
-  if (norms.empty()) return torch::zeros({}, torch::kFloat64);
-  return torch::stack(norms).norm().to(torch::kFloat64);
+  if (grads.empty()) return torch::zeros({}, torch::kFloat64);
+  // One kernel for the per-parameter norms on a GPU (of each dtype), then their norm.
+  return torch::stack(at::_foreach_norm(grads)).to(torch::kFloat64).norm();
 }
 
 void GradientReducer::clip_norm(double max_norm) {

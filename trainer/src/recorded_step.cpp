@@ -4,6 +4,8 @@
 #include <numeric>
 
 #include <fmt/format.h>
+#include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_mul.h>
 #include <torch/autograd.h>
 
 #include "mlip/error.h"
@@ -117,8 +119,10 @@ void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_lengt
 }
 
 void update_ema(std::vector<torch::Tensor>& ema, const std::vector<torch::Tensor>& params, double decay) {
-  torch::NoGradGuard no_grad;  // EMA update
-  for (std::size_t i = 0; i < ema.size(); ++i) ema[i].mul_(decay).add_(params[i].detach(), 1.0 - decay);
+  if (ema.empty()) return;
+  torch::NoGradGuard no_grad;  // EMA update: two kernels for all parameters on a GPU
+  at::_foreach_mul_(ema, decay);
+  at::_foreach_add_(ema, params, 1.0 - decay);
 }
 
 RecordedStep::RecordedStep(StepParts parts, bool record, const torch::Device& device) : parts_(std::move(parts)) {
