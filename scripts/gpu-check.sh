@@ -13,6 +13,9 @@
 #   pair_np1   pair_style mlip device cuda against the CPU inside LAMMPS (PairMLIPGpu.*, 1 rank)
 #   train      training frames/s on water (examples/configs/water-se_e2_a.yaml), batch 1, 4, 16, 1
 #              and 16 grouped (training.grouped), and 1 and 16 recorded (training.cuda_graph)
+#   train_accuracy  the same frames (10 epochs of the water example) at batch 1, 4 and 16 with the
+#              step recorded (training.cuda_graph): frames/s against the validation errors they
+#              buy (issue 54: >= 1000 frames/s with errors no worse than at batch 1)
 #   md         MD us/atom-step at 10k and 100k water atoms, with and without cuda_graph yes, and
 #              the peak GPU memory of each run (benchmarks/bench_pair.sh)
 #   md_device_graph  the same with the graph built on the GPU ('graph device'): se_e2_a plain and
@@ -415,6 +418,32 @@ stage_train() {
   return $rc
 }
 
+stage_train_accuracy() {
+  local b rate errors rc=0 device=cuda epochs=10 recorded=true extra=()
+  # dry run: the CPU, the recorded step run eagerly, 32 of the 320 frames, one epoch
+  [[ $dry == 1 ]] && device=cpu epochs=1 recorded=eager extra=(--set data.validation_fraction=0.9)
+  for b in 1 4 16; do
+    if (($(left) < 15)); then
+      record "training accuracy, batch $b: not run (the budget is spent)"
+      rc=1
+      continue
+    fi
+    rm -rf "$build/accuracy-b$b"
+    if run_logged "accuracy-b$b" 100 "$build/bin/mlip-trainer" train "$repo/examples/configs/water-se_e2_a.yaml" \
+      --threads 4 --set training.device=$device --set training.epochs=$epochs --set training.max_minutes=0 \
+      --set data.batch.frames=$b --set training.cuda_graph=$recorded --set output.dir="$build/accuracy-b$b" \
+      --set data.cache_dir="$build/cache" --set output.log_every=0 "${extra[@]}"; then
+      rate=$(awk '/throughput/ {n++; if (n > 1) {s += $2; k++}} END {if (k) printf "%.1f", s / k}' "$logs/accuracy-b$b.log")
+      errors=$(grep -o 'val E .*meV/atom  F [^ ]* meV/A' "$logs/accuracy-b$b.log" | tail -1)
+      record "training accuracy, water se_e2_a, batch $b, lr 2e-3, $epochs epochs, recorded ($recorded), $device: ${rate:-?} frames/s (mean of the epochs after the first); last epoch $errors"
+    else
+      record "training accuracy, batch $b: failed: $(grep -m1 -iE 'error' "$logs/accuracy-b$b.log" || tail -1 "$logs/accuracy-b$b.log")"
+      rc=1
+    fi
+  done
+  return $rc
+}
+
 # MACE (examples/configs/ethanol-mace.yaml: 32 channels, float32) on half of rMD17 ethanol, 2 epochs
 train_mace() {
   local rate holdout=0.5
@@ -742,6 +771,7 @@ main() {
   stage device 30 stage_device
   stage pair_np1 30 stage_pair_np1
   stage train 70 stage_train
+  stage train_accuracy 60 stage_train_accuracy
   stage md 60 stage_md
   stage md_device_graph 60 stage_md_device_graph
   stage md_step_graph 60 stage_md_step_graph

@@ -28,7 +28,7 @@ for s in env build device pair_np1 train md md_device_graph md_step_graph profil
   check "$out/stages.txt" "^$s +[0-9]+ s" "stage $s ran"
 done
 if grep -q skipped "$out/stages.txt"; then echo "FAILED: a stage was skipped for time"; fail=1; fi
-for s in env build device pair_np1 train md_device_graph md_step_graph profile train_gpu stream pair_np2 md_more md_1m mace; do
+for s in env build device pair_np1 train train_accuracy md_device_graph md_step_graph profile train_gpu stream pair_np2 md_more md_1m mace; do
   check "$out/stages.txt" "^$s +[0-9]+ s +ok" "stage $s passed"
 done
 check "$out/summary.txt" '^cmake: cmake version' "cmake --version"
@@ -38,6 +38,10 @@ check "$out/summary.txt" '^tests PairMLIPGpu.\* on 1 rank\(s\): 0 passed, 0 fail
 check "$out/summary.txt" '^tests TrainingGpu.\*: 0 passed, 0 failed, [1-9][0-9]* skipped' "TrainingGpu, skipped"
 for b in 1 4 16 "1, grouped" "16, grouped" "1, recorded" "16, recorded"; do
   check "$out/summary.txt" "^training se_e2_a water, batch $b, cpu: [0-9.]+ frames/s" "training frames/s, batch $b"
+done
+for b in 1 4 16; do
+  check "$out/summary.txt" "^training accuracy, water se_e2_a, batch $b, lr 2e-3, 1 epochs, recorded \\(eager\\), cpu: [0-9.?]+ frames/s .*; last epoch val E [0-9.]+ meV/atom  F [0-9.]+ meV/A" \
+    "training accuracy, batch $b"
 done
 check "$out/summary.txt" '^streaming, CPU, 1 pair\(s\) at once, a core each: memory [0-9.]+ \([0-9.]+-[0-9.]+, 1 runs\), streamed [0-9.]+ .*: streamed trails by -?[0-9.]+%' \
   "the streaming line, CPU pairs"
