@@ -1301,11 +1301,13 @@ output:
 }
 
 // training.grouped true: the tiny problem trained on grouped batches follows the plain run (the
-// same steps up to rounding); a model without forward_grouped() is refused with its name.
+// same steps up to rounding) and validates alike (validation batches grouped too); a model without
+// forward_grouped() is refused with its name.
 TEST(Training, GroupedBatchesTrainAsPlainOnes) {
   TempDir dir("mlip_test_grouped_training");
   SerialCommunicator comm;
   std::vector<std::vector<torch::Tensor>> params;
+  std::vector<std::vector<double>> validation;   // each epoch's validation loss and errors
   for (const bool grouped : {false, true}) {
     const fs::path out = dir.path / (grouped ? "run-grouped" : "run-plain");
     Config c = read_config(tiny_config(dir, out.string(), 3));
@@ -1313,10 +1315,26 @@ TEST(Training, GroupedBatchesTrainAsPlainOnes) {
     Trainer t(c, "", comm);
     t.run(false);
     params.push_back(checkpoint_parameters(out));
+    std::ifstream csv(out / "metrics.csv");
+    std::vector<double> v;
+    std::string line;
+    std::getline(csv, line);   // the header
+    while (std::getline(csv, line)) {
+      std::stringstream cells(line);
+      std::string cell;
+      for (int k = 0; std::getline(cells, cell, ','); ++k)
+        if (k >= 5 && cell != "nan") v.push_back(std::stod(cell));   // val_loss, val E, F, V RMSE
+    }
+    validation.push_back(v);
   }
   ASSERT_EQ(params[0].size(), params[1].size());
   for (std::size_t i = 0; i < params[0].size(); ++i)
     EXPECT_TRUE(torch::allclose(params[1][i], params[0][i], 1e-8, 1e-10)) << "parameter " << i;
+  // Validation on grouped batches too: the same losses and errors (6 digits in metrics.csv).
+  ASSERT_EQ(validation[0].size(), validation[1].size());
+  ASSERT_EQ(validation[0].size(), 9u);   // 3 epochs x (loss, E, F): no virial labels
+  for (std::size_t i = 0; i < validation[0].size(); ++i)
+    EXPECT_NEAR(validation[1][i], validation[0][i], 2e-6 * std::abs(validation[0][i])) << "metrics.csv value " << i;
   Config painn = read_config(tiny_config(dir, (dir.path / "run-painn").string(), 1));
   painn.model.architecture = "painn";
   painn.model.hyperparameters = {{"features", 4}, {"layers", 2}, {"radial_basis", 4}};

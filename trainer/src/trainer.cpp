@@ -263,11 +263,13 @@ void Trainer::choose_grouping() {
   const nlohmann::json& hyper = model_.metadata.hyperparameters;
   ModelMetadata meta = model_.metadata;
   meta.grouped_forward = model_.module.find_method("forward_grouped").has_value();
-  if (!meta.grouped_forward || !model_heads(hyper).empty())
+  if (!meta.grouped_forward || meta.message_passing_layers > 0 || !model_heads(hyper).empty())
     throw Error(std::string(config_.grouped ? "training.grouped: true" : "training.cuda_graph") +
                 " needs a model with forward_grouped() and one head (se_e2_a); this " +
                 meta.architecture + " model has " +
-                (model_heads(hyper).empty() ? std::string("no forward_grouped()") : std::string("several heads")));
+                (!model_heads(hyper).empty()        ? std::string("several heads")
+                 : meta.message_passing_layers > 0 ? std::string("message passing (its batches are not grouped by net)")
+                                                   : std::string("no forward_grouped()")));
   grouping_ = GroupingRule::of(meta);
   log(std::string("training: batches grouped by species and embedding net for forward_grouped() (") +
       (config_.grouped ? "training.grouped" : "for training.cuda_graph") + ")");
@@ -571,14 +573,23 @@ MetricSums Trainer::validate() {
   // A multi-head model: each head's errors too (its frames' labels alone).
   const std::size_t heads = model_heads(model_.metadata.hyperparameters).size();
   std::vector<MetricSums> by_head(heads);
+  MetricTotals totals;   // summed on the device, read once
   for (std::size_t a = 0; a < n_parts; ++a) {
-    const BatchTensors t = to_device(prefetch->next(), device_);
+    BatchTensors t = to_device(prefetch->next(), device_);
+    // Grouped as the training batches are (training.grouped, training.cuda_graph): no read back
+    // for sizes or index checks.
+    std::optional<DeviceValueChecksPaused> trusted;
+    if (grouping_) {
+      t = group_batch(t, *grouping_);
+      trusted.emplace();
+    }
     const Prediction p = predict(model_.module, t, /*create_graph=*/false, accumulate_);
-    loss_terms(p, t, limits, config_.loss, config_.huber_delta, 1.0, &sums);
+    loss_terms(p, t, limits, config_.loss, config_.huber_delta, 1.0, nullptr, &totals);
     for (std::size_t h = 0; h < heads && t.head.defined(); ++h)
       loss_terms(p, frames_of_head(t, int64_t(h)), limits, config_.loss, config_.huber_delta, 1.0, &by_head[h]);
   }
   swap_ema();
+  sums = totals.read();
   std::vector<double> v = sums.pack();   // one reduction for all of them
   const auto k = static_cast<std::ptrdiff_t>(v.size());
   for (const MetricSums& m : by_head)
