@@ -38,7 +38,7 @@
 # DEVICE (cuda, cuda:N or auto: pair_style mlip runs its model there, 'device DEVICE'; the mlip
 # rows are labelled with it; scripts/gpu-check.sh uses it). CUDA_GRAPH (1, with DEVICE: also each
 # se_e2_a run, float64 and float32, with 'cuda_graph yes', the model call recorded as a CUDA graph, next
-# to it; only: those runs alone; eager: those runs alone with 'cuda_graph eager', the same padded path
+# to it, and PaiNN's with 'exchange no cuda_graph yes' where the graph is the host's; only: those runs alone; eager: those runs alone with 'cuda_graph eager', the same padded path
 # unrecorded, on any device). GRAPH (host; device: every mlip run with 'graph device', the graph built
 # on the model's device; with CUDA_GRAPH the whole step recorded as one CUDA graph).
 # THREADS (LibTorch threads per rank, OMP_NUM_THREADS; default 1). MD_STEPS ("10k=50 100k=20": MD
@@ -319,6 +319,11 @@ for size in $SIZES; do
     if [[ $PAINN == 1 && -n ${painn_steps[$size]:-} ]]; then
       run "mlip painn f64$on" "$np" in.mlip "data=water-$size.data" model=painn64.pt "options=$options" \
         "steps=${painn_steps[$size]}"
+      # its model call recorded (with a halo, exchange no, as a recording needs; not its whole step)
+      if [[ " $graphs " == *" yes "* && $GRAPH != device ]]; then
+        run "mlip painn f64$on, halo, CUDA graph" "$np" in.mlip "data=water-$size.data" model=painn64.pt \
+          "options=$options exchange no cuda_graph yes" "steps=${painn_steps[$size]}"
+      fi
     fi
     if [[ $MACE == 1 && -n ${painn_steps[$size]:-} ]]; then
       run "mlip mace 32ch L1 f64$on" "$np" in.mlip "data=water-$size.data" model=mace32ch.pt "options=$options" \

@@ -26,7 +26,8 @@
 #   stream     training streamed from a pack against the same frames in memory, on the CPUs (pairs
 #              at once, a core each) and on the GPU
 #   pair_np2   PairMLIPGpu.* on 2 ranks sharing the GPU
-#   md_more    compressed se_e2_a, float32 and PaiNN at 10k atoms
+#   md_more    compressed se_e2_a, float32 and PaiNN at 10k atoms, with and without cuda_graph yes
+#              (PaiNN's model call recorded with a halo: exchange no)
 #   md_1m      100k and about a million atoms, float64 and float32, calls sized by the free memory
 #   md_mace_kernels  MACE on the operators' device kernels against the ATen formulations, 10k atoms
 #   mace       MACE against mace-torch on the same GPU and model (benchmarks/bench_mace.sh DEVICE=cuda):

@@ -115,14 +115,19 @@ BuiltModel build_painn(const ModelSpec& spec) {
         << "    avv, asv, ass = torch.split(a, " << f << ", 1)\n"
         << "    return s + asv * (uv * vv).sum(1) + ass, v + avv.unsqueeze(1) * uv\n";
   }
-  src << "def mp_readout(self, species: Tensor, s: Tensor, edge_index: Tensor, edge_vectors: Tensor, "
-      << "n_centers: int) -> Tensor:\n"
-      << "    h = s.narrow(0, 0, n_centers)\n"
-      << "    e = torch.matmul(torch.silu(torch.matmul(h, self.out1_w) + self.out1_b), self.out2_w) + self.out2_b\n"
-      << "    cs = species[:n_centers]\n"
-      << detail::add_repulsion(b, spec)
-      << "    return e.squeeze(1) * self.energy_scale[cs] + self.energy_shift[cs]"
-      << (spec.repulsion == "none" ? "" : " + e_rep") << "\n";
+  // mp_readout: the ZBL prior on the edges within its reach (picked on the device); the grouped
+  // forward's readout on every edge (static shapes: zero beyond the prior's reach).
+  const std::string repulsion = detail::add_repulsion(b, spec);
+  for (const bool all_edges : {false, true}) {
+    src << "def mp_readout" << (all_edges ? "_all_edges" : "") << "(self, species: Tensor, s: Tensor, "
+        << "edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
+        << "    h = s.narrow(0, 0, n_centers)\n"
+        << "    e = torch.matmul(torch.silu(torch.matmul(h, self.out1_w) + self.out1_b), self.out2_w) + self.out2_b\n"
+        << "    cs = species[:n_centers]\n"
+        << (repulsion.empty() ? "" : all_edges ? detail::repulsion_source(false) : repulsion)
+        << "    return e.squeeze(1) * self.energy_scale[cs] + self.energy_shift[cs]"
+        << (repulsion.empty() ? "" : " + e_rep") << "\n";
+  }
 
   src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
       << "    center = edge_index[0]\n"
@@ -145,6 +150,28 @@ BuiltModel build_painn(const ModelSpec& spec) {
     src << "    s, v = self.mp_layer_" << l << "(s, v, self.mp_node_" << l << "(s, v), center, neighbor, radial, unit, n_out)\n";
   }
   src << "    return self.mp_readout(species, s, edge_index, edge_vectors, n_centers)\n";
+
+  // The same with static shapes (mlip/model/grouped_graph.h, message-passing layout): the edges
+  // into centres come first (edge_groups[0] of them, padded), so the last layer takes them by
+  // narrowing instead of picking them on the device; padding edges join a padding centre to itself.
+  src << "\ndef forward_grouped(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int,"
+      << " center_groups: List[int], edge_groups: List[int]) -> Tensor:\n"
+      << "    center = edge_index[0]\n"
+      << "    neighbor = edge_index[1]\n"
+      << "    n_out = species.size(0)\n"
+      << "    radial, unit = self.mp_edges(edge_vectors)\n"
+      << "    s, v = self.mp_embed(species)\n";
+  for (int64_t l = 0; l < layers; ++l) {
+    if (l == layers - 1)
+      src << "    n_in = edge_groups[0]\n"
+          << "    center = center.narrow(0, 0, n_in)\n"
+          << "    neighbor = neighbor.narrow(0, 0, n_in)\n"
+          << "    radial = radial.narrow(0, 0, n_in)\n"
+          << "    unit = unit.narrow(0, 0, n_in)\n"
+          << "    n_out = n_centers\n";
+    src << "    s, v = self.mp_layer_" << l << "(s, v, self.mp_node_" << l << "(s, v), center, neighbor, radial, unit, n_out)\n";
+  }
+  src << "    return self.mp_readout_all_edges(species, s, edge_index, edge_vectors, n_centers)\n";
 
   return b.finish(src.str(), spec, "painn", static_cast<int>(layers), resolved);
 }

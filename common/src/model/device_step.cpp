@@ -63,6 +63,10 @@ struct DeviceStep::Buffers {
 DeviceStep::DeviceStep(const Model& model, double cutoff, bool record, double min_distance)
     : model_(&model), rule_(GroupingRule::of(model)), cutoff_(cutoff), min_distance_(min_distance),
       b_(std::make_unique<Buffers>()) {
+  if (rule_.message_passing)
+    throw Error("the whole step as one CUDA graph is built for local models (se_e2_a): this " +
+                model.info().architecture + " model passes messages through a halo, which it does not build; "
+                "without 'graph device', 'cuda_graph yes' records its model call");
   if (model.device().is_cuda())
     if (const std::string why = device_kernels_unavailable(); !why.empty())
       throw Error("the step on the GPU needs mlip's CUDA kernels (libmlip_cuda_ops.so): " + why);

@@ -16,12 +16,14 @@ GroupingRule GroupingRule::of(const ModelMetadata& meta) {
   if (!meta.grouped_forward) {
     throw Error("a " + meta.architecture + " model" + (meta.message_passing_layers > 0 ? " (message passing)" : "") +
                 " has no forward_grouped(): its shapes depend on the data, so a CUDA graph cannot record it "
-                "(se_e2_a models exported by this mlip version have one)");
+                "(se_e2_a and PaiNN models exported by this mlip version have one)");
   }
   GroupingRule rule;
   rule.n_species = static_cast<int64_t>(meta.species.size());
-  rule.pair_nets = meta.hyperparameters.is_object() && !meta.hyperparameters.value("type_one_side", true);
-  rule.pad_length = 2.0 * meta.cutoff;
+  rule.message_passing = meta.message_passing_layers > 0;
+  rule.pair_nets = !rule.message_passing && meta.hyperparameters.is_object() &&
+                   !meta.hyperparameters.value("type_one_side", true);
+  rule.pad_length = rule.message_passing ? meta.cutoff : 2.0 * meta.cutoff;
   if (meta.compressed) rule.shortest = meta.hyperparameters.value("/compression/min_distance"_json_pointer, 0.0);
   return rule;
 }
@@ -50,13 +52,15 @@ int64_t grouped_capacity(int64_t count) {
 
 namespace {
 
-// Grows `cap` where `count` outgrows it; returns whether it did.
-bool fit(const std::vector<int64_t>& count, std::vector<int64_t>& cap) {
+// Grows `cap` where `count` outgrows it, or where a non-empty group would have no free slot with
+// `spare`; returns whether it did.
+bool fit(const std::vector<int64_t>& count, std::vector<int64_t>& cap, bool spare = false) {
   bool grown = cap.size() != count.size();
   cap.resize(count.size(), 0);
   for (std::size_t t = 0; t < count.size(); ++t) {
-    if (count[t] > cap[t]) {
-      cap[t] = grouped_capacity(count[t]);
+    const int64_t need = count[t] + (spare && count[t] > 0 ? 1 : 0);
+    if (need > cap[t]) {
+      cap[t] = grouped_capacity(need);
       grown = true;
     }
   }
@@ -72,7 +76,7 @@ std::vector<int64_t> offsets(const std::vector<int64_t>& sizes) {
 }  // namespace
 
 bool group_graph(const GraphView& g, const GroupingRule& rule, GroupCapacity& capacity, GroupedGraph& out) {
-  const int64_t ns = rule.n_species, n_nets = rule.pair_nets ? ns * ns : ns;
+  const int64_t ns = rule.n_species, n_nets = rule.message_passing ? 2 : rule.pair_nets ? ns * ns : ns;
   const int64_t* row0 = g.edge_index;
   const int64_t* row1 = g.edge_index + g.edge_index_stride;
   std::vector<int64_t> centers(ns, 0), edges(n_nets, 0), net(g.n_edges);
@@ -85,7 +89,9 @@ bool group_graph(const GraphView& g, const GroupingRule& rule, GroupCapacity& ca
   }
   for (int64_t e = 0; e < g.n_edges; ++e) {
     const int64_t c = row0[e], j = row1[e];
-    if (c < 0 || c >= g.n_centers || j < 0 || j >= g.n_nodes) {
+    // A message-passing graph's halo nodes send along their own edges; else every edge has a centre.
+    const int64_t centres = rule.message_passing ? g.n_nodes : g.n_centers;
+    if (c < 0 || c >= centres || j < 0 || j >= g.n_nodes) {
       throw Error("grouped graph: edge " + std::to_string(e) + " (" + std::to_string(c) + " -> " + std::to_string(j) +
                   ") is outside its " + std::to_string(g.n_centers) + " centres and " + std::to_string(g.n_nodes) +
                   " nodes");
@@ -102,10 +108,12 @@ bool group_graph(const GraphView& g, const GroupingRule& rule, GroupCapacity& ca
                   " has " + std::to_string(std::sqrt(r2)) +
                   "): recompress with a smaller --min-distance, or use the uncompressed model");
     }
-    net[e] = rule.pair_nets ? g.species[c] * ns + g.species[j] : g.species[j];
+    net[e] = rule.message_passing ? (c < g.n_centers ? 0 : 1)
+             : rule.pair_nets     ? g.species[c] * ns + g.species[j]
+                                  : g.species[j];
     ++edges[net[e]];
   }
-  bool grown = fit(centers, capacity.centers);
+  bool grown = fit(centers, capacity.centers, /*spare=*/rule.message_passing);
   grown = fit(edges, capacity.edges) || grown;
   if (g.n_nodes - g.n_centers > capacity.others) {
     capacity.others = grouped_capacity(g.n_nodes - g.n_centers);
@@ -125,8 +133,16 @@ bool group_graph(const GraphView& g, const GroupingRule& rule, GroupCapacity& ca
     out.node_position[i] = at;
     out.species[at] = g.species[i];
   }
-  // Padding edges: centre 0 to itself, beyond the cutoff.
-  out.edge_index.assign(2 * n_edges, 0);
+  // Padding edges: centre 0 to itself, beyond the cutoff; for message passing, the last slot of
+  // the first non-empty group of centres (a padding centre: fit() kept it free) to itself.
+  int64_t pad_node = 0;
+  if (rule.message_passing)
+    for (int64_t t = 0; t < ns; ++t)
+      if (centers[t] > 0) {
+        pad_node = center_at[t + 1] - 1;
+        break;
+      }
+  out.edge_index.assign(2 * n_edges, pad_node);
   out.edge_vectors.assign(3 * n_edges, 0.0);
   for (int64_t e = 0; e < n_edges; ++e) out.edge_vectors[3 * e] = rule.pad_length;
   out.edge_position.resize(g.n_edges);

@@ -16,6 +16,13 @@
 // exactly zero there, with a zero derivative, so they change no energy and no force. Padding
 // centres have no real edges; their energies are dropped. Padding nodes after the centres are
 // never referenced.
+//
+// Message-passing models (PaiNN; GroupingRule::message_passing) take a halo: other nodes that
+// send along their own edges. Their edges come in two groups: the edges into centres, then the
+// rest (the last layer takes only the first group, by narrowing). Their terms are not zero beyond
+// the cutoff, so padding edges join a padding centre to itself (at the cutoff's length): every
+// group of centres keeps a free slot (it grows when its count reaches its capacity), and what
+// reaches a padding centre never reaches a real node.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +41,7 @@ struct GroupingRule {
   bool pair_nets = false;          // se_e2_a's type_one_side: false
   double pad_length = 0.0;         // length of padding edges, beyond the cutoff (Å)
   double shortest = 0.0;           // edges shorter than this are an error (compressed models' tables)
+  bool message_passing = false;    // edges grouped into centres / the rest; padding on a padding centre
 
   /// The rule for a model with a forward_grouped() (throws mlip::Error otherwise).
   static GroupingRule of(const Model& model);
