@@ -79,7 +79,7 @@ const std::vector<Keyword> &keywords()
        "with `device cuda`: record the model call (forward and forces) as a CUDA graph and replay it each step, on a "
        "graph grouped and padded to static sizes (+10%, multiples of 32; recorded anew when outgrown); with "
        "`graph device` the whole step (cell list, edges, model, forces) as one. se_e2_a models (plain or compressed), "
-       "and PaiNN's model call with its halo (`exchange no`; not its whole step); not with the ghost exchange or `mlip/kk`, nor with `chunk` unless `graph device` (then the recorded "
+       "and message-passing models' (PaiNN, MACE) model call with its halo (`exchange no`; not their whole step); not with the ghost exchange or `mlip/kk`, nor with `chunk` unless `graph device` (then the recorded "
        "step makes its model calls in chunks). `eager`: the same padded path run without "
        "recording, on any device (to tell a recording's fault from the model's)",
        false,

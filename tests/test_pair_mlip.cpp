@@ -1186,8 +1186,8 @@ TEST(PairMLIP, DeviceGraphEqualsTheHostGraph) {
 // 'cuda_graph eager': the padded paths a CUDA graph records, run without recording (here on the
 // CPU): with 'graph device' the whole step (mlip/model/device_step.h: cells, edges grouped by net,
 // model, forces onto the atoms), else the model call on the grouped graph; both equal the host
-// graph's step, over a few steps of MD with per-atom energies and virials; PaiNN's model call too
-// (message passing, its halo in the grouped graph), but not its whole step: an error says so.
+// graph's step, over a few steps of MD with per-atom energies and virials; PaiNN's and MACE's model
+// call too (message passing, the halo in the grouped graph), but not their whole step: an error says so.
 TEST(PairMLIP, CudaGraphEagerEqualsTheHostGraph) {
   // The whole step in one chunk and in chunks of at most 25 local atoms (several per rank).
   for (const std::string keywords : {" graph device cuda_graph eager", " graph device cuda_graph eager chunk 25",
@@ -1202,13 +1202,16 @@ TEST(PairMLIP, CudaGraphEagerEqualsTheHostGraph) {
       expect_same_run(eager, host, 1e-10, true);
     }
   }
-  // PaiNN's model call with static shapes (its halo included; mlip/model/grouped_graph.h), not its
-  // whole step (which builds no halo).
-  const Snapshot painn_host = snapshot(false, water_setup(80, 60), "pair_style mlip " + model_path("painn") +
-                                       " exchange no\npair_coeff * * O H H", 3);
-  const Snapshot painn_eager = snapshot(false, water_setup(80, 60), "pair_style mlip " + model_path("painn") +
-                                        " exchange no cuda_graph eager\npair_coeff * * O H H", 3);
-  expect_same_run(painn_eager, painn_host, 1e-10, true);
+  // PaiNN's and MACE's model call with static shapes (their halo included;
+  // mlip/model/grouped_graph.h), not their whole step (which builds no halo).
+  for (const std::string mp : {"painn", "mace"}) {
+    SCOPED_TRACE(mp);
+    const Snapshot host = snapshot(false, water_setup(80, 60), "pair_style mlip " + model_path(mp) +
+                                   " exchange no\npair_coeff * * O H H", 3);
+    const Snapshot eager = snapshot(false, water_setup(80, 60), "pair_style mlip " + model_path(mp) +
+                                    " exchange no cuda_graph eager\npair_coeff * * O H H", 3);
+    expect_same_run(eager, host, 1e-10, true);
+  }
   const std::string painn = error_of("pair_style mlip " + model_path("painn") + " graph device cuda_graph eager", "* * O H H");
   EXPECT_NE(painn.find("is built for local models (se_e2_a)"), std::string::npos) << painn;
   const std::string chunked = error_of("pair_style mlip " + model_path("se_e2_a") + " cuda_graph eager chunk 25", "* * O H H");
@@ -1280,7 +1283,7 @@ TEST_F(PairMLIPGpu, TrajectoryMatchesCpu) {
 // water has closer pairs), with empty subdomains, and over 50 steps of MD (replays with new
 // positions and neighbour lists, and recordings anew where a group outgrows its capacity). A
 // message-passing model's ghost exchange cannot be recorded (an error says so); without it, PaiNN's
-// model call is. With 'graph device' the whole step is recorded, on the same cases.
+// and MACE's model call is. With 'graph device' the whole step is recorded, on the same cases.
 TEST_F(PairMLIPGpu, CudaGraphMatchesCpu) {
   expect_gpu_matches(water_setup(80, 52), model_path("se_e2_a"), "* * O H H", 0, 1e-8, " cuda_graph yes");
   expect_gpu_matches(ta_setup, model_path("se_e2_a_md_compressed"), "* * O", 20, 1e-8, " cuda_graph yes");
@@ -1295,8 +1298,9 @@ TEST_F(PairMLIPGpu, CudaGraphMatchesCpu) {
   const std::string painn = "pair_style mlip " + model_path("painn") + " device cuda cuda_graph yes";
   const std::string x = error_of(painn, "* * O H H");
   EXPECT_NE(x.find("cuda_graph yes cannot record the ghost exchange"), std::string::npos) << x;
-  // Without the exchange, PaiNN's model call (its halo included) is recorded.
+  // Without the exchange, PaiNN's and MACE's model call (the halo included) is recorded.
   expect_gpu_matches(water_setup(80, 52), model_path("painn"), "* * O H H", 3, 1e-8, " exchange no cuda_graph yes");
+  expect_gpu_matches(water_setup(80, 52), model_path("mace"), "* * O H H", 3, 1e-8, " exchange no cuda_graph yes");
 }
 
 // Skipped, saying so, where this LAMMPS has no KOKKOS package (LAMMPS 4Jul2026 needs Kokkos >= 5.1,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -169,6 +170,25 @@ std::string add_repulsion(ModuleBuilder& b, const ModelSpec& spec);
 /// The lines of add_repulsion() alone: on the edges within reach of the prior (picked with
 /// nonzero), or on every edge (static shapes, for grouped graphs; the same energies).
 std::string repulsion_source(bool near_edges_only);
+
+/// The lines before a message-passing model's last layer that keep only the edges into centres
+/// (`edges`: the names of its per-edge tensors, the centre indices first): picked on the device
+/// (forward), or the first edge_groups[0] of them (forward_grouped, on the message-passing layout of
+/// mlip/model/grouped_graph.h: static shapes).
+inline std::string centre_edges_source(bool grouped, const std::vector<std::string>& edges) {
+  std::ostringstream src;
+  if (grouped) {
+    src << "    n_in = edge_groups[0]\n";
+    for (const std::string& t : edges) src << "    " << t << " = " << t << ".narrow(0, 0, n_in)\n";
+    src << "    n_out = n_centers\n";
+    return src.str();
+  }
+  src << "    if n_centers < n_out:\n"
+      << "        sel = torch.nonzero(" << edges.front() << " < n_centers).squeeze(1)\n";
+  for (const std::string& t : edges) src << "        " << t << " = " << t << ".index_select(0, sel)\n";
+  src << "        n_out = n_centers\n";
+  return src.str();
+}
 
 inline std::string num(double x) {
   char buf[64];

@@ -689,11 +689,16 @@ std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t, double
 
 // forward: the parts composed; the last layer on the centres' edges only. `heads`: forward_heads,
 // the energies of each node's head `head` (n_nodes,), which the trainer calls for a multi-head model.
-std::string forward_source(const Shape& s, bool heads) {
+// `grouped`: forward_grouped, the same with static shapes (mlip/model/grouped_graph.h, message
+// passing: the edges into centres first, edge_groups[0] of them, which the last layer narrows to).
+std::string forward_source(const Shape& s, bool heads, bool grouped = false) {
   std::ostringstream src;
   if (heads)
     src << "def forward_heads(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int, "
         << "head: Tensor) -> Tensor:\n";
+  else if (grouped)
+    src << "def forward_grouped(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int, "
+        << "center_groups: List[int], edge_groups: List[int]) -> Tensor:\n";
   else
     src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n";
   src
@@ -703,47 +708,46 @@ std::string forward_source(const Shape& s, bool heads) {
       << "    radial, sh = self.mp_edges(edge_vectors)\n"
       << "    e, h, attrs = self.mp_embed(species)\n";
   for (int t = 0; t < s.layers; ++t) {
-    if (t == s.layers - 1)
-      src << "    if n_centers < n_out:\n"
-          << "        sel = torch.nonzero(center < n_centers).squeeze(1)\n"
-          << "        center = center.index_select(0, sel)\n"
-          << "        neighbor = neighbor.index_select(0, sel)\n"
-          << "        radial = radial.index_select(0, sel)\n"
-          << "        sh = sh.index_select(0, sel)\n"
-          << "        n_out = n_centers\n";
+    if (t == s.layers - 1) src << detail::centre_edges_source(grouped, {"center", "neighbor", "radial", "sh"});
     src << "    e, h, attrs = self.mp_layer_" << t << "(e, h, attrs, self.mp_node_" << t
         << "(e, h, attrs), center, neighbor, radial, sh, n_out)\n";
   }
   if (heads)
     src << "    return self.mp_readout_heads(species, e, edge_index, edge_vectors, n_centers, head)\n";
   else
-    src << "    return self.mp_readout(species, e, edge_index, edge_vectors, n_centers)\n";
+    src << "    return self.mp_readout" << (grouped ? "_all_edges" : "")
+        << "(species, e, edge_index, edge_vectors, n_centers)\n";
   return src.str();
 }
 
 // mp_readout: per-atom energies from the readouts' sums `e` (n, heads), ZBL and the repulsion
 // prior; a multi-head model's through mp_readout_heads (each centre's head), forward()'s head.
+// mp_readout_all_edges (and _heads): the same with the prior on every edge (static shapes, for
+// forward_grouped: zero beyond its reach) instead of the edges within it, picked on the device.
 std::string energy_source(detail::ModuleBuilder& b, const Shape& s, const ModelSpec& spec) {
   const std::string signature =
       "(self, species: Tensor, e: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int";
-  const std::string lines = detail::add_repulsion(b, spec) + detail::mace_zbl_source(b, s.basis, spec.species);
+  const std::string near = detail::add_repulsion(b, spec), zbl_lines = detail::mace_zbl_source(b, s.basis, spec.species);
   const std::string zbl = s.basis.zbl ? " + e_zbl" : "", rep = spec.repulsion == "none" ? "" : " + e_rep";
   std::ostringstream src;
-  if (s.heads.empty()) {
-    src << "def mp_readout" << signature << ") -> Tensor:\n"
+  for (const std::string suffix : {"", "_all_edges"}) {
+    const std::string lines = (near.empty() ? "" : suffix.empty() ? near : detail::repulsion_source(false)) + zbl_lines;
+    if (s.heads.empty()) {
+      src << "def mp_readout" << suffix << signature << ") -> Tensor:\n"
+          << "    cs = species[:n_centers]\n"
+          << lines << "    return (e.narrow(0, 0, n_centers).squeeze(1)" << zbl << ") * self.energy_scale[cs] + "
+          << "self.energy_shift[cs]" << rep << "\n";
+      continue;
+    }
+    src << "def mp_readout" << suffix << signature << ") -> Tensor:\n"
+        << "    head = torch.full_like(species.narrow(0, 0, n_centers), " << s.head << ")\n"
+        << "    return self.mp_readout_heads" << suffix << "(species, e, edge_index, edge_vectors, n_centers, head)\n"
+        << "def mp_readout_heads" << suffix << signature << ", head: Tensor) -> Tensor:\n"
         << "    cs = species[:n_centers]\n"
-        << lines << "    return (e.narrow(0, 0, n_centers).squeeze(1)" << zbl << ") * self.energy_scale[cs] + "
-        << "self.energy_shift[cs]" << rep << "\n";
-    return src.str();
+        << "    hc = head[:n_centers]\n"
+        << lines << "    eh = e.narrow(0, 0, n_centers).gather(1, hc.unsqueeze(1)).squeeze(1)\n"
+        << "    return (eh" << zbl << ") * self.energy_scale[cs, hc] + self.energy_shift[cs, hc]" << rep << "\n";
   }
-  src << "def mp_readout" << signature << ") -> Tensor:\n"
-      << "    head = torch.full_like(species.narrow(0, 0, n_centers), " << s.head << ")\n"
-      << "    return self.mp_readout_heads(species, e, edge_index, edge_vectors, n_centers, head)\n"
-      << "def mp_readout_heads" << signature << ", head: Tensor) -> Tensor:\n"
-      << "    cs = species[:n_centers]\n"
-      << "    hc = head[:n_centers]\n"
-      << lines << "    eh = e.narrow(0, 0, n_centers).gather(1, hc.unsqueeze(1)).squeeze(1)\n"
-      << "    return (eh" << zbl << ") * self.energy_scale[cs, hc] + self.energy_shift[cs, hc]" << rep << "\n";
   return src.str();
 }
 
@@ -765,7 +769,7 @@ BuiltModel build_mace(const ModelSpec& spec) {
   src << edges_source(b, s, spec.cutoff);
   detail::mace_radial_buffers(b, s.basis, spec.species, spec.cutoff);
   for (int t = 0; t < s.layers; ++t) src << layer_source(b, s, t, spec.cutoff);
-  src << energy_source(b, s, spec) << forward_source(s, false);
+  src << energy_source(b, s, spec) << forward_source(s, false) << forward_source(s, false, /*grouped=*/true);
   if (!s.heads.empty()) src << forward_source(s, true);
   return b.finish(src.str(), spec, "mace", s.layers, resolved);
 }

@@ -129,49 +129,29 @@ BuiltModel build_painn(const ModelSpec& spec) {
         << (repulsion.empty() ? "" : " + e_rep") << "\n";
   }
 
-  src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
-      << "    center = edge_index[0]\n"
-      << "    neighbor = edge_index[1]\n"
-      << "    n_out = species.size(0)\n"
-      << "    radial, unit = self.mp_edges(edge_vectors)\n"
-      << "    s, v = self.mp_embed(species)\n";
-  for (int64_t l = 0; l < layers; ++l) {
-    // Only the centres' features after the last layer reach the energy: when the graph has
-    // other nodes (a halo of ghosts, or other chunks' atoms, in LAMMPS), the last layer passes
-    // only the messages into centres and updates only the centres (same sums, less work).
-    if (l == layers - 1)
-      src << "    if n_centers < n_out:\n"
-          << "        sel = torch.nonzero(center < n_centers).squeeze(1)\n"
-          << "        center = center.index_select(0, sel)\n"
-          << "        neighbor = neighbor.index_select(0, sel)\n"
-          << "        radial = radial.index_select(0, sel)\n"
-          << "        unit = unit.index_select(0, sel)\n"
-          << "        n_out = n_centers\n";
-    src << "    s, v = self.mp_layer_" << l << "(s, v, self.mp_node_" << l << "(s, v), center, neighbor, radial, unit, n_out)\n";
+  // forward, and forward_grouped: the same with static shapes (mlip/model/grouped_graph.h,
+  // message-passing layout: the edges into centres first; padding edges on a padding centre).
+  for (const bool grouped : {false, true}) {
+    src << (grouped ? "\ndef forward_grouped(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, "
+                      "n_centers: int, center_groups: List[int], edge_groups: List[int]) -> Tensor:\n"
+                    : "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) "
+                      "-> Tensor:\n")
+        << "    center = edge_index[0]\n"
+        << "    neighbor = edge_index[1]\n"
+        << "    n_out = species.size(0)\n"
+        << "    radial, unit = self.mp_edges(edge_vectors)\n"
+        << "    s, v = self.mp_embed(species)\n";
+    for (int64_t l = 0; l < layers; ++l) {
+      // Only the centres' features after the last layer reach the energy: when the graph has
+      // other nodes (a halo of ghosts, or other chunks' atoms, in LAMMPS), the last layer passes
+      // only the messages into centres and updates only the centres (same sums, less work).
+      if (l == layers - 1) src << detail::centre_edges_source(grouped, {"center", "neighbor", "radial", "unit"});
+      src << "    s, v = self.mp_layer_" << l << "(s, v, self.mp_node_" << l
+          << "(s, v), center, neighbor, radial, unit, n_out)\n";
+    }
+    src << "    return self.mp_readout" << (grouped ? "_all_edges" : "")
+        << "(species, s, edge_index, edge_vectors, n_centers)\n";
   }
-  src << "    return self.mp_readout(species, s, edge_index, edge_vectors, n_centers)\n";
-
-  // The same with static shapes (mlip/model/grouped_graph.h, message-passing layout): the edges
-  // into centres come first (edge_groups[0] of them, padded), so the last layer takes them by
-  // narrowing instead of picking them on the device; padding edges join a padding centre to itself.
-  src << "\ndef forward_grouped(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int,"
-      << " center_groups: List[int], edge_groups: List[int]) -> Tensor:\n"
-      << "    center = edge_index[0]\n"
-      << "    neighbor = edge_index[1]\n"
-      << "    n_out = species.size(0)\n"
-      << "    radial, unit = self.mp_edges(edge_vectors)\n"
-      << "    s, v = self.mp_embed(species)\n";
-  for (int64_t l = 0; l < layers; ++l) {
-    if (l == layers - 1)
-      src << "    n_in = edge_groups[0]\n"
-          << "    center = center.narrow(0, 0, n_in)\n"
-          << "    neighbor = neighbor.narrow(0, 0, n_in)\n"
-          << "    radial = radial.narrow(0, 0, n_in)\n"
-          << "    unit = unit.narrow(0, 0, n_in)\n"
-          << "    n_out = n_centers\n";
-    src << "    s, v = self.mp_layer_" << l << "(s, v, self.mp_node_" << l << "(s, v), center, neighbor, radial, unit, n_out)\n";
-  }
-  src << "    return self.mp_readout_all_edges(species, s, edge_index, edge_vectors, n_centers)\n";
 
   return b.finish(src.str(), spec, "painn", static_cast<int>(layers), resolved);
 }
