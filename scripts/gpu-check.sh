@@ -360,7 +360,7 @@ stage_build() {
 #---------------------------------------------------------------------------------------------------
 stage_device() {
   local rc=0
-  gtest_each device 60 "$build/bin/test_device" 'Device.*:Architectures/DeviceModels.*:GraphCaptureGpu.*:DeviceKernelsGpu.*:DeviceGraphGpu.*:DeviceMemoryGpu.*:KernelProfileGpu.*' || rc=$?
+  gtest_each device 60 "$build/bin/test_device" 'Device.*:Architectures/DeviceModels.*:GraphCaptureGpu.*:DeviceKernelsGpu.*:DeviceGraphGpu.*:DeviceStepGpu.*:DeviceMemoryGpu.*:KernelProfileGpu.*' || rc=$?
   record "tests test_device (GPU cases): $(gtest_counts "$logs/device.log")"
   local forces graphs
   forces=$(grep 'relative difference GPU vs CPU' "$logs/device.log" | grep -v 'CUDA graph\|device kernels' | sed 's/: relative difference GPU vs CPU:/:/' | paste -sd';' -)

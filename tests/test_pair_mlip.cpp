@@ -1204,12 +1204,12 @@ TEST(PairMLIP, CudaGraphEagerEqualsTheHostGraph) {
   }
   // PaiNN's and MACE's model call with static shapes (their halo included;
   // mlip/model/grouped_graph.h), not their whole step (which builds no halo).
-  for (const std::string mp : {"painn", "mace"}) {
-    SCOPED_TRACE(mp);
-    const Snapshot host = snapshot(false, water_setup(80, 60), "pair_style mlip " + model_path(mp) +
-                                   " exchange no\npair_coeff * * O H H", 3);
-    const Snapshot eager = snapshot(false, water_setup(80, 60), "pair_style mlip " + model_path(mp) +
-                                    " exchange no cuda_graph eager\npair_coeff * * O H H", 3);
+  // A multi-head MACE with a head chosen (forward_grouped_heads).
+  for (const auto& [mp, keywords] : {std::pair{"painn", ""}, {"mace", ""}, {"mace_heads", " head c"}}) {
+    SCOPED_TRACE(std::string(mp) + keywords);
+    const std::string pair_style = "pair_style mlip " + model_path(mp) + keywords + " exchange no";
+    const Snapshot host = snapshot(false, water_setup(80, 60), pair_style + "\npair_coeff * * O H H", 3);
+    const Snapshot eager = snapshot(false, water_setup(80, 60), pair_style + " cuda_graph eager\npair_coeff * * O H H", 3);
     expect_same_run(eager, host, 1e-10, true);
   }
   const std::string painn = error_of("pair_style mlip " + model_path("painn") + " graph device cuda_graph eager", "* * O H H");
@@ -1301,6 +1301,8 @@ TEST_F(PairMLIPGpu, CudaGraphMatchesCpu) {
   // Without the exchange, PaiNN's and MACE's model call (the halo included) is recorded.
   expect_gpu_matches(water_setup(80, 52), model_path("painn"), "* * O H H", 3, 1e-8, " exchange no cuda_graph yes");
   expect_gpu_matches(water_setup(80, 52), model_path("mace"), "* * O H H", 3, 1e-8, " exchange no cuda_graph yes");
+  expect_gpu_matches(water_setup(80, 52), model_path("mace_heads") + " head c", "* * O H H", 3, 1e-8,
+                     " exchange no cuda_graph yes");
 }
 
 // Skipped, saying so, where this LAMMPS has no KOKKOS package (LAMMPS 4Jul2026 needs Kokkos >= 5.1,

@@ -21,6 +21,7 @@
 #include "mlip/error.h"
 #include "mlip/model/graph_capture.h"
 #include "mlip/model/grouped_graph.h"
+#include "mlip/model/heads.h"
 #include "mlip/model/message_passing.h"
 #include "mlip/graph/neighbor_list.h"
 #include "mlip/potentials.h"
@@ -1509,7 +1510,9 @@ TEST(GroupedGraph, PaddingLayoutAndCapacityPolicy) {
 // padding edges on a padding centre) equals their plain forward on graphs with a halo (the centres
 // are the first half of the atoms, every other atom sends along its edges) and without, with and
 // without the ZBL prior (MACE: also its own ZBL and Agnesi transform, and a multi-head model's
-// default head), also through an exported file; padding edges join a padding centre to itself.
+// default head and a chosen one), also through an exported file, and with the operators' paths a
+// CUDA graph records (their ATen formulations, no device value read); padding edges join a
+// padding centre to itself.
 TEST(GroupedGraph, MessagePassingEqualsThePlainForward) {
   for (const Case& c : {Case{"painn", torch::kFloat64}, Case{"painn", torch::kFloat64, true}, Case{"mace", torch::kFloat64},
                         Case{"mace", torch::kFloat64, true}, Case{"mace_nonlinear", torch::kFloat64},
@@ -1535,6 +1538,22 @@ TEST(GroupedGraph, MessagePassingEqualsThePlainForward) {
           ASSERT_EQ(b.atom_energy.size(0), n_centers);
           EXPECT_LE(max_rel_difference(a.atom_energy, b.atom_energy), 1e-12);
           EXPECT_LE(max_rel_difference(a.edge_grad, b.edge_grad), 1e-11);
+          {
+            const KernelChoiceScope aten(KernelChoice::aten);
+            const DeviceValueChecksPaused as_recorded;
+            const ModelOutput r = eager.evaluate(v);
+            EXPECT_LE(max_rel_difference(a.atom_energy, r.atom_energy), 1e-12);
+            EXPECT_LE(max_rel_difference(a.edge_grad, r.edge_grad), 1e-11);
+          }
+          if (c.architecture == "mace_heads") {
+            Model chosen = m;
+            chosen.select_head(model_heads(m.metadata().hyperparameters).back());
+            GraphCapture eager_chosen(chosen, /*record=*/false);
+            const ModelOutput ca = evaluate_graph(chosen, v), cb = eager_chosen.evaluate(v);
+            EXPECT_GT(max_rel_difference(a.atom_energy, ca.atom_energy), 1e-6);   // another head's energies
+            EXPECT_LE(max_rel_difference(ca.atom_energy, cb.atom_energy), 1e-12);
+            EXPECT_LE(max_rel_difference(ca.edge_grad, cb.edge_grad), 1e-11);
+          }
           GroupCapacity cap;
           GroupedGraph out;
           group_graph(v, rule, cap, out);

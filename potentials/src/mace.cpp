@@ -688,19 +688,16 @@ std::string layer_source(detail::ModuleBuilder& b, const Shape& s, int t, double
 }
 
 // forward: the parts composed; the last layer on the centres' edges only. `heads`: forward_heads,
-// the energies of each node's head `head` (n_nodes,), which the trainer calls for a multi-head model.
-// `grouped`: forward_grouped, the same with static shapes (mlip/model/grouped_graph.h, message
-// passing: the edges into centres first, edge_groups[0] of them, which the last layer narrows to).
+// the energies of each node's head `head` (n_nodes,), which the trainer calls for a multi-head model
+// (and the pair style for a head it chose). `grouped`: forward_grouped, the same with static shapes
+// (mlip/model/grouped_graph.h, message passing: the edges into centres first, edge_groups[0] of
+// them, which the last layer narrows to); both: forward_grouped_heads.
 std::string forward_source(const Shape& s, bool heads, bool grouped = false) {
   std::ostringstream src;
-  if (heads)
-    src << "def forward_heads(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int, "
-        << "head: Tensor) -> Tensor:\n";
-  else if (grouped)
-    src << "def forward_grouped(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int, "
-        << "center_groups: List[int], edge_groups: List[int]) -> Tensor:\n";
-  else
-    src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n";
+  src << "def forward" << (grouped ? "_grouped" : "") << (heads ? "_heads" : "")
+      << "(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int"
+      << (grouped ? ", center_groups: List[int], edge_groups: List[int]" : "") << (heads ? ", head: Tensor" : "")
+      << ") -> Tensor:\n";
   src
       << "    center = edge_index[0]\n"
       << "    neighbor = edge_index[1]\n"
@@ -712,11 +709,8 @@ std::string forward_source(const Shape& s, bool heads, bool grouped = false) {
     src << "    e, h, attrs = self.mp_layer_" << t << "(e, h, attrs, self.mp_node_" << t
         << "(e, h, attrs), center, neighbor, radial, sh, n_out)\n";
   }
-  if (heads)
-    src << "    return self.mp_readout_heads(species, e, edge_index, edge_vectors, n_centers, head)\n";
-  else
-    src << "    return self.mp_readout" << (grouped ? "_all_edges" : "")
-        << "(species, e, edge_index, edge_vectors, n_centers)\n";
+  src << "    return self.mp_readout" << (heads ? "_heads" : "") << (grouped ? "_all_edges" : "")
+      << "(species, e, edge_index, edge_vectors, n_centers" << (heads ? ", head" : "") << ")\n";
   return src.str();
 }
 
@@ -770,7 +764,7 @@ BuiltModel build_mace(const ModelSpec& spec) {
   detail::mace_radial_buffers(b, s.basis, spec.species, spec.cutoff);
   for (int t = 0; t < s.layers; ++t) src << layer_source(b, s, t, spec.cutoff);
   src << energy_source(b, s, spec) << forward_source(s, false) << forward_source(s, false, /*grouped=*/true);
-  if (!s.heads.empty()) src << forward_source(s, true);
+  if (!s.heads.empty()) src << forward_source(s, true) << forward_source(s, true, /*grouped=*/true);
   return b.finish(src.str(), spec, "mace", s.layers, resolved);
 }
 

@@ -59,7 +59,8 @@ void export_frozen(const torch::jit::Module& module, const ModelMetadata& metada
   // stay callable on the frozen model.
   std::vector<std::string> preserved;
   for (const char* method : {"environment", "embedding", "energies", "repulsion", "forward_grouped",
-                             "energies_grouped", "repulsion_all_edges", "forward_heads"})
+                             "energies_grouped", "repulsion_all_edges", "forward_heads",
+                             "forward_grouped_heads"})
     if (copy.find_method(method)) preserved.emplace_back(method);
   for (const auto& method : copy.get_methods())
     if (method.name().rfind("mp_", 0) == 0) preserved.push_back(method.name());

@@ -9,6 +9,7 @@
 //   mace, mace3        small MACE (4 channels, max_L 1, max_ell 2, correlation 3) with 2 and 3
 //                      interactions, H O, rc 3.0, random weights and energy buffers
 //   mace32             the 2-interaction one in float32
+//   mace_heads         the 2-interaction one with three heads a, b, c (b the default)
 //   morse_md           Morse binding for the NVE test: H O, rc 5.0, alpha 1.6 / A, r0 2.6 A
 //   se_e2_a_md         se_e2_a perturbation for the NVE test: H O, rc 4.0, energy scale 0.03-0.05
 //   se_e2_a_md_compressed  the same, compressed (mlip-trainer compress, tables down to 1 A)
@@ -97,12 +98,12 @@ inline void write_test_model(const std::string& name, const std::string& path) {
                                     torch::kFloat64, 13);
     set_random_energy_buffers(b.module, 14, 0.5, 1.5);
     export_frozen(b.module, b.metadata, path);
-  } else if (name == "mace" || name == "mace3" || name == "mace32") {
-    BuiltModel b = build_test_model("mace", 3.0,
-                                    {{"num_channels", 4}, {"max_L", 1}, {"max_ell", 2}, {"correlation", 3},
-                                     {"num_interactions", name == "mace" ? 2 : 3}, {"radial_MLP", {8}},
-                                     {"MLP_irreps", "4x0e"}, {"avg_num_neighbors", 4.0}},
-                                    name == "mace32" ? torch::kFloat32 : torch::kFloat64, 17);
+  } else if (name == "mace" || name == "mace3" || name == "mace32" || name == "mace_heads") {
+    nlohmann::json hp = {{"num_channels", 4}, {"max_L", 1}, {"max_ell", 2}, {"correlation", 3},
+                         {"num_interactions", name == "mace3" ? 3 : 2}, {"radial_MLP", {8}},
+                         {"MLP_irreps", "4x0e"}, {"avg_num_neighbors", 4.0}};
+    if (name == "mace_heads") hp.update({{"heads", {"a", "b", "c"}}, {"head", "b"}});
+    BuiltModel b = build_test_model("mace", 3.0, hp, name == "mace32" ? torch::kFloat32 : torch::kFloat64, 17);
     set_random_energy_buffers(b.module, 18, 0.5, 1.5);
     export_frozen(b.module, b.metadata, path);
   } else if (name == "se_e2_a_ta") {

@@ -60,13 +60,8 @@ bool fit_capacity(const BatchTensors& b, BatchCapacity& cap) {
   const BatchCapacity before = cap;
   cap.frames = std::max(cap.frames, b.n_frames + 1);
   cap.virial = cap.virial || b.any_virial;
-  const auto grow = [](std::vector<int64_t>& to, const std::vector<int64_t>& sizes) {
-    to.resize(std::max(to.size(), sizes.size()), 0);
-    for (std::size_t k = 0; k < sizes.size(); ++k)
-      if (sizes[k] > to[k]) to[k] = grouped_capacity(sizes[k]);
-  };
-  grow(cap.centers, b.center_groups);
-  grow(cap.edges, b.edge_groups);
+  grow_capacities(b.center_groups, cap.centers);
+  grow_capacities(b.edge_groups, cap.edges);
   return !(cap == before);
 }
 

@@ -16,7 +16,7 @@ GroupingRule GroupingRule::of(const ModelMetadata& meta) {
   if (!meta.grouped_forward) {
     throw Error("a " + meta.architecture + " model" + (meta.message_passing_layers > 0 ? " (message passing)" : "") +
                 " has no forward_grouped(): its shapes depend on the data, so a CUDA graph cannot record it "
-                "(se_e2_a and PaiNN models exported by this mlip version have one)");
+                "(se_e2_a, PaiNN and MACE models exported by this mlip version have one)");
   }
   GroupingRule rule;
   rule.n_species = static_cast<int64_t>(meta.species.size());
@@ -50,11 +50,7 @@ int64_t grouped_capacity(int64_t count) {
   return (padded + 31) / 32 * 32;
 }
 
-namespace {
-
-// Grows `cap` where `count` outgrows it, or where a non-empty group would have no free slot with
-// `spare`; returns whether it did.
-bool fit(const std::vector<int64_t>& count, std::vector<int64_t>& cap, bool spare = false) {
+bool grow_capacities(const std::vector<int64_t>& count, std::vector<int64_t>& cap, bool spare) {
   bool grown = cap.size() != count.size();
   cap.resize(count.size(), 0);
   for (std::size_t t = 0; t < count.size(); ++t) {
@@ -66,6 +62,8 @@ bool fit(const std::vector<int64_t>& count, std::vector<int64_t>& cap, bool spar
   }
   return grown;
 }
+
+namespace {
 
 std::vector<int64_t> offsets(const std::vector<int64_t>& sizes) {
   std::vector<int64_t> off(sizes.size() + 1, 0);
@@ -113,8 +111,8 @@ bool group_graph(const GraphView& g, const GroupingRule& rule, GroupCapacity& ca
                                   : g.species[j];
     ++edges[net[e]];
   }
-  bool grown = fit(centers, capacity.centers, /*spare=*/rule.message_passing);
-  grown = fit(edges, capacity.edges) || grown;
+  bool grown = grow_capacities(centers, capacity.centers, /*spare=*/rule.message_passing);
+  grown = grow_capacities(edges, capacity.edges) || grown;
   if (g.n_nodes - g.n_centers > capacity.others) {
     capacity.others = grouped_capacity(g.n_nodes - g.n_centers);
     grown = true;
@@ -134,7 +132,7 @@ bool group_graph(const GraphView& g, const GroupingRule& rule, GroupCapacity& ca
     out.species[at] = g.species[i];
   }
   // Padding edges: centre 0 to itself, beyond the cutoff; for message passing, the last slot of
-  // the first non-empty group of centres (a padding centre: fit() kept it free) to itself.
+  // the first non-empty group of centres (a padding centre: grow_capacities() kept it free) to itself.
   int64_t pad_node = 0;
   if (rule.message_passing)
     for (int64_t t = 0; t < ns; ++t)

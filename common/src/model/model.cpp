@@ -230,8 +230,12 @@ ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, Ed
     args.emplace_back(in.center_groups);
     args.emplace_back(in.edge_groups);
   }
+  const char* method = grouped ? (heads ? "forward_grouped_heads" : "forward_grouped") : heads ? "forward_heads" : "forward";
   if (heads) {
     if (!module.find_method("forward_heads")) throw Error("the data names heads, but the model has one output (no heads)");
+    if (!module.find_method(method))
+      throw Error("this multi-head model has no forward_grouped_heads() (exported by an earlier mlip version): "
+                  "a chosen head cannot be recorded as a CUDA graph; export it again with this version");
     args.emplace_back(in.node_head);
   }
   ModelOutput out;
@@ -240,7 +244,6 @@ ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, Ed
     // runs and fusers' kernel compilation must not fall into a recording.
     torch::jit::GraphOptimizerEnabledGuard optimize(!grouped && detail::optimize_graphs_on(vectors.device()));
     try {
-      const char* method = grouped ? "forward_grouped" : heads ? "forward_heads" : "forward";
       out.atom_energy = module.get_method(method)(args).toTensor();
     } catch (const c10::Error&) {
       throw;

@@ -276,8 +276,8 @@ Tensor monomials(CT x, CT mono) {
 }
 
 // The gradients of x and z with aten operations (the CUDA formulation), per channel for all species
-// at once as the reference forward.
-std::vector<Tensor> gradients_reference(CT g, CT x, CT z, CT mono, CT species) {
+// at once as the reference forward; z's only if need_z (else zeros: in MD, forces need x's alone).
+std::vector<Tensor> gradients_reference(CT g, CT x, CT z, CT mono, CT species, bool need_z = true) {
   const int64_t n = x.size(0), D = x.size(1), C = x.size(2), S = z.size(0), Q = z.size(1), M = z.size(2);
   const Tensor xo = torch::cat({x, torch::ones({n, 1, C}, x.options())}, 1);
   const Tensor i0 = mono.select(1, 0), i1 = mono.select(1, 1), i2 = mono.select(1, 2);
@@ -286,8 +286,9 @@ std::vector<Tensor> gradients_reference(CT g, CT x, CT z, CT mono, CT species) {
   const Tensor ge = (g.permute({2, 0, 1}).unsqueeze(2) * pick.view({1, n, S, 1})).reshape({C, n, S * M});
   const Tensor zc = z.permute({3, 1, 0, 2}).reshape({C, Q, S * M});
   const Tensor gt = torch::bmm(ge, zc.transpose(1, 2)).permute({1, 2, 0});                                // (n, Q, C)
-  const Tensor t = (f0 * f1 * f2).permute({2, 1, 0});                                                    // (C, Q, n)
-  const Tensor gz = torch::bmm(t, ge).view({C, Q, S, M}).permute({2, 1, 3, 0});                          // (S, Q, M, C)
+  const Tensor gz = need_z ? torch::bmm((f0 * f1 * f2).permute({2, 1, 0}), ge)                          // (C, Q, n) (C, n, S M)
+                                .view({C, Q, S, M}).permute({2, 1, 3, 0})                                 // (S, Q, M, C)
+                          : torch::zeros_like(z);
   const Tensor gxo = torch::zeros({n, D + 1, C}, x.options())
                          .index_add(1, i0, gt * f1 * f2)
                          .index_add(1, i1, gt * f0 * f2)
@@ -488,11 +489,7 @@ Tensor contract_entry(CT x, CT z, CT mono, CT species) {
 
 std::vector<Tensor> gradients_entry(CT g, CT x, CT z, CT mono, CT species, bool need_z) {
   const auto how = detail::kernel_path(x.device());
-  if (how == detail::KernelPath::aten) {
-    auto r = gradients_reference(g, x, z, mono, species);
-    if (!need_z) r[1] = torch::zeros_like(z);
-    return r;
-  }
+  if (how == detail::KernelPath::aten) return gradients_reference(g, x, z, mono, species, need_z);
   const auto run = how == detail::KernelPath::cpu_kernels ? gradients_cpu : gradients_device;
   return run(g.contiguous(), x.contiguous(), z.contiguous(), mono.contiguous(), species.contiguous(), need_z);
 }

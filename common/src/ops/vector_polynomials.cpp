@@ -158,8 +158,12 @@ Tensor vector_polynomials(CT u, CT terms, CT coefficients, int64_t n_out) {
 }
 
 Tensor vector_polynomials_reference(CT u, CT terms, CT coefficients, int64_t n_out) {
-  // powers[c][:, k] = u[:, c]^k, by products (differentiable everywhere, also at u = 0)
-  const int64_t top = terms.size(0) ? terms.narrow(1, 1, 3).max().item<int64_t>() : 0;
+  // powers[c][:, k] = u[:, c]^k, k up to the highest power (the kernels' bound where device
+  // values are not read: a CUDA graph's recording), by products (differentiable everywhere, also
+  // at u = 0)
+  const int64_t top = terms.size(0) == 0       ? 0
+                      : device_value_checks_on() ? terms.narrow(1, 1, 3).max().item<int64_t>()
+                                                 : kernels::kMaxPolynomialPower;
   Tensor y = torch::zeros({u.size(0), n_out}, u.options());
   Tensor product = coefficients.to(u.scalar_type()).unsqueeze(0).expand({u.size(0), terms.size(0)});
   for (int64_t c = 0; c < 3; ++c) {
@@ -171,23 +175,20 @@ Tensor vector_polynomials_reference(CT u, CT terms, CT coefficients, int64_t n_o
 }
 
 std::pair<Tensor, Tensor> vector_polynomials_derivatives(CT terms, CT coefficients, int64_t n_out) {
-  // a small table: on the host
-  const Tensor t = terms.to(torch::kCPU).contiguous(), c = coefficients.to(torch::kCPU, torch::kFloat64).contiguous();
-  const int64_t* q = t.data_ptr<int64_t>();
-  const double* k = c.data_ptr<double>();
-  std::vector<int64_t> dt;
-  std::vector<double> dc;
-  for (int64_t d = 0; d < 3; ++d)
-    for (int64_t r = 0; r < t.size(0); ++r) {
-      const int64_t* row = q + 4 * r;
-      if (row[1 + d] == 0) continue;
-      dt.insert(dt.end(), {d * n_out + row[0], row[1], row[2], row[3]});
-      dt[dt.size() - 3 + d] -= 1;
-      dc.push_back(k[r] * double(row[1 + d]));
-    }
-  const auto n = int64_t(dc.size());
-  return {torch::tensor(dt, torch::kInt64).view({n, 4}).to(terms.device()),
-          torch::tensor(dc, torch::kFloat64).to(coefficients.device(), coefficients.scalar_type())};
+  // On the table's device with no value read (a CUDA graph records it): each term's derivative
+  // along x, y and z, into outputs d * n_out + i. Along a direction of power 0 the term's
+  // derivative is zero: its row stays, with coefficient 0 and the power kept at 0 (a zero term,
+  // which changes no sum).
+  std::vector<Tensor> dterms, dcoefficients;
+  for (int64_t d = 0; d < 3; ++d) {
+    const Tensor power = terms.select(1, 1 + d);
+    Tensor t = terms.clone();
+    t.select(1, 0).add_(d * n_out);
+    t.select(1, 1 + d).sub_(1).clamp_min_(0);
+    dterms.push_back(t);
+    dcoefficients.push_back(coefficients * power.to(coefficients.scalar_type()));
+  }
+  return {torch::cat(dterms), torch::cat(dcoefficients)};
 }
 
 void link_vector_polynomials_operator() {}
