@@ -48,14 +48,17 @@
 # folder each run's LAMMPS log is copied to). TIMING (yes; kernels: the main runs with `timing kernels`,
 # LibTorch's profiler over their steps but the first, its table in their logs: slower, for where
 # the time goes, not for the figures).
+# INPUTS (the mlip_test_inputs that writes the models and data files; default: the build's; another
+# build's, so that builds compared side by side run the same files: benchmarks/compare_stacks.sh).
 # Results: benchmarks/results/bench_pair/<date>-<commit>/ (lib.sh; RESULTS=none: none): md.tsv and
 # scan.tsv, one line per run and repeat, logs/; benchmarks/tables.py makes the docs' tables of them.
 # Machines here are noisy: compare figures taken in one run, and check `uptime` before trusting.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-bench_init bench_pair "${1:-}" lmp mlip_test_inputs
+bench_init bench_pair "${1:-}" lmp
 lmp=$build/bin/lmp
-inputs=$build/bin/mlip_test_inputs
+inputs=${INPUTS:-$build/bin/mlip_test_inputs}
+[[ -x $inputs ]] || { echo "bench_pair: $inputs not found; build the project with its tests first (or set INPUTS)" >&2; exit 1; }
 snap_dir=$(ls -d "$src"/third_party/lammps-*/examples/snap 2>/dev/null | head -1 || true)
 if [[ ${SNAP:-1} == 1 && -z $snap_dir ]]; then
   echo "bench_pair.sh: no LAMMPS examples/snap under third_party/ (SNAP=0 runs without snap)" >&2

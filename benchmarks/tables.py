@@ -201,6 +201,25 @@ def summary_rows(rows, key, columns):
     return out
 
 
+def compare_builds(run):
+    """compare_stacks.sh: a row per figure (stage, run), a column per build (in the order given):
+    median (min-max) over the rounds, and each build's median over the first build's"""
+    rows = read_tsv(run / "rows.tsv")
+    builds = list(dict.fromkeys(r["build"] for r in rows))
+    out = ["| stage | run | unit | " + " | ".join(builds) + " |", "|---|---|---|" + "---|" * len(builds)]
+    for key in dict.fromkeys((r["stage"], r["run"], r["unit"]) for r in rows):
+        cells, ref = [], None
+        for b in builds:
+            text, med = summary([r["value"] for r in rows if (r["stage"], r["run"], r["unit"]) == key and r["build"] == b])
+            if ref is None:
+                ref = med
+            elif med is not None and ref:
+                text += f" **{med / ref:.2f}x**"
+            cells.append(text)
+        out.append("| " + " | ".join([*key, *cells]) + " |")
+    return "\n".join(out) + "\n"
+
+
 def time_to_accuracy(run):
     """per way and code: the test errors and steps over the repeats"""
     rows = read_tsv(run / "rows.tsv")
@@ -474,6 +493,7 @@ KINDS = {
     ("fine_tuning", "errors"): fine_tuning,
     ("multihead_replay", "errors"): multihead_replay,
     ("batch_lr", "errors"): batch_lr,
+    ("compare_stacks", "builds"): compare_builds,
 }
 
 
