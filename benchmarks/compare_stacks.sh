@@ -24,24 +24,27 @@ set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 first=${1#*=}
-bench_init compare_stacks "$first"
+RESULTS_FRESH=1 bench_init compare_stacks "$first"
 export OMP_NUM_THREADS=1
 stages=${STAGES:-"potentials train pair"}
 table=rows row build round stage run value unit
 
+# builds.txt: each build's checkout and its commit now (the build may predate it: rebuild first)
 for spec in "$@"; do
   dir=${spec#*=}
-  [[ -x $dir/bin/bench_potentials || -x $dir/bin/mlip-trainer ]] ||
-    { echo "compare_stacks: $dir has neither bin/bench_potentials nor bin/mlip-trainer" >&2; exit 1; }
+  [[ -x $dir/bin/bench_potentials && -x $dir/bin/mlip-trainer && -f $dir/CMakeCache.txt ]] ||
+    { echo "compare_stacks: $dir is not a build of mlip (bin/bench_potentials, bin/mlip-trainer, CMakeCache.txt)" >&2; exit 1; }
   home=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$dir/CMakeCache.txt")
+  home=${home:-/nonexistent}
   echo "${spec%%=*} $dir $(git -C "$home" log -1 --format='%h %cs %<(60,trunc)%s' 2>/dev/null)$(
     [[ -z $(git -C "$home" status --porcelain --untracked-files=no 2>/dev/null) ]] || echo ' (changed files)')" \
     >>"$results/builds.txt"
 done
 cat "$results/builds.txt"
 
-# figure LABEL ROUND STAGE RUN VALUE UNIT: a line of rows.tsv, and on stdout
+# figure LABEL ROUND STAGE RUN VALUE UNIT: a line of rows.tsv, and on stdout ("failed" without a value)
 figure() {
+  set -- "$1" "$2" "$3" "$4" "${5:-failed}" "$6"
   row "$@"
   printf '%-10s round %s %-10s %-44s %10s %s\n' "$@"
 }
@@ -51,7 +54,7 @@ potentials() {
   for arch in se_e2_a painn; do
     "$dir/bin/bench_potentials" --arch $arch --dtype float64 --atoms 1536 --threads 1 \
       >"$results/logs/potentials-$label-$arch-$round.log" 2>&1 || true
-    line=$(grep -E "^$arch " "$results/logs/potentials-$label-$arch-$round.log" | head -n1)
+    line=$(grep -E "^$arch " "$results/logs/potentials-$label-$arch-$round.log" | head -n1 || true)
     # bench_potentials' row: model, dtype, atoms, chunk, us/atom-step (forward and forces), ...
     figure "$label" "$round" potentials "$arch f64 1536 atoms" "$(awk '{print $5}' <<<"$line")" us/atom-step
   done
@@ -60,7 +63,7 @@ potentials() {
 train() {
   local label=$1 dir=$2 round=$3 log
   log=$results/logs/train-$label-$round.log
-  RESULTS=none PYTHON=0 "$src/benchmarks/bench_train.sh" "$dir" >"$log" 2>&1 || { figure "$label" "$round" train failed - -; return; }
+  RESULTS=none PYTHON=0 "$src/benchmarks/bench_train.sh" "$dir" >"$log" 2>&1 || { figure "$label" "$round" train all "" -; return; }
   sed -nE 's/^mlip-trainer ([0-9] ranks? x [0-9] threads?) +([0-9.]+) .*/\1\t\2/p' "$log" |
     while IFS=$'\t' read -r run value; do figure "$label" "$round" train "$run" "$value" frames/s; done
 }
@@ -71,7 +74,7 @@ pair() {
   INPUTS=$inputs RESULTS=$out SIZES=${SIZES:-1k} RANKS=${RANKS:-"1 2"} PAINN=${PAINN:-1} COMPRESSED=${COMPRESSED:-1} \
     FLOAT32=${FLOAT32:-0} SNAP=0 KOKKOS=0 CHUNKS= PAINN_CHUNKS= \
     "$src/benchmarks/bench_pair.sh" "$dir" >"$results/logs/pair-$label-$round.log" 2>&1 || true
-  [[ $(wc -l <"$out/md.tsv" 2>/dev/null || echo 0) -gt 1 ]] || { figure "$label" "$round" pair failed - -; return; }
+  [[ $(wc -l <"$out/md.tsv" 2>/dev/null || echo 0) -gt 1 ]] || { figure "$label" "$round" pair all "" -; return; }
   cp -r "$out/logs" "$results/logs/pair-$label-$round"
   tail -n +2 "$out/md.tsv" | while IFS=$'\t' read -r potential atoms ranks _ _ us _; do
     figure "$label" "$round" pair "$potential, $atoms atoms, $ranks rank$([[ $ranks == 1 ]] || echo s)" "$us" us/atom-step

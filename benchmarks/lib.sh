@@ -40,6 +40,12 @@ results_open() {
     [[ -z $(git -C "$src" status --porcelain --untracked-files=no 2>/dev/null) ]] || dirty=-dirty
     results=${RESULTS:-$src/benchmarks/results/$name/$(date +%F)-$commit$dirty}
   fi
+  # RESULTS_FRESH=1 (scripts whose tables one run must fill alone): a folder with a table already
+  # is left as it is
+  if [[ ${RESULTS_FRESH:-0} == 1 ]] && compgen -G "$results/*.tsv" >/dev/null; then
+    echo "$name: $results already holds a run; set RESULTS to another folder" >&2
+    exit 1
+  fi
   mkdir -p "$results/logs"
   {
     echo "$BENCH_COMMAND"

@@ -209,9 +209,9 @@ def compare_builds(run):
     out = ["| stage | run | unit | " + " | ".join(builds) + " |", "|---|---|---|" + "---|" * len(builds)]
     for key in dict.fromkeys((r["stage"], r["run"], r["unit"]) for r in rows):
         cells, ref = [], None
-        for b in builds:
+        for k, b in enumerate(builds):
             text, med = summary([r["value"] for r in rows if (r["stage"], r["run"], r["unit"]) == key and r["build"] == b])
-            if ref is None:
+            if k == 0:
                 ref = med
             elif med is not None and ref:
                 text += f" **{med / ref:.2f}x**"

@@ -18,6 +18,10 @@ std::string cuda_graph_library() {
 }
 
 GraphCapture::GraphCapture(const Model& model, bool record) : model_(&model), rule_(GroupingRule::of(model)) {
+  if (model.head() >= 0 && !model.module().find_method("forward_grouped_heads")) {
+    throw Error("this multi-head model has no forward_grouped_heads() (exported by an earlier mlip version): "
+                "its chosen head cannot be evaluated on a grouped graph (cuda_graph); export it again with this version");
+  }
   if (!record) return;
   if (!model.device().is_cuda()) {
     throw Error("CUDA graphs need the model on a GPU (it is on " + model.device().str() + ")");

@@ -175,11 +175,11 @@ Tensor vector_polynomials_reference(CT u, CT terms, CT coefficients, int64_t n_o
 }
 
 std::pair<Tensor, Tensor> vector_polynomials_derivatives(CT terms, CT coefficients, int64_t n_out) {
-  // On the table's device with no value read (a CUDA graph records it): each term's derivative
-  // along x, y and z, into outputs d * n_out + i. Along a direction of power 0 the term's
-  // derivative is zero: its row stays, with coefficient 0 and the power kept at 0 (a zero term,
-  // which changes no sum).
-  std::vector<Tensor> dterms, dcoefficients;
+  // Each term's derivative along x, y and z, into outputs d * n_out + i, on the table's device.
+  // Along a direction of power 0 the derivative is zero: its row, of coefficient 0 and the power
+  // kept at 0, adds nothing; it is dropped unless device values cannot be read (a CUDA graph's
+  // recording: shapes from the table alone).
+  std::vector<Tensor> dterms, dcoefficients, nonzero;
   for (int64_t d = 0; d < 3; ++d) {
     const Tensor power = terms.select(1, 1 + d);
     Tensor t = terms.clone();
@@ -187,8 +187,12 @@ std::pair<Tensor, Tensor> vector_polynomials_derivatives(CT terms, CT coefficien
     t.select(1, 1 + d).sub_(1).clamp_min_(0);
     dterms.push_back(t);
     dcoefficients.push_back(coefficients * power.to(coefficients.scalar_type()));
+    nonzero.push_back(power > 0);
   }
-  return {torch::cat(dterms), torch::cat(dcoefficients)};
+  Tensor t = torch::cat(dterms), c = torch::cat(dcoefficients);
+  if (!device_value_checks_on()) return {t, c};
+  const Tensor keep = torch::cat(nonzero).nonzero().squeeze(1);
+  return {t.index_select(0, keep), c.index_select(0, keep)};
 }
 
 void link_vector_polynomials_operator() {}

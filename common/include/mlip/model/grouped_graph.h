@@ -78,7 +78,7 @@ int64_t grouped_capacity(int64_t count);
 
 /// Grows each `cap[t]` that `count[t]` outgrows (or, with `spare`, that a non-empty group would
 /// fill with no slot left free) to grouped_capacity() of it; `cap` takes count's size. Returns
-/// whether anything changed. Capacities never shrink.
+/// whether anything changed. No entry ever shrinks.
 bool grow_capacities(const std::vector<int64_t>& count, std::vector<int64_t>& cap, bool spare = false);
 
 /// Groups `graph` (host memory) by `rule` into `out`, growing `capacity` where a group outgrows

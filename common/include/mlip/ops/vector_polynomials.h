@@ -32,9 +32,9 @@ torch::Tensor vector_polynomials(const torch::Tensor& u, const torch::Tensor& te
 torch::Tensor vector_polynomials_reference(const torch::Tensor& u, const torch::Tensor& terms,
                                            const torch::Tensor& coefficients, int64_t n_out);
 
-/// The terms and coefficients of the derivatives d y_i / d u_c, as outputs c n_out + i: three
-/// rows per term (one of coefficient 0 where the term's power along c is 0), made on the table's
-/// device with no value read back.
+/// The terms and coefficients of the derivatives d y_i / d u_c, as outputs c n_out + i, made on
+/// the table's device; where device values are not read (mlip/ops/operators.h: a CUDA graph's
+/// recording) three rows per term, one of coefficient 0 where its power along c is 0.
 std::pair<torch::Tensor, torch::Tensor> vector_polynomials_derivatives(const torch::Tensor& terms,
                                                                        const torch::Tensor& coefficients, int64_t n_out);
 
