@@ -179,6 +179,21 @@ TEST(Loss, TotalsOnTheDeviceEqualSumsOnTheHost) {
   EXPECT_EQ(totals.read().frames, start.frames + 6);
 }
 
+// The metric terms carry no autograd history: the epoch's sums (MetricTotals) would otherwise
+// keep every step's graph alive (a training run's memory growing by the model's graph per step).
+TEST(Loss, MetricTermsHoldNoAutogradGraph) {
+  TinyBatch b;
+  b.p.energy.requires_grad_(true);
+  b.p.forces.requires_grad_(true);
+  torch::Tensor terms;
+  const LossWeights w{torch::tensor({1.0, 1.0, 1.0}, torch::kFloat64), torch::scalar_tensor(1.0, torch::kFloat64),
+                      torch::scalar_tensor(2.0, torch::kFloat64)};
+  const torch::Tensor loss = loss_terms(b.p, b.t, w, "mse", 0, &terms);
+  ASSERT_TRUE(loss.requires_grad());
+  EXPECT_FALSE(terms.requires_grad());
+  EXPECT_FALSE(terms.grad_fn());
+}
+
 // A multi-head model's validation per head: the batch with only that head's frames labelled.
 TEST(Loss, FramesOfOneHead) {
   TinyBatch b;

@@ -206,7 +206,7 @@ void MetricSums::unpack(const std::vector<double>& v) {
 
 void MetricTotals::add(const torch::Tensor& terms) {
   if (!sums_.defined()) sums_ = torch::tensor(start_.pack(), torch::kFloat64).to(terms.device());
-  sums_.add_(terms);
+  sums_.add_(terms.detach());
 }
 
 MetricSums MetricTotals::read() const {
@@ -259,6 +259,9 @@ torch::Tensor weighted_loss(const Prediction& p, const BatchTensors& b, const W&
     loss = (b.weight.to(as) * (pe.to(as) * le + pf.to(as) * lf_frame + pv.to(as) * lv)).sum() / normalizer.to(as);
   }
   if (terms) {
+    // Metrics only: no autograd history, which the sums over an epoch would otherwise keep alive
+    // (every step's graph, the whole epoch's memory).
+    const torch::NoGradGuard no_grad;
     const torch::Tensor v = torch::stack({(de * de).sum(), has_energy.sum(), (df * df).sum(), has_forces.sum(),
                                           (dv * dv).sum(), has_virial.sum(), loss.detach()})
                                 .to(torch::kFloat64);
