@@ -31,7 +31,8 @@
 # 2 layers, rc 5 A, "painn_water64" - at every size but 1m, default chunk; and PAINN_CHUNKS
 # ("16 64 128 256 all") scanned on the 1k box, 1 rank; "all": one model call per step).
 # MACE (0; 1: also two MACE models at every size but 1m, random weights, rc 5 A: mace-torch's defaults but 32
-# channels and max_L 1 in float64 - bench_mace.sh's model - and 128 channels, max_L 2 in float32).
+# channels and max_L 1 in float64 - bench_mace.sh's model - and 128 channels, max_L 2 in float32;
+# MACE_MODELS ("32 128") picks among them).
 # COMPRESSED_SCAN (1: the chunk scan runs the compressed model; needs COMPRESSED=1).
 # COMPRESSED (1: also the compressed se_e2_a, `mlip-trainer compress`, tables down to 0.3 A, next
 # to each float64 run, and in float32 where FLOAT32 runs).
@@ -77,6 +78,7 @@ KOKKOS=${KOKKOS:-1}
 SNAP=${SNAP:-1}
 PAINN=${PAINN:-1}
 MACE=${MACE:-0}
+MACE_MODELS=" ${MACE_MODELS:-32 128} "
 COMPRESSED=${COMPRESSED:-1}
 PAINN_CHUNKS=${PAINN_CHUNKS-"16 64 128 256 all"}
 REPEATS=${REPEATS:-1}
@@ -329,10 +331,10 @@ for size in $SIZES; do
       fi
     fi
     if [[ $MACE == 1 && -n ${painn_steps[$size]:-} ]]; then
-      run "mlip mace 32ch L1 f64$on" "$np" in.mlip "data=water-$size.data" model=mace32ch.pt "options=$options" \
-        "steps=${painn_steps[$size]}"
-      run "mlip mace 128ch L2 f32$on" "$np" in.mlip "data=water-$size.data" model=mace128ch.pt "options=$options" \
-        "steps=${painn_steps[$size]}"
+      [[ $MACE_MODELS == *" 32 "* ]] && run "mlip mace 32ch L1 f64$on" "$np" in.mlip "data=water-$size.data" \
+        model=mace32ch.pt "options=$options" "steps=${painn_steps[$size]}"
+      [[ $MACE_MODELS == *" 128 "* ]] && run "mlip mace 128ch L2 f32$on" "$np" in.mlip "data=water-$size.data" \
+        model=mace128ch.pt "options=$options" "steps=${painn_steps[$size]}"
     fi
     if [[ $SNAP == 1 ]]; then
       run "snap W_2940_2017_2" "$np" in.snap "n=${bcc_cells[$size]}" "steps=${snap_steps[$size]}"

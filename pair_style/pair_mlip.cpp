@@ -58,10 +58,6 @@
 #include <optional>
 #include <utility>
 
-#if defined(__linux__)
-#include <sys/resource.h>
-#endif
-
 using namespace LAMMPS_NS;
 
 namespace {
@@ -76,11 +72,8 @@ double seconds_since(Clock::time_point t0)
 // Peak resident memory of this process in MiB (-1 where the platform does not report it).
 double peak_rss_mib()
 {
-#if defined(__linux__)
-  struct rusage ru;
-  if (getrusage(RUSAGE_SELF, &ru) == 0) return static_cast<double>(ru.ru_maxrss) / 1024.0;    // KiB
-#endif
-  return -1.0;
+  const int64_t bytes = mlip::peak_resident_bytes();
+  return bytes < 0 ? -1.0 : static_cast<double>(bytes) / (1 << 20);
 }
 
 // "O H": a model's species for messages (fmt::join moved between the fmt versions that LAMMPS
@@ -616,7 +609,7 @@ void PairTimers::begin_compute(bool setup, bigint first_step, bigint last_step)
 void PairMLIP::end_compute()
 {
   impl->timers.end_compute();
-  if (impl->profile) impl->profiled_calls++;
+  if (impl->profile && ++impl->profiled_calls == Impl::kMaxProfiledCalls) report_profile();
   if (options.timing && update->whichflag == 1 && update->ntimestep == update->laststep) report_timing();
 }
 
@@ -884,7 +877,7 @@ void PairMLIP::report_timing()
 
 /* ----------------------------------------------------------------------
    'timing kernels': LibTorch's profiler on rank 0 from a run's second force call (the first pays
-   for TorchScript's optimisation) to its timing report
+   for TorchScript's optimisation) to its timing report, or over 50 calls in a longer run
 ------------------------------------------------------------------------- */
 
 void PairMLIP::start_profile()
@@ -906,6 +899,7 @@ void PairMLIP::report_profile()
 {
   Impl &s = *impl;
   if (!options.timing_kernels) return;
+  if (!s.profile && s.profile_reported_at == update->laststep) return;   // reported at the cap
   if (!s.profile) {
     utils::logmesg(lmp, "pair_style mlip kernels: nothing profiled (a run's first step is not: run 2 steps or more)\n");
     return;
@@ -919,6 +913,7 @@ void PairMLIP::report_profile()
     return;
   }
   s.profile.reset();
+  s.profile_reported_at = update->laststep;
   utils::logmesg(lmp, "pair_style mlip kernels: {} force calls on rank 0 under LibTorch's profiler (slower than "
                       "without it); per force call:\n{}",
                  s.profiled_calls, mlip::format_profile(summary, "pair_style mlip kernels: ", s.profiled_calls, "call"));

@@ -199,9 +199,14 @@ struct PairMLIP::Impl {
   int64_t step_chunk = 0;   // its local atoms per model call: 'chunk N', else 0 (all, or the sizer's)
   std::vector<int64_t> atom_species;  // (local + ghost atoms) model species, -1 for NULL types
   std::vector<int> node_atom;         // device_graph's node_atom, on the host
-  // 'timing kernels': LibTorch's profiler over a run's force calls after its first (rank 0).
+  // 'timing kernels': LibTorch's profiler over a run's force calls after its first (rank 0), at
+  // most kMaxProfiledCalls of them: the profiler keeps every event until it stops, so a whole long
+  // run would fill the host's memory. `profile_reported_at`: the last step of the run whose table
+  // is already in the log.
+  static constexpr long kMaxProfiledCalls = 50;
   std::unique_ptr<mlip::KernelProfile> profile;
   long profiled_calls = 0;
+  int64_t profile_reported_at = -1;
 
   // Whether this call's memory is measured: until one was, then every 64th (a query of the
   // driver and of LibTorch's allocator is not free on every step).

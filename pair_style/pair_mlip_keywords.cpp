@@ -63,7 +63,8 @@ const std::vector<Keyword> &keywords()
        [](const std::string &v, Options &o) { o.head = v; }},
       {"timing", "yes|no|kernels", "no",
        "after each run, where the pair time went (graph, model, forces; µs/atom-step) and the peak memory; "
-       "`kernels` also profiles the run's steps but its first (LibTorch's profiler, rank 0): the GPU's kernels and "
+       "`kernels` also profiles the run's force calls after its first, at most 50 (LibTorch's profiler, rank 0; it "
+       "keeps every event until it stops): the GPU's kernels and "
        "copies, the host's launches, waits and operators, per force call ([gpu.md](gpu.md))",
        false,
        [](const std::string &v, Options &o) {

@@ -24,11 +24,11 @@ check() {  # check FILE REGEX WHAT
     fail=1
   fi
 }
-for s in env build device pair_np1 train md md_device_graph md_step_graph profile train_gpu stream pair_np2 md_more md_1m mace; do
+for s in env build device pair_np1 train md md_device_graph md_step_graph profile train_gpu stream pair_np2 md_more md_1m md_mace_kernels mace; do
   check "$out/stages.txt" "^$s +[0-9]+ s" "stage $s ran"
 done
 if grep -q skipped "$out/stages.txt"; then echo "FAILED: a stage was skipped for time"; fail=1; fi
-for s in env build device pair_np1 train train_accuracy md_device_graph md_step_graph profile train_gpu stream pair_np2 md_more md_1m mace; do
+for s in env build device pair_np1 train train_accuracy md_device_graph md_step_graph profile train_gpu stream pair_np2 md_more md_1m md_mace_kernels mace; do
   check "$out/stages.txt" "^$s +[0-9]+ s +ok" "stage $s passed"
 done
 check "$out/summary.txt" '^cmake: cmake version' "cmake --version"
@@ -66,6 +66,9 @@ for m in "f64" "f64 compressed"; do
   n=$(grep -c "^MD: | mlip se_e2_a $m on cpu, device graph, CUDA graph eager | 1152 | 1 | 2 | [0-9.]" "$out/summary.txt" || true)
   if ((n != 3)); then echo "FAILED: the md_step_graph stage gave $n rows of se_e2_a $m, not 3"; fail=1; fi
 done
+# md_more and md_mace_kernels: MACE (the 32-channel model only, here) on the usual kernels and on the ATen formulations
+check "$out/summary.txt" '^MD: \| mlip mace 32ch L1 f64 on cpu \| 1152 \| 1 \| [0-9]+ \| [0-9.]+' "MACE's MD row"
+if grep -q '^MD: | mlip mace 128ch' "$out/summary.txt"; then echo "FAILED: the 128-channel MACE ran (MACE_MODELS=32)"; fail=1; fi
 # the profile stage: each run's table in profile.txt, its totals in the summary
 check "$out/summary.txt" '^profile: mlip se_e2_a f64 on cpu, device graph: wall [0-9.]+ ms per call; host operators' "se_e2_a's profile totals"
 check "$out/summary.txt" '^profile: mlip painn f64 on cpu, device graph: wall [0-9.]+ ms per call' "PaiNN's profile totals"

@@ -625,7 +625,8 @@ TEST(PairMLIP, TimingReportAfterRun) {
 }
 
 // `timing kernels` also profiles a run's steps but its first (rank 0) and prints the table; a run
-// of one step has nothing profiled and says so.
+// of one step has nothing profiled and says so; a longer run stops the profiler after 50 calls
+// (it keeps every event: a whole MD run would fill the memory) and prints the table once.
 TEST(PairMLIP, TimingKernelsProfilesTheStepsOfARunButItsFirst) {
   const std::string model = model_path("se_e2_a");
   const std::string log = (fs::temp_directory_path() / "mlip_test_pair" / fmt::format("kernels{}.log", nprocs())).string();
@@ -635,6 +636,7 @@ TEST(PairMLIP, TimingKernelsProfilesTheStepsOfARunButItsFirst) {
     lmp.ok("fix 1 all nve");
     lmp.ok("run 4");
     lmp.ok("run 1");
+    lmp.ok("run 60");
   }
   if (rank() == 0) {
     const std::string text = read_text(log);
@@ -644,6 +646,13 @@ TEST(PairMLIP, TimingKernelsProfilesTheStepsOfARunButItsFirst) {
     EXPECT_NE(text.find("pair_style mlip kernels: wall "), std::string::npos) << text;
     EXPECT_NE(text.find(" operator aten::"), std::string::npos) << text;
     EXPECT_NE(text.find("pair_style mlip kernels: nothing profiled"), std::string::npos) << text;
+    EXPECT_NE(text.find("pair_style mlip kernels: 50 force calls on rank 0"), std::string::npos) << text;
+    std::size_t tables = 0;
+    for (auto at = text.find("under LibTorch's profiler"); at != std::string::npos;
+         at = text.find("under LibTorch's profiler", at + 1))
+      ++tables;
+    EXPECT_EQ(tables, 2u) << "one table for 'run 4', one for 'run 60' (none at its end)";
+    EXPECT_EQ(text.find("nothing profiled"), text.rfind("nothing profiled")) << "only 'run 1' has nothing";
   }
 }
 

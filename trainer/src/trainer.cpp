@@ -15,6 +15,7 @@
 #include "checkpoint.h"
 #include "mlip/model/device.h"
 #include "mlip/model/device_memory.h"
+#include "mlip/model/runtime.h"
 #include "mlip/error.h"
 #include "mlip/data/io.h"
 #include "mlip/ops/operators.h"
@@ -472,6 +473,7 @@ MetricSums Trainer::train_epoch() {
                                      return batches.share(first_batch + k, comm_.rank(), comm_.size());
                                    });
   times_ = StepTimes{};
+  reset_peak_memory(device_);   // the epoch's peak, for end_epoch's memory line
   const auto t_epoch = std::chrono::steady_clock::now();
   for (int64_t s = first_step; s < n_steps; ++s) {
     if (config_.max_minutes > 0) {
@@ -700,6 +702,7 @@ bool Trainer::end_epoch(const MetricSums& train) {
                     100 * times_.communication / tt, 100 * times_.other() / tt,
                     100 * (times_.data + times_.communication + times_.other()) / tt));
   }
+  log_memory();
   if (comm_.is_root()) {
     const fs::path csv = fs::path(config_.output_dir) / "metrics.csv";
     std::ofstream out(csv, std::ios::app);
@@ -720,6 +723,16 @@ bool Trainer::end_epoch(const MetricSums& train) {
     return false;
   }
   return true;
+}
+
+// The epoch's memory on rank 0: the process's peak resident set (a run whose memory grows from
+// epoch to epoch shows here) and, on a GPU, the most LibTorch's tensors held in this epoch.
+void Trainer::log_memory() const {
+  const int64_t rss = peak_resident_bytes();
+  std::string line = rss < 0 ? "  memory: peak resident n/a" : "  memory: peak resident " + gib(rss) + " so far";
+  if (const auto m = device_memory(device_))
+    line += fmt::format("; {}: peak {} in tensors this epoch (of {})", device_.str(), gib(m->peak), gib(m->total));
+  log(line);
 }
 
 // The exported model (best checkpoint, EMA weights when enabled, with provenance) and the

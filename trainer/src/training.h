@@ -342,6 +342,7 @@ class Trainer {
   void step_optimizer();
   void profile_step();
   void report_profile();
+  void log_memory() const;
   void save_checkpoint(bool best);
   void update_best(const std::filesystem::path& epoch_dir);
   void load_checkpoint(const std::string& dir);

@@ -217,6 +217,9 @@ Model Model::load(const std::string& path, const torch::Device& device) {
   }
   if (!module.find_method("forward")) throw Error(path + ": the module has no forward()");
   module.eval();
+  // Inference: no weight keeps gradient history (the operators then save only what the edge
+  // vectors' gradients need; tanh_net, for one, kept every layer's activations per edge).
+  for (auto p : module.parameters(/*recurse=*/true)) p.requires_grad_(false);
   return Model(std::move(module), std::move(meta), device);
 }
 
@@ -233,9 +236,7 @@ ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, Ed
   const char* method = grouped ? (heads ? "forward_grouped_heads" : "forward_grouped") : heads ? "forward_heads" : "forward";
   if (heads) {
     if (!module.find_method("forward_heads")) throw Error("the data names heads, but the model has one output (no heads)");
-    if (!module.find_method(method))
-      throw Error("this multi-head model has no forward_grouped_heads() (exported by an earlier mlip version): "
-                  "a chosen head cannot be recorded as a CUDA graph; export it again with this version");
+    // (an earlier version's multi-head file without forward_grouped_heads: refused by GraphCapture)
     args.emplace_back(in.node_head);
   }
   ModelOutput out;

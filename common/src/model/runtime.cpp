@@ -7,6 +7,9 @@
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#if defined(__linux__)
+#include <sys/resource.h>
+#endif
 
 namespace mlip {
 
@@ -37,6 +40,14 @@ bool keep_freed_memory() {
 #else
   return false;
 #endif
+}
+
+int64_t peak_resident_bytes() {
+#if defined(__linux__)
+  struct rusage ru {};
+  if (getrusage(RUSAGE_SELF, &ru) == 0) return static_cast<int64_t>(ru.ru_maxrss) * 1024;   // KiB
+#endif
+  return -1;
 }
 
 }  // namespace mlip

@@ -2,6 +2,7 @@
 // project's models. The trainer, the pair styles and the benchmarks call them first thing.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace mlip {
@@ -29,5 +30,9 @@ std::string cpu_capability();
 /// Leaves malloc alone and returns false where the user set MALLOC_MMAP_THRESHOLD_ or
 /// MALLOC_TRIM_THRESHOLD_, or the C library is not glibc.
 bool keep_freed_memory();
+
+/// The most resident memory this process has had, in bytes (getrusage; -1 where the platform does
+/// not report it).
+int64_t peak_resident_bytes();
 
 }  // namespace mlip
