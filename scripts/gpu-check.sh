@@ -387,7 +387,7 @@ stage_pair_np1() { pair_tests 1; }
 stage_pair_np2() { pair_tests 2; }
 
 stage_train() {
-  local b rate rc=0 device=cuda extra=()
+  local b rate memory rc=0 device=cuda extra=()
   # dry run: the CPU and 32 of the 320 frames (the rest held out) so that it takes seconds
   [[ $dry == 1 ]] && device=cpu extra=(--set data.validation_fraction=0.9)
   # 1g, 16g: the same batches grouped for forward_grouped() (training.grouped: no waits for sizes);
@@ -409,7 +409,8 @@ stage_train() {
       --set training.grouped=$grouped --set training.cuda_graph=$recorded --set output.dir="$build/train-b$b" \
       --set data.cache_dir="$build/cache" --set output.log_every=0 "${extra[@]}"; then
       rate=$(awk '/throughput/ {r = $2} END {print r}' "$logs/train-b$b.log")
-      record "training se_e2_a water, $name, $device: ${rate:-?} frames/s (second epoch)"
+      memory=$(grep '^  memory: ' "$logs/train-b$b.log" | tail -1 | sed 's/^  memory: //')
+      record "training se_e2_a water, $name, $device: ${rate:-?} frames/s (second epoch); memory: ${memory:-?}"
     else
       record "training $name: failed: $(grep -m1 -iE 'error' "$logs/train-b$b.log" || tail -1 "$logs/train-b$b.log")"
       rc=1

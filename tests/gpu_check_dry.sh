@@ -37,7 +37,8 @@ check "$out/summary.txt" '^forces GPU vs CPU' "the forces line"
 check "$out/summary.txt" '^tests PairMLIPGpu.\* on 1 rank\(s\): 0 passed, 0 failed, [1-9][0-9]* skipped' "PairMLIPGpu on 1 rank, skipped"
 check "$out/summary.txt" '^tests TrainingGpu.\*: 0 passed, 0 failed, [1-9][0-9]* skipped' "TrainingGpu, skipped"
 for b in 1 4 16 "1, grouped" "16, grouped" "1, recorded" "16, recorded"; do
-  check "$out/summary.txt" "^training se_e2_a water, batch $b, cpu: [0-9.]+ frames/s" "training frames/s, batch $b"
+  check "$out/summary.txt" "^training se_e2_a water, batch $b, cpu: [0-9.]+ frames/s \\(second epoch\\); memory: peak resident [0-9.]+ GiB" \
+    "training frames/s and memory, batch $b"
 done
 for b in 1 4 16; do
   check "$out/summary.txt" "^training accuracy, water se_e2_a, batch $b, lr 2e-3, 1 epochs, recorded \\(eager\\), cpu: [0-9.?]+ frames/s .*; last epoch val E [0-9.]+ meV/atom  F [0-9.]+ meV/A" \
