@@ -18,6 +18,7 @@
 #include "communicator.h"
 #include "config.h"
 #include "mlip/model/device.h"
+#include "mlip/model/kernel_profile.h"
 #include "mlip/error.h"
 #include "support/gpu.h"
 #include "support/reference.h"
@@ -25,6 +26,7 @@
 #include "support/test_models.h"
 #include "support/temp_dir.h"
 #include "mlip/data/io.h"
+#include "frame_bank.h"
 #include "recorded_step.h"
 #include "training.h"
 
@@ -819,8 +821,9 @@ TEST(TrainingGpu, ResumeDataPathsAndCpuAgreement) {
 
 // training.cuda_graph true on a GPU: the recorded step's replays follow the same step run eagerly
 // (the code path the CPU tests check), a run stopped and resumed (recorded anew) follows the run
-// without a stop, and both stay within rounding of the plain grouped step (the recorded step reads
-// the learning rate as float32).
+// without a stop, batches copied from the host follow those gathered from the frame bank (the
+// frames on the GPU), and all stay within rounding of the plain grouped step (the recorded step
+// reads the learning rate as float32).
 TEST(TrainingGpu, RecordedStepFollowsTheEagerStep) {
   if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   TempDir dir("mlip_test_gpu_recorded_step");
@@ -842,11 +845,14 @@ TEST(TrainingGpu, RecordedStepFollowsTheEagerStep) {
   const auto recorded = params("recorded", {"training.cuda_graph=true"});
   const auto eager = params("eager", {"training.cuda_graph=eager"});
   const auto resumed = params("resumed", {"training.cuda_graph=true"}, 2);
+  // the frames on the GPU (the default here: batches gathered from the frame bank) and copied per batch
+  const auto host = params("host", {"training.cuda_graph=true", "training.data_on_device=false"});
   const auto plain = params("plain", {});
   ASSERT_FALSE(recorded.empty());
   for (std::size_t i = 0; i < recorded.size(); ++i) {
     const double scale = plain[i].abs().max().item<double>();
     EXPECT_LE((recorded[i] - eager[i]).abs().max().item<double>(), 1e-12 * scale) << "recorded vs eager, parameter " << i;
+    EXPECT_LE((recorded[i] - host[i]).abs().max().item<double>(), 1e-12 * scale) << "bank vs host batches, parameter " << i;
     EXPECT_LE((recorded[i] - resumed[i]).abs().max().item<double>(), 1e-12 * scale) << "resumed, parameter " << i;
     EXPECT_LE((recorded[i] - plain[i]).abs().max().item<double>(), 1e-6 * scale) << "recorded vs plain, parameter " << i;
   }
@@ -1584,6 +1590,127 @@ TEST(Training, PaddedBatchesGiveTheGroupedLossAndGradients) {
   }
 }
 
+// Ethanol's atoms whose element `keep` accepts (a frame lacking species, for the bank's runs).
+Frame ethanol_part(const Frame& f, const std::function<bool(int)>& keep) {
+  Structure s = f.structure;
+  s.positions.clear();
+  s.numbers.clear();
+  s.forces.clear();
+  for (std::size_t i = 0; i < f.structure.size(); ++i) {
+    if (!keep(f.structure.numbers[i])) continue;
+    s.positions.push_back(f.structure.positions[i]);
+    s.numbers.push_back(f.structure.numbers[i]);
+    s.forces.push_back(f.structure.forces[i]);
+  }
+  return make_frame(s, 4.0);
+}
+
+// training.cuda_graph with the frames on the device: a batch gathered from the FrameBank is
+// bitwise what pad_batch(group_batch(concat(its frames))) makes, for one net per neighbour species
+// and per species pair, frames lacking species (only H; no O), a virial label, the same capacity
+// reused by a smaller batch (stale rows overwritten), rows remade for a grown capacity, and an
+// empty batch (a rank with no frames in a step).
+TEST(Training, FrameBankGathersWhatPaddingTheGroupedBatchGives) {
+  std::vector<Frame> frames = three_ethanols();
+  frames.push_back(ethanol_part(frames[0], [](int z) { return z == 1; }));
+  frames.push_back(ethanol_part(frames[2], [](int z) { return z != 8; }));
+  frames[3].structure.virial = Mat3{{{0.5, 0, 0}, {0, 0.5, 0}, {0, 0, 0.5}}};
+  const SpeciesMap species({"H", "C", "O"});
+  const auto source = memory_source(frames);
+  for (const bool one_side : {true, false}) {
+    SCOPED_TRACE(one_side ? "one net per neighbour species" : "one net per species pair");
+    const GroupingRule rule = small_se_e2_a_rule(one_side);
+    FrameBank bank(*source, species, torch::kFloat64, rule, torch::kCPU);
+    ASSERT_EQ(bank.size(), frames.size());
+    BatchCapacity cap;
+    BatchTensors padded, gathered;
+    const std::vector<std::vector<int64_t>> batches = {{4, 0, 3}, {3}, {}, {2, 1, 0, 4, 3}, {1}};
+    for (const std::vector<int64_t>& part : batches) {
+      SCOPED_TRACE("batch of " + std::to_string(part.size()) + " frames");
+      std::vector<const Frame*> use;
+      for (const int64_t k : part) use.push_back(&frames[static_cast<std::size_t>(k)]);
+      const BatchTensors grouped = group_batch(to_tensors(make_batch(use, species), torch::kFloat64), rule);
+      const BatchCapacity before = cap;
+      BankBatch b = bank.batch(part, before);
+      EXPECT_EQ(b.shape.center_groups, grouped.center_groups);
+      EXPECT_EQ(b.shape.edge_groups, grouped.edge_groups);
+      EXPECT_EQ(b.shape.n_atoms, grouped.n_atoms);
+      EXPECT_EQ(b.shape.any_virial, grouped.any_virial);
+      fit_capacity(grouped, cap);
+      EXPECT_TRUE(b.capacity == cap);
+      if (part.size() == 1 && part[0] == 1) {
+        // rows made for a capacity grown elsewhere (the trainer: a step the prefetcher did not see)
+        cap.frames += 2;
+        cap.edges.back() += 32;
+        bank.make_rows(b, cap);
+      }
+      pad_batch(grouped, cap, rule.pad_length, padded);
+      bank.gather(b, gathered);
+      EXPECT_EQ(gathered.n_frames, padded.n_frames);
+      EXPECT_EQ(gathered.n_atoms, padded.n_atoms);
+      EXPECT_EQ(gathered.any_virial, padded.any_virial);
+      EXPECT_EQ(gathered.center_groups, padded.center_groups);
+      EXPECT_EQ(gathered.edge_groups, padded.edge_groups);
+      EXPECT_FALSE(gathered.head.defined());
+      for (std::size_t i = 0; i < BatchTensors::kTensors.size(); ++i) {
+        const auto member = BatchTensors::kTensors[i];
+        if (member == &BatchTensors::head) continue;
+        const torch::Tensor &want = padded.*member, &got = gathered.*member;
+        ASSERT_TRUE(got.defined()) << "tensor " << i;
+        EXPECT_EQ(got.scalar_type(), want.scalar_type()) << "tensor " << i;
+        EXPECT_TRUE(torch::equal(got, want)) << "tensor " << i;
+      }
+      // Padding edges join a padding atom (in the padding frame) to itself.
+      const int64_t pad_atom = padded.n_atoms - 1;
+      if (padded.n_atoms > 0) EXPECT_EQ(padded.frame_of_atom[pad_atom].item<int64_t>(), padded.n_frames - 1);
+    }
+  }
+}
+
+// What the bank is for: a 16-frame batch gathered from it takes a few operators (on a GPU each a
+// kernel launch the host pays), where concat, group_batch and pad_batch of the frames' tensors
+// take many times as many (counted by LibTorch's profiler, views and allocations included).
+TEST(Training, FrameBankGathersABatchInFewOperators) {
+  const auto read = read_extxyz(mlip::testing::source_dir() + "/data/ethanol-rmd17/rmd17_ethanol_1000.xyz",
+                                ReadOptions{Units{"angstrom", "kcal/mol", ""}, {}});
+  std::vector<Frame> frames;
+  for (std::size_t k = 0; k < 16; ++k) frames.push_back(make_frame(read[k * 50], 4.0));
+  const SpeciesMap species({"H", "C", "O"});
+  const GroupingRule rule = small_se_e2_a_rule(false);
+  FrameBank bank(*memory_source(frames), species, torch::kFloat64, rule, torch::kCPU);
+  EXPECT_THROW(bank.batch({1, 2, 1}, BatchCapacity{}), mlip::Error);   // a frame twice in a batch
+  std::vector<BatchTensors> one;
+  for (const Frame& f : frames) one.push_back(to_tensors(make_batch({&f}, species), torch::kFloat64));
+  std::vector<int64_t> part;
+  std::vector<const BatchTensors*> parts;
+  for (int64_t k = 0; k < 16; ++k) {
+    part.push_back(k);
+    parts.push_back(&one[static_cast<std::size_t>(k)]);
+  }
+  BatchCapacity cap;
+  fit_capacity(group_batch(concat(parts), rule), cap);
+  BatchTensors padded, gathered;
+  pad_batch(group_batch(concat(parts), rule), cap, rule.pad_length, padded);   // the tensors made once
+  BankBatch b = bank.batch(part, cap);
+  bank.gather(b, gathered);
+  const auto operators = [](const std::function<void()>& work) {
+    mlip::KernelProfile profile(false);
+    work();
+    int64_t n = 0;
+    for (const mlip::ProfileRow& r : profile.stop().rows) n += r.kind == "operator" ? r.calls : 0;
+    return n;
+  };
+  const int64_t before = operators([&] { pad_batch(group_batch(concat(parts), rule), cap, rule.pad_length, padded); });
+  const int64_t now = operators([&] { bank.gather(b, gathered); });
+  std::printf("operators for a padded batch of 16 frames: %ld by concat, group_batch and pad_batch; %ld by the bank\n",
+              static_cast<long>(before), static_cast<long>(now));
+  EXPECT_LT(now * 4, before);
+  for (std::size_t i = 0; i < BatchTensors::kTensors.size(); ++i) {
+    const auto member = BatchTensors::kTensors[i];
+    if (member != &BatchTensors::head) EXPECT_TRUE(torch::equal(gathered.*member, padded.*member)) << "tensor " << i;
+  }
+}
+
 // training.cuda_graph eager (the recorded step run unrecorded, as ctest can): the tiny problem
 // trained 3 epochs (batches of 2 frames and a last one of 1, EMA, clipping) ends with the
 // parameters of the plain grouped step with the same fused Adam; what cannot be recorded is
@@ -1593,13 +1720,15 @@ TEST(Training, RecordedStepTrainsAsThePlainStep) {
   SerialCommunicator comm;
   std::vector<std::vector<torch::Tensor>> params;
   std::vector<std::vector<std::string>> csv;
-  for (const std::string mode : {"false", "eager"}) {
+  // eager twice: batches from the host, and gathered from the frame bank (the frames "on the device")
+  for (const std::string mode : {"false", "eager", "eager-bank"}) {
     const fs::path out = dir.path / ("run-" + mode);
     Config c = read_config(tiny_config(dir, out.string(), 3));
     c.grouped = true;
     c.fused = "true";
     c.grad_clip = 0.05;   // clips some steps of this problem
-    c.cuda_graph = mode;
+    c.cuda_graph = mode == "false" ? "false" : "eager";
+    if (mode == "eager-bank") c.data_on_device = "true";
     Trainer t(c, "", comm);
     t.run(false);
     EXPECT_EQ(t.state().step, 15);   // 9 training frames: 5 steps an epoch
@@ -1609,10 +1738,14 @@ TEST(Training, RecordedStepTrainsAsThePlainStep) {
     for (std::string line; std::getline(in, line);) lines.push_back(line.substr(0, line.find(",", line.find(",") + 1)));
     csv.push_back(lines);
   }
-  ASSERT_EQ(params[0].size(), params[1].size());
-  for (std::size_t i = 0; i < params[0].size(); ++i)
-    EXPECT_TRUE(torch::allclose(params[1][i], params[0][i], 1e-10, 1e-12)) << "parameter " << i;
-  EXPECT_EQ(csv[0], csv[1]);   // epochs and steps
+  for (std::size_t run = 1; run < params.size(); ++run) {
+    ASSERT_EQ(params[0].size(), params[run].size());
+    for (std::size_t i = 0; i < params[0].size(); ++i)
+      EXPECT_TRUE(torch::allclose(params[run][i], params[0][i], 1e-10, 1e-12)) << "run " << run << " parameter " << i;
+    EXPECT_EQ(csv[0], csv[run]);   // epochs and steps
+  }
+  // The bank's batches are bitwise the host's padded ones.
+  for (std::size_t i = 0; i < params[1].size(); ++i) EXPECT_TRUE(torch::equal(params[2][i], params[1][i])) << "parameter " << i;
   const auto refused = [&](const std::function<void(Config&)>& change, const std::string& why) {
     Config c = read_config(tiny_config(dir, (dir.path / "refused").string(), 1));
     c.cuda_graph = "eager";

@@ -2,16 +2,19 @@
 
 #include <sched.h>
 
+#include "frame_bank.h"
 #include "mlip/error.h"
 
 namespace mlip::trainer {
 
-BatchPrefetcher::BatchPrefetcher(std::size_t count, Indices indices, Build build, std::size_t depth)
+template <class Batch>
+Prefetcher<Batch>::Prefetcher(std::size_t count, Indices indices, Build build, std::size_t depth)
     : count_(count), indices_(std::move(indices)), build_(std::move(build)), depth_(depth) {
   if (depth_ > 0 && count_ > 0) thread_ = std::thread([this] { run(); });
 }
 
-BatchPrefetcher::~BatchPrefetcher() {
+template <class Batch>
+Prefetcher<Batch>::~Prefetcher() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -20,7 +23,8 @@ BatchPrefetcher::~BatchPrefetcher() {
   if (thread_.joinable()) thread_.join();
 }
 
-void BatchPrefetcher::run() {
+template <class Batch>
+void Prefetcher<Batch>::run() {
   try {
     for (std::size_t k = 0; k < count_; ++k) {
       const std::vector<int64_t> idx = indices_(k);
@@ -30,7 +34,7 @@ void BatchPrefetcher::run() {
         changed_.wait(lock, [this] { return stop_ || ready_.size() < depth_; });
         if (stop_) return;
       }
-      BatchTensors t = build_(idx);
+      Batch t = build_(idx);
       {
         std::lock_guard<std::mutex> lock(mutex_);
         ready_.push_back(std::move(t));
@@ -47,26 +51,30 @@ void BatchPrefetcher::run() {
   }
 }
 
-BatchTensors BatchPrefetcher::next() {
+template <class Batch>
+Batch Prefetcher<Batch>::next() {
   if (depth_ == 0) {
     while (next_ < count_) {
       const std::vector<int64_t> idx = indices_(next_++);
       if (!idx.empty()) return build_(idx);
     }
-    throw Error("BatchPrefetcher: no batch left");
+    throw Error("Prefetcher: no batch left");
   }
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [this] { return !ready_.empty() || error_ || finished_; });
   if (ready_.empty()) {
     if (error_) std::rethrow_exception(error_);
-    throw Error("BatchPrefetcher: no batch left");
+    throw Error("Prefetcher: no batch left");
   }
-  BatchTensors t = std::move(ready_.front());
+  Batch t = std::move(ready_.front());
   ready_.pop_front();
   lock.unlock();
   changed_.notify_all();
   return t;
 }
+
+template class Prefetcher<BatchTensors>;
+template class Prefetcher<BankBatch>;
 
 std::size_t cores_available() {
 #ifdef CPU_COUNT

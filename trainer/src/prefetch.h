@@ -17,19 +17,20 @@
 
 namespace mlip::trainer {
 
-class BatchPrefetcher {
+/// `Batch`: BatchTensors (a batch's tensors), or FrameBank's BankBatch (its rows in the bank).
+template <class Batch> class Prefetcher {
  public:
-  using Build = std::function<BatchTensors(const std::vector<int64_t>&)>;
+  using Build = std::function<Batch(const std::vector<int64_t>&)>;
   using Indices = std::function<std::vector<int64_t>(std::size_t)>;
   /// Builds the batches of frames indices(0), ..., indices(count - 1) in order, skipping empty
   /// ones, at most `depth` ahead of the one next() returns (0: each built by next() itself).
-  BatchPrefetcher(std::size_t count, Indices indices, Build build, std::size_t depth);
-  ~BatchPrefetcher();  // stops the thread (batches not taken are dropped)
-  BatchPrefetcher(const BatchPrefetcher&) = delete;
-  BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
+  Prefetcher(std::size_t count, Indices indices, Build build, std::size_t depth);
+  ~Prefetcher();  // stops the thread (batches not taken are dropped)
+  Prefetcher(const Prefetcher&) = delete;
+  Prefetcher& operator=(const Prefetcher&) = delete;
 
   /// The next batch (waits for it); rethrows the error building it raised (a damaged shard, say).
-  BatchTensors next();
+  Batch next();
 
  private:
   void run();
@@ -41,12 +42,14 @@ class BatchPrefetcher {
   std::size_t next_ = 0;   // the next index next() looks at when there is no thread
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<BatchTensors> ready_;
+  std::deque<Batch> ready_;
   std::exception_ptr error_;
   bool stop_ = false;
   bool finished_ = false;   // the thread built every batch
   std::thread thread_;
 };
+
+using BatchPrefetcher = Prefetcher<BatchTensors>;
 
 /// The cores this process may run on (its CPU affinity), 0 where that is unknown. Prefetching
 /// hides reading and neighbour lists behind the step only where a core is left for its thread.

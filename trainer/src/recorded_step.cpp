@@ -22,11 +22,6 @@ std::vector<int64_t> starts_of(const std::vector<int64_t>& sizes) {
   return s;
 }
 
-// `to` made anew unless it already has this shape, dtype and device.
-void ensure(torch::Tensor& to, at::IntArrayRef shape, const torch::TensorOptions& o) {
-  if (!to.defined() || to.sizes() != shape || to.scalar_type() != o.dtype().toScalarType() || to.device() != o.device())
-    to = torch::empty(shape, o);
-}
 
 // Rows [to_start, to_start + capacity) of `to` along `dim`: the first n from rows [from_start,
 // from_start + n) of `from`, the rest `pad`.
@@ -46,12 +41,35 @@ void place_frames(const BatchTensors& b, int64_t frames, BatchTensors& into) {
     const torch::Tensor& from = b.*member;
     std::vector<int64_t> shape = from.sizes().vec();
     shape[0] = frames;
-    ensure(into.*member, shape, from.options());
+    ensure_shape(into.*member, shape, from.options());
     place(into.*member, 0, 0, frames, from, 0, b.n_frames, pad);
   }
 }
 
 }  // namespace
+
+void ensure_shape(torch::Tensor& to, at::IntArrayRef shape, const torch::TensorOptions& o) {
+  if (!to.defined() || to.sizes() != shape || to.scalar_type() != o.dtype().toScalarType() || to.device() != o.device())
+    to = torch::empty(shape, o);
+}
+
+void set_padded_shape(const BatchCapacity& cap, const torch::TensorOptions& i64, BatchTensors& into) {
+  into.n_frames = cap.frames;
+  into.n_atoms = cap.atoms();
+  into.any_virial = cap.virial;
+  into.center_groups = cap.centers;
+  into.edge_groups = cap.edges;
+  into.head = torch::Tensor();
+  // Each species' group of slots, its padding atoms last; the species of each slot never change.
+  if (!into.species.defined() || into.species.size(0) != into.n_atoms || into.species.device() != i64.device()) {
+    into.species = torch::empty({into.n_atoms}, i64);
+    int64_t at = 0;
+    for (std::size_t s = 0; s < cap.centers.size(); ++s) {
+      into.species.narrow(0, at, cap.centers[s]).fill_(static_cast<int64_t>(s));
+      at += cap.centers[s];
+    }
+  }
+}
 
 int64_t BatchCapacity::atoms() const { return std::accumulate(centers.begin(), centers.end(), int64_t{0}); }
 int64_t BatchCapacity::n_edges() const { return std::accumulate(edges.begin(), edges.end(), int64_t{0}); }
@@ -70,22 +88,12 @@ void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_lengt
     throw Error("pad_batch: the batch is not grouped as the capacity is (group_batch first)");
   const torch::TensorOptions i64 = b.species.options();
   const int64_t pad_frame = cap.frames - 1;
-  into.n_frames = cap.frames;
-  into.n_atoms = cap.atoms();
-  into.any_virial = cap.virial;
-  into.center_groups = cap.centers;
-  into.edge_groups = cap.edges;
-  into.head = torch::Tensor();
-  // Atoms: each species' group, then its padding atoms; the species of each slot never change.
+  set_padded_shape(cap, i64, into);
+  // Atoms: each species' group, then its padding atoms.
   const std::vector<int64_t> from_atom = starts_of(b.center_groups), to_atom = starts_of(cap.centers);
-  if (!into.species.defined() || into.species.size(0) != into.n_atoms || into.species.device() != b.species.device()) {
-    into.species = torch::empty({into.n_atoms}, i64);
-    for (std::size_t s = 0; s < cap.centers.size(); ++s)
-      into.species.narrow(0, to_atom[s], cap.centers[s]).fill_(static_cast<int64_t>(s));
-  }
-  ensure(into.frame_of_atom, {into.n_atoms}, i64);
-  ensure(into.forces, {into.n_atoms, 3}, b.forces.options());
-  ensure(into.has_forces_atom, {into.n_atoms}, b.has_forces_atom.options());
+  ensure_shape(into.frame_of_atom, {into.n_atoms}, i64);
+  ensure_shape(into.forces, {into.n_atoms, 3}, b.forces.options());
+  ensure_shape(into.has_forces_atom, {into.n_atoms}, b.has_forces_atom.options());
   std::vector<torch::Tensor> node_map;   // each atom's number in the padded batch
   for (std::size_t s = 0; s < cap.centers.size(); ++s) {
     const int64_t n = b.center_groups[s], at = to_atom[s], from = from_atom[s], c = cap.centers[s];
@@ -94,18 +102,20 @@ void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_lengt
     place(into.has_forces_atom, 0, at, c, b.has_forces_atom, from, n, 0.0);
     if (n > 0) node_map.push_back(torch::arange(at, at + n, i64));
   }
-  // Edges: each net's group, then its padding edges (atom 0 to itself, beyond the cutoff).
-  const int64_t e_all = cap.n_edges();
-  ensure(into.edge_index, {2, e_all}, i64);
-  ensure(into.edge_vectors, {e_all, 3}, b.edge_vectors.options());
-  ensure(into.frame_of_edge, {e_all}, i64);
+  // Edges: each net's group, then its padding edges (beyond the cutoff, from the last atom to
+  // itself: a padding atom, as the last species group with atoms has one more slot than it ever
+  // had atoms).
+  const int64_t e_all = cap.n_edges(), pad_atom = into.n_atoms - 1;
+  ensure_shape(into.edge_index, {2, e_all}, i64);
+  ensure_shape(into.edge_vectors, {e_all, 3}, b.edge_vectors.options());
+  ensure_shape(into.frame_of_edge, {e_all}, i64);
   const torch::Tensor ends = node_map.empty() || b.edge_index.size(1) == 0
                                  ? b.edge_index
                                  : torch::cat(node_map).index_select(0, b.edge_index.reshape({-1})).view({2, -1});
   const std::vector<int64_t> from_edge = starts_of(b.edge_groups), to_edge = starts_of(cap.edges);
   for (std::size_t e = 0; e < cap.edges.size(); ++e) {
     const int64_t n = b.edge_groups[e], at = to_edge[e], from = from_edge[e], c = cap.edges[e];
-    place(into.edge_index, 1, at, c, ends, from, n, 0.0);
+    place(into.edge_index, 1, at, c, ends, from, n, static_cast<double>(pad_atom));
     place(into.edge_vectors, 0, at, c, b.edge_vectors, from, n, 0.0);
     if (c > n) into.edge_vectors.narrow(0, at + n, c - n).select(1, 0).fill_(pad_length);
     place(into.frame_of_edge, 0, at, c, b.frame_of_edge, from, n, static_cast<double>(pad_frame));
@@ -216,8 +226,15 @@ bool RecordedStep::fits(const BatchTensors& b) const {
 
 torch::Tensor RecordedStep::step(const BatchTensors& b, const Prefactors& pre, double normalizer, double frames,
                                  double lr) {
-  if (fit_capacity(b, capacity_)) recorded_ = false;
-  pad_batch(b, capacity_, parts_.rule.pad_length, input_);
+  const double pad_length = parts_.rule.pad_length;
+  return step(b, [&b, pad_length](const BatchCapacity& cap, BatchTensors& into) { pad_batch(b, cap, pad_length, into); },
+              pre, normalizer, frames, lr);
+}
+
+torch::Tensor RecordedStep::step(const BatchTensors& shape, const Fill& fill, const Prefactors& pre, double normalizer,
+                                 double frames, double lr) {
+  if (fit_capacity(shape, capacity_)) recorded_ = false;
+  fill(capacity_, input_);
   {
     torch::NoGradGuard no_grad;  // the inputs of the step
     weights_.prefactors[0].fill_(pre.energy);

@@ -7,8 +7,9 @@
 // padded to a capacity (BatchCapacity) and copied into the recorded step's inputs:
 //   - atoms: each species' group padded with atoms of that species that have no edges, in a padding
 //     frame of their own, unlabelled;
-//   - edges: each embedding net's group padded with edges from atom 0 to itself beyond the cutoff
-//     (rule.pad_length), where every term of se_e2_a and its derivatives is exactly zero;
+//   - edges: each embedding net's group padded with edges from the last atom (a padding atom) to
+//     itself beyond the cutoff (rule.pad_length), where every term of se_e2_a and its derivatives
+//     is exactly zero;
 //   - frames: padded with frames of weight zero and no labels (the last frame is padding's).
 // Capacities follow the grouped graph's rule (mlip/model/grouped_graph.h: the size plus 10%,
 // rounded up to 32; frames: one more than seen), grow where a batch outgrows them and never
@@ -25,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +61,13 @@ bool fit_capacity(const BatchTensors& b, BatchCapacity& cap);
 /// the device. Padding edges are `pad_length` long.
 void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_length, BatchTensors& into);
 
+/// `into`'s sizes and groups set to `cap`'s, and its species (each species' slots, made anew where
+/// the atoms' count or device changed); the other tensors are pad_batch's or FrameBank's to write.
+void set_padded_shape(const BatchCapacity& cap, const torch::TensorOptions& i64, BatchTensors& into);
+
+/// `to` made anew unless it already has this shape, dtype and device.
+void ensure_shape(torch::Tensor& to, at::IntArrayRef shape, const torch::TensorOptions& o);
+
 /// What a training step updates, and how (the trainer's own parts).
 struct StepParts {
   torch::jit::Module* module = nullptr;
@@ -89,6 +98,12 @@ class RecordedStep {
   /// One optimiser step on the grouped batch `b` with these weights and learning rate; returns
   /// the batch's MetricSums terms (8, float64, on the device; valid until the next step).
   torch::Tensor step(const BatchTensors& b, const Prefactors& pre, double normalizer, double frames, double lr);
+  /// Writes the padded batch for a capacity into the step's inputs (pad_batch, FrameBank::gather).
+  using Fill = std::function<void(const BatchCapacity& cap, BatchTensors& into)>;
+  /// The same for the batch whose sizes `shape` gives (group sizes, frames, virials), which
+  /// `fill` writes padded to the capacity.
+  torch::Tensor step(const BatchTensors& shape, const Fill& fill, const Prefactors& pre, double normalizer,
+                     double frames, double lr);
 
   int64_t recordings() const { return recordings_; }
   const BatchCapacity& capacity() const { return capacity_; }

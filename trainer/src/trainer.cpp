@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint.h"
+#include "frame_bank.h"
 #include "mlip/model/device.h"
 #include "mlip/model/device_memory.h"
 #include "mlip/model/runtime.h"
@@ -223,10 +224,14 @@ void Trainer::setup_model_and_statistics() {
 
   model_.module.to(device_);
   choose_where_data_lives();
+  resident_train_.clear();
+  resident_validation_.clear();
+  bank_.reset();
   if (data_on_device_) {
-    // One frame per entry, on the device for good: batches are put together there (concat).
+    // One frame per entry, on the device for good: batches are put together there (concat). The
+    // recorded step's training frames go into a bank instead (below).
     for (auto [frames, cache] : {std::pair{data_.train.get(), &resident_train_}, {data_.validation.get(), &resident_validation_}}) {
-      cache->clear();
+      if (cache == &resident_train_ && config_.cuda_graph != "false") continue;
       cache->reserve(frames->size());
       for (std::size_t k = 0; k < frames->size(); ++k)
         cache->push_back(to_device(host_batch(*frames, {static_cast<int64_t>(k)}, *species_, dtype_), device_));
@@ -249,6 +254,11 @@ void Trainer::setup_model_and_statistics() {
     fused_ = std::make_unique<FusedAdam>(*optimizer_, config_.optimizer == "adamw");
   if (fused_) log(fmt::format("optimizer: {} by ATen's fused kernel (training.optimizer.fused)", config_.optimizer));
   choose_recording();
+  if (data_on_device_ && recorded_) {
+    bank_ = std::make_unique<FrameBank>(*data_.train, *species_, dtype_, *grouping_, device_);
+    log(fmt::format("data: the training frames in one bank on the device ({}), each batch gathered from it into the "
+                    "recorded step's inputs", gib(bank_->bytes())));
+  }
   sampler_ = std::make_unique<Sampler>(*data_.train, config_.batch_frames, config_.batch_atoms, config_.seed,
                                        at::get_num_threads());
   const int64_t steps_per_epoch = (sampler_->batches_per_epoch() + config_.accumulate - 1) / config_.accumulate;
@@ -305,15 +315,16 @@ void Trainer::choose_recording() {
 }
 
 // One batch's step through the RecordedStep: forward, gradients, clipping, Adam and EMA.
-void Trainer::take_step(const BatchTensors& batch, const Prefactors& pre, double normalizer, MetricTotals& sums) {
+void Trainer::take_step(const BatchTensors& shape, const std::function<void(const BatchCapacity&, BatchTensors&)>& fill,
+                        const Prefactors& pre, double normalizer, MetricTotals& sums) {
   const double lr = schedule_->lr(state_.step);
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-  if (profile_ && recorded_->recording() && !recorded_->fits(batch)) {
+  if (profile_ && recorded_->recording() && !recorded_->fits(shape)) {
     log("--profile: stopped before the training step is recorded anew (a recording is not profiled)");
     report_profile();
   }
   const BatchCapacity before = recorded_->capacity();
-  sums.add(recorded_->step(batch, pre, normalizer, static_cast<double>(batch.n_frames), lr));
+  sums.add(recorded_->step(shape, fill, pre, normalizer, static_cast<double>(shape.n_frames), lr));
   ++state_.step;
   const BatchCapacity& now = recorded_->capacity();
   if (!(now == before))
@@ -468,10 +479,23 @@ MetricSums Trainer::train_epoch() {
   MetricTotals sums(resumed);   // on the device: read at progress lines, checkpoints and the end
   // This rank's share of every global batch from there on, built ahead by the prefetcher.
   const std::size_t first_batch = static_cast<std::size_t>(first_step * config_.accumulate);
-  const auto prefetch = batches_of(*data_.train, resident_train_, batches.size() - std::min(first_batch, batches.size()),
-                                   [&batches, first_batch, this](std::size_t k) {
-                                     return batches.share(first_batch + k, comm_.rank(), comm_.size());
-                                   });
+  const std::size_t n_batches = batches.size() - std::min(first_batch, batches.size());
+  const auto share_of = [&batches, first_batch, this](std::size_t k) {
+    return batches.share(first_batch + k, comm_.rank(), comm_.size());
+  };
+  std::unique_ptr<BatchPrefetcher> prefetch;
+  std::unique_ptr<Prefetcher<BankBatch>> banked;
+  if (bank_) {
+    // Rows made ahead on the host, for the capacities the step will have grown to by then.
+    banked = std::make_unique<Prefetcher<BankBatch>>(n_batches, share_of,
+        [this, expected = recorded_->capacity()](const std::vector<int64_t>& part) mutable {
+          BankBatch b = bank_->batch(part, expected);
+          expected = b.capacity;
+          return b;
+        }, static_cast<std::size_t>(config_.prefetch));
+  } else {
+    prefetch = batches_of(*data_.train, resident_train_, n_batches, share_of);
+  }
   times_ = StepTimes{};
   reset_peak_memory(device_);   // the epoch's peak, for end_epoch's memory line
   const auto t_epoch = std::chrono::steady_clock::now();
@@ -493,12 +517,25 @@ MetricSums Trainer::train_epoch() {
       // an empty batch, so that every rank replays the same collectives.
       if (!share && !recorded_) continue;
       auto t0 = std::chrono::steady_clock::now();
+      if (bank_) {
+        BankBatch b = share ? banked->next() : bank_->batch({}, recorded_->capacity());
+        times_.data += since(t0);
+        t0 = std::chrono::steady_clock::now();
+        take_step(b.shape, [this, &b](const BatchCapacity& cap, BatchTensors& into) {
+          if (!(cap == b.capacity)) bank_->make_rows(b, cap);   // grown by a batch the prefetcher did not see
+          bank_->gather(b, into);
+        }, pre, global_frames, sums);
+        times_.model += since(t0);
+        continue;
+      }
       BatchTensors t = to_device(share ? prefetch->next() : host_batch(*data_.train, {}, *species_, dtype_), device_);
       if (grouping_) t = group_batch(t, *grouping_);
       times_.data += since(t0);
       t0 = std::chrono::steady_clock::now();
       if (recorded_) {
-        take_step(t, pre, global_frames, sums);
+        const double pad_length = grouping_->pad_length;
+        take_step(t, [&t, pad_length](const BatchCapacity& cap, BatchTensors& into) { pad_batch(t, cap, pad_length, into); },
+                  pre, global_frames, sums);
         times_.model += since(t0);
         continue;
       }

@@ -29,7 +29,11 @@
 
 namespace mlip::trainer {
 
-class BatchPrefetcher;
+struct BatchTensors;
+template <class Batch> class Prefetcher;
+using BatchPrefetcher = Prefetcher<BatchTensors>;
+class FrameBank;
+struct BatchCapacity;
 class RecordedStep;
 
 // ---------------------------------------------------------------------------------------------
@@ -369,7 +373,13 @@ class Trainer {
   // training.cuda_graph: each step through a RecordedStep (recorded_step.h); null: the plain step.
   std::unique_ptr<RecordedStep> recorded_;
   void choose_recording();
-  void take_step(const BatchTensors& batch, const Prefactors& pre, double normalizer, MetricTotals& sums);
+  // The step on a batch with these sizes (group sizes, frames), which `fill` pads into the
+  // recorded step's inputs.
+  void take_step(const BatchTensors& shape, const std::function<void(const BatchCapacity&, BatchTensors&)>& fill,
+                 const Prefactors& pre, double normalizer, MetricTotals& sums);
+  // The training frames on the device for the recorded step (frame_bank.h), in place of
+  // resident_train_; null: batches put together from resident_train_ or the host's.
+  std::unique_ptr<FrameBank> bank_;
   std::unique_ptr<Communicator> nccl_;          // gradients of a multi-GPU run (else comm_)
   std::unique_ptr<GradientReducer> reducer_;
   std::vector<BatchTensors> resident_train_, resident_validation_;  // per frame, on device_

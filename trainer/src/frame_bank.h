@@ -1,0 +1,70 @@
+// The training frames kept on the device for the recorded training step (training.cuda_graph
+// with training.data_on_device): each frame grouped as group_batch() groups a batch (atoms by
+// species, edges by embedding net and centre), the frames one after another in one tensor per
+// label, and a padding row at the end of each. The recorded step's padded batch, what
+// pad_batch(group_batch(concat(frames))) makes, is gathered from the bank by one index_select per
+// tensor, with indices the host makes from each frame's group sizes (in the prefetching thread):
+// about 15 kernels and one copy a step, where concat, group_batch and pad_batch take over a
+// hundred small kernels at 16 frames, each a launch the host pays while the GPU waits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "recorded_step.h"
+#include "training.h"
+
+namespace mlip::trainer {
+
+/// A batch of a bank's frames: its group sizes and, made on the host for a capacity, where each
+/// row of the padded batch comes from.
+struct BankBatch {
+  std::vector<int64_t> frames;   // the bank's frame indices
+  BatchTensors shape;            // the grouped batch's sizes (n_frames, n_atoms, groups, any_virial); no tensors
+  BatchCapacity capacity;        // what `rows` was made for
+  torch::Tensor rows;            // int64 on the host (pinned for a GPU): FrameBank::make_rows
+};
+
+class FrameBank {
+ public:
+  /// The frames of `source` (to_tensors of each, in `dtype`) grouped by `rule`, on `device`.
+  FrameBank(const FrameSource& source, const SpeciesMap& species, torch::Dtype dtype, const GroupingRule& rule,
+            const torch::Device& device);
+
+  /// The batch of these frames (each at most once) with rows for `expected` grown by the batch
+  /// (fit_capacity), as the step will grow it if it starts from `expected` (host only: a
+  /// prefetching thread may call it).
+  BankBatch batch(std::vector<int64_t> frames, BatchCapacity expected) const;
+  /// b.rows made anew for `cap` (which b fits): the padded batch's atoms' bank rows, their frames
+  /// in the batch, its edges' and its frames' bank rows (the padding rows for padding).
+  void make_rows(BankBatch& b, const BatchCapacity& cap) const;
+  /// The padded batch `b` written into `into`'s tensors (made anew where their shapes differ), as
+  /// pad_batch(group_batch(concat(b's frames)), b.capacity, rule.pad_length, into) writes it.
+  void gather(const BankBatch& b, BatchTensors& into);
+
+  std::size_t size() const { return atom_base_.size(); }
+  /// Bytes the bank holds on its device.
+  int64_t bytes() const;
+
+ private:
+  // Where frame f's rows of centre species a with neighbour species b start in its grouped edges.
+  int64_t edge_run(std::size_t f, int64_t a, int64_t b) const;
+  int64_t species_count(std::size_t f, int64_t s) const;
+  int64_t pair_count(std::size_t f, int64_t a, int64_t b) const;
+
+  GroupingRule rule_;
+  torch::Device device_;
+  std::vector<int64_t> atom_base_, edge_base_;   // each frame's first row
+  std::vector<GroupCounts> counts_;              // each frame's atoms by species, edges by pair
+  std::vector<uint8_t> has_virial_;
+  int64_t n_atoms_ = 0, n_edges_ = 0;            // rows before the padding row
+  // Per atom, per edge and per frame, the padding row last (a padding atom's labels, a padding
+  // edge beyond the cutoff from the padding atom to itself, a padding frame with no labels).
+  torch::Tensor forces_, has_forces_atom_, edge_index_, edge_vectors_;
+  torch::Tensor atoms_per_frame_, energy_, has_energy_, virial_, has_virial_t_, weight_;
+  torch::Tensor node_;   // a bank atom's node in the batch being gathered (int64, one per atom row)
+};
+
+}  // namespace mlip::trainer
