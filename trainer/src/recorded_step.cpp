@@ -142,9 +142,11 @@ RecordedStep::RecordedStep(StepParts parts, bool record, const torch::Device& de
     recorder_ = std::make_unique<detail::CudaGraphRecorder>(device.index());
   }
   const torch::TensorOptions f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device);
-  weights_.prefactors = torch::zeros({3}, f64);
-  weights_.normalizer = torch::ones({}, f64);
-  weights_.frames = torch::zeros({}, f64);
+  // One block, written by one copy a step: prefactors (3), normaliser, frames.
+  weight_block_ = torch::zeros({5}, f64);
+  weights_.prefactors = weight_block_.narrow(0, 0, 3);
+  weights_.normalizer = weight_block_.select(0, 3);
+  weights_.frames = weight_block_.select(0, 4);
   // ATen's fused Adam reads a learning rate on a GPU as float32 (rounded: 6e-8 relative); on the
   // CPU it takes the number.
   lr_ = torch::zeros({}, f64.dtype(device.is_cuda() ? torch::kFloat32 : torch::kFloat64));
@@ -237,11 +239,15 @@ torch::Tensor RecordedStep::step(const BatchTensors& shape, const Fill& fill, co
   fill(capacity_, input_);
   {
     torch::NoGradGuard no_grad;  // the inputs of the step
-    weights_.prefactors[0].fill_(pre.energy);
-    weights_.prefactors[1].fill_(pre.forces);
-    weights_.prefactors[2].fill_(pre.virial);
-    weights_.normalizer.fill_(normalizer);
-    weights_.frames.fill_(frames);
+    const torch::Tensor host = torch::empty(
+        {5}, torch::TensorOptions().dtype(torch::kFloat64).pinned_memory(weight_block_.is_cuda()));
+    double* w = host.data_ptr<double>();
+    w[0] = pre.energy;
+    w[1] = pre.forces;
+    w[2] = pre.virial;
+    w[3] = normalizer;
+    w[4] = frames;
+    weight_block_.copy_(host, /*non_blocking=*/true);
     lr_.fill_(lr);
   }
   if (!recorder_) {

@@ -123,7 +123,8 @@ class RecordedStep {
   std::unique_ptr<detail::CudaGraphRecorder> recorder_;   // null: eager
   BatchCapacity capacity_;
   BatchTensors input_;
-  LossWeights weights_;
+  LossWeights weights_;                  // views of weight_block_
+  torch::Tensor weight_block_;
   torch::Tensor lr_, terms_;
   int64_t recordings_ = 0;
   bool recorded_ = false;
