@@ -12,7 +12,8 @@
 #   device     GPU vs CPU energies and forces in float64 (test_device; 1e-8), CUDA graph replays
 #   pair_np1   pair_style mlip device cuda against the CPU inside LAMMPS (PairMLIPGpu.*, 1 rank)
 #   train      training frames/s on water (examples/configs/water-se_e2_a.yaml), batch 1, 4, 16, 1
-#              and 16 grouped (training.grouped), and 1 and 16 recorded (training.cuda_graph)
+#              and 16 grouped (training.grouped), and 1 and 16 recorded (training.cuda_graph: batches
+#              from the frame bank), 16 recorded from host batches
 #   train_accuracy  the same frames (10 epochs of the water example) at batch 1, 4 and 16 with the
 #              step recorded (training.cuda_graph): frames/s against the validation errors they
 #              buy (issue 54: >= 1000 frames/s with errors no worse than at batch 1)
@@ -391,13 +392,16 @@ stage_train() {
   # dry run: the CPU and 32 of the 320 frames (the rest held out) so that it takes seconds
   [[ $dry == 1 ]] && device=cpu extra=(--set data.validation_fraction=0.9)
   # 1g, 16g: the same batches grouped for forward_grouped() (training.grouped: no waits for sizes);
-  # 1r, 16r: the whole step recorded as a CUDA graph (training.cuda_graph; the dry run: eager)
-  local frames grouped name recorded recording=true
+  # 1r, 16r: the whole step recorded as a CUDA graph (training.cuda_graph; the dry run: eager),
+  # batches gathered from the frames kept on the device (the frame bank); 16h: the same with
+  # batches copied from the host (data_on_device false: concat, group_batch and pad_batch)
+  local frames grouped name recorded recording=true resident
   [[ $dry == 1 ]] && recording=eager
-  for b in 1 4 16 1g 16g 1r 16r; do
-    frames=${b%[gr]} grouped=false recorded=false name="batch $frames"
+  for b in 1 4 16 1g 16g 1r 16r 16h; do
+    frames=${b%[grh]} grouped=false recorded=false resident=auto name="batch $frames"
     [[ $b == *g ]] && grouped=true name="batch $frames, grouped"
-    [[ $b == *r ]] && recorded=$recording name="batch $frames, recorded"
+    [[ $b == *r ]] && recorded=$recording resident=true name="batch $frames, recorded"
+    [[ $b == *h ]] && recorded=$recording resident=false name="batch $frames, recorded, host batches"
     if (($(left) < 15)); then
       record "training $name: not run (the budget is spent)"
       rc=1
@@ -406,7 +410,8 @@ stage_train() {
     rm -rf "$build/train-b$b"
     if run_logged "train-b$b" 120 "$build/bin/mlip-trainer" train "$repo/examples/configs/water-se_e2_a.yaml" --threads 4 \
       --set training.device=$device --set training.epochs=2 --set training.max_minutes=0 --set data.batch.frames=$frames \
-      --set training.grouped=$grouped --set training.cuda_graph=$recorded --set output.dir="$build/train-b$b" \
+      --set training.grouped=$grouped --set training.cuda_graph=$recorded --set training.data_on_device=$resident \
+      --set output.dir="$build/train-b$b" \
       --set data.cache_dir="$build/cache" --set output.log_every=0 "${extra[@]}"; then
       rate=$(awk '/throughput/ {r = $2} END {print r}' "$logs/train-b$b.log")
       memory=$(grep '^  memory: ' "$logs/train-b$b.log" | tail -1 | sed 's/^  memory: //')

@@ -36,7 +36,7 @@ check "$out/summary.txt" '^tests test_device \(GPU cases\): [0-9]+ passed, 0 fai
 check "$out/summary.txt" '^forces GPU vs CPU' "the forces line"
 check "$out/summary.txt" '^tests PairMLIPGpu.\* on 1 rank\(s\): 0 passed, 0 failed, [1-9][0-9]* skipped' "PairMLIPGpu on 1 rank, skipped"
 check "$out/summary.txt" '^tests TrainingGpu.\*: 0 passed, 0 failed, [1-9][0-9]* skipped' "TrainingGpu, skipped"
-for b in 1 4 16 "1, grouped" "16, grouped" "1, recorded" "16, recorded"; do
+for b in 1 4 16 "1, grouped" "16, grouped" "1, recorded" "16, recorded" "16, recorded, host batches"; do
   check "$out/summary.txt" "^training se_e2_a water, batch $b, cpu: [0-9.]+ frames/s \\(second epoch\\); memory: peak resident [0-9.]+ GiB" \
     "training frames/s and memory, batch $b"
 done
