@@ -161,8 +161,11 @@ std::unique_ptr<BatchPrefetcher> Trainer::batches_of(const FrameSource& frames, 
   }
   const SpeciesMap* species = species_.get();
   const torch::Dtype dtype = dtype_;
-  return std::make_unique<BatchPrefetcher>(count, std::move(idx), [&frames, species, dtype](const std::vector<int64_t>& part) {
-    return host_batch(frames, part, *species, dtype);
+  // Grouped there too (training.grouped, cuda_graph): on the host, off the step's thread.
+  return std::make_unique<BatchPrefetcher>(count, std::move(idx), [&frames, species, dtype, grouping = grouping_](
+                                                                      const std::vector<int64_t>& part) {
+    BatchTensors t = host_batch(frames, part, *species, dtype);
+    return grouping ? group_batch(t, *grouping) : t;
   }, static_cast<std::size_t>(config_.prefetch));
 }
 
@@ -529,7 +532,7 @@ MetricSums Trainer::train_epoch() {
         continue;
       }
       BatchTensors t = to_device(share ? prefetch->next() : host_batch(*data_.train, {}, *species_, dtype_), device_);
-      if (grouping_) t = group_batch(t, *grouping_);
+      if (grouping_ && t.center_groups.empty()) t = group_batch(t, *grouping_);   // not yet grouped (put together on the device)
       times_.data += since(t0);
       t0 = std::chrono::steady_clock::now();
       if (recorded_) {
@@ -619,7 +622,7 @@ MetricSums Trainer::validate() {
     // for sizes or index checks.
     std::optional<DeviceValueChecksPaused> trusted;
     if (grouping_) {
-      t = group_batch(t, *grouping_);
+      if (t.center_groups.empty()) t = group_batch(t, *grouping_);   // else grouped when it was built on the host
       trusted.emplace();
     }
     const Prediction p = predict(model_.module, t, /*create_graph=*/false, accumulate_);
