@@ -1665,6 +1665,18 @@ TEST(Training, FrameBankGathersWhatPaddingTheGroupedBatchGives) {
       if (padded.n_atoms > 0) EXPECT_EQ(padded.frame_of_atom[pad_atom].item<int64_t>(), padded.n_frames - 1);
     }
   }
+  // Every species' group keeps a free slot, also when a batch's count reaches the capacity an
+  // earlier one set (the last atom is then still a padding atom).
+  BatchCapacity cap;
+  BatchTensors shape;
+  shape.n_frames = 1;
+  shape.edge_groups = {0, 0, 0};
+  shape.center_groups = {0, 0, 1};
+  fit_capacity(shape, cap);
+  EXPECT_EQ(cap.centers, (std::vector<int64_t>{0, 0, 32}));
+  shape.center_groups = {0, 0, 32};
+  EXPECT_TRUE(fit_capacity(shape, cap));
+  EXPECT_GT(cap.centers[2], 32);
 }
 
 // What the bank is for: a 16-frame batch gathered from it takes a few operators (on a GPU each a

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 
 #include <ATen/ops/index_select.h>
 
@@ -12,11 +13,32 @@ namespace mlip::trainer {
 
 namespace {
 
-// The tensors `parts` one after another, then the row `pad`, on `device`.
-torch::Tensor stack_with_pad(std::vector<torch::Tensor>& parts, const torch::Tensor& pad, int64_t dim,
-                             const torch::Device& device) {
+// The tensors `parts` one after another along `dim`, then the row `pad`, as one tensor on
+// `device`, copied there in chunks of about 64 MB (the host holds no second copy of them all);
+// `parts` is emptied as it goes.
+torch::Tensor to_device_with_pad(std::vector<torch::Tensor>& parts, const torch::Tensor& pad, int64_t dim,
+                                 const torch::Device& device) {
   parts.push_back(pad);
-  torch::Tensor all = torch::cat(parts, dim).to(device);
+  std::vector<int64_t> shape = pad.sizes().vec();
+  shape[static_cast<std::size_t>(dim)] = 0;
+  for (const torch::Tensor& p : parts) shape[static_cast<std::size_t>(dim)] += p.size(dim);
+  torch::Tensor all = torch::empty(shape, pad.options().device(device));
+  std::vector<torch::Tensor> chunk;
+  int64_t at = 0, bytes = 0;
+  const auto flush = [&] {
+    if (chunk.empty()) return;
+    const torch::Tensor t = chunk.size() == 1 ? chunk.front() : torch::cat(chunk, dim);
+    all.narrow(dim, at, t.size(dim)).copy_(t);
+    at += t.size(dim);
+    chunk.clear();
+    bytes = 0;
+  };
+  for (torch::Tensor& p : parts) {
+    bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    chunk.push_back(std::move(p));
+    if (bytes >= (int64_t{64} << 20)) flush();
+  }
+  flush();
   parts.clear();
   return all;
 }
@@ -29,12 +51,30 @@ FrameBank::FrameBank(const FrameSource& source, const SpeciesMap& species, torch
                      const torch::Device& device)
     : rule_(rule), device_(device) {
   torch::NoGradGuard no_grad;
+  const int64_t n = rule_.n_species, nets = rule_.pair_nets ? n * n : n;
   std::vector<torch::Tensor> forces, has_forces, ends, vectors, atoms, energy, has_energy, virial, has_virial, weight;
   for (std::size_t f = 0; f < source.size(); ++f) {
     const BatchTensors b = group_batch(host_batch(source, {static_cast<int64_t>(f)}, species, dtype), rule_);
-    atom_base_.push_back(n_atoms_);
-    edge_base_.push_back(n_edges_);
-    counts_.push_back(b.counts);
+    // Its runs, in the frame's grouped order: atoms by species; edges by net, in a net of one
+    // neighbour species by centre species.
+    int64_t at = n_atoms_;
+    for (int64_t s = 0; s < n; ++s) {
+      const int64_t count = b.center_groups[static_cast<std::size_t>(s)];
+      if (count > 0) atom_runs_.push_back({s, 0, at, count});
+      at += count;
+    }
+    const GroupCounts& c = b.counts;
+    at = n_edges_;
+    for (int64_t e = 0; e < nets; ++e) {
+      const int64_t nb = rule_.pair_nets ? e % n : e, a0 = rule_.pair_nets ? e / n : 0, a1 = rule_.pair_nets ? a0 + 1 : n;
+      for (int64_t a = a0; a < std::min(a1, c.n_species); ++a) {
+        const int64_t count = nb < c.n_species ? c.pairs[static_cast<std::size_t>(a * c.n_species + nb)] : 0;
+        if (count > 0) edge_runs_.push_back({e, a, at, count});
+        at += count;
+      }
+    }
+    atom_run_at_.push_back(static_cast<int64_t>(atom_runs_.size()));
+    edge_run_at_.push_back(static_cast<int64_t>(edge_runs_.size()));
     has_virial_.push_back(b.any_virial ? 1 : 0);
     forces.push_back(b.forces);
     has_forces.push_back(b.has_forces_atom);
@@ -48,20 +88,20 @@ FrameBank::FrameBank(const FrameSource& source, const SpeciesMap& species, torch
   }
   const torch::TensorOptions f64 = torch::TensorOptions().dtype(torch::kFloat64);
   const torch::TensorOptions i64 = torch::TensorOptions().dtype(torch::kInt64);
-  forces_ = stack_with_pad(forces, torch::zeros({1, 3}, f64), 0, device);
-  has_forces_atom_ = stack_with_pad(has_forces, torch::zeros({1}, f64), 0, device);
+  forces_ = to_device_with_pad(forces, torch::zeros({1, 3}, f64), 0, device);
+  has_forces_atom_ = to_device_with_pad(has_forces, torch::zeros({1}, f64), 0, device);
   // The padding edge: from the padding atom row to itself, beyond the cutoff.
-  edge_index_ = stack_with_pad(ends, torch::full({2, 1}, n_atoms_, i64), 1, device);
+  edge_index_ = to_device_with_pad(ends, torch::full({2, 1}, n_atoms_, i64), 1, device);
   torch::Tensor pad_vector = torch::zeros({1, 3}, f64.dtype(dtype));
   pad_vector[0][0] = rule_.pad_length;
-  edge_vectors_ = stack_with_pad(vectors, pad_vector, 0, device);
+  edge_vectors_ = to_device_with_pad(vectors, pad_vector, 0, device);
   // The padding frame: one atom (nothing divides by zero), no labels, weight zero.
-  atoms_per_frame_ = stack_with_pad(atoms, torch::ones({1}, f64), 0, device);
-  energy_ = stack_with_pad(energy, torch::zeros({1}, f64), 0, device);
-  has_energy_ = stack_with_pad(has_energy, torch::zeros({1}, f64), 0, device);
-  virial_ = stack_with_pad(virial, torch::zeros({1, 9}, f64), 0, device);
-  has_virial_t_ = stack_with_pad(has_virial, torch::zeros({1}, f64), 0, device);
-  weight_ = stack_with_pad(weight, torch::zeros({1}, f64), 0, device);
+  atoms_per_frame_ = to_device_with_pad(atoms, torch::ones({1}, f64), 0, device);
+  energy_ = to_device_with_pad(energy, torch::zeros({1}, f64), 0, device);
+  has_energy_ = to_device_with_pad(has_energy, torch::zeros({1}, f64), 0, device);
+  virial_ = to_device_with_pad(virial, torch::zeros({1, 9}, f64), 0, device);
+  has_virial_t_ = to_device_with_pad(has_virial, torch::zeros({1}, f64), 0, device);
+  weight_ = to_device_with_pad(weight, torch::zeros({1}, f64), 0, device);
   node_ = torch::zeros({n_atoms_ + 1}, i64.device(device));
 }
 
@@ -73,28 +113,20 @@ int64_t FrameBank::bytes() const {
   return n;
 }
 
-int64_t FrameBank::species_count(std::size_t f, int64_t s) const {
-  const GroupCounts& c = counts_[f];
-  return s < c.n_species ? c.species[static_cast<std::size_t>(s)] : 0;
-}
-
-int64_t FrameBank::pair_count(std::size_t f, int64_t a, int64_t b) const {
-  const GroupCounts& c = counts_[f];
-  return a < c.n_species && b < c.n_species ? c.pairs[static_cast<std::size_t>(a * c.n_species + b)] : 0;
-}
-
-// group_batch's order of one frame's edges: by net (the pair a * n + b, or the neighbour's species
-// b), within a net by centre, whose order is by species: in a net of one neighbour species, the
-// runs of centre species 0, 1, ...
-int64_t FrameBank::edge_run(std::size_t f, int64_t a, int64_t b) const {
-  const int64_t n = rule_.n_species;
-  int64_t start = 0;
-  for (int64_t b2 = 0; b2 < n; ++b2)
-    for (int64_t a2 = 0; a2 < n; ++a2) {
-      const bool before = rule_.pair_nets ? a2 * n + b2 < a * n + b : b2 < b || (b2 == b && a2 < a);
-      if (before) start += pair_count(f, a2, b2);
-    }
-  return start;
+// group_batch's order: by group (species; net), in a group by centre species (by the centre, whose
+// order is by species: in a net of one neighbour species, centre species 0, 1, ...), then by frame.
+std::vector<std::pair<FrameBank::Run, int64_t>> FrameBank::in_batch_order(const std::vector<Run>& runs,
+                                                                          const std::vector<int64_t>& at,
+                                                                          const std::vector<int64_t>& frames) {
+  std::vector<std::pair<Run, int64_t>> out;
+  for (std::size_t k = 0; k < frames.size(); ++k) {
+    const auto f = static_cast<std::size_t>(frames[k]);
+    for (int64_t r = at[f]; r < at[f + 1]; ++r) out.emplace_back(runs[static_cast<std::size_t>(r)], static_cast<int64_t>(k));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const auto& x, const auto& y) {
+    return std::tie(x.first.group, x.first.centre, x.second) < std::tie(y.first.group, y.first.centre, y.second);
+  });
+  return out;
 }
 
 BankBatch FrameBank::batch(std::vector<int64_t> frames, BatchCapacity expected) const {
@@ -109,11 +141,14 @@ BankBatch FrameBank::batch(std::vector<int64_t> frames, BatchCapacity expected) 
       throw Error("FrameBank: frame " + std::to_string(k) + " is not among its " + std::to_string(size()));
     const auto f = static_cast<std::size_t>(k);
     s.any_virial = s.any_virial || has_virial_[f] != 0;
-    for (int64_t a = 0; a < n; ++a) {
-      s.center_groups[static_cast<std::size_t>(a)] += species_count(f, a);
-      s.n_atoms += species_count(f, a);
-      for (int64_t b = 0; b < n; ++b)
-        s.edge_groups[static_cast<std::size_t>(rule_.pair_nets ? a * n + b : b)] += pair_count(f, a, b);
+    for (int64_t r = atom_run_at_[f]; r < atom_run_at_[f + 1]; ++r) {
+      const Run& run = atom_runs_[static_cast<std::size_t>(r)];
+      s.center_groups[static_cast<std::size_t>(run.group)] += run.count;
+      s.n_atoms += run.count;
+    }
+    for (int64_t r = edge_run_at_[f]; r < edge_run_at_[f + 1]; ++r) {
+      const Run& run = edge_runs_[static_cast<std::size_t>(r)];
+      s.edge_groups[static_cast<std::size_t>(run.group)] += run.count;
     }
   }
   // Each frame's atoms get one node in the batch (gather's renumbering): a frame once a batch.
@@ -129,56 +164,42 @@ BankBatch FrameBank::batch(std::vector<int64_t> frames, BatchCapacity expected) 
 }
 
 void FrameBank::make_rows(BankBatch& batch, const BatchCapacity& cap) const {
-  const int64_t n = rule_.n_species, atoms = cap.atoms(), edges = cap.n_edges(), frames = cap.frames;
+  const int64_t atoms = cap.atoms(), edges = cap.n_edges(), frames = cap.frames;
   if (static_cast<int64_t>(batch.frames.size()) >= frames)
     throw Error("FrameBank: a batch of " + std::to_string(batch.frames.size()) + " frames padded to " +
                 std::to_string(frames) + " (an internal error)");
   batch.rows = torch::empty({2 * atoms + edges + frames},
-                        torch::TensorOptions().dtype(torch::kInt64).pinned_memory(device_.is_cuda()));
+                            torch::TensorOptions().dtype(torch::kInt64).pinned_memory(device_.is_cuda()));
   int64_t* atom_row = batch.rows.data_ptr<int64_t>();
   int64_t* frame_of_atom = atom_row + atoms;
   int64_t* edge_row = frame_of_atom + atoms;
   int64_t* frame_row = edge_row + edges;
-  // Fills [at, at + count) of `to` with first, first + 1, ...; throws where a group outgrows `end`.
-  auto fill_run = [](int64_t* to, int64_t& at, int64_t end, int64_t first, int64_t count) {
-    if (at + count > end) throw Error("FrameBank: a batch outgrows the capacity it was padded to (an internal error)");
-    for (int64_t r = 0; r < count; ++r) to[at + r] = first + r;
-    at += count;
-  };
-  // Atoms: each species' group, frame by frame, then its padding atoms (the padding row, the last frame).
-  int64_t at = 0;
-  for (int64_t s = 0; s < n && s < static_cast<int64_t>(cap.centers.size()); ++s) {
-    const int64_t end = at + cap.centers[static_cast<std::size_t>(s)];
-    for (std::size_t k = 0; k < batch.frames.size(); ++k) {
-      const auto f = static_cast<std::size_t>(batch.frames[k]);
-      int64_t first = atom_base_[f];
-      for (int64_t s2 = 0; s2 < s; ++s2) first += species_count(f, s2);
-      const int64_t from = at;
-      fill_run(atom_row, at, end, first, species_count(f, s));
-      std::fill(frame_of_atom + from, frame_of_atom + at, static_cast<int64_t>(k));
-    }
-    std::fill(atom_row + at, atom_row + end, n_atoms_);
-    std::fill(frame_of_atom + at, frame_of_atom + end, frames - 1);
-    at = end;
-  }
-  // Edges: each net's group (in a net of one neighbour species: centre species by species, each
-  // frame by frame), then its padding edges.
-  at = 0;
-  for (std::size_t e = 0; e < cap.edges.size(); ++e) {
-    const int64_t end = at + cap.edges[e], net = static_cast<int64_t>(e);
-    const int64_t a0 = rule_.pair_nets ? net / n : 0, a1 = rule_.pair_nets ? a0 + 1 : n;
-    const int64_t nb = rule_.pair_nets ? net % n : net;
-    for (int64_t a = a0; a < a1; ++a)
-      for (const int64_t k : batch.frames) {
-        const auto f = static_cast<std::size_t>(k);
-        fill_run(edge_row, at, end, edge_base_[f] + edge_run(f, a, nb), pair_count(f, a, nb));
+  // Each group's runs, then its padding rows (`pad_row`; their frame `pad_frame`); `frame_of`:
+  // where each row's frame in the batch goes, if anywhere.
+  const auto place = [](const std::vector<std::pair<Run, int64_t>>& runs, const std::vector<int64_t>& capacity,
+                        int64_t* rows, int64_t* frame_of, int64_t pad_row, int64_t pad_frame) {
+    std::size_t r = 0;
+    int64_t at = 0;
+    for (std::size_t g = 0; g < capacity.size(); ++g) {
+      const int64_t end = at + capacity[g];
+      for (; r < runs.size() && runs[r].first.group == static_cast<int64_t>(g); ++r) {
+        const auto& [run, k] = runs[r];
+        if (at + run.count > end) throw Error("FrameBank: a batch outgrows the capacity it was padded to (an internal error)");
+        for (int64_t i = 0; i < run.count; ++i) rows[at + i] = run.first + i;
+        if (frame_of) std::fill(frame_of + at, frame_of + at + run.count, k);
+        at += run.count;
       }
-    std::fill(edge_row + at, edge_row + end, n_edges_);
-    at = end;
-  }
+      std::fill(rows + at, rows + end, pad_row);
+      if (frame_of) std::fill(frame_of + at, frame_of + end, pad_frame);
+      at = end;
+    }
+    if (r != runs.size()) throw Error("FrameBank: a batch has a group its capacity lacks (an internal error)");
+  };
+  place(in_batch_order(atom_runs_, atom_run_at_, batch.frames), cap.centers, atom_row, frame_of_atom, n_atoms_, frames - 1);
+  place(in_batch_order(edge_runs_, edge_run_at_, batch.frames), cap.edges, edge_row, nullptr, n_edges_, 0);
   for (int64_t k = 0; k < frames; ++k)
     frame_row[k] = k < static_cast<int64_t>(batch.frames.size()) ? batch.frames[static_cast<std::size_t>(k)]
-                                                               : static_cast<int64_t>(size());
+                                                                   : static_cast<int64_t>(size());
   batch.capacity = cap;
 }
 

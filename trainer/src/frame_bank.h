@@ -44,20 +44,27 @@ class FrameBank {
   /// pad_batch(group_batch(concat(b's frames)), b.capacity, rule.pad_length, into) writes it.
   void gather(const BankBatch& b, BatchTensors& into);
 
-  std::size_t size() const { return atom_base_.size(); }
+  std::size_t size() const { return has_virial_.size(); }
   /// Bytes the bank holds on its device.
   int64_t bytes() const;
 
  private:
-  // Where frame f's rows of centre species a with neighbour species b start in its grouped edges.
-  int64_t edge_run(std::size_t f, int64_t a, int64_t b) const;
-  int64_t species_count(std::size_t f, int64_t s) const;
-  int64_t pair_count(std::size_t f, int64_t a, int64_t b) const;
+  // A run of one frame's rows in the bank: its atoms of one species (group: the species), or its
+  // edges of one (centre species, neighbour species) pair (group: the net, centre: the centre's
+  // species), which group_batch puts in the batch's group `group`, ordered by `centre` then frame.
+  struct Run {
+    int64_t group, centre, first, count;
+  };
+  // Frame f's runs: atom_runs_[atom_run_at_[f] .. atom_run_at_[f + 1]), the same for edges.
+  std::vector<Run> atom_runs_, edge_runs_;
+  std::vector<int64_t> atom_run_at_{0}, edge_run_at_{0};
+  // The batch's runs in the padded batch's order, each with the batch frame it belongs to.
+  static std::vector<std::pair<Run, int64_t>> in_batch_order(const std::vector<Run>& runs,
+                                                             const std::vector<int64_t>& at,
+                                                             const std::vector<int64_t>& frames);
 
   GroupingRule rule_;
   torch::Device device_;
-  std::vector<int64_t> atom_base_, edge_base_;   // each frame's first row
-  std::vector<GroupCounts> counts_;              // each frame's atoms by species, edges by pair
   std::vector<uint8_t> has_virial_;
   int64_t n_atoms_ = 0, n_edges_ = 0;            // rows before the padding row
   // Per atom, per edge and per frame, the padding row last (a padding atom's labels, a padding

@@ -78,7 +78,9 @@ bool fit_capacity(const BatchTensors& b, BatchCapacity& cap) {
   const BatchCapacity before = cap;
   cap.frames = std::max(cap.frames, b.n_frames + 1);
   cap.virial = cap.virial || b.any_virial;
-  grow_capacities(b.center_groups, cap.centers);
+  // Each species' group keeps a free slot: the last atom is always a padding atom, the padding
+  // edges' end.
+  grow_capacities(b.center_groups, cap.centers, /*spare=*/true);
   grow_capacities(b.edge_groups, cap.edges);
   return !(cap == before);
 }
@@ -103,8 +105,7 @@ void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_lengt
     if (n > 0) node_map.push_back(torch::arange(at, at + n, i64));
   }
   // Edges: each net's group, then its padding edges (beyond the cutoff, from the last atom to
-  // itself: a padding atom, as the last species group with atoms has one more slot than it ever
-  // had atoms).
+  // itself: a padding atom, as fit_capacity keeps a free slot in each species' group).
   const int64_t e_all = cap.n_edges(), pad_atom = into.n_atoms - 1;
   ensure_shape(into.edge_index, {2, e_all}, i64);
   ensure_shape(into.edge_vectors, {e_all, 3}, b.edge_vectors.options());

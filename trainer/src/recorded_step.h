@@ -53,7 +53,8 @@ struct BatchCapacity {
   int64_t n_edges() const;
 };
 
-/// Grows `cap` where the grouped batch `b` outgrows it. Returns whether it changed.
+/// Grows `cap` where the grouped batch `b` outgrows it (each species' group of atoms keeps a free
+/// slot). Returns whether it changed.
 bool fit_capacity(const BatchTensors& b, BatchCapacity& cap);
 
 /// The grouped batch `b` (group_batch) padded to `cap` (which it fits), written into `into`'s
