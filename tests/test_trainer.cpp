@@ -1606,7 +1606,8 @@ Frame ethanol_part(const Frame& f, const std::function<bool(int)>& keep) {
 }
 
 // training.cuda_graph with the frames on the device: a batch gathered from the FrameBank is
-// bitwise what pad_batch(group_batch(concat(its frames))) makes, for one net per neighbour species
+// bitwise what pad_batch(group_batch(concat(its frames))) makes (and so is a host batch made ready
+// by ready_on_host, for the capacity foreseen or a grown one), for one net per neighbour species
 // and per species pair, frames lacking species (only H; no O), a virial label, the same capacity
 // reused by a smaller batch (stale rows overwritten), rows remade for a grown capacity, and an
 // empty batch (a rank with no frames in a step).
@@ -1646,6 +1647,12 @@ TEST(Training, FrameBankGathersWhatPaddingTheGroupedBatchGives) {
       }
       pad_batch(grouped, cap, rule.pad_length, padded);
       bank.gather(b, gathered);
+      // The same batch made ready on the host (host batches): padded there for the foreseen
+      // capacity, or on the device (here the CPU) for the grown one.
+      const ReadyBatch on_host = ready_on_host(grouped, before, rule.pad_length, torch::kCPU);
+      EXPECT_EQ(on_host.shape.center_groups, grouped.center_groups);
+      BatchTensors copied;
+      on_host.fill(cap, copied);
       EXPECT_EQ(gathered.n_frames, padded.n_frames);
       EXPECT_EQ(gathered.n_atoms, padded.n_atoms);
       EXPECT_EQ(gathered.any_virial, padded.any_virial);
@@ -1659,7 +1666,9 @@ TEST(Training, FrameBankGathersWhatPaddingTheGroupedBatchGives) {
         ASSERT_TRUE(got.defined()) << "tensor " << i;
         EXPECT_EQ(got.scalar_type(), want.scalar_type()) << "tensor " << i;
         EXPECT_TRUE(torch::equal(got, want)) << "tensor " << i;
+        EXPECT_TRUE(torch::equal(copied.*member, want)) << "made ready on the host, tensor " << i;
       }
+      EXPECT_EQ(copied.edge_groups, padded.edge_groups);
       // Padding edges join a padding atom (in the padding frame) to itself.
       const int64_t pad_atom = padded.n_atoms - 1;
       if (padded.n_atoms > 0) EXPECT_EQ(padded.frame_of_atom[pad_atom].item<int64_t>(), padded.n_frames - 1);

@@ -163,6 +163,14 @@ BankBatch FrameBank::batch(std::vector<int64_t> frames, BatchCapacity expected) 
   return out;
 }
 
+ReadyBatch FrameBank::ready(std::vector<int64_t> frames, const BatchCapacity& expected) {
+  auto b = std::make_shared<BankBatch>(batch(std::move(frames), expected));
+  return {b->shape, b->capacity, [this, b](const BatchCapacity& cap, BatchTensors& into) {
+            if (!(cap == b->capacity)) make_rows(*b, cap);   // grown by a batch the prefetcher did not see
+            gather(*b, into);
+          }};
+}
+
 void FrameBank::make_rows(BankBatch& batch, const BatchCapacity& cap) const {
   const int64_t atoms = cap.atoms(), edges = cap.n_edges(), frames = cap.frames;
   if (static_cast<int64_t>(batch.frames.size()) >= frames)

@@ -43,6 +43,9 @@ class FrameBank {
   /// The padded batch `b` written into `into`'s tensors (made anew where their shapes differ), as
   /// pad_batch(group_batch(concat(b's frames)), b.capacity, rule.pad_length, into) writes it.
   void gather(const BankBatch& b, BatchTensors& into);
+  /// batch() as the recorded step takes it (its fill gathers, with rows made anew for another
+  /// capacity); the fill uses this bank, which must outlive it.
+  ReadyBatch ready(std::vector<int64_t> frames, const BatchCapacity& expected);
 
   std::size_t size() const { return has_virial_.size(); }
   /// Bytes the bank holds on its device.

@@ -2,7 +2,7 @@
 
 #include <sched.h>
 
-#include "frame_bank.h"
+#include "recorded_step.h"
 #include "mlip/error.h"
 
 namespace mlip::trainer {
@@ -74,7 +74,7 @@ Batch Prefetcher<Batch>::next() {
 }
 
 template class Prefetcher<BatchTensors>;
-template class Prefetcher<BankBatch>;
+template class Prefetcher<ReadyBatch>;
 
 std::size_t cores_available() {
 #ifdef CPU_COUNT

@@ -17,7 +17,7 @@
 
 namespace mlip::trainer {
 
-/// `Batch`: BatchTensors (a batch's tensors), or FrameBank's BankBatch (its rows in the bank).
+/// `Batch`: BatchTensors (a batch's tensors), or ReadyBatch (a batch made ready for the recorded step).
 template <class Batch> class Prefetcher {
  public:
   using Build = std::function<Batch(const std::vector<int64_t>&)>;

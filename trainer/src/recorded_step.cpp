@@ -22,7 +22,6 @@ std::vector<int64_t> starts_of(const std::vector<int64_t>& sizes) {
   return s;
 }
 
-
 // Rows [to_start, to_start + capacity) of `to` along `dim`: the first n from rows [from_start,
 // from_start + n) of `from`, the rest `pad`.
 void place(torch::Tensor& to, int64_t dim, int64_t to_start, int64_t capacity, const torch::Tensor& from,
@@ -122,6 +121,36 @@ void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_lengt
     place(into.frame_of_edge, 0, at, c, b.frame_of_edge, from, n, static_cast<double>(pad_frame));
   }
   place_frames(b, cap.frames, into);
+}
+
+ReadyBatch ready_on_host(const BatchTensors& b, BatchCapacity expected, double pad_length, const torch::Device& device) {
+  ReadyBatch r;
+  r.shape.n_frames = b.n_frames;
+  r.shape.n_atoms = b.n_atoms;
+  r.shape.any_virial = b.any_virial;
+  r.shape.center_groups = b.center_groups;
+  r.shape.edge_groups = b.edge_groups;
+  fit_capacity(b, expected);
+  r.capacity = expected;
+  auto padded = std::make_shared<BatchTensors>();
+  pad_batch(b, expected, pad_length, *padded);
+  if (device.is_cuda())
+    for (auto member : BatchTensors::kTensors)
+      if ((padded.get()->*member).defined()) padded.get()->*member = (padded.get()->*member).pin_memory();
+  r.fill = [b, padded, expected, pad_length, device](const BatchCapacity& cap, BatchTensors& into) {
+    if (!(cap == expected)) {
+      pad_batch(to_device(b, device), cap, pad_length, into);
+      return;
+    }
+    set_padded_shape(cap, torch::TensorOptions().dtype(torch::kInt64).device(device), into);
+    for (auto member : BatchTensors::kTensors) {
+      const torch::Tensor& from = padded.get()->*member;
+      if (member == &BatchTensors::species || member == &BatchTensors::head || !from.defined()) continue;
+      ensure_shape(into.*member, from.sizes(), from.options().device(device).pinned_memory(false));
+      (into.*member).copy_(from, /*non_blocking=*/true);
+    }
+  };
+  return r;
 }
 
 void update_ema(std::vector<torch::Tensor>& ema, const std::vector<torch::Tensor>& params, double decay) {
@@ -234,7 +263,7 @@ torch::Tensor RecordedStep::step(const BatchTensors& b, const Prefactors& pre, d
               pre, normalizer, frames, lr);
 }
 
-torch::Tensor RecordedStep::step(const BatchTensors& shape, const Fill& fill, const Prefactors& pre, double normalizer,
+torch::Tensor RecordedStep::step(const BatchTensors& shape, const FillInputs& fill, const Prefactors& pre, double normalizer,
                                  double frames, double lr) {
   if (fit_capacity(shape, capacity_)) recorded_ = false;
   fill(capacity_, input_);

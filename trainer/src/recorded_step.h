@@ -69,6 +69,24 @@ void set_padded_shape(const BatchCapacity& cap, const torch::TensorOptions& i64,
 /// `to` made anew unless it already has this shape, dtype and device.
 void ensure_shape(torch::Tensor& to, at::IntArrayRef shape, const torch::TensorOptions& o);
 
+/// Writes a padded batch for a capacity into the recorded step's inputs.
+using FillInputs = std::function<void(const BatchCapacity& cap, BatchTensors& into)>;
+
+/// A batch made ready for the recorded step ahead of it (in the prefetching thread): its grouped
+/// sizes (no tensors), the capacity it was made ready for, and what writes it into the step's
+/// inputs for that capacity (cheaply) or any other (the step's capacity can differ from the one
+/// foreseen, e.g. after a rank's empty batch).
+struct ReadyBatch {
+  BatchTensors shape;
+  BatchCapacity capacity;
+  FillInputs fill;
+};
+
+/// The grouped host batch `b` padded on the host for `expected` grown by it (fit_capacity), in
+/// pinned memory where `device` is a GPU: its fill copies the padded tensors to the inputs on
+/// `device` (one copy each, no kernel), or pads `b` there for another capacity.
+ReadyBatch ready_on_host(const BatchTensors& b, BatchCapacity expected, double pad_length, const torch::Device& device);
+
 /// What a training step updates, and how (the trainer's own parts).
 struct StepParts {
   torch::jit::Module* module = nullptr;
@@ -99,11 +117,9 @@ class RecordedStep {
   /// One optimiser step on the grouped batch `b` with these weights and learning rate; returns
   /// the batch's MetricSums terms (8, float64, on the device; valid until the next step).
   torch::Tensor step(const BatchTensors& b, const Prefactors& pre, double normalizer, double frames, double lr);
-  /// Writes the padded batch for a capacity into the step's inputs (pad_batch, FrameBank::gather).
-  using Fill = std::function<void(const BatchCapacity& cap, BatchTensors& into)>;
   /// The same for the batch whose sizes `shape` gives (group sizes, frames, virials), which
-  /// `fill` writes padded to the capacity.
-  torch::Tensor step(const BatchTensors& shape, const Fill& fill, const Prefactors& pre, double normalizer,
+  /// `fill` writes padded to the step's capacity (ReadyBatch).
+  torch::Tensor step(const BatchTensors& shape, const FillInputs& fill, const Prefactors& pre, double normalizer,
                      double frames, double lr);
 
   int64_t recordings() const { return recordings_; }

@@ -317,9 +317,17 @@ void Trainer::choose_recording() {
           : "training: each step as the recorded one, run eagerly (training.cuda_graph eager)");
 }
 
+// Training frames `part` made ready for the recorded step for the capacity `expected` (grown by
+// them): gathered from the frame bank, or built, grouped and padded on the host (any thread).
+ReadyBatch Trainer::ready_batch(const std::vector<int64_t>& part, const BatchCapacity& expected) const {
+  if (bank_) return bank_->ready(part, expected);
+  return ready_on_host(group_batch(host_batch(*data_.train, part, *species_, dtype_), *grouping_), expected,
+                       grouping_->pad_length, device_);
+}
+
 // One batch's step through the RecordedStep: forward, gradients, clipping, Adam and EMA.
-void Trainer::take_step(const BatchTensors& shape, const std::function<void(const BatchCapacity&, BatchTensors&)>& fill,
-                        const Prefactors& pre, double normalizer, MetricTotals& sums) {
+void Trainer::take_step(const BatchTensors& shape, const FillInputs& fill, const Prefactors& pre, double normalizer,
+                        MetricTotals& sums) {
   const double lr = schedule_->lr(state_.step);
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
   if (profile_ && recorded_->recording() && !recorded_->fits(shape)) {
@@ -487,14 +495,14 @@ MetricSums Trainer::train_epoch() {
     return batches.share(first_batch + k, comm_.rank(), comm_.size());
   };
   std::unique_ptr<BatchPrefetcher> prefetch;
-  std::unique_ptr<Prefetcher<BankBatch>> banked;
-  if (bank_) {
-    // Rows made ahead on the host, for the capacities the step will have grown to by then.
-    banked = std::make_unique<Prefetcher<BankBatch>>(n_batches, share_of,
+  std::unique_ptr<Prefetcher<ReadyBatch>> ready;
+  if (recorded_) {
+    // Made ready ahead for the capacities the step will have grown to by then.
+    ready = std::make_unique<Prefetcher<ReadyBatch>>(n_batches, share_of,
         [this, expected = recorded_->capacity()](const std::vector<int64_t>& part) mutable {
-          BankBatch b = bank_->batch(part, expected);
-          expected = b.capacity;
-          return b;
+          ReadyBatch r = ready_batch(part, expected);
+          expected = r.capacity;
+          return r;
         }, static_cast<std::size_t>(config_.prefetch));
   } else {
     prefetch = batches_of(*data_.train, resident_train_, n_batches, share_of);
@@ -520,28 +528,18 @@ MetricSums Trainer::train_epoch() {
       // an empty batch, so that every rank replays the same collectives.
       if (!share && !recorded_) continue;
       auto t0 = std::chrono::steady_clock::now();
-      if (bank_) {
-        BankBatch b = share ? banked->next() : bank_->batch({}, recorded_->capacity());
+      if (recorded_) {
+        const ReadyBatch r = share ? ready->next() : ready_batch({}, recorded_->capacity());
         times_.data += since(t0);
         t0 = std::chrono::steady_clock::now();
-        take_step(b.shape, [this, &b](const BatchCapacity& cap, BatchTensors& into) {
-          if (!(cap == b.capacity)) bank_->make_rows(b, cap);   // grown by a batch the prefetcher did not see
-          bank_->gather(b, into);
-        }, pre, global_frames, sums);
+        take_step(r.shape, r.fill, pre, global_frames, sums);
         times_.model += since(t0);
         continue;
       }
-      BatchTensors t = to_device(share ? prefetch->next() : host_batch(*data_.train, {}, *species_, dtype_), device_);
+      BatchTensors t = to_device(prefetch->next(), device_);
       if (grouping_ && t.center_groups.empty()) t = group_batch(t, *grouping_);   // not yet grouped (put together on the device)
       times_.data += since(t0);
       t0 = std::chrono::steady_clock::now();
-      if (recorded_) {
-        const double pad_length = grouping_->pad_length;
-        take_step(t, [&t, pad_length](const BatchCapacity& cap, BatchTensors& into) { pad_batch(t, cap, pad_length, into); },
-                  pre, global_frames, sums);
-        times_.model += since(t0);
-        continue;
-      }
       // Grouped batches' indices are made by the trainer (make_batch, group_batch): the operators'
       // index checks, a read back from the GPU each, are off for them.
       std::optional<DeviceValueChecksPaused> trusted;

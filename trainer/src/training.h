@@ -34,6 +34,7 @@ template <class Batch> class Prefetcher;
 using BatchPrefetcher = Prefetcher<BatchTensors>;
 class FrameBank;
 struct BatchCapacity;
+struct ReadyBatch;
 class RecordedStep;
 
 // ---------------------------------------------------------------------------------------------
@@ -377,6 +378,7 @@ class Trainer {
   // recorded step's inputs.
   void take_step(const BatchTensors& shape, const std::function<void(const BatchCapacity&, BatchTensors&)>& fill,
                  const Prefactors& pre, double normalizer, MetricTotals& sums);
+  ReadyBatch ready_batch(const std::vector<int64_t>& part, const BatchCapacity& expected) const;
   // The training frames on the device for the recorded step (frame_bank.h), in place of
   // resident_train_; null: batches put together from resident_train_ or the host's.
   std::unique_ptr<FrameBank> bank_;
