@@ -104,7 +104,9 @@ int mlip_cuda_graph_capture_begin(void* handle) {
     c10::cuda::CUDACachingAllocator::emptyCache();
     r.graph = std::make_unique<at::cuda::CUDAGraph>();
     try {
-      r.graph->capture_begin();
+      // Thread-local: CUDA calls this thread may not make while it records stay errors, but other
+      // threads may make them meanwhile (the trainer's prefetching thread pins host memory).
+      r.graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     } catch (...) {
       c10::cuda::setCurrentCUDAStream(r.caller);
       throw;
