@@ -256,13 +256,6 @@ bool RecordedStep::fits(const BatchTensors& b) const {
   return !fit_capacity(b, c);
 }
 
-torch::Tensor RecordedStep::step(const BatchTensors& b, const Prefactors& pre, double normalizer, double frames,
-                                 double lr) {
-  const double pad_length = parts_.rule.pad_length;
-  return step(b, [&b, pad_length](const BatchCapacity& cap, BatchTensors& into) { pad_batch(b, cap, pad_length, into); },
-              pre, normalizer, frames, lr);
-}
-
 torch::Tensor RecordedStep::step(const BatchTensors& shape, const FillInputs& fill, const Prefactors& pre, double normalizer,
                                  double frames, double lr) {
   if (fit_capacity(shape, capacity_)) recorded_ = false;

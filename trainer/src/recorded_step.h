@@ -114,11 +114,10 @@ class RecordedStep {
   RecordedStep(const RecordedStep&) = delete;
   RecordedStep& operator=(const RecordedStep&) = delete;
 
-  /// One optimiser step on the grouped batch `b` with these weights and learning rate; returns
-  /// the batch's MetricSums terms (8, float64, on the device; valid until the next step).
-  torch::Tensor step(const BatchTensors& b, const Prefactors& pre, double normalizer, double frames, double lr);
-  /// The same for the batch whose sizes `shape` gives (group sizes, frames, virials), which
-  /// `fill` writes padded to the step's capacity (ReadyBatch).
+  /// One optimiser step on the batch whose grouped sizes `shape` gives (group sizes, frames,
+  /// virials), which `fill` writes padded to the step's capacity (ReadyBatch), with these weights
+  /// and learning rate; returns the batch's MetricSums terms (8, float64, on the device; valid
+  /// until the next step).
   torch::Tensor step(const BatchTensors& shape, const FillInputs& fill, const Prefactors& pre, double normalizer,
                      double frames, double lr);
 
