@@ -103,6 +103,7 @@ FrameBank::FrameBank(const FrameSource& source, const SpeciesMap& species, torch
   has_virial_t_ = to_device_with_pad(has_virial, torch::zeros({1}, f64), 0, device);
   weight_ = to_device_with_pad(weight, torch::zeros({1}, f64), 0, device);
   node_ = torch::zeros({n_atoms_ + 1}, i64.device(device));
+  iota_ = torch::zeros({0}, i64.device(device));
 }
 
 int64_t FrameBank::bytes() const {
@@ -234,7 +235,8 @@ void FrameBank::gather(const BankBatch& b, BatchTensors& into) {
   ensure_shape(into.edge_vectors, {edges, 3}, edge_vectors_.options());
   ensure_shape(into.frame_of_edge, {edges}, i64);
   if (edges > 0) {
-    node_.index_copy_(0, atom_row, torch::arange(atoms, i64));
+    if (iota_.size(0) < atoms) iota_ = torch::arange(atoms, i64);
+    node_.index_copy_(0, atom_row, iota_.narrow(0, 0, atoms));
     node_.narrow(0, n_atoms_, 1).fill_(atoms - 1);
     torch::Tensor flat = into.edge_index.view({-1});
     at::index_select_out(flat, node_, 0, edge_index_.index_select(1, edge_row).view({-1}));

@@ -75,6 +75,7 @@ class FrameBank {
   torch::Tensor forces_, has_forces_atom_, edge_index_, edge_vectors_;
   torch::Tensor atoms_per_frame_, energy_, has_energy_, virial_, has_virial_t_, weight_;
   torch::Tensor node_;   // a bank atom's node in the batch being gathered (int64, one per atom row)
+  torch::Tensor iota_;   // 0, 1, 2, ... on the device, as long as the largest batch's atoms (kept: no kernel a step)
 };
 
 }  // namespace mlip::trainer
