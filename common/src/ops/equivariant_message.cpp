@@ -451,6 +451,10 @@ Tensor message_entry(CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t 
 
 std::vector<Tensor> gradients_entry(CT g, CT x, CT s, CT w, CT path, CT center, CT neighbor, int64_t need) {
   TORCH_CHECK(need >= 0 && need <= kNeedAll, "equivariant_message_backward: need must be a mask of 1, 2 and 4");
+  TORCH_CHECK(g.dim() == 3 && x.dim() == 3 && s.dim() == 3 && g.size(1) == s.size(2) && g.size(2) == x.size(2) &&
+                  g.scalar_type() == x.scalar_type() && g.device() == x.device(),
+              "equivariant_message_backward: g (n_out, K, C) of x's dtype and device expected, got ", g.sizes());
+  check(x, s, w, path, center, neighbor, g.size(0));
   const auto how = detail::kernel_path(x.device());
   if (how == detail::KernelPath::aten) return gradients_reference(g, x, s, w, path, center, neighbor, need);
   const auto run = how == detail::KernelPath::cpu_kernels ? gradients_cpu : gradients_device;

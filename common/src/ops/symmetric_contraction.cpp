@@ -488,6 +488,10 @@ Tensor contract_entry(CT x, CT z, CT mono, CT species) {
 }
 
 std::vector<Tensor> gradients_entry(CT g, CT x, CT z, CT mono, CT species, bool need_z) {
+  check(x, z, mono, species);
+  TORCH_CHECK(g.dim() == 3 && g.size(0) == x.size(0) && g.size(1) == z.size(2) && g.size(2) == x.size(2) &&
+                  g.scalar_type() == x.scalar_type() && g.device() == x.device(),
+              "symmetric_contraction_backward: g (n, M, C) of x's dtype and device expected, got ", g.sizes());
   const auto how = detail::kernel_path(x.device());
   if (how == detail::KernelPath::aten) return gradients_reference(g, x, z, mono, species, need_z);
   const auto run = how == detail::KernelPath::cpu_kernels ? gradients_cpu : gradients_device;

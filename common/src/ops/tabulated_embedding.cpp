@@ -9,6 +9,7 @@
 #include "mlip/ops/operators.h"
 
 #include <cmath>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -26,9 +27,10 @@ namespace {
 
 constexpr int64_t kCoefficients = 6;   // quintic
 
-// An x outside [0, n_bins * step] is an error naming the distance the table was made for. One
-// pass before the kernels touch memory.
-void check_range(const torch::Tensor& x, int64_t n_bins, double step, double r_min) {
+// An x outside [0, n_bins * step] is an error naming the distance the table was made for (r_min;
+// without it, as for the backward, only what would read outside the table: x below it or not
+// finite; the top bin is clamped). One pass before the kernels touch memory.
+void check_range(const torch::Tensor& x, int64_t n_bins, double step, std::optional<double> r_min) {
   if (x.numel() == 0 || !device_value_checks_on()) return;
   const double top = static_cast<double>(n_bins) * step;
   const double lo = x.min().item<double>(), hi = x.max().item<double>();
@@ -37,10 +39,10 @@ void check_range(const torch::Tensor& x, int64_t n_bins, double step, double r_m
   // Below 0 only by rounding (float32 switch functions at the cutoff): the first bin's quintic.
   TORCH_CHECK(lo >= -0.01 * step, "compressed model: an embedding input below its table (", lo,
               "): the graph has an edge beyond the model's cutoff");
-  TORCH_CHECK(hi <= top * (1.0 + 1e-12),
+  TORCH_CHECK(!r_min || hi <= top * (1.0 + 1e-12),
               "compressed model: a neighbour is closer than its embedding table covers (made for distances >= ",
-              r_min, " A: its input runs to ", top, ", and an edge here gives ", hi,
-              ", a distance under ", r_min, " A): recompress with a smaller --min-distance, or use the uncompressed model");
+              r_min.value_or(0.0), " A: its input runs to ", top, ", and an edge here gives ", hi,
+              ", a distance under ", r_min.value_or(0.0), " A): recompress with a smaller --min-distance, or use the uncompressed model");
 }
 
 using kernels::Bin;
@@ -145,6 +147,8 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& env, const torch:
               "tabulated_contraction: x, env and table must have one dtype");
   TORCH_CHECK(center.scalar_type() == torch::kInt64 && net.scalar_type() == torch::kInt64 && center.dim() == 1 &&
                   net.dim() == 1, "tabulated_contraction: center and net must be int64 (E,)");
+  for (const torch::Tensor* t : {&env, &center, &net, &table})
+    TORCH_CHECK(t->device() == x.device(), "tabulated_contraction: all tensors must be on one device");
   TORCH_CHECK(!table.requires_grad(), "tabulated_contraction: the table is not trainable (compressed models are "
               "for inference; train the uncompressed model)");
 }
@@ -318,6 +322,13 @@ std::tuple<torch::Tensor, torch::Tensor> backward_entry(const torch::Tensor& gra
                                                         double step) {
   const auto how = detail::kernel_path(x.device());
   if (how == detail::KernelPath::aten) return backward_reference(grad, x, env, center, net, table, step);
+  check_inputs(x, env, center, net, table);
+  TORCH_CHECK(grad.dim() == 3 && grad.size(1) == 4 && grad.size(2) == table.size(3) &&
+                  grad.scalar_type() == x.scalar_type() && grad.device() == x.device(),
+              "tabulated_contraction_backward: grad (n_centers, 4, M) of x's dtype and device expected, got ",
+              grad.sizes());
+  check_range(x, table.size(1), step, std::nullopt);
+  check_indices(center, net, grad.size(0), table.size(0));
   const auto run = how == detail::KernelPath::cpu_kernels ? backward_cpu : backward_device;
   return run(grad.contiguous(), x.contiguous(), env.contiguous(), center.contiguous(), net.contiguous(),
              table.contiguous(), step);

@@ -83,7 +83,7 @@ Tensor backward_entry(CT g, CT u, CT terms, CT coefficients) {
               "vector_polynomials_backward: g (", u.size(0), ", n) of u's dtype and device expected, got ", g.sizes());
   check(u, terms, coefficients, g.size(1));
   if (aten_path(u)) return backward_reference(g, u, terms, coefficients);
-  Tensor gu = torch::empty_like(u);
+  Tensor gu = torch::empty(u.sizes(), u.options());   // (E, 3) contiguous, as the kernel writes it
   run<kernels::PolynomialGrad>(u, terms, coefficients, g.size(1), g, gu);
   return gu;
 }
