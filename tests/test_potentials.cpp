@@ -967,6 +967,29 @@ TEST(VectorPolynomials, HarmonicsAndDerivativesMatchTheReference) {
   }
 }
 
+// Vectors in a strided view (a transposed (3, E) tensor) give the values and gradients of the same
+// vectors made contiguous, on every kernel path: the backward writes its gradient in u's shape,
+// not in its strides.
+TEST(VectorPolynomials, StridedVectorsGiveTheContiguousResults) {
+  const auto [terms, coefficients] = o3::spherical_harmonics_terms(3);
+  for (const auto path_choice : kKernelPaths) {
+    SCOPED_TRACE(path_choice == KernelChoice::usual ? "CPU kernels" : "device kernels");
+    const KernelChoiceScope use(path_choice);
+    torch::manual_seed(9);
+    const torch::Tensor rows = torch::randn({3, 29}, torch::kFloat64), w = torch::randn({29, 16}, torch::kFloat64);
+    const torch::Tensor strided = rows.t().requires_grad_(true), dense = rows.t().contiguous().requires_grad_(true);
+    ASSERT_FALSE(strided.is_contiguous());
+    std::vector<torch::Tensor> grads;
+    for (const torch::Tensor& u : {strided, dense}) {
+      const torch::Tensor y = vector_polynomials(u, terms, coefficients, 16);
+      grads.push_back(torch::autograd::grad({(y * w).sum()}, {u})[0]);
+    }
+    EXPECT_TRUE(torch::equal(vector_polynomials(strided, terms, coefficients, 16),
+                             vector_polynomials(dense, terms, coefficients, 16)));
+    EXPECT_TRUE(torch::equal(grads[0], grads[1])) << (grads[0] - grads[1]).abs().max().item<double>();
+  }
+}
+
 // MACE's radial basis (mlip/ops/bessel_radial.h): the operator's values and derivatives to third
 // order against autograd's of the plain formula sqrt(2 / r_max) sin(k r) / r x envelope x step, with
 // and without the envelope, harmonic frequencies (the recurrence) and others, edges past the cutoff,
@@ -1288,6 +1311,63 @@ TEST(TabulatedContraction, InputBeyondTheTableIsAnErrorNamingTheDistance) {
   EXPECT_THROW(torch::autograd::grad({t.sum()}, {xg}, {}, true, /*create_graph=*/true), c10::Error);
 }
 
+// The operators' backwards are operators of their own (torch.ops.mlip.*_backward, callable from
+// TorchScript): called directly with a gradient of the wrong shape, or operands outside the
+// table, each is an error that names it on every kernel path, never a read outside its memory.
+TEST(Operators, BackwardsCalledDirectlyCheckTheirOperands) {
+  const auto f64 = torch::dtype(torch::kFloat64);
+  const auto i64 = torch::dtype(torch::kInt64);
+  auto error_of = [](const char* name, const std::vector<c10::IValue>& args) -> std::string {
+    const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+    torch::jit::Stack stack(args.begin(), args.end());
+    try {
+      op.callBoxed(&stack);
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    }
+    return "no error";
+  };
+  for (const auto path_choice : kKernelPaths) {
+    SCOPED_TRACE(path_choice == KernelChoice::usual ? "CPU kernels" : "device kernels");
+    const KernelChoiceScope use(path_choice);
+    // equivariant_message: x (3, 2, 4), s (2, 2, 3), w (2, 2, 4), 2 outputs: g (2, 3, 4)
+    const std::vector<c10::IValue> message = {torch::ones({3, 2, 4}, f64), torch::ones({2, 2, 3}, f64),
+                                              torch::ones({2, 2, 4}, f64), torch::tensor({0, 1, 1}, i64),
+                                              torch::tensor({0, 1}, i64), torch::tensor({0, 2}, i64)};
+    auto with_g = [](const torch::Tensor& g, std::vector<c10::IValue> rest, c10::IValue last) {
+      rest.insert(rest.begin(), g);
+      rest.push_back(last);
+      return rest;
+    };
+    EXPECT_EQ(error_of("mlip::equivariant_message_backward", with_g(torch::ones({2, 3, 4}, f64), message, 7)),
+              "no error");
+    EXPECT_NE(error_of("mlip::equivariant_message_backward", with_g(torch::ones({2, 3, 5}, f64), message, 7))
+                  .find("equivariant_message_backward: g (n_out, K, C)"), std::string::npos);
+    EXPECT_NE(error_of("mlip::equivariant_message_backward", with_g(torch::ones({1, 3, 4}, f64), message, 7))
+                  .find("equivariant_message: a center index outside [0, 1)"), std::string::npos);
+    // symmetric_contraction: x (2, 3, 4), z (2, 1, 5, 4), one monomial: g (2, 5, 4)
+    const std::vector<c10::IValue> contraction = {torch::ones({2, 3, 4}, f64), torch::ones({2, 1, 5, 4}, f64),
+                                                  torch::tensor({{0, 1, 3}}, i64), torch::tensor({0, 1}, i64)};
+    EXPECT_EQ(error_of("mlip::symmetric_contraction_backward", with_g(torch::ones({2, 5, 4}, f64), contraction, true)),
+              "no error");
+    EXPECT_NE(error_of("mlip::symmetric_contraction_backward", with_g(torch::ones({2, 4, 4}, f64), contraction, true))
+                  .find("symmetric_contraction_backward: g (n, M, C)"), std::string::npos);
+    // tabulated_contraction: 2 edges into 1 centre, a table of 1 net, 10 bins of step 0.1, M = 2
+    const torch::Tensor table = torch::zeros({1, 10, 6, 2}, f64), env = torch::ones({2, 4}, f64);
+    const torch::Tensor idx = torch::zeros({2}, i64);
+    auto tabulated = [&](const torch::Tensor& grad, const torch::Tensor& x, const torch::Tensor& center) {
+      return error_of("mlip::tabulated_contraction_backward", {grad, x, env, center, idx, table, 0.1});
+    };
+    const torch::Tensor x = torch::tensor({0.2, 0.3}, f64), grad = torch::ones({1, 4, 2}, f64);
+    EXPECT_EQ(tabulated(grad, x, idx), "no error");
+    EXPECT_NE(tabulated(torch::ones({1, 4, 3}, f64), x, idx).find("tabulated_contraction_backward: grad (n_centers, 4, M)"),
+              std::string::npos);
+    EXPECT_NE(tabulated(grad, torch::tensor({0.2, -0.5}, f64), idx).find("an embedding input below its table"),
+              std::string::npos);
+    EXPECT_NE(tabulated(grad, x, torch::tensor({0, 1}, i64)).find("a centre index outside"), std::string::npos);
+  }
+}
+
 // A compressed se_e2_a against the model it came from, compressed from the trainable module and
 // from its exported file: forces within 1e-6 eV/A and energies within 1e-7 eV/atom (float64) on
 // random structures and distorted water frames; Python's torch.jit.load runs it with the
@@ -1490,14 +1570,22 @@ TEST(GroupedGraph, PaddingLayoutAndCapacityPolicy) {
     EXPECT_EQ(at < cap.edges[0], g.view.species[g.index[ne + e]] == 0);
   }
   int64_t padding = 0;
+  const int64_t n_out_centers = out.n_centers();
+  std::vector<int64_t> padding_on(static_cast<std::size_t>(n_out_centers), 0);
   for (int64_t e = 0; e < out.n_edges(); ++e) {
     if (used[e] == 0) {
       ++padding;
       EXPECT_EQ(out.edge_vectors[3 * e], 2.0 * kCutoff);   // beyond the cutoff
+      // a centre to itself, spread over the centres (not all on one: a GPU's sums onto it would
+      // take them one after another)
+      EXPECT_EQ(out.edge_index[e], out.edge_index[n_out + e]);
+      ASSERT_LT(out.edge_index[e], n_out_centers);
+      ++padding_on[static_cast<std::size_t>(out.edge_index[e])];
     }
     EXPECT_LE(used[e], 1);
   }
   EXPECT_EQ(padding, out.n_edges() - g.view.n_edges);
+  EXPECT_LE(*std::max_element(padding_on.begin(), padding_on.end()), padding / n_out_centers + static_cast<int64_t>(cap.edges.size()));   // a run of slots per net
   for (int64_t i = 0; i < g.view.n_centers; ++i) {
     const int64_t at = out.node_position[i], t = g.view.species[i];
     EXPECT_EQ(out.species[at], t);

@@ -260,9 +260,13 @@ std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
   const torch::Device device = model_->device();
   const EdgeCounts counts = count_edges(b, rule_);
   const int64_t all = b.chunks * b.edges;
-  torch::Tensor edge_index = torch::zeros({2, all}, b.species.options());
+  // Padding edges: each slot's centre (slot k: centre k mod centres) to itself, beyond the cutoff,
+  // where every term is zero; spread over the centres, not all on one (whose sums, one thread's
+  // in the tables' kernel or atomics in an index_add, would take a tenth of the edges in a row).
+  torch::Tensor edge_index =
+      torch::arange(all, b.species.options()).remainder_(std::max<int64_t>(b.centers, 1)).expand({2, all}).contiguous();
   torch::Tensor vectors = torch::zeros({all, 3}, b.x.options());
-  vectors.select(1, 0).fill_(rule_.pad_length);   // padding: centre 0 to itself, beyond the cutoff
+  vectors.select(1, 0).fill_(rule_.pad_length);
   int64_t* ends = edge_index.data_ptr<int64_t>();
   detail::run_elements(
       kernels::GraphListGrouped<double>{b.grid, b.slot.data_ptr<int64_t>(), rule_.n_species, b.nets, b.centers,

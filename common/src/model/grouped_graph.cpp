@@ -131,16 +131,18 @@ bool group_graph(const GraphView& g, const GroupingRule& rule, GroupCapacity& ca
     out.node_position[i] = at;
     out.species[at] = g.species[i];
   }
-  // Padding edges: centre 0 to itself, beyond the cutoff; for message passing, the last slot of
-  // the first non-empty group of centres (a padding centre: grow_capacities() kept it free) to itself.
-  int64_t pad_node = 0;
+  // Padding edges: slot e's centre (e mod centres) to itself, beyond the cutoff, where every term
+  // is zero (spread over the centres: an index_add onto one row would take them in a row); for
+  // message passing, whose terms are not zero there, the last slot of the first non-empty group of
+  // centres (a padding centre: grow_capacities() kept it free) to itself.
+  out.edge_index.resize(2 * n_edges);
+  for (int64_t e = 0; e < n_edges; ++e) out.edge_index[e] = out.edge_index[n_edges + e] = e % std::max<int64_t>(n_centers, 1);
   if (rule.message_passing)
     for (int64_t t = 0; t < ns; ++t)
       if (centers[t] > 0) {
-        pad_node = center_at[t + 1] - 1;
+        std::fill(out.edge_index.begin(), out.edge_index.end(), center_at[t + 1] - 1);
         break;
       }
-  out.edge_index.assign(2 * n_edges, pad_node);
   out.edge_vectors.assign(3 * n_edges, 0.0);
   for (int64_t e = 0; e < n_edges; ++e) out.edge_vectors[3 * e] = rule.pad_length;
   out.edge_position.resize(g.n_edges);

@@ -10,7 +10,8 @@ namespace mlip::kernels {
 
 // dx^2 + dy^2 + dz^2 rounded the same in every kernel: on a GPU without fused multiply-adds
 // (nvcc contracts by default, and differently where it inlines differently), so that counting and
-// listing agree on a pair at the cutoff. The host build does not contract (no -mfma, -march).
+// listing agree on a pair at the cutoff. The host's loop is built with -ffp-contract=off
+// (common/CMakeLists.txt: its ISA clones have FMA), so it rounds as the GPU does.
 template <typename T> MLIP_HD T squared_norm(T x, T y, T z) {
 #if defined(__CUDA_ARCH__)
   if constexpr (sizeof(T) == sizeof(double))
