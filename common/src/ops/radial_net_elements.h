@@ -47,20 +47,30 @@ template <typename T> struct TanhNetForward {
     }
   }
 
-  // y' = R(y) + tanh(y W + b) and its derivative, R: none, y, or [y, y].
+  // y' = R(y) + tanh(y W + b) and its derivative, R: none, y, or [y, y]. Outputs in tiles of
+  // kTile, their sums in registers, so that each input is read from the thread's array once a
+  // tile, not once an output (on a GPU those arrays live in local memory); each sum still adds its
+  // inputs in order, as the untiled loop did.
   MLIP_HD void layer(int l, const T* yv, const T* yd, T* nv, T* nd) const {
+    constexpr int kTile = 8;
     const int in = o.in[l], out = o.out[l], r = o.residual[l];
     const T *w = o.w[l], *b = o.b[l];
-    for (int j = 0; j < out; ++j) {
-      T z = b[j], zd = T(0);
+    for (int j0 = 0; j0 < out; j0 += kTile) {
+      const int n = out - j0 < kTile ? out - j0 : kTile;
+      T z[kTile], zd[kTile];
+      for (int t = 0; t < kTile; ++t) z[t] = t < n ? b[j0 + t] : T(0), zd[t] = T(0);
       for (int i = 0; i < in; ++i) {
-        z += yv[i] * w[i * out + j];
-        zd += yd[i] * w[i * out + j];
+        const T vi = yv[i], di = yd[i];
+        const T* wi = w + i * out + j0;
+        for (int t = 0; t < kTile; ++t)
+          if (t < n) z[t] += vi * wi[t], zd[t] += di * wi[t];
       }
-      const T a = std::tanh(z);
-      const int k = j < in ? j : j - in;
-      nv[j] = (r == 0 ? T(0) : yv[k]) + a;
-      nd[j] = (r == 0 ? T(0) : yd[k]) + (T(1) - a * a) * zd;
+      for (int t = 0; t < n; ++t) {
+        const int j = j0 + t, k = j < in ? j : j - in;
+        const T a = std::tanh(z[t]);
+        nv[j] = (r == 0 ? T(0) : yv[k]) + a;
+        nd[j] = (r == 0 ? T(0) : yd[k]) + (T(1) - a * a) * zd[t];
+      }
     }
   }
 };
