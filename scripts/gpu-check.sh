@@ -361,7 +361,11 @@ stage_build() {
 #---------------------------------------------------------------------------------------------------
 stage_device() {
   local rc=0
-  gtest_each device 60 "$build/bin/test_device" 'Device.*:Architectures/DeviceModels.*:GraphCaptureGpu.*:DeviceKernelsGpu.*:DeviceGraphGpu.*:DeviceStepGpu.*:DeviceMemoryGpu.*:KernelProfileGpu.*' || rc=$?
+  # The operators' device kernels first, each launch waited for (CUDA_LAUNCH_BLOCKING: small
+  # inputs, nothing recorded), so that a fault inside one is reported by that kernel's launch
+  CUDA_LAUNCH_BLOCKING=1 gtest_each device_kernels 60 "$build/bin/test_device" 'DeviceKernelsGpu.*' || rc=$?
+  gtest_each device 60 "$build/bin/test_device" 'Device.*:Architectures/DeviceModels.*:GraphCaptureGpu.*:DeviceGraphGpu.*:DeviceStepGpu.*:DeviceMemoryGpu.*:KernelProfileGpu.*' || rc=$?
+  cat "$logs/device_kernels.log" >>"$logs/device.log"
   record "tests test_device (GPU cases): $(gtest_counts "$logs/device.log")"
   local forces graphs
   forces=$(grep 'relative difference GPU vs CPU' "$logs/device.log" | grep -v 'CUDA graph\|device kernels' | sed 's/: relative difference GPU vs CPU:/:/' | paste -sd';' -)

@@ -33,6 +33,17 @@ enum class Kernel : int {
 #undef MLIP_KERNEL_ID
 };
 
+/// The kernel's name, for messages.
+inline const char* kernel_name(Kernel id) {
+  static constexpr const char* names[] = {
+#define MLIP_KERNEL_NAME(name) #name,
+      MLIP_DEVICE_KERNELS(MLIP_KERNEL_NAME)
+#undef MLIP_KERNEL_NAME
+  };
+  const int i = static_cast<int>(id);
+  return i >= 0 && i < static_cast<int>(sizeof(names) / sizeof(names[0])) ? names[i] : "(unknown)";
+}
+
 // The C interface of libmlip_cuda_ops.so (loaded with dlopen: mlip itself links no CUDA library).
 // mlip_cuda_launch runs `count` elements of kernel `id` (float64 if f64, else float32) whose functor
 // is *functor, on the current LibTorch stream of `device`; it returns 0, or -1 with the reason in
