@@ -320,8 +320,8 @@ const std::vector<std::string> kMaceOutputs = {
 
 TEST(DeviceKernelsGpu, MaceOperatorsEqualTheCpuKernels) {
   if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
-  ASSERT_EQ(device_kernels_unavailable(), "");
   const torch::Device gpu = choose_device("cuda", 0, "test");
+  ASSERT_EQ(device_kernels_unavailable(gpu), "");
   for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
     const auto inputs = mace_inputs(dtype);
     const double worst = worst_difference(mace_operator_outputs(inputs, torch::kCPU),
@@ -367,8 +367,8 @@ const std::vector<std::string> kEdgeOutputs = {"ds", "dv", "T", "d/dphi", "d/dw"
 
 TEST(DeviceKernelsGpu, PainnAndCompressedOperatorsEqualTheCpuKernels) {
   if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
-  ASSERT_EQ(device_kernels_unavailable(), "");
   const torch::Device gpu = choose_device("cuda", 0, "test");
+  ASSERT_EQ(device_kernels_unavailable(gpu), "");
   for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
     const auto inputs = edge_inputs(dtype);
     const double worst = worst_difference(edge_operator_outputs(inputs, torch::kCPU),

@@ -68,7 +68,7 @@ DeviceStep::DeviceStep(const Model& model, double cutoff, bool record, double mi
                 model.info().architecture + " model passes messages through a halo, which it does not build; "
                 "without 'graph device', 'cuda_graph yes' records its model call");
   if (model.device().is_cuda())
-    if (const std::string why = device_kernels_unavailable(); !why.empty())
+    if (const std::string why = device_kernels_unavailable(model.device()); !why.empty())
       throw Error("the step on the GPU needs mlip's CUDA kernels (libmlip_cuda_ops.so): " + why);
   if (!record) return;
   if (!model.device().is_cuda()) throw Error("CUDA graphs need the model on a GPU (it is on " + model.device().str() + ")");

@@ -50,8 +50,10 @@ inline const char* kernel_name(Kernel id) {
 // mlip_cuda_error(). mlip_cuda_memory fills bytes[kMemoryFields] of `device` (the driver's free and
 // total, LibTorch's caching allocator's reserved, allocated and peak allocated since
 // mlip_cuda_reset_peak); mlip_cuda_release_cache gives the allocator's unused blocks back to the
-// driver. Version: the layout of the functors and this interface; another version is refused.
-constexpr int kDeviceKernelsVersion = 10;
+// driver; mlip_cuda_runs_on returns 0 if the library has code for `device` (its architecture), else
+// -1 with the reason. Version: the layout of the functors and this interface; another version is
+// refused.
+constexpr int kDeviceKernelsVersion = 11;
 enum MemoryField : int { kFree, kTotal, kReserved, kAllocated, kPeakAllocated, kMemoryFields };
 extern "C" {
 using CudaLaunch = int (*)(int id, int f64, const void* functor, int64_t count, int device);
@@ -60,6 +62,7 @@ using CudaVersion = int (*)();
 using CudaMemory = int (*)(int device, int64_t* bytes);
 using CudaResetPeak = int (*)(int device);
 using CudaReleaseCache = int (*)();
+using CudaRunsOn = int (*)(int device);
 }
 
 }  // namespace mlip::kernels

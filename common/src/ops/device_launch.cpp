@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <mutex>
 #include <string>
 
 namespace mlip {
@@ -32,6 +33,7 @@ std::string cuda_library_path() {
 struct CudaLibrary {
   kernels::CudaLaunch launch = nullptr;
   kernels::CudaError error = nullptr;
+  kernels::CudaRunsOn runs_on = nullptr;
   void* handle = nullptr;
   std::string why;
   CudaLibrary() {
@@ -49,7 +51,9 @@ struct CudaLibrary {
     const auto version = reinterpret_cast<kernels::CudaVersion>(dlsym(lib, "mlip_cuda_version"));
     launch = reinterpret_cast<kernels::CudaLaunch>(dlsym(lib, "mlip_cuda_launch"));
     error = reinterpret_cast<kernels::CudaError>(dlsym(lib, "mlip_cuda_error"));
-    if (version == nullptr || launch == nullptr || error == nullptr || version() != kernels::kDeviceKernelsVersion) {
+    runs_on = reinterpret_cast<kernels::CudaRunsOn>(dlsym(lib, "mlip_cuda_runs_on"));
+    if (version == nullptr || launch == nullptr || error == nullptr || runs_on == nullptr ||
+        version() != kernels::kDeviceKernelsVersion) {
       why = path + " is not the CUDA library of this mlip (another version)";
       launch = nullptr;
       return;
@@ -79,6 +83,23 @@ KernelChoiceScope::~KernelChoiceScope() { detail::kernel_choice_set.store(before
 
 std::string device_kernels_unavailable() { return cuda_library().launch ? std::string() : cuda_library().why; }
 
+std::string device_kernels_unavailable(const torch::Device& device) {
+  if (!device.is_cuda()) return "";
+  const CudaLibrary& lib = cuda_library();
+  if (!lib.launch) return lib.why;
+  // Asked once per GPU (a CUDA call: never while a graph is recorded, as kernel_path() asks first).
+  constexpr int kDevices = 64;
+  static std::once_flag asked[kDevices];
+  static std::string why[kDevices];
+  const int index = device.has_index() ? device.index() : 0;
+  if (index < 0 || index >= kDevices) return "";
+  std::call_once(asked[index], [&] {
+    if (lib.runs_on(index) != 0)
+      why[index] = "its kernels cannot run on cuda:" + std::to_string(index) + ": " + lib.error();
+  });
+  return why[index];
+}
+
 namespace detail {
 
 KernelPath kernel_path(const torch::Device& device) {
@@ -96,13 +117,12 @@ KernelPath kernel_path(const torch::Device& device) {
   // kernels' tables sort the edges (argsort), not yet recorded on a GPU. DeviceStep asks for the
   // device kernels explicitly (its own cell list sorts too).
   if (!device_value_checks_on()) return KernelPath::aten;
-  if (cuda_library().launch) return KernelPath::device_kernels;
-  static const bool said = [] {
-    std::cerr << "mlip: the operators run their aten formulations on the GPU (more memory, slower): "
-              << cuda_library().why << "\n";
-    return true;
-  }();
-  (void)said;
+  const std::string why = device_kernels_unavailable(device);
+  if (why.empty()) return KernelPath::device_kernels;
+  static std::once_flag said;
+  std::call_once(said, [&] {
+    std::cerr << "mlip: the operators run their aten formulations on the GPU (more memory, slower): " << why << "\n";
+  });
   return KernelPath::aten;
 }
 

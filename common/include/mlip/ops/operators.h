@@ -9,6 +9,8 @@
 #include <atomic>
 #include <string>
 
+#include <c10/core/Device.h>
+
 namespace mlip {
 
 void link_operators();
@@ -54,7 +56,11 @@ class KernelChoiceScope {
   int before_;
 };
 
-/// Empty if the device kernels can run on a GPU, else why not.
+/// Empty if the device kernels can run on a GPU, else why not (libmlip_cuda_ops.so missing or of
+/// another version).
 std::string device_kernels_unavailable();
+/// The same for `device`: also whether the library has code for that GPU's architecture (asked
+/// once per GPU); empty for the CPU.
+std::string device_kernels_unavailable(const c10::Device& device);
 
 }  // namespace mlip

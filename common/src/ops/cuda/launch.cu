@@ -34,6 +34,13 @@ template <class F> cudaError_t launch(const void* functor, int64_t count, cudaSt
 
 }  // namespace
 
+// Whether this library's kernels have code for the current device (built for its architecture,
+// or PTX it can compile): cudaSuccess, or the error a launch would give.
+cudaError_t kernels_run_here() {
+  cudaFuncAttributes attributes;
+  return cudaFuncGetAttributes(&attributes, each_element<MessageForward<double>>);
+}
+
 // Kernel `id` in float64 (f64) or float32 on `stream`.
 cudaError_t launch_on_stream(int id, int f64, const void* functor, int64_t count, cudaStream_t stream) {
   switch (id) {

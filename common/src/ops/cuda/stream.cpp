@@ -14,6 +14,7 @@
 
 namespace mlip::kernels {
 cudaError_t launch_on_stream(int id, int f64, const void* functor, int64_t count, cudaStream_t stream);
+cudaError_t kernels_run_here();
 }
 
 namespace {
@@ -34,6 +35,25 @@ __attribute__((visibility("default"))) int mlip_cuda_launch(int id, int f64, con
     const cudaError_t rc = mlip::kernels::launch_on_stream(id, f64, functor, count, stream);
     if (rc == cudaSuccess) return 0;
     last_error = std::string("launch failed: ") + cudaGetErrorString(rc);
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  }
+  return -1;
+}
+
+__attribute__((visibility("default"))) int mlip_cuda_runs_on(int device) {
+  try {
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    const cudaError_t rc = mlip::kernels::kernels_run_here();
+    if (rc == cudaSuccess) return 0;
+    cudaGetLastError();   // not sticky: clear it, so that it is not reported by a later launch
+    cudaDeviceProp prop;
+    const bool known = cudaGetDeviceProperties(&prop, device) == cudaSuccess;
+    last_error = std::string(cudaGetErrorString(rc)) + " (this GPU is sm_" +
+                 (known ? std::to_string(prop.major) + std::to_string(prop.minor) : std::string("?")) +
+                 "; build mlip with -DMLIP_CUDA_ARCHITECTURES naming it)";
+  } catch (const c10::Error& e) {
+    last_error = e.what_without_backtrace();
   } catch (const std::exception& e) {
     last_error = e.what();
   }
