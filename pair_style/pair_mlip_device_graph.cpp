@@ -15,6 +15,8 @@
 #include "pair_mlip.h"
 #include "pair_mlip_impl.h"
 
+#include "mlip/ops/operators.h"
+
 #include "atom.h"
 #include "comm.h"
 #include "error.h"
@@ -53,6 +55,9 @@ void PairMLIP::init_device_graph()
                     : kokkosable           ? "mlip/kk"
                                            : nullptr;
   if (why) error->all(FLERR, std::string("pair_style mlip: graph device is not for ") + why);
+  if (const std::string no_kernels = mlip::device_kernels_unavailable(impl->model->device()); !no_kernels.empty())
+    error->one(FLERR, "pair_style mlip: graph device builds the graph with mlip's CUDA kernels (libmlip_cuda_ops.so): " +
+                          no_kernels + " (or use graph host)");
   if (comm->me == 0)
     utils::logmesg(lmp, "pair_style mlip: graph device: the neighbour graph{} is built on {} from the positions, "
                         "forces and virials summed there\n",

@@ -95,7 +95,7 @@ std::string device_kernels_unavailable(const torch::Device& device) {
   if (index < 0 || index >= kDevices) return "";
   std::call_once(asked[index], [&] {
     if (lib.runs_on(index) != 0)
-      why[index] = "its kernels cannot run on cuda:" + std::to_string(index) + ": " + lib.error();
+      why[index] = "libmlip_cuda_ops.so's kernels cannot run on cuda:" + std::to_string(index) + ": " + lib.error();
   });
   return why[index];
 }

@@ -47,8 +47,7 @@ template <class F> void run_elements(const F& f, int64_t count, const torch::Dev
   }
   const bool f64 = std::is_same_v<typename decltype(f.o)::value_type, double>;
   const int rc = cuda_launcher()(int(F::id), f64, &f, count, device.index());
-  TORCH_CHECK(rc == 0, "mlip's CUDA kernel ", kernels::kernel_name(F::id), ": ", cuda_launch_error(),
-              " (a fault inside an earlier kernel is reported at a later launch: CUDA_LAUNCH_BLOCKING=1 reports it at its own)");
+  TORCH_CHECK(rc == 0, "mlip's CUDA kernel ", kernels::kernel_name(F::id), ": ", cuda_launch_error());
 }
 
 /// The edges (or nodes, slots) grouped by `index` in [0, count), each group in their order:

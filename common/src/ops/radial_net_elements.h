@@ -50,7 +50,7 @@ template <typename T> struct TanhNetForward {
   // y' = R(y) + tanh(y W + b) and its derivative, R: none, y, or [y, y]. Outputs in tiles of
   // kTile, their sums in registers, so that each input is read from the thread's array once a
   // tile, not once an output (on a GPU those arrays live in local memory); each sum still adds its
-  // inputs in order, as the untiled loop did.
+  // inputs in order (where a compiler fuses multiply-adds, it may round differently).
   MLIP_HD void layer(int l, const T* yv, const T* yd, T* nv, T* nd) const {
     constexpr int kTile = 8;
     const int in = o.in[l], out = o.out[l], r = o.residual[l];

@@ -320,8 +320,6 @@ std::tuple<torch::Tensor, torch::Tensor> backward_entry(const torch::Tensor& gra
                                                         const torch::Tensor& env, const torch::Tensor& center,
                                                         const torch::Tensor& net, const torch::Tensor& table,
                                                         double step) {
-  const auto how = detail::kernel_path(x.device());
-  if (how == detail::KernelPath::aten) return backward_reference(grad, x, env, center, net, table, step);
   check_inputs(x, env, center, net, table);
   TORCH_CHECK(grad.dim() == 3 && grad.size(1) == 4 && grad.size(2) == table.size(3) &&
                   grad.scalar_type() == x.scalar_type() && grad.device() == x.device(),
@@ -329,6 +327,8 @@ std::tuple<torch::Tensor, torch::Tensor> backward_entry(const torch::Tensor& gra
               grad.sizes());
   check_range(x, table.size(1), step, std::nullopt);
   check_indices(center, net, grad.size(0), table.size(0));
+  const auto how = detail::kernel_path(x.device());
+  if (how == detail::KernelPath::aten) return backward_reference(grad, x, env, center, net, table, step);
   const auto run = how == detail::KernelPath::cpu_kernels ? backward_cpu : backward_device;
   return run(grad.contiguous(), x.contiguous(), env.contiguous(), center.contiguous(), net.contiguous(),
              table.contiguous(), step);

@@ -16,8 +16,9 @@ template <typename T> struct Bin {
 };
 template <typename T> MLIP_HD Bin<T> locate_bin(T x, double inv_step, int64_t n_bins) {
   const double u = static_cast<double>(x) * inv_step;
-  int64_t k = static_cast<int64_t>(u);   // 0 for -1 < u < 1
-  if (k >= n_bins) k = n_bins - 1;       // x at the table's top end
+  // clamped before the conversion (past int64's range, or NaN, it is undefined on the host): the
+  // first bin below the table (rounding: -1 < u < 0), the last at its top end and beyond
+  const int64_t k = u < 1.0 ? 0 : !(u < static_cast<double>(n_bins)) ? n_bins - 1 : static_cast<int64_t>(u);
   return {k, static_cast<T>(u - static_cast<double>(k))};
 }
 

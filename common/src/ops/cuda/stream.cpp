@@ -35,6 +35,10 @@ __attribute__((visibility("default"))) int mlip_cuda_launch(int id, int f64, con
     const cudaError_t rc = mlip::kernels::launch_on_stream(id, f64, functor, count, stream);
     if (rc == cudaSuccess) return 0;
     last_error = std::string("launch failed: ") + cudaGetErrorString(rc);
+    // A fault inside a kernel is reported by the next launch or wait, whichever kernel it was.
+    if (rc == cudaErrorIllegalAddress || rc == cudaErrorLaunchFailure || rc == cudaErrorMisalignedAddress ||
+        rc == cudaErrorIllegalInstruction || rc == cudaErrorHardwareStackError || rc == cudaErrorAssert)
+      last_error += " (possibly a fault of an earlier kernel, reported here: CUDA_LAUNCH_BLOCKING=1 reports each at its own launch)";
   } catch (const std::exception& e) {
     last_error = e.what();
   }
@@ -49,9 +53,11 @@ __attribute__((visibility("default"))) int mlip_cuda_runs_on(int device) {
     cudaGetLastError();   // not sticky: clear it, so that it is not reported by a later launch
     cudaDeviceProp prop;
     const bool known = cudaGetDeviceProperties(&prop, device) == cudaSuccess;
-    last_error = std::string(cudaGetErrorString(rc)) + " (this GPU is sm_" +
-                 (known ? std::to_string(prop.major) + std::to_string(prop.minor) : std::string("?")) +
-                 "; build mlip with -DMLIP_CUDA_ARCHITECTURES naming it)";
+    last_error = cudaGetErrorString(rc);
+    if (rc == cudaErrorNoKernelImageForDevice || rc == cudaErrorInvalidDeviceFunction)
+      last_error += " (this GPU is sm_" +
+                    (known ? std::to_string(prop.major) + std::to_string(prop.minor) : std::string("?")) +
+                    "; build mlip with -DMLIP_CUDA_ARCHITECTURES naming it)";
   } catch (const c10::Error& e) {
     last_error = e.what_without_backtrace();
   } catch (const std::exception& e) {
