@@ -636,6 +636,54 @@ TEST(Training, DeviceAndCommunicationErrors) {
   EXPECT_FALSE(fs::exists(dir.path / "run" / "checkpoints")) << "nothing written";
 }
 
+// Whether NCCL can be used: every rank on a GPU of its own, told apart by node and PCI bus (a
+// launcher may show each rank one GPU, all as cuda:0), agreed by a sum over all ranks. Rank 0 of
+// three, the other ranks' identities given.
+TEST(Communication, GpuSharingToldApartByNodeAndBus) {
+  // Rank `me` of three; its sum adds `others`, the slots the other ranks put in.
+  struct Rank final : Communicator {
+    int me = 0;
+    std::vector<double> others = std::vector<double>(3, 0.0), put;
+    int rank() const override { return me; }
+    int size() const override { return 3; }
+    std::string name() const override { return "test"; }
+    void allreduce_sum(torch::Tensor&) override {}
+    void allreduce_sum(double* data, std::size_t n) override {
+      put.assign(data, data + n);
+      for (std::size_t k = 0; k < n; ++k) data[k] += others[k];
+    }
+    void allreduce_sum(float*, std::size_t) override {}
+    void broadcast(std::string&) override {}
+    void barrier() override {}
+  };
+  auto sharing = [](const std::string& mine, const std::vector<std::string>& others) {
+    Rank zero;
+    for (int r = 1; r < 3; ++r) {   // what rank r puts in
+      Rank other;
+      other.me = r;
+      gpu_sharing(other, others[static_cast<std::size_t>(r - 1)]);
+      for (std::size_t k = 0; k < 3; ++k) zero.others[k] += other.put[k];
+    }
+    return gpu_sharing(zero, mine);
+  };
+  // one GPU each, each rank shown its own as cuda:0: NCCL
+  GpuSharing s = sharing("node1/0000:1A:00.0", {"node1/0000:1B:00.0", "node2/0000:1A:00.0"});
+  EXPECT_EQ(s.on_gpu, 3);
+  EXPECT_TRUE(s.every_rank_its_own(3));
+  // two ranks on one GPU of a node
+  s = sharing("node1/0000:1A:00.0", {"node1/0000:1A:00.0", "node2/0000:1A:00.0"});
+  EXPECT_EQ(s.on_gpu, 3);
+  EXPECT_FALSE(s.every_rank_its_own(3));
+  // a rank on the CPU; all on the CPU
+  s = sharing("node1/0000:1A:00.0", {"", "node2/0000:1A:00.0"});
+  EXPECT_EQ(s.on_gpu, 2);
+  EXPECT_FALSE(s.every_rank_its_own(3));
+  s = sharing("", {"", ""});
+  EXPECT_EQ(s.on_gpu, 0);
+  EXPECT_FALSE(s.every_rank_its_own(3));
+  EXPECT_NE(gpu_identity(torch::Device("cuda:1")).find('/'), std::string::npos);
+}
+
 // Gradient buckets: every parameter in exactly one bucket, last parameters first, no bucket over
 // the size unless one parameter is larger; each bucket summed in one call.
 TEST(GradientReducer, BucketsCoverEveryParameterOnceInReverseOrder) {

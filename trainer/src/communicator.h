@@ -59,6 +59,21 @@ std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv);
 /// Whether this build has the NCCL backend (CMake found NCCL and LibTorch's CUDA libraries).
 bool nccl_available();
 
+/// Which physical GPU `device` is: the node's name and the GPU's PCI bus id (the same under any
+/// CUDA_VISIBLE_DEVICES), or just the node's name and the device in a build without NCCL.
+std::string gpu_identity(const torch::Device& device);
+
+/// How the ranks of a run use GPUs: how many train on one, and whether no two of them share one
+/// (what NCCL needs).
+struct GpuSharing {
+  int on_gpu = 0;
+  bool distinct = true;
+  bool every_rank_its_own(int ranks) const { return on_gpu == ranks && distinct; }
+};
+/// GpuSharing of the ranks of `comm`, a collective of all of them; `identity` is gpu_identity()
+/// of the rank's device, empty on the CPU.
+GpuSharing gpu_sharing(Communicator& comm, const std::string& identity);
+
 /// NCCL among the ranks of `host` (which carries the unique id and keeps doing everything but
 /// tensor all-reduces), each on its GPU `device`. Throws mlip::Error naming the rank and the
 /// NCCL call that failed, or saying that this build has no NCCL.

@@ -7,7 +7,14 @@
 // factory says so.
 #include "communicator.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <vector>
 
 #include "mlip/error.h"
 
@@ -38,6 +45,10 @@ class NcclCommunicator final : public Communicator {
     ncclUniqueId uid;
     std::memcpy(&uid, id.data(), sizeof(uid));
     const c10::cuda::CUDAGuard guard(device.index());
+    // No buffer registration when a step is recorded: a rank records again alone when its batch
+    // outgrows the step's capacity, and registering a recorded all-reduce's buffers (NVLS,
+    // CollNet) waits for every rank of the node, which are replaying, not recording: a hang.
+    setenv("NCCL_GRAPH_REGISTER", "0", /*overwrite=*/0);
     check(ncclCommInitRank(&comm_, host.size(), uid, host.rank()), "ncclCommInitRank");
   }
   ~NcclCommunicator() override {
@@ -75,10 +86,8 @@ class NcclCommunicator final : public Communicator {
   void check(ncclResult_t rc, const char* call) const {
     if (rc == ncclSuccess) return;
     std::string why = ncclGetErrorString(rc);
-    if (comm_ != nullptr) {
-      const char* last = ncclGetLastError(comm_);
-      if (last && *last) why += std::string(" (") + last + ")";
-    }
+    const char* last = ncclGetLastError(comm_);   // also before a communicator exists (nullptr)
+    if (last && *last) why += std::string(" (") + last + ")";
     fail(call, why);
   }
 
@@ -86,6 +95,15 @@ class NcclCommunicator final : public Communicator {
   torch::Device device_;
   ncclComm_t comm_ = nullptr;
 };
+
+std::string pci_bus_id(const torch::Device& device) {
+  char id[32] = {0};
+  if (cudaDeviceGetPCIBusId(id, sizeof(id), device.index()) != cudaSuccess) {
+    cudaGetLastError();
+    return device.str();
+  }
+  return id;
+}
 
 }  // namespace
 
@@ -97,6 +115,10 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, const t
 
 #else
 
+namespace {
+std::string pci_bus_id(const torch::Device& device) { return device.str(); }
+}  // namespace
+
 bool nccl_available() { return false; }
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, const torch::Device&) {
@@ -106,5 +128,24 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, const t
 }
 
 #endif
+
+std::string gpu_identity(const torch::Device& device) {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return std::string(host) + "/" + pci_bus_id(device);
+}
+
+GpuSharing gpu_sharing(Communicator& comm, const std::string& identity) {
+  // Each rank's identity as a number exact in a double (52 bits of its hash, + 1: 0 is the CPU),
+  // in its own slot, summed: all ranks' at once.
+  std::vector<double> ids(static_cast<std::size_t>(comm.size()), 0.0);
+  if (!identity.empty())
+    ids[static_cast<std::size_t>(comm.rank())] =
+        static_cast<double>(std::hash<std::string>{}(identity) & ((uint64_t{1} << 52) - 1)) + 1.0;
+  comm.allreduce_sum(ids.data(), ids.size());
+  ids.erase(std::remove(ids.begin(), ids.end(), 0.0), ids.end());
+  std::sort(ids.begin(), ids.end());
+  return {static_cast<int>(ids.size()), std::adjacent_find(ids.begin(), ids.end()) == ids.end()};
+}
 
 }  // namespace mlip::trainer

@@ -125,17 +125,17 @@ void Trainer::setup_device() {
   if (backend == "nccl" && !device_.is_cuda()) {
     throw Error(config_.file + ": communication.backend nccl needs a GPU, but training.device gave " + note);
   }
-  if (comm_.size() > 1 && (backend == "nccl" || (backend == "auto" && device_.is_cuda() && nccl_available()))) {
-    // NCCL needs every rank on a GPU of its own (it refuses two ranks on one GPU): agreed by all.
-    double own_gpu = device_.is_cuda() && comm_.local_size() <= cuda_device_count() ? 1.0 : 0.0;
-    comm_.allreduce_sum(&own_gpu, 1);
-    if (own_gpu == comm_.size()) {
+  if (comm_.size() > 1 && (backend == "nccl" || (backend == "auto" && nccl_available()))) {
+    // NCCL needs every rank on a GPU of its own (it refuses two ranks on one GPU), told apart by
+    // node and PCI bus (a launcher may show each rank one GPU, all as cuda:0): agreed by all ranks,
+    // those on the CPU too.
+    const GpuSharing gpus = gpu_sharing(comm_, device_.is_cuda() ? gpu_identity(device_) : std::string());
+    if (gpus.every_rank_its_own(comm_.size())) {
       nccl_ = make_nccl_communicator(comm_, device_);
     } else if (backend == "nccl") {
-      throw Error(config_.file + ": communication.backend nccl needs one GPU per rank, but " +
-                  std::to_string(comm_.size() - static_cast<int>(own_gpu)) +
-                  " rank(s) share a GPU (more ranks on a node than GPUs) or run on the CPU");
-    } else {
+      throw Error(config_.file + ": communication.backend nccl needs one GPU per rank, but some ranks share a GPU "
+                  "(more ranks on a node than GPUs, or training.device naming one GPU for all) or run on the CPU");
+    } else if (gpus.on_gpu > 0) {
       log("communication: gradients over MPI, not NCCL: some ranks share a GPU or run on the CPU");
     }
   }
