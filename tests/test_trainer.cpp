@@ -681,7 +681,10 @@ TEST(Communication, GpuSharingToldApartByNodeAndBus) {
   s = sharing("", {"", ""});
   EXPECT_EQ(s.on_gpu, 0);
   EXPECT_FALSE(s.every_rank_its_own(3));
-  EXPECT_NE(gpu_identity(torch::Device("cuda:1")).find('/'), std::string::npos);
+  // the identity names the device (its PCI bus, or the device where that cannot be read): one
+  // node's two GPUs differ, the same GPU asked twice does not
+  EXPECT_NE(gpu_identity(torch::Device("cuda:0")), gpu_identity(torch::Device("cuda:1")));
+  EXPECT_EQ(gpu_identity(torch::Device("cuda:1")), gpu_identity(torch::Device("cuda:1")));
 }
 
 // Gradient buckets: every parameter in exactly one bucket, last parameters first, no bucket over
