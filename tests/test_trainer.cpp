@@ -2,6 +2,9 @@
 // checkpoint/resume equality (interrupted + resumed == uninterrupted, bitwise on CPU).
 #include <gtest/gtest.h>
 #include <numeric>
+#include <thread>
+#include <mutex>
+#include <atomic>
 
 #include <cmath>
 #include <unistd.h>
@@ -29,6 +32,7 @@
 #include "frame_bank.h"
 #include "recorded_step.h"
 #include "training.h"
+#include "watchdog.h"
 
 namespace mlip::trainer {
 namespace {
@@ -623,6 +627,8 @@ TEST(Training, DeviceAndCommunicationErrors) {
   EXPECT_NE(error_of(cfg, {"communication.backend=gloo"}).find("communication.backend must be auto, mpi or nccl"),
             std::string::npos);
   EXPECT_NE(error_of(cfg, {"communication.bucket_mb=0"}).find("bucket_mb must be > 0"), std::string::npos);
+  EXPECT_NE(error_of(cfg, {"communication.timeout=-1"}).find("communication.timeout must be >= 0 seconds"),
+            std::string::npos);
   EXPECT_NE(error_of(cfg, {"training.data_on_device=maybe"}).find("training.data_on_device must be"), std::string::npos);
   EXPECT_NE(error_of(cfg, {"training.accumulate_dtype=float16"}).find("accumulate_dtype must be"), std::string::npos);
   EXPECT_NE(error_of(cfg, {"training.device=gpu"}).find("training.device must be auto, cpu, cuda or cuda:N, not 'gpu'"),
@@ -685,6 +691,78 @@ TEST(Communication, GpuSharingToldApartByNodeAndBus) {
   // node's two GPUs differ, the same GPU asked twice does not
   EXPECT_NE(gpu_identity(torch::Device("cuda:0")), gpu_identity(torch::Device("cuda:1")));
   EXPECT_EQ(gpu_identity(torch::Device("cuda:1")), gpu_identity(torch::Device("cuda:1")));
+}
+
+// The collectives' watchdog (NCCL's, with CUDA events as the work): it fails once, with the
+// reason, when the health check reports an error or the oldest unfinished work is overdue;
+// finished work never times out and is dropped; it stops promptly.
+TEST(Communication, WatchdogEndsAHangingOrFailedCollective) {
+  using namespace std::chrono_literals;
+  struct Seen {
+    std::mutex m;
+    std::vector<std::string> failures;
+    std::size_t count() { const std::lock_guard<std::mutex> l(m); return failures.size(); }
+  };
+  auto wait_for = [](const std::function<bool()>& ready) {
+    for (int k = 0; k < 400 && !ready(); ++k) std::this_thread::sleep_for(5ms);
+    return ready();
+  };
+  {  // finished work and a healthy communicator: nothing, however long
+    Seen seen;
+    CollectiveWatchdog dog([] { return std::string(); },
+                           [&](const std::string& why) { const std::lock_guard<std::mutex> l(seen.m); seen.failures.push_back(why); },
+                           30ms, 5ms);
+    for (int k = 0; k < 100; ++k) dog.watch("an all-reduce", [] { return true; });
+    EXPECT_LE(dog.pending(), 1u);   // finished work is dropped as new work comes
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(seen.count(), 0u);
+    EXPECT_EQ(dog.pending(), 0u);
+  }
+  {  // work that never finishes: one failure naming it and the timeout, then no more
+    Seen seen;
+    std::atomic<bool> finished{false};
+    CollectiveWatchdog dog([] { return std::string(); },
+                           [&](const std::string& why) { const std::lock_guard<std::mutex> l(seen.m); seen.failures.push_back(why); },
+                           50ms, 5ms);
+    dog.watch("an all-reduce of gradients", [&] { return finished.load(); });
+    ASSERT_TRUE(wait_for([&] { return seen.count() == 1; }));
+    std::this_thread::sleep_for(60ms);
+    EXPECT_EQ(seen.count(), 1u);
+    EXPECT_NE(seen.failures[0].find("an all-reduce of gradients has not finished"), std::string::npos) << seen.failures[0];
+    EXPECT_NE(seen.failures[0].find("communication.timeout"), std::string::npos);
+  }
+  {  // work that finishes before its timeout; no limit (0) never fails
+    Seen seen;
+    std::atomic<bool> finished{false};
+    CollectiveWatchdog dog([] { return std::string(); }, [&](const std::string& why) { seen.failures.push_back(why); },
+                           80ms, 5ms);
+    dog.watch("an all-reduce", [&] { return finished.load(); });
+    std::this_thread::sleep_for(20ms);
+    finished = true;
+    std::this_thread::sleep_for(120ms);
+    EXPECT_EQ(seen.count(), 0u);
+    CollectiveWatchdog unlimited([] { return std::string(); }, [&](const std::string& why) { seen.failures.push_back(why); },
+                                 0ms, 5ms);
+    unlimited.watch("an all-reduce", [] { return false; });
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(seen.count(), 0u);
+  }
+  {  // an asynchronous error: reported with its reason
+    Seen seen;
+    std::atomic<bool> broken{false};
+    CollectiveWatchdog dog([&] { return broken ? std::string("NCCL reported an error: remote process exited") : std::string(); },
+                           [&](const std::string& why) { const std::lock_guard<std::mutex> l(seen.m); seen.failures.push_back(why); },
+                           0ms, 5ms);
+    std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(seen.count(), 0u);
+    broken = true;
+    ASSERT_TRUE(wait_for([&] { return seen.count() == 1; }));
+    EXPECT_EQ(seen.failures[0], "NCCL reported an error: remote process exited");
+  }
+  // stopping is prompt although the thread looks only every 10 s
+  const auto t0 = std::chrono::steady_clock::now();
+  { CollectiveWatchdog slow([] { return std::string(); }, [](const std::string&) {}, 0ms, 10s); }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
 }
 
 // Gradient buckets: every parameter in exactly one bucket, last parameters first, no bucket over

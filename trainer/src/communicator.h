@@ -37,6 +37,10 @@ class Communicator {
   /// Ends every rank of the job (after this rank printed why): one failing rank must not leave
   /// the others waiting in a collective.
   virtual void abort(int code) { std::exit(code); }
+  /// The work enqueued so far on the current device stream holds this communicator's
+  /// collectives, enqueued outside its calls (a replayed recording): a backend that times out
+  /// collectives (NCCL: communication.timeout) watches it too. `what` names it in the error.
+  virtual void watch_enqueued(const char* /*what*/) {}
   bool is_root() const { return rank() == 0; }
 };
 
@@ -76,7 +80,9 @@ GpuSharing gpu_sharing(Communicator& comm, const std::string& identity);
 
 /// NCCL among the ranks of `host` (which carries the unique id and keeps doing everything but
 /// tensor all-reduces), each on its GPU `device`. Throws mlip::Error naming the rank and the
-/// NCCL call that failed, or saying that this build has no NCCL.
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, const torch::Device& device);
+/// NCCL call that failed, or saying that this build has no NCCL. A watchdog thread ends the job
+/// (host.abort) when NCCL reports an asynchronous error or an all-reduce stays unfinished for
+/// `timeout_s` seconds (0: no limit).
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, const torch::Device& device, double timeout_s);
 
 }  // namespace mlip::trainer

@@ -450,11 +450,14 @@ static void read_communication_and_output(Section& top, Config& c) {
   Section comm = top.section("communication");
   c.comm_backend = comm.get<std::string>("backend", c.comm_backend);
   c.bucket_mb = comm.get<double>("bucket_mb", c.bucket_mb);
+  c.comm_timeout = comm.get<double>("timeout", c.comm_timeout);
   comm.finish();
   if (c.comm_backend != "auto" && c.comm_backend != "mpi" && c.comm_backend != "nccl") {
     comm.fail(comm.node()["backend"], "communication.backend must be auto, mpi or nccl, not '" + c.comm_backend + "'");
   }
   if (!(c.bucket_mb > 0)) comm.fail(comm.node()["bucket_mb"], "communication.bucket_mb must be > 0");
+  if (!(c.comm_timeout >= 0 && c.comm_timeout < 1e9))
+    comm.fail(comm.node()["timeout"], "communication.timeout must be >= 0 seconds (0: no limit)");
 
   Section output = top.section("output");
   c.output_dir = output.get<std::string>("dir", c.output_dir);

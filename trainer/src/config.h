@@ -88,6 +88,7 @@ struct Config {
   // communication
   std::string comm_backend = "auto";    // auto (nccl on GPUs where built, else mpi) | mpi | nccl
   double bucket_mb = 25.0;              // gradient all-reduce bucket size
+  double comm_timeout = 600.0;          // s an NCCL all-reduce may stay unfinished (0: no limit)
 
   // output
   std::string output_dir = "run";

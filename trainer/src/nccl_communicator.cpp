@@ -11,12 +11,16 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "mlip/error.h"
+#include "watchdog.h"
 
 #ifdef MLIP_HAVE_NCCL
 #include <c10/cuda/CUDAGuard.h>
@@ -32,7 +36,7 @@ namespace {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Communicator& host, const torch::Device& device) : host_(host), device_(device) {
+  NcclCommunicator(Communicator& host, const torch::Device& device, double timeout_s) : host_(host), device_(device) {
     if (!device.is_cuda()) fail("ncclCommInitRank", "the training device is " + device.str() + ", not a GPU");
     std::string id(sizeof(ncclUniqueId), '\0');
     if (host.is_root()) {
@@ -50,9 +54,20 @@ class NcclCommunicator final : public Communicator {
     // CollNet) waits for every rank of the node, which are replaying, not recording: a hang.
     setenv("NCCL_GRAPH_REGISTER", "0", /*overwrite=*/0);
     check(ncclCommInitRank(&comm_, host.size(), uid, host.rank()), "ncclCommInitRank");
+    watchdog_ = std::make_unique<CollectiveWatchdog>(
+        [this] { return async_error(); }, [this](const std::string& why) { end_job(why); },
+        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), std::chrono::seconds(1));
   }
+  // Unwinding (this rank failed; main then ends the job): ncclCommAbort, which returns at once.
+  // ncclCommDestroy would first wait for this rank's enqueued all-reduces, whose peers may never
+  // come.
   ~NcclCommunicator() override {
-    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    watchdog_.reset();
+    if (comm_ == nullptr) return;
+    if (std::uncaught_exceptions() > 0)
+      ncclCommAbort(comm_);
+    else
+      ncclCommDestroy(comm_);
   }
   int rank() const override { return host_.rank(); }
   int size() const override { return host_.size(); }
@@ -73,6 +88,20 @@ class NcclCommunicator final : public Communicator {
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
     check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type, ncclSum, comm_, stream),
           "ncclAllReduce");
+    watch_enqueued("an all-reduce of gradients");
+  }
+  // The stream's work so far watched for communication.timeout, through an event after it (not
+  // inside a recording: its replays are watched by the caller's watch_enqueued).
+  void watch_enqueued(const char* what) override {
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) return;
+    cudaEvent_t raw = nullptr;
+    if (cudaEventCreateWithFlags(&raw, cudaEventDisableTiming) != cudaSuccess) fail("cudaEventCreate", cudaGetErrorString(cudaGetLastError()));
+    const std::shared_ptr<CUevent_st> event(raw, [](cudaEvent_t e) { cudaEventDestroy(e); });
+    if (cudaEventRecord(raw, stream) != cudaSuccess) fail("cudaEventRecord", cudaGetErrorString(cudaGetLastError()));
+    // A failed query (the device in error) counts as done: the main thread meets that error.
+    watchdog_->watch(what, [event] { return cudaEventQuery(event.get()) != cudaErrorNotReady; });
   }
   void allreduce_sum(double* data, std::size_t n) override { host_.allreduce_sum(data, n); }
   void allreduce_sum(float* data, std::size_t n) override { host_.allreduce_sum(data, n); }
@@ -82,6 +111,24 @@ class NcclCommunicator final : public Communicator {
  private:
   [[noreturn]] void fail(const char* call, const std::string& why) const {
     throw Error("rank " + std::to_string(host_.rank()) + ": " + call + " failed: " + why);
+  }
+  // NCCL's asynchronous error (a peer or the network failed), or empty.
+  std::string async_error() const {
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) return "ncclCommGetAsyncError failed";
+    if (state == ncclSuccess || state == ncclInProgress) return {};
+    std::string why = std::string("NCCL reported an error: ") + ncclGetErrorString(state);
+    const char* last = ncclGetLastError(comm_);
+    if (last && *last) why += std::string(" (") + last + ")";
+    return why;
+  }
+  // From the watchdog's thread: the main thread may be blocked in a wait that only the peers
+  // could end, so this ends every rank's process (MPI_Abort), as a rank that fails does.
+  [[noreturn]] void end_job(const std::string& why) {
+    std::fprintf(stderr, "mlip-trainer: rank %d: %s; ending the job\n", host_.rank(), why.c_str());
+    std::fflush(stderr);
+    host_.abort(1);
+    std::_Exit(1);
   }
   void check(ncclResult_t rc, const char* call) const {
     if (rc == ncclSuccess) return;
@@ -94,6 +141,7 @@ class NcclCommunicator final : public Communicator {
   Communicator& host_;
   torch::Device device_;
   ncclComm_t comm_ = nullptr;
+  std::unique_ptr<CollectiveWatchdog> watchdog_;   // after comm_, which it polls
 };
 
 std::string pci_bus_id(const torch::Device& device) {
@@ -109,8 +157,8 @@ std::string pci_bus_id(const torch::Device& device) {
 
 bool nccl_available() { return true; }
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, const torch::Device& device) {
-  return std::make_unique<NcclCommunicator>(host, device);
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, const torch::Device& device, double timeout_s) {
+  return std::make_unique<NcclCommunicator>(host, device, timeout_s);
 }
 
 #else
@@ -121,7 +169,7 @@ std::string pci_bus_id(const torch::Device& device) { return device.str(); }
 
 bool nccl_available() { return false; }
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, const torch::Device&) {
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, const torch::Device&, double) {
   throw Error("rank " + std::to_string(host.rank()) +
               ": communication.backend nccl: this mlip-trainer was built without NCCL (MLIP_NCCL=OFF: CMake found "
               "no NCCL or no CUDA build of LibTorch)");

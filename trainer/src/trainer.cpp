@@ -111,6 +111,7 @@ Trainer::~Trainer() { recorded_.reset(); }
 void Trainer::setup_device() {
   std::string note;
   device_ = choose_device(config_.device, comm_.local_rank(), config_.file + ": training.device", &note);
+  clock_ = PartClock(device_);
   if (device_.is_cuda()) {
     c10::impl::getDeviceGuardImpl(torch::kCUDA)->setDevice(device_);  // LibTorch's current device
     at::globalContext().setAllowTF32CuBLAS(config_.tf32);
@@ -131,7 +132,7 @@ void Trainer::setup_device() {
     // those on the CPU too.
     const GpuSharing gpus = gpu_sharing(comm_, device_.is_cuda() ? gpu_identity(device_) : std::string());
     if (gpus.every_rank_its_own(comm_.size())) {
-      nccl_ = make_nccl_communicator(comm_, device_);
+      nccl_ = make_nccl_communicator(comm_, device_, config_.comm_timeout);
     } else if (backend == "nccl") {
       throw Error(config_.file + ": communication.backend nccl needs one GPU per rank, but some ranks share a GPU "
                   "(more ranks on a node than GPUs, or training.device naming one GPU for all) or run on the CPU");
@@ -336,6 +337,7 @@ void Trainer::take_step(const BatchTensors& shape, const FillInputs& fill, const
   }
   const BatchCapacity before = recorded_->capacity();
   sums.add(recorded_->step(shape, fill, pre, normalizer, static_cast<double>(shape.n_frames), lr));
+  gradient_comm().watch_enqueued("a recorded training step's all-reduces");
   ++state_.step;
   const BatchCapacity& now = recorded_->capacity();
   if (!(now == before))
@@ -426,10 +428,10 @@ void Trainer::swap_ema() {
 void Trainer::step_optimizer() {
   // Gradients summed over the ranks in buckets (the average over the global batch is already in
   // the loss normalisation); copying into and out of the buckets counts as communication.
-  const auto t_comm = std::chrono::steady_clock::now();
+  clock_.start();
   reducer_->reduce(gradient_comm());
-  times_.communication += since(t_comm);
-  const auto t_opt = std::chrono::steady_clock::now();
+  clock_.stop(&times_.communication);
+  clock_.start();
   // The global gradient norm clipped (the same on every rank: the gradients are already reduced).
   if (config_.grad_clip > 0) reducer_->clip_norm(config_.grad_clip);
   const double lr = schedule_->lr(state_.step);
@@ -440,7 +442,7 @@ void Trainer::step_optimizer() {
     optimizer_->step();
   optimizer_->zero_grad();
   update_ema(ema_, params_, config_.ema_decay);
-  times_.optimizer += since(t_opt);
+  clock_.stop(&times_.optimizer);
   ++state_.step;
 }
 
@@ -527,8 +529,8 @@ MetricSums Trainer::train_epoch() {
       // No share of this batch: the plain step adds no gradient; a recorded one takes its step on
       // an empty batch, so that every rank replays the same collectives.
       if (!share && !recorded_) continue;
-      auto t0 = std::chrono::steady_clock::now();
-      if (recorded_) {
+      if (recorded_) {   // not split (the host does not wait for the replays): host times
+        auto t0 = std::chrono::steady_clock::now();
         const ReadyBatch r = share ? ready->next() : ready_batch({}, recorded_->capacity());
         times_.data += since(t0);
         t0 = std::chrono::steady_clock::now();
@@ -536,10 +538,11 @@ MetricSums Trainer::train_epoch() {
         times_.model += since(t0);
         continue;
       }
+      clock_.start();
       BatchTensors t = to_device(prefetch->next(), device_);
       if (grouping_ && t.center_groups.empty()) t = group_batch(t, *grouping_);   // not yet grouped (put together on the device)
-      times_.data += since(t0);
-      t0 = std::chrono::steady_clock::now();
+      clock_.stop(&times_.data);
+      clock_.start();
       // Grouped batches' indices are made by the trainer (make_batch, group_batch): the operators'
       // index checks, a read back from the GPU each, are off for them.
       std::optional<DeviceValueChecksPaused> trusted;
@@ -549,7 +552,7 @@ MetricSums Trainer::train_epoch() {
       // Gradients of the parameters only: the edge vectors' would need the model's second
       // derivatives with respect to positions (se_e2_a's tanh_net does not compute them).
       loss.backward({}, {}, false, params_);
-      times_.model += since(t0);
+      clock_.stop(&times_.model);
     }
     if (!recorded_) step_optimizer();
     profile_step();
@@ -559,6 +562,7 @@ MetricSums Trainer::train_epoch() {
     }
   }
   state_.epoch_step = 0;
+  clock_.settle();
   times_.wall = since(t_epoch);
   std::vector<double> v = sums.read().pack();
   comm_.allreduce_sum(v.data(), v.size());
@@ -734,9 +738,9 @@ bool Trainer::end_epoch(const MetricSums& train) {
     log(fmt::format("  throughput {:.2f} frames/s | step time not split (training.cuda_graph: recorded steps)",
                     train.frames / tt));
   } else {
-    log(fmt::format("  throughput {:.2f} frames/s | step time: model {:.1f}%, optimizer {:.1f}%, data {:.1f}%, "
+    log(fmt::format("  throughput {:.2f} frames/s | step time{}: model {:.1f}%, optimizer {:.1f}%, data {:.1f}%, "
                     "communication {:.1f}%, other {:.1f}% (outside model and optimizer: {:.1f}%)",
-                    train.frames / tt, 100 * times_.model / tt, 100 * times_.optimizer / tt, 100 * times_.data / tt,
+                    train.frames / tt, clock_.on_device() ? " (the GPU stream's)" : "", 100 * times_.model / tt, 100 * times_.optimizer / tt, 100 * times_.data / tt,
                     100 * times_.communication / tt, 100 * times_.other() / tt,
                     100 * (times_.data + times_.communication + times_.other()) / tt));
   }

@@ -17,6 +17,7 @@
 #include <torch/optim.h>
 
 #include "communicator.h"
+#include "step_clock.h"
 #include "config.h"
 #include "frame_source.h"
 #include "fused_adam.h"
@@ -393,6 +394,7 @@ class Trainer {
   std::unique_ptr<Schedule> schedule_;
   TrainState state_;
   StepTimes times_;
+  PartClock clock_{torch::kCPU};                // times_'s parts (setup_device: on the training device)
   std::chrono::steady_clock::time_point start_;
   int64_t profile_steps_ = 0, steps_run_ = 0, steps_profiled_ = 0;
   std::unique_ptr<KernelProfile> profile_;
