@@ -22,6 +22,7 @@
 #include "mlip/model/graph_capture.h"
 #include "mlip/model/grouped_graph.h"
 #include "mlip/model/heads.h"
+#include "mlip/model/kernel_profile.h"
 #include "mlip/model/message_passing.h"
 #include "mlip/graph/neighbor_list.h"
 #include "mlip/potentials.h"
@@ -1366,6 +1367,41 @@ TEST(Operators, BackwardsCalledDirectlyCheckTheirOperands) {
               std::string::npos);
     EXPECT_NE(tabulated(grad, x, torch::tensor({0, 1}, i64)).find("a centre index outside"), std::string::npos);
   }
+}
+
+// Inside autograd, an operator's backward runs on the operands its forward checked: it reads no
+// index back again (on a GPU each read is a wait for the device). Called directly (above), it
+// checks them.
+TEST(Operators, BackwardsInsideAutogradReadNoIndicesAgain) {
+  const auto f64 = torch::dtype(torch::kFloat64);
+  const auto i64 = torch::dtype(torch::kInt64);
+  const torch::Tensor x = torch::randn({3, 2, 4}, f64).requires_grad_(true);
+  const torch::Tensor s = torch::randn({2, 2, 3}, f64).requires_grad_(true);
+  const torch::Tensor w = torch::randn({2, 2, 4}, f64).requires_grad_(true);
+  const torch::Tensor path = torch::tensor({0, 1, 1}, i64), center = torch::tensor({0, 1}, i64);
+  const torch::Tensor neighbor = torch::tensor({0, 2}, i64);
+  const torch::Tensor z = torch::randn({2, 1, 5, 4}, f64).requires_grad_(true);
+  const torch::Tensor mono = torch::tensor({{0, 1, 3}}, i64), species = torch::tensor({0, 1}, i64);
+  auto index_reads = [](const std::function<void()>& work) {
+    KernelProfile profile(false);
+    work();
+    int64_t n = 0;
+    for (const ProfileRow& r : profile.stop().rows) n += r.name == "aten::aminmax" ? r.calls : 0;
+    return n;
+  };
+  auto forward = [&] {
+    const torch::Tensor m = equivariant_message(x, s, w, path, center, neighbor, 2);   // (2, 3, 4)
+    return symmetric_contraction(m.narrow(1, 0, 3).contiguous(), z, mono, species);
+  };
+  const int64_t by_forward = index_reads([&] { forward(); });
+  EXPECT_GT(by_forward, 0);
+  const int64_t with_gradients = index_reads([&] {
+    const torch::Tensor y = forward();
+    // first and second derivatives (a force loss's parameter gradients)
+    const auto g = torch::autograd::grad({y.pow(2).sum()}, {x, s}, {}, true, /*create_graph=*/true);
+    torch::autograd::grad({g[0].sum() + g[1].sum()}, {w, z});
+  });
+  EXPECT_EQ(with_gradients, by_forward);
 }
 
 // A compressed se_e2_a against the model it came from, compressed from the trainable module and

@@ -55,8 +55,8 @@ ModelOutput GraphCapture::evaluate(const GraphView& graph) {
   const bool grown = group_graph(graph, rule_, capacity_, grouped_);
   if (!recorder_ || grouped_.n_centers() == 0) {
     // Unrecorded (eager), as a recording would run it: the operators' device value checks off
-    // (group_graph checked the indices), so on a GPU their ATen formulations.
-    const DeviceValueChecksPaused as_recorded;
+    // (group_graph checked the indices), and on a GPU their ATen formulations.
+    const DeviceWorkRecorded as_recorded;
     return evaluate_grouped(*model_, grouped_, graph.n_centers, true);
   }
   if (grown || !recorded_) {

@@ -112,11 +112,11 @@ KernelPath kernel_path(const torch::Device& device) {
       break;
   }
   if (device.is_cpu()) return KernelPath::cpu_kernels;
-  // While a CUDA graph is recorded (the device value checks are paused then): the ATen
-  // formulations, which the GPU check has recorded and replayed (GraphCapture); the device
-  // kernels' tables sort the edges (argsort), not yet recorded on a GPU. DeviceStep asks for the
-  // device kernels explicitly (its own cell list sorts too).
-  if (!device_value_checks_on()) return KernelPath::aten;
+  // While a CUDA graph is recorded: the ATen formulations, which the GPU check has recorded and
+  // replayed (GraphCapture); the device kernels' tables sort the edges (argsort), not yet recorded
+  // on a GPU. DeviceStep asks for the device kernels explicitly (its own cell list sorts too).
+  // Value checks paused for trusted indices (grouped training batches) keep the device kernels.
+  if (detail::device_work_recorded.load() > 0) return KernelPath::aten;
   const std::string why = device_kernels_unavailable(device);
   if (why.empty()) return KernelPath::device_kernels;
   static std::once_flag said;

@@ -96,7 +96,7 @@ void check(const char* op, const torch::Tensor& rows, const char* rows_name, con
   TORCH_CHECK(rows.size(1) > 0 && other.size(-1) > 0, op, ": empty feature dimensions");
   TORCH_CHECK(rows.device() == other.device() && rows.device() == center.device(), op,
               ": all tensors must be on one device");
-  if (center.numel() > 0 && device_value_checks_on()) {
+  if (center.numel() > 0 && device_operand_checks_on()) {
     const auto [lo, hi] = torch::aminmax(center);
     TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < n_centers, op, ": a centre index outside [0, ",
                 n_centers, ")");
@@ -173,6 +173,7 @@ class OuterSum : public torch::autograd::Function<OuterSum> {
     return outer_sum_op().call(env, g, center, n_centers);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto s = ctx->get_saved_variables();
     return {ctx->needs_input_grad(0) ? edge_contract_env(s[1], grad[0], s[2]) : torch::Tensor(),
             ctx->needs_input_grad(1) ? edge_contract_g(s[0], grad[0], s[2]) : torch::Tensor(), {}, {}};
@@ -187,6 +188,7 @@ class ContractG : public torch::autograd::Function<ContractG> {
     return contract_g_op().call(env, t, center);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto s = ctx->get_saved_variables();
     return {ctx->needs_input_grad(0) ? edge_contract_env(grad[0], s[1], s[2]) : torch::Tensor(),
             ctx->needs_input_grad(1) ? edge_outer_sum(s[0], grad[0], s[2], s[1].size(0)) : torch::Tensor(), {}};
@@ -201,6 +203,7 @@ class ContractEnv : public torch::autograd::Function<ContractEnv> {
     return contract_env_op().call(g, t, center);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto s = ctx->get_saved_variables();
     return {ctx->needs_input_grad(0) ? edge_contract_g(grad[0], s[1], s[2]) : torch::Tensor(),
             ctx->needs_input_grad(1) ? edge_outer_sum(grad[0], s[0], s[2], s[1].size(0)) : torch::Tensor(), {}};

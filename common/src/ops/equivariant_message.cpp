@@ -183,7 +183,7 @@ void check_index(const char* name, CT index, int64_t count, int64_t bound) {
   TORCH_CHECK(index.dim() == 1 && index.scalar_type() == torch::kInt64 && index.numel() == count,
               "equivariant_message: ", name, " must be (", count, ",) int64, got ", index.sizes(), " ",
               index.scalar_type());
-  if (index.numel() == 0 || !device_value_checks_on()) return;
+  if (index.numel() == 0 || !device_operand_checks_on()) return;
   const auto [lo, hi] = torch::aminmax(index);
   TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < bound, "equivariant_message: a ", name,
               " index outside [0, ", bound, ")");
@@ -381,6 +381,7 @@ class EquivariantMessage : public torch::autograd::Function<EquivariantMessage> 
     return {message_op().call(x, s, w, path, center, neighbor, n_out)};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto v = ctx->get_saved_variables();
     if (!grad[0].defined()) return {{}, {}, {}, {}, {}, {}, {}};
     // only the gradients asked for (MD: the first layer's features need none)
@@ -404,6 +405,7 @@ class EquivariantMessageBackward : public torch::autograd::Function<EquivariantM
     return gradients_op().call(g, x, s, w, path, center, neighbor, need);
   }
   static variable_list backward(AutogradContext* ctx, variable_list h) {
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto v = ctx->get_saved_variables();
     const Tensor &g = v[0], &x = v[1], &s = v[2], &w = v[3], &path = v[4], &center = v[5], &neighbor = v[6];
     const int64_t need = ctx->saved_data["need"].toInt();

@@ -216,7 +216,7 @@ void check(CT x, CT z, CT mono, CT species) {
               "symmetric_contraction: x and z must both be float32 or both float64");
   for (CT t : {z, mono, species})
     TORCH_CHECK(t.device() == x.device(), "symmetric_contraction: all tensors must be on one device");
-  if (!device_value_checks_on()) return;
+  if (!device_operand_checks_on()) return;
   if (mono.numel() > 0) {
     const auto [lo, hi] = torch::aminmax(mono);
     TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() <= D, "symmetric_contraction: a monomial index outside [0, ",
@@ -443,6 +443,7 @@ class SymmetricContraction : public torch::autograd::Function<SymmetricContracti
     return {contract_op().call(x, z, mono, species)};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto v = ctx->get_saved_variables();
     if (!grad[0].defined()) return {{}, {}, {}, {}};
     // z's gradient only where asked for: forces (autograd.grad to the edge vectors) need x's alone.
@@ -462,6 +463,7 @@ class SymmetricContractionBackward : public torch::autograd::Function<SymmetricC
     return gradients_op().call(g, x, z, mono, species, need_z);
   }
   static variable_list backward(AutogradContext* ctx, variable_list h) {
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto v = ctx->get_saved_variables();
     const Tensor hz = ctx->saved_data["need_z"].toBool() ? h[1] : Tensor();
     auto d = second_entry(v[0], v[1], v[2], v[3], v[4], h[0], hz);

@@ -31,7 +31,7 @@ constexpr int64_t kCoefficients = 6;   // quintic
 // without it, as for the backward, only what would read outside the table: x below it or not
 // finite; the top bin is clamped). One pass before the kernels touch memory.
 void check_range(const torch::Tensor& x, int64_t n_bins, double step, std::optional<double> r_min) {
-  if (x.numel() == 0 || !device_value_checks_on()) return;
+  if (x.numel() == 0 || !device_operand_checks_on()) return;
   const double top = static_cast<double>(n_bins) * step;
   const double lo = x.min().item<double>(), hi = x.max().item<double>();
   TORCH_CHECK(std::isfinite(lo) && std::isfinite(hi), "compressed model: a non-finite embedding input (", lo, ", ",
@@ -155,7 +155,7 @@ void check_inputs(const torch::Tensor& x, const torch::Tensor& env, const torch:
 
 // Indices inside the output and the table (the CPU kernels do not check them one by one).
 void check_indices(const torch::Tensor& center, const torch::Tensor& net, int64_t n_centers, int64_t n_nets) {
-  if (center.numel() == 0 || !device_value_checks_on()) return;
+  if (center.numel() == 0 || !device_operand_checks_on()) return;
   TORCH_CHECK(center.min().item<int64_t>() >= 0 && center.max().item<int64_t>() < n_centers,
               "tabulated_contraction: a centre index outside [0, n_centers)");
   TORCH_CHECK(net.min().item<int64_t>() >= 0 && net.max().item<int64_t>() < n_nets,
@@ -354,6 +354,7 @@ class TabulatedContraction : public torch::autograd::Function<TabulatedContracti
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     TORCH_CHECK(!at::GradMode::is_enabled(), "compressed models have no second derivatives (a force loss, a "
                 "Hessian): use the uncompressed model");
     static const auto op =

@@ -105,7 +105,7 @@ MLIP_DEFINE_KERNELS(float)
 void check_index(const char* name, CT index, int64_t bound) {
   TORCH_CHECK(index.dim() == 1 && index.scalar_type() == torch::kInt64, "vector_message: ", name,
               " must be (E,) int64, got ", index.sizes(), " ", index.scalar_type());
-  if (index.numel() == 0 || !device_value_checks_on()) return;
+  if (index.numel() == 0 || !device_operand_checks_on()) return;
   const auto [lo, hi] = torch::aminmax(index);
   TORCH_CHECK(lo.item<int64_t>() >= 0 && hi.item<int64_t>() < bound, "vector_message: a ", name,
               " index outside [0, ", bound, ")");
@@ -240,6 +240,7 @@ class VectorMessage : public torch::autograd::Function<VectorMessage> {
     return {ds, dv};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto s = ctx->get_saved_variables();
     const int64_t n_out = ctx->saved_data["n_out"].toInt(), f = s[0].size(1) / 3;
     const Tensor gs_full = grad[0].defined() ? grad[0] : torch::zeros({n_out, f}, s[0].options());

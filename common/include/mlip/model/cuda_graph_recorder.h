@@ -60,10 +60,10 @@ struct CudaGraphRecorder {
   template <class Call> void record(Call&& call) { record(call, call); }
   /// The same with warm-up runs of `warm` (what `call` does without its lasting effects, such as
   /// an optimiser's step) before `call` is recorded.
-  /// The device value checks are off in the warm-ups too, so that they run the operators'
+  /// The warm-ups run as recorded (device value checks off), so that they run the operators'
   /// paths that the recording runs (mlip/ops/operators.h).
   template <class Warm, class Call> void record(Warm&& warm, Call&& call) {
-    const DeviceValueChecksPaused paused;
+    const DeviceWorkRecorded recorded;
     check(warmup_begin(handle), "warm-up");
     try {
       for (int i = 0; i < 3; ++i) warm();

@@ -17,8 +17,14 @@ void link_operators();
 
 namespace detail {
 inline std::atomic<int> kernel_choice_set{-1};  // -1: the environment's (MLIP_KERNELS)
-// Raised while a CUDA graph is recorded (mlip/model/graph_capture.h); any thread (autograd's too).
+// Raised where indices are trusted, and while a CUDA graph is recorded (mlip/model/graph_capture.h);
+// any thread (autograd's too).
 inline std::atomic<int> device_value_checks_paused{0};
+// Raised while a CUDA graph is recorded; any thread.
+inline std::atomic<int> device_work_recorded{0};
+// Raised on this thread inside an operator's autograd backward: its operands are those its forward
+// checked.
+inline thread_local int operands_checked_by_forward = 0;
 }  // namespace detail
 
 /// The operators check index bounds and the compressed table's range by reading values back from
@@ -26,6 +32,12 @@ inline std::atomic<int> device_value_checks_paused{0};
 /// checks are off: the grouped graph's host-side builder checks the indices, finite edge vectors
 /// and the compressed table's shortest distance instead (mlip/model/grouped_graph.h). Shape, dtype and device checks always run.
 inline bool device_value_checks_on() { return detail::device_value_checks_paused.load() == 0; }
+/// The same for the checks of operands an operator's forward has checked (indices, a table's
+/// range): also off inside the operators' autograd backwards, whose operands are the forward's
+/// (a direct call of a backward operator checks them).
+inline bool device_operand_checks_on() {
+  return device_value_checks_on() && detail::operands_checked_by_forward == 0;
+}
 
 class DeviceValueChecksPaused {
  public:
@@ -33,6 +45,28 @@ class DeviceValueChecksPaused {
   ~DeviceValueChecksPaused() { --detail::device_value_checks_paused; }
   DeviceValueChecksPaused(const DeviceValueChecksPaused&) = delete;
   DeviceValueChecksPaused& operator=(const DeviceValueChecksPaused&) = delete;
+};
+
+/// While a CUDA graph is recorded: the value checks paused, and the operators on the formulations
+/// a recording has been checked with (detail::kernel_path).
+class DeviceWorkRecorded {
+ public:
+  DeviceWorkRecorded() { ++detail::device_work_recorded; }
+  ~DeviceWorkRecorded() { --detail::device_work_recorded; }
+  DeviceWorkRecorded(const DeviceWorkRecorded&) = delete;
+  DeviceWorkRecorded& operator=(const DeviceWorkRecorded&) = delete;
+
+ private:
+  DeviceValueChecksPaused paused_;
+};
+
+/// Inside an operator's autograd backward (this thread): its forward checked the operands.
+class OperandsCheckedByForward {
+ public:
+  OperandsCheckedByForward() { ++detail::operands_checked_by_forward; }
+  ~OperandsCheckedByForward() { --detail::operands_checked_by_forward; }
+  OperandsCheckedByForward(const OperandsCheckedByForward&) = delete;
+  OperandsCheckedByForward& operator=(const OperandsCheckedByForward&) = delete;
 };
 
 /// Where equivariant_message and symmetric_contraction run their work:
