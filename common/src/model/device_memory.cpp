@@ -23,7 +23,7 @@ std::optional<DeviceMemory> device_memory(const torch::Device& device) {
   DeviceMemory m;
   m.free = bytes[kernels::kFree];
   m.total = bytes[kernels::kTotal];
-  m.cached = std::max<int64_t>(0, bytes[kernels::kReserved] - bytes[kernels::kAllocated] - bytes[kernels::kPrivateUnused]);
+  m.cached = std::max<int64_t>(0, bytes[kernels::kReserved] - bytes[kernels::kAllocated]);
   m.allocated = bytes[kernels::kAllocated];
   m.peak = bytes[kernels::kPeakAllocated];
   return m;

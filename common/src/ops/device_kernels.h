@@ -49,13 +49,12 @@ inline const char* kernel_name(Kernel id) {
 // is *functor, on the current LibTorch stream of `device`; it returns 0, or -1 with the reason in
 // mlip_cuda_error(). mlip_cuda_memory fills bytes[kMemoryFields] of `device` (the driver's free and
 // total, LibTorch's caching allocator's reserved, allocated and peak allocated since
-// mlip_cuda_reset_peak, and the unused bytes of its private pools: CUDA graphs' memory, reserved
-// but reusable only by their own recordings); mlip_cuda_release_cache gives the allocator's unused blocks back to the
+// mlip_cuda_reset_peak); mlip_cuda_release_cache gives the allocator's unused blocks back to the
 // driver; mlip_cuda_runs_on returns 0 if the library has code for `device` (its architecture), else
 // -1 with the reason. Version: the layout of the functors and this interface; another version is
 // refused.
-constexpr int kDeviceKernelsVersion = 12;
-enum MemoryField : int { kFree, kTotal, kReserved, kAllocated, kPeakAllocated, kPrivateUnused, kMemoryFields };
+constexpr int kDeviceKernelsVersion = 11;
+enum MemoryField : int { kFree, kTotal, kReserved, kAllocated, kPeakAllocated, kMemoryFields };
 extern "C" {
 using CudaLaunch = int (*)(int id, int f64, const void* functor, int64_t count, int device);
 using CudaError = const char* (*)();

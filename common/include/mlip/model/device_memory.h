@@ -21,8 +21,7 @@ namespace mlip {
 struct DeviceMemory {
   int64_t free = 0;       // the driver's free bytes
   int64_t total = 0;      // the device's bytes
-  int64_t cached = 0;     // held by LibTorch's caching allocator, not in use, reusable by any call (not
-                          // a recording's private pool)
+  int64_t cached = 0;     // held by LibTorch's caching allocator but not in use (reusable)
   int64_t allocated = 0;  // in LibTorch's tensors now
   int64_t peak = 0;       // the most in LibTorch's tensors since reset_peak_memory()
   int64_t available() const { return free + cached; }

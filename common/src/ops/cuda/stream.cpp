@@ -66,19 +66,6 @@ __attribute__((visibility("default"))) int mlip_cuda_runs_on(int device) {
   return -1;
 }
 
-// The unused bytes of the caching allocator's private pools on `device` (each recording's): not
-// reusable by other calls, though the allocator's statistics count them as reserved, not in use.
-static int64_t private_pools_unused(c10::DeviceIndex device) {
-  int64_t unused = 0;
-  const auto snapshot = c10::cuda::CUDACachingAllocator::snapshot({0, 0}, /*include_traces=*/false);
-  for (const auto& segment : snapshot.segments) {
-    const bool is_private = segment.owner_private_pool_id.first != 0 || segment.owner_private_pool_id.second != 0;
-    if (segment.device == device && is_private)
-      unused += static_cast<int64_t>(segment.total_size) - static_cast<int64_t>(segment.allocated_size);
-  }
-  return unused;
-}
-
 __attribute__((visibility("default"))) int mlip_cuda_memory(int device, int64_t* bytes) {
   try {
     const auto index = static_cast<c10::DeviceIndex>(device);
@@ -95,7 +82,6 @@ __attribute__((visibility("default"))) int mlip_cuda_memory(int device, int64_t*
     bytes[mlip::kernels::kReserved] = stats.reserved_bytes[all].current;
     bytes[mlip::kernels::kAllocated] = stats.allocated_bytes[all].current;
     bytes[mlip::kernels::kPeakAllocated] = stats.allocated_bytes[all].peak;
-    bytes[mlip::kernels::kPrivateUnused] = private_pools_unused(index);
     return 0;
   } catch (const std::exception& e) {
     last_error = e.what();
