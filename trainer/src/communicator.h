@@ -80,8 +80,8 @@ GpuSharing gpu_sharing(Communicator& comm, const std::string& identity);
 
 /// NCCL among the ranks of `host` (which carries the unique id and keeps doing everything but
 /// tensor all-reduces), each on its GPU `device`. Throws mlip::Error naming the rank and the
-/// NCCL call that failed, or saying that this build has no NCCL. A watchdog thread ends the job
-/// (host.abort) when NCCL reports an asynchronous error or an all-reduce stays unfinished for
+/// NCCL call that failed, or saying that this build has no NCCL. A watchdog ends the rank's
+/// process with an error when NCCL reports an asynchronous error or an all-reduce stays unfinished for
 /// `timeout_s` seconds (0: no limit).
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& host, const torch::Device& device, double timeout_s);
 

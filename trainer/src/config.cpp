@@ -457,7 +457,7 @@ static void read_communication_and_output(Section& top, Config& c) {
   }
   if (!(c.bucket_mb > 0)) comm.fail(comm.node()["bucket_mb"], "communication.bucket_mb must be > 0");
   if (!(c.comm_timeout >= 0 && c.comm_timeout < 1e9))
-    comm.fail(comm.node()["timeout"], "communication.timeout must be >= 0 seconds (0: no limit)");
+    comm.fail(comm.node()["timeout"], "communication.timeout must be >= 0 seconds and < 1e9 (0: no limit)");
 
   Section output = top.section("output");
   c.output_dir = output.get<std::string>("dir", c.output_dir);

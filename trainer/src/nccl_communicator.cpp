@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -54,9 +55,12 @@ class NcclCommunicator final : public Communicator {
     // CollNet) waits for every rank of the node, which are replaying, not recording: a hang.
     setenv("NCCL_GRAPH_REGISTER", "0", /*overwrite=*/0);
     check(ncclCommInitRank(&comm_, host.size(), uid, host.rank()), "ncclCommInitRank");
+    const int index = device.index();
     watchdog_ = std::make_unique<CollectiveWatchdog>(
         [this] { return async_error(); }, [this](const std::string& why) { end_job(why); },
-        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), std::chrono::seconds(1));
+        std::chrono::milliseconds(static_cast<int64_t>(std::ceil(timeout_s * 1000))), std::chrono::seconds(1),
+        [index] { cudaSetDevice(index); });   // the poller's CUDA calls on this rank's GPU, not GPU 0
+
   }
   // Unwinding (this rank failed; main then ends the job): ncclCommAbort, which returns at once.
   // ncclCommDestroy would first wait for this rank's enqueued all-reduces, whose peers may never
@@ -92,16 +96,29 @@ class NcclCommunicator final : public Communicator {
   }
   // The stream's work so far watched for communication.timeout, through an event after it (not
   // inside a recording: its replays are watched by the caller's watch_enqueued).
+  // Every CUDA error here is cleared (cudaGetLastError), so that LibTorch's next launch check
+  // does not meet it.
   void watch_enqueued(const char* what) override {
+    const c10::cuda::CUDAGuard guard(device_.index());
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) return;
+    if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    if (capturing != cudaStreamCaptureStatusNone) return;
     cudaEvent_t raw = nullptr;
-    if (cudaEventCreateWithFlags(&raw, cudaEventDisableTiming) != cudaSuccess) fail("cudaEventCreate", cudaGetErrorString(cudaGetLastError()));
+    if (cudaEventCreateWithFlags(&raw, cudaEventDisableTiming) != cudaSuccess)
+      fail("cudaEventCreate", cudaGetErrorString(cudaGetLastError()));
     const std::shared_ptr<CUevent_st> event(raw, [](cudaEvent_t e) { cudaEventDestroy(e); });
     if (cudaEventRecord(raw, stream) != cudaSuccess) fail("cudaEventRecord", cudaGetErrorString(cudaGetLastError()));
-    // A failed query (the device in error) counts as done: the main thread meets that error.
-    watchdog_->watch(what, [event] { return cudaEventQuery(event.get()) != cudaErrorNotReady; });
+    // Asked on the watchdog's poller thread only. A failed query (the device in error) counts as
+    // done: the main thread meets that error.
+    watchdog_->watch(what, [event] {
+      const cudaError_t rc = cudaEventQuery(event.get());
+      if (rc != cudaSuccess) cudaGetLastError();
+      return rc != cudaErrorNotReady;
+    });
   }
   void allreduce_sum(double* data, std::size_t n) override { host_.allreduce_sum(data, n); }
   void allreduce_sum(float* data, std::size_t n) override { host_.allreduce_sum(data, n); }
@@ -123,11 +140,12 @@ class NcclCommunicator final : public Communicator {
     return why;
   }
   // From the watchdog's thread: the main thread may be blocked in a wait that only the peers
-  // could end, so this ends every rank's process (MPI_Abort), as a rank that fails does.
+  // could end, so this process ends here. Not by MPI_Abort: MPI runs single-threaded
+  // (MPI_Init), and this is another thread. The launcher ends the job when a rank exits with an
+  // error (mpirun does; under srun, the other ranks' watchdogs find their peer gone).
   [[noreturn]] void end_job(const std::string& why) {
-    std::fprintf(stderr, "mlip-trainer: rank %d: %s; ending the job\n", host_.rank(), why.c_str());
-    std::fflush(stderr);
-    host_.abort(1);
+    std::fprintf(stderr, "mlip-trainer: rank %d: %s; ending this rank\n", host_.rank(), why.c_str());
+    std::fflush(nullptr);
     std::_Exit(1);
   }
   void check(ncclResult_t rc, const char* call) const {

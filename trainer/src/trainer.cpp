@@ -509,6 +509,7 @@ MetricSums Trainer::train_epoch() {
   } else {
     prefetch = batches_of(*data_.train, resident_train_, n_batches, share_of);
   }
+  clock_.settle();               // nothing of an earlier epoch left to add
   times_ = StepTimes{};
   reset_peak_memory(device_);   // the epoch's peak, for end_epoch's memory line
   const auto t_epoch = std::chrono::steady_clock::now();
