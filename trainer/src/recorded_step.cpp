@@ -188,8 +188,9 @@ RecordedStep::~RecordedStep() = default;
 // ranks and clipped, and the optimiser's and the EMA's steps taken.
 void RecordedStep::run(Run how) {
   // The batch's indices are made by the trainer and pad_batch: the operators' index checks (a read
-  // back each, which a recording cannot hold) are off, in warm-up runs and eager steps alike.
-  const DeviceValueChecksPaused trusted;
+  // back each, which a recording cannot hold) are off, and their formulations those a recording
+  // takes, in warm-up runs and eager steps alike (`eager` runs the recorded step unrecorded).
+  const DeviceWorkRecorded as_recorded;
   std::vector<torch::Tensor>& params = *parts_.params;
   const Prediction p = predict(*parts_.module, input_, /*create_graph=*/true, parts_.accumulate);
   torch::Tensor terms;

@@ -252,8 +252,8 @@ std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
   // (checked against the tables in evaluate(); beyond a table the kernels clamp to its last bin).
   const DeviceValueChecksPaused paused;
   // On a GPU the operators' device kernels (compressed se_e2_a's fused tables: no (edges, M)
-  // tensors), recorded too, unless MLIP_KERNELS chose a path: where the checks are paused the
-  // usual choice would take the ATen formulations (GraphCapture records those).
+  // tensors), recorded too, unless MLIP_KERNELS chose a path: inside a recording the usual
+  // choice would take the ATen formulations (GraphCapture records those).
   std::optional<KernelChoiceScope> kernels;
   if (model_->device().is_cuda() && kernel_choice() == KernelChoice::usual) kernels.emplace(KernelChoice::device_kernels);
   Buffers& b = *b_;

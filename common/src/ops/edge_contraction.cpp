@@ -173,8 +173,8 @@ class OuterSum : public torch::autograd::Function<OuterSum> {
     return outer_sum_op().call(env, g, center, n_centers);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto s = ctx->get_saved_variables();
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     return {ctx->needs_input_grad(0) ? edge_contract_env(s[1], grad[0], s[2]) : torch::Tensor(),
             ctx->needs_input_grad(1) ? edge_contract_g(s[0], grad[0], s[2]) : torch::Tensor(), {}, {}};
   }
@@ -188,8 +188,8 @@ class ContractG : public torch::autograd::Function<ContractG> {
     return contract_g_op().call(env, t, center);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto s = ctx->get_saved_variables();
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     return {ctx->needs_input_grad(0) ? edge_contract_env(grad[0], s[1], s[2]) : torch::Tensor(),
             ctx->needs_input_grad(1) ? edge_outer_sum(s[0], grad[0], s[2], s[1].size(0)) : torch::Tensor(), {}};
   }
@@ -203,8 +203,8 @@ class ContractEnv : public torch::autograd::Function<ContractEnv> {
     return contract_env_op().call(g, t, center);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto s = ctx->get_saved_variables();
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     return {ctx->needs_input_grad(0) ? edge_contract_g(grad[0], s[1], s[2]) : torch::Tensor(),
             ctx->needs_input_grad(1) ? edge_outer_sum(grad[0], s[0], s[2], s[1].size(0)) : torch::Tensor(), {}};
   }

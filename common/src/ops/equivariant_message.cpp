@@ -381,8 +381,8 @@ class EquivariantMessage : public torch::autograd::Function<EquivariantMessage> 
     return {message_op().call(x, s, w, path, center, neighbor, n_out)};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto v = ctx->get_saved_variables();
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     if (!grad[0].defined()) return {{}, {}, {}, {}, {}, {}, {}};
     // only the gradients asked for (MD: the first layer's features need none)
     const int64_t need = (ctx->needs_input_grad(0) ? kNeedX : 0) | (ctx->needs_input_grad(1) ? kNeedS : 0) |
@@ -405,8 +405,8 @@ class EquivariantMessageBackward : public torch::autograd::Function<EquivariantM
     return gradients_op().call(g, x, s, w, path, center, neighbor, need);
   }
   static variable_list backward(AutogradContext* ctx, variable_list h) {
-    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto v = ctx->get_saved_variables();
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const Tensor &g = v[0], &x = v[1], &s = v[2], &w = v[3], &path = v[4], &center = v[5], &neighbor = v[6];
     const int64_t need = ctx->saved_data["need"].toInt();
     auto along = [&](int i, int64_t bit) { return need & bit && h[i].defined() && h[i].numel() ? h[i] : Tensor(); };

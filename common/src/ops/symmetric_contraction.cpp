@@ -443,8 +443,8 @@ class SymmetricContraction : public torch::autograd::Function<SymmetricContracti
     return {contract_op().call(x, z, mono, species)};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto v = ctx->get_saved_variables();
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     if (!grad[0].defined()) return {{}, {}, {}, {}};
     // z's gradient only where asked for: forces (autograd.grad to the edge vectors) need x's alone.
     auto g = gradients_op().call(grad[0], v[0], v[1], v[2], v[3], ctx->needs_input_grad(1));
@@ -463,8 +463,8 @@ class SymmetricContractionBackward : public torch::autograd::Function<SymmetricC
     return gradients_op().call(g, x, z, mono, species, need_z);
   }
   static variable_list backward(AutogradContext* ctx, variable_list h) {
-    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto v = ctx->get_saved_variables();
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const Tensor hz = ctx->saved_data["need_z"].toBool() ? h[1] : Tensor();
     auto d = second_entry(v[0], v[1], v[2], v[3], v[4], h[0], hz);
     return {d[0], d[1], d[2], {}, {}, {}};

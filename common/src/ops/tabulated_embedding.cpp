@@ -354,7 +354,6 @@ class TabulatedContraction : public torch::autograd::Function<TabulatedContracti
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     TORCH_CHECK(!at::GradMode::is_enabled(), "compressed models have no second derivatives (a force loss, a "
                 "Hessian): use the uncompressed model");
     static const auto op =
@@ -363,6 +362,7 @@ class TabulatedContraction : public torch::autograd::Function<TabulatedContracti
                                                             const torch::Tensor&, const torch::Tensor&,
                                                             const torch::Tensor&, const torch::Tensor&, double)>();
     const auto saved = ctx->get_saved_variables();
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     auto [grad_x, grad_env] =
         op.call(grad_out[0], saved[0], saved[1], saved[2], saved[3], saved[4], ctx->saved_data["step"].toDouble());
     return {grad_x, grad_env, {}, {}, {}, {}, {}, {}};

@@ -240,8 +240,8 @@ class VectorMessage : public torch::autograd::Function<VectorMessage> {
     return {ds, dv};
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
-    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const auto s = ctx->get_saved_variables();
+    const OperandsCheckedByForward checked;   // the forward checked the indices: no device reads again
     const int64_t n_out = ctx->saved_data["n_out"].toInt(), f = s[0].size(1) / 3;
     const Tensor gs_full = grad[0].defined() ? grad[0] : torch::zeros({n_out, f}, s[0].options());
     const Tensor gv_full = grad[1].defined() ? grad[1] : torch::zeros({n_out, 3, f}, s[0].options());
