@@ -1808,7 +1808,9 @@ TEST(Training, FrameBankGathersWhatPaddingTheGroupedBatchGives) {
       EXPECT_EQ(copied.edge_groups, padded.edge_groups);
       // Padding edges join a padding atom (in the padding frame) to itself.
       const int64_t pad_atom = padded.n_atoms - 1;
-      if (padded.n_atoms > 0) EXPECT_EQ(padded.frame_of_atom[pad_atom].item<int64_t>(), padded.n_frames - 1);
+      if (padded.n_atoms > 0) {
+        EXPECT_EQ(padded.frame_of_atom[pad_atom].item<int64_t>(), padded.n_frames - 1);
+      }
     }
   }
   // Every species' group keeps a free slot, also when a batch's count reaches the capacity an
@@ -1865,7 +1867,9 @@ TEST(Training, FrameBankGathersABatchInFewOperators) {
   EXPECT_LT(now * 4, before);
   for (std::size_t i = 0; i < BatchTensors::kTensors.size(); ++i) {
     const auto member = BatchTensors::kTensors[i];
-    if (member != &BatchTensors::head) EXPECT_TRUE(torch::equal(gathered.*member, padded.*member)) << "tensor " << i;
+    if (member != &BatchTensors::head) {
+      EXPECT_TRUE(torch::equal(gathered.*member, padded.*member)) << "tensor " << i;
+    }
   }
 }
 
