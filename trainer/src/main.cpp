@@ -36,12 +36,21 @@ namespace {
 
 void print_line(const std::string& s) { std::printf("%s\n", s.c_str()); }
 
+int fail_with_current(Communicator* comm);
+
 int run_train(Communicator& comm, const std::string& config_path, const std::vector<std::string>& overrides,
               bool resume, int64_t stop_after, int64_t profile = 0) {
   Config config = read_config(config_path, overrides);
   Trainer trainer(config, config_text(config_path, overrides), comm);
-  trainer.profile_steps(profile);
-  trainer.run(resume, stop_after);
+  try {
+    trainer.profile_steps(profile);
+    trainer.run(resume, stop_after);
+  } catch (const std::exception&) {
+    // A failing rank of several ends the job here, with the trainer alive: destroying it first
+    // would destroy its NCCL communicator, which may wait for all-reduces whose peers never come.
+    if (comm.size() > 1) return fail_with_current(&comm);
+    throw;
+  }
   return 0;
 }
 
@@ -181,6 +190,20 @@ int fail(Communicator* comm, const char* kind, const std::string& what) {
   std::fflush(stderr);
   if (many) comm->abort(1);
   return 1;
+}
+
+// fail() with the exception being handled: its message, one line, no backtrace.
+int fail_with_current(Communicator* comm) {
+  try {
+    throw;
+  } catch (const mlip::Error& e) {
+    return fail(comm, "error", e.what());
+  } catch (const c10::Error& e) {
+    return fail(comm, "LibTorch error", e.what_without_backtrace());
+  } catch (const std::exception& e) {  // filesystem, JSON, YAML, allocation
+    const std::string what = e.what();
+    return fail(comm, "error", what.substr(0, what.find('\n')));
+  }
 }
 
 }  // namespace
@@ -344,13 +367,8 @@ int main(int argc, char** argv) {
       return run_pack(pack_sources, pack_dir, pack_format, pack_units, pack_options);
     }
     if (*conv) return run_convert(conv_in, conv_out, conv_format, conv_units, conv_frame, conv_reps, conv_types);
-  } catch (const mlip::Error& e) {
-    return fail(comm.get(), "error", e.what());
-  } catch (const c10::Error& e) {
-    return fail(comm.get(), "LibTorch error", e.what_without_backtrace());
-  } catch (const std::exception& e) {  // filesystem, JSON, YAML, allocation: one line, no backtrace
-    std::string what = e.what();
-    return fail(comm.get(), "error", what.substr(0, what.find('\n')));
+  } catch (const std::exception&) {
+    return fail_with_current(comm.get());
   }
   return 0;
 }

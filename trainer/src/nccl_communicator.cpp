@@ -60,11 +60,10 @@ class NcclCommunicator final : public Communicator {
         [this] { return async_error(); }, [this](const std::string& why) { end_job(why); },
         std::chrono::milliseconds(static_cast<int64_t>(std::ceil(timeout_s * 1000))), std::chrono::seconds(1),
         [index] { cudaSetDevice(index); });   // the poller's CUDA calls on this rank's GPU, not GPU 0
-
   }
-  // Unwinding (this rank failed; main then ends the job): ncclCommAbort, which returns at once.
-  // ncclCommDestroy would first wait for this rank's enqueued all-reduces, whose peers may never
-  // come.
+  // Unwinding (this rank failed; a run of several ranks ends the job before, main.cpp):
+  // ncclCommAbort, which returns at once. ncclCommDestroy would first wait for this rank's
+  // enqueued all-reduces, whose peers may never come.
   ~NcclCommunicator() override {
     watchdog_.reset();
     if (comm_ == nullptr) return;

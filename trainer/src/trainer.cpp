@@ -741,7 +741,8 @@ bool Trainer::end_epoch(const MetricSums& train) {
   } else {
     log(fmt::format("  throughput {:.2f} frames/s | step time{}: model {:.1f}%, optimizer {:.1f}%, data {:.1f}%, "
                     "communication {:.1f}%, other {:.1f}% (outside model and optimizer: {:.1f}%)",
-                    train.frames / tt, clock_.on_device() ? " (the GPU stream's)" : "", 100 * times_.model / tt, 100 * times_.optimizer / tt, 100 * times_.data / tt,
+                    train.frames / tt, clock_.on_device() ? " (the GPU stream's)" : "", 100 * times_.model / tt,
+                    100 * times_.optimizer / tt, 100 * times_.data / tt,
                     100 * times_.communication / tt, 100 * times_.other() / tt,
                     100 * (times_.data + times_.communication + times_.other()) / tt));
   }
