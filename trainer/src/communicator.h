@@ -38,8 +38,8 @@ class Communicator {
   /// the others waiting in a collective.
   virtual void abort(int code) { std::exit(code); }
   /// The work enqueued so far on the current device stream holds this communicator's
-  /// collectives, enqueued outside its calls (a replayed recording): a backend that times out
-  /// collectives (NCCL: communication.timeout) watches it too. `what` names it in the error.
+  /// collectives (a step's all-reduces, or a replayed recording of them): a backend that times
+  /// out collectives (NCCL: communication.timeout) watches it. `what` names it in the error.
   virtual void watch_enqueued(const char* /*what*/) {}
   bool is_root() const { return rank() == 0; }
 };

@@ -48,6 +48,7 @@ void GradientReducer::reduce(Communicator& comm) {
       offset += n;
     }
   }
+  comm.watch_enqueued("a step's all-reduces of gradients");   // once: the last finishes after the others
 }
 
 torch::Tensor GradientReducer::gradient_norm_on_device() const {

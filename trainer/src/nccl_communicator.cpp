@@ -91,10 +91,10 @@ class NcclCommunicator final : public Communicator {
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device_.index()).stream();
     check(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), type, ncclSum, comm_, stream),
           "ncclAllReduce");
-    watch_enqueued("an all-reduce of gradients");
   }
   // The stream's work so far watched for communication.timeout, through an event after it (not
-  // inside a recording: its replays are watched by the caller's watch_enqueued).
+  // inside a recording: the caller watches its replays). One event for a step's all-reduces:
+  // the callers watch after the last (GradientReducer::reduce, Trainer::take_step).
   // Every CUDA error here is cleared (cudaGetLastError), so that LibTorch's next launch check
   // does not meet it.
   void watch_enqueued(const char* what) override {
