@@ -539,7 +539,7 @@ void PairMLIP::evaluate_centres(const int *atoms, int first, int last)
   if (s.sizer) {
     mlip::evaluate_within_memory(
         first, last, *s.sizer, [this] { return available_memory(); },
-        [&](int64_t a, int64_t b) { evaluate_chunk(atoms + a, atoms + b); });
+        [&](int64_t a, int64_t b) { evaluate_chunk(atoms + a, atoms + b); }, list->inum);
     return;
   }
   const int size = int(mlip::equal_chunk(last - first, options.chunk));

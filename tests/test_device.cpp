@@ -482,6 +482,48 @@ TEST(DeviceMemory, ACallThatRunsOutOfMemoryIsSplitAndEveryCentreEvaluatedOnce) {
                c10::OutOfMemoryError);
 }
 
+// An out-of-memory limit is tried higher after calm calls: a passing error (another process's
+// memory) does not halve every later call for good, and a limit that holds costs few failures.
+TEST(DeviceMemory, TheLimitIsTriedHigherAfterCalmCallsAndWaitsLongerWhenItHolds) {
+  mlip::ChunkSizer sizer(0.8, 1000);
+  int64_t device_fits = 300;   // a call of more centres than this runs out of memory
+  int64_t failures = 0;
+  auto evaluate = [&](int64_t a, int64_t b) {
+    if (b - a > device_fits) {
+      ++failures;
+      throw_out_of_memory();
+    }
+  };
+  const auto plenty = [] { return int64_t(1) << 40; };
+  const auto steps = [&](int n) {
+    for (int i = 0; i < n; ++i) mlip::evaluate_within_memory(0, 2000, sizer, plenty, evaluate);
+  };
+  steps(1);
+  EXPECT_EQ(sizer.limit(), 250);   // 1000 -> 500 -> 250
+  EXPECT_EQ(sizer.retry(), 128);
+  // The limit holds: each raised try (500) fails once, then waits twice as long.
+  failures = 0;
+  const int64_t calls_per_step = 8;   // 2000 centres in calls of 250
+  steps(int(4 * 128 / calls_per_step));
+  EXPECT_EQ(sizer.limit(), 250);
+  EXPECT_EQ(failures, 2);          // after 128 calls, then after 256 more
+  EXPECT_EQ(sizer.retry(), 512);
+  // The memory comes back: the limit doubles after each calm stretch of 512 calls (136 of this one
+  // are past: 17 steps since the last failure) and is dropped once it reaches a step's atoms.
+  device_fits = 1 << 30;
+  failures = 0;
+  steps((512 - 17 * calls_per_step) / calls_per_step);
+  EXPECT_EQ(sizer.limit(), 500);
+  steps(512 / 4);    // calls of 500
+  EXPECT_EQ(sizer.limit(), 1000);
+  steps(512 / 2 - 1);
+  EXPECT_EQ(sizer.limit(), 1000);
+  steps(1);
+  EXPECT_EQ(sizer.limit(), 0);
+  EXPECT_EQ(failures, 0);
+  EXPECT_EQ(sizer.chunk(2000, plenty()), 1000);   // the first call's size: nothing was measured
+}
+
 TEST(DeviceMemoryGpu, FiguresFollowAnAllocation) {
   if (const std::string why = mlip::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const torch::Device gpu(torch::kCUDA, 0);

@@ -72,6 +72,16 @@ void ChunkSizer::observe(int64_t centres, int64_t edges, int64_t bytes) {
 void ChunkSizer::out_of_memory(int64_t centres) {
   const int64_t half = std::max<int64_t>(1, centres / 2);
   limit_ = limit_ > 0 ? std::min(limit_, half) : half;
+  if (raised_) retry_ *= 2;   // the raised limit did not hold: wait longer before the next try
+  raised_ = false;
+  calm_calls_ = 0;
+}
+
+void ChunkSizer::calm(int64_t wanted) {
+  if (limit_ == 0 || ++calm_calls_ < retry_) return;
+  limit_ = 2 * limit_ >= wanted ? 0 : 2 * limit_;   // a limit that could not bind goes
+  raised_ = true;
+  calm_calls_ = 0;
 }
 
 }  // namespace mlip

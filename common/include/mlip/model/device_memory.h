@@ -52,13 +52,20 @@ class ChunkSizer {
   int64_t chunk(int64_t centres, int64_t available) const;
   /// One call's centres, edges, and the bytes it took at its peak.
   void observe(int64_t centres, int64_t edges, int64_t bytes);
-  /// A call of `centres` ran out of memory: from now on calls take at most half of them.
+  /// A call of `centres` ran out of memory: from now on calls take at most half of them, until the
+  /// limit is tried higher (calm()).
   void out_of_memory(int64_t centres);
+  /// A call ran, one of those evaluating `wanted` centres. An out-of-memory error may have been
+  /// passing (another process's memory, fragmentation): after `retry` calls without one the limit
+  /// is doubled, and dropped once it reaches `wanted`; each error at a raised limit doubles `retry`,
+  /// so that a limit that holds costs few failed calls.
+  void calm(int64_t wanted);
 
   bool seen() const { return bytes_per_edge_ > 0; }
   double bytes_per_edge() const { return bytes_per_edge_; }
   double bytes_per_centre() const { return bytes_per_edge_ * edges_per_centre_; }
   int64_t limit() const { return limit_; }   // from out-of-memory errors (0: none)
+  int64_t retry() const { return retry_; }   // calls without an error before the limit is raised
 
  private:
   double headroom_;
@@ -66,6 +73,9 @@ class ChunkSizer {
   double bytes_per_edge_ = 0;
   double edges_per_centre_ = 0;
   int64_t limit_ = 0;
+  int64_t retry_ = 128;
+  int64_t calm_calls_ = 0;   // since the last error
+  bool raised_ = false;      // the limit was raised since the last error
 };
 
 /// The size of equal calls of at most `chunk` items over n (1152 atoms in calls of at most 1024:
@@ -78,10 +88,11 @@ inline int64_t equal_chunk(int64_t n, int64_t chunk) {
 /// evaluate(first, last) over centres [first, last) in calls of the sizer's chunk, in order; a call
 /// that runs out of device memory (is_out_of_memory) is split in two and tried again, down to one
 /// centre (then the error is thrown). evaluate must have added nothing when it throws: the retried
-/// call adds it. `available()` gives the bytes free for calls now.
+/// call adds it. `available()` gives the bytes free for calls now; `wanted`: the centres of the
+/// caller's step, where [first, last) is one of its chunks (ChunkSizer::calm).
 template <class Evaluate, class Available>
 void evaluate_within_memory(int64_t first, int64_t last, ChunkSizer& sizer, Available&& available,
-                            Evaluate&& evaluate) {
+                            Evaluate&& evaluate, int64_t wanted = 0) {
   int64_t size = equal_chunk(last - first, sizer.chunk(last - first, available()));
   for (int64_t begin = first; begin < last;) {
     const int64_t end = std::min(last, begin + size);
@@ -94,6 +105,7 @@ void evaluate_within_memory(int64_t first, int64_t last, ChunkSizer& sizer, Avai
       size = std::max<int64_t>(1, (end - begin) / 2);
       continue;   // this call again, in halves
     }
+    sizer.calm(std::max(wanted, last - first));
     begin = end;
   }
 }
