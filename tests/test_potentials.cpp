@@ -1382,24 +1382,31 @@ TEST(Operators, BackwardsInsideAutogradReadNoIndicesAgain) {
   const torch::Tensor neighbor = torch::tensor({0, 2}, i64);
   const torch::Tensor z = torch::randn({2, 1, 5, 4}, f64).requires_grad_(true);
   const torch::Tensor mono = torch::tensor({{0, 1, 3}}, i64), species = torch::tensor({0, 1}, i64);
+  // vector_polynomials' table (output, powers of x, y, z): its highest power and the derivative
+  // table's pruning are the reads there.
+  const torch::Tensor u = torch::randn({4, 3}, f64).requires_grad_(true);
+  const torch::Tensor terms = torch::tensor({0, 1, 0, 0, 1, 0, 2, 1, 2, 1, 1, 1, 2, 0, 0, 3}, i64).view({4, 4});
+  const torch::Tensor coefficients = torch::randn({4}, f64);
   auto index_reads = [](const std::function<void()>& work) {
     KernelProfile profile(false);
     work();
     int64_t n = 0;
-    for (const ProfileRow& r : profile.stop().rows) n += r.name == "aten::aminmax" ? r.calls : 0;
+    for (const ProfileRow& r : profile.stop().rows)
+      n += r.name == "aten::aminmax" || r.name == "aten::nonzero" || r.name == "aten::item" ? r.calls : 0;
     return n;
   };
   auto forward = [&] {
     const torch::Tensor m = equivariant_message(x, s, w, path, center, neighbor, 2);   // (2, 3, 4)
-    return symmetric_contraction(m.narrow(1, 0, 3).contiguous(), z, mono, species);
+    return symmetric_contraction(m.narrow(1, 0, 3).contiguous(), z, mono, species).pow(2).sum() +
+           vector_polynomials(u, terms, coefficients, 3).pow(2).sum();
   };
   const int64_t by_forward = index_reads([&] { forward(); });
   EXPECT_GT(by_forward, 0);
   const int64_t with_gradients = index_reads([&] {
     const torch::Tensor y = forward();
     // first and second derivatives (a force loss's parameter gradients)
-    const auto g = torch::autograd::grad({y.pow(2).sum()}, {x, s}, {}, true, /*create_graph=*/true);
-    torch::autograd::grad({g[0].sum() + g[1].sum()}, {w, z});
+    const auto g = torch::autograd::grad({y}, {x, s, u}, {}, true, /*create_graph=*/true);
+    torch::autograd::grad({g[0].sum() + g[1].sum() + g[2].pow(2).sum()}, {w, z, u});
   });
   EXPECT_EQ(with_gradients, by_forward);
 }

@@ -31,10 +31,11 @@ void check(CT u, CT terms, CT coefficients, int64_t n_out) {
 }
 
 // The highest power of the terms, checked with their outputs (the kernel's bounds); the bound
-// itself where value checks are paused (a CUDA graph's capture: the table was checked before).
+// itself where operands are not read (a CUDA graph's capture, or a backward inside autograd: the
+// forward checked this table).
 int64_t highest_power(CT terms, int64_t n_out) {
   if (terms.size(0) == 0) return 0;
-  if (!device_value_checks_on()) return kernels::kMaxPolynomialPower;
+  if (!device_operand_checks_on()) return kernels::kMaxPolynomialPower;
   const auto [lo, hi] = torch::aminmax(terms, 0);
   const Tensor l = lo.cpu(), h = hi.cpu();
   TORCH_CHECK(l[0].item<int64_t>() >= 0 && h[0].item<int64_t>() < n_out,
@@ -114,6 +115,7 @@ class VectorPolynomials : public torch::autograd::Function<VectorPolynomials> {
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     if (!g[0].defined()) return {{}, {}, {}, {}};
     const auto v = ctx->get_saved_variables();
+    const OperandsCheckedByForward checked;   // the forward checked the table: no device reads again
     return {backward_op().call(g[0], v[0], v[1], v[2]), {}, {}, {}};
   }
 };
@@ -132,6 +134,7 @@ class VectorPolynomialsBackward : public torch::autograd::Function<VectorPolynom
   static variable_list backward(AutogradContext* ctx, variable_list h) {
     if (!h[0].defined()) return {{}, {}, {}, {}};
     const auto v = ctx->get_saved_variables();
+    const OperandsCheckedByForward checked;   // the forward checked the table: no device reads again
     const Tensor &g = v[0], &u = v[1];
     const int64_t n = g.size(1);
     const auto [dterms, dcoefficients] = vector_polynomials_derivatives(v[2], v[3], n);
@@ -158,12 +161,9 @@ Tensor vector_polynomials(CT u, CT terms, CT coefficients, int64_t n_out) {
 }
 
 Tensor vector_polynomials_reference(CT u, CT terms, CT coefficients, int64_t n_out) {
-  // powers[c][:, k] = u[:, c]^k, k up to the highest power (the kernels' bound where device
-  // values are not read: a CUDA graph's recording), by products (differentiable everywhere, also
-  // at u = 0)
-  const int64_t top = terms.size(0) == 0       ? 0
-                      : device_value_checks_on() ? terms.narrow(1, 1, 3).max().item<int64_t>()
-                                                 : kernels::kMaxPolynomialPower;
+  // powers[c][:, k] = u[:, c]^k, k up to the highest power (the kernels' bound where operands are
+  // not read), by products (differentiable everywhere, also at u = 0)
+  const int64_t top = highest_power(terms, n_out);
   Tensor y = torch::zeros({u.size(0), n_out}, u.options());
   Tensor product = coefficients.to(u.scalar_type()).unsqueeze(0).expand({u.size(0), terms.size(0)});
   for (int64_t c = 0; c < 3; ++c) {
@@ -177,8 +177,8 @@ Tensor vector_polynomials_reference(CT u, CT terms, CT coefficients, int64_t n_o
 std::pair<Tensor, Tensor> vector_polynomials_derivatives(CT terms, CT coefficients, int64_t n_out) {
   // Each term's derivative along x, y and z, into outputs d * n_out + i, on the table's device.
   // Along a direction of power 0 the derivative is zero: its row, of coefficient 0 and the power
-  // kept at 0, adds nothing; it is dropped unless device values cannot be read (a CUDA graph's
-  // recording: shapes from the table alone).
+  // kept at 0, adds nothing; it is dropped unless operands are not read (a CUDA graph's recording,
+  // a backward inside autograd: shapes from the table alone).
   std::vector<Tensor> dterms, dcoefficients, nonzero;
   for (int64_t d = 0; d < 3; ++d) {
     const Tensor power = terms.select(1, 1 + d);
@@ -190,7 +190,7 @@ std::pair<Tensor, Tensor> vector_polynomials_derivatives(CT terms, CT coefficien
     nonzero.push_back(power > 0);
   }
   Tensor t = torch::cat(dterms), c = torch::cat(dcoefficients);
-  if (!device_value_checks_on()) return {t, c};
+  if (!device_operand_checks_on()) return {t, c};
   const Tensor keep = torch::cat(nonzero).nonzero().squeeze(1);
   return {t.index_select(0, keep), c.index_select(0, keep)};
 }
