@@ -35,6 +35,7 @@
 #include "mlip/ops/operators.h"
 #include "mlip/ops/symmetric_contraction.h"
 #include "mlip/ops/tabulated_embedding.h"
+#include "../common/src/ops/device_launch.h"
 #include "mlip/ops/vector_message.h"
 #include "mlip/ops/bessel_radial.h"
 #include "mlip/ops/vector_polynomials.h"
@@ -377,6 +378,16 @@ TEST(DeviceKernelsGpu, PainnAndCompressedOperatorsEqualTheCpuKernels) {
     std::printf("PaiNN/compressed device kernels %s: relative difference GPU vs CPU kernels: %.3g (largest of values "
                 "and gradients)\n", dtype == torch::kFloat64 ? "float64" : "float32", worst);
   }
+}
+
+// libmlip_cuda_ops.so reads each functor as its kernel's type: a library of this interface version
+// but of other functors (built from other sources, nobody raised the version) is refused with the
+// reason, never launched; so is one that cannot be loaded.
+TEST(DeviceKernels, ALibraryOfAnotherLayoutIsRefused) {
+  const std::string stale = mlip::detail::cuda_library_refused(MLIP_TEST_STALE_CUDA_OPS);
+  EXPECT_NE(stale.find("is not the CUDA library of this mlip"), std::string::npos) << stale;
+  const std::string missing = mlip::detail::cuda_library_refused("/nonexistent/libmlip_cuda_ops.so");
+  EXPECT_NE(missing.find("cannot be loaded"), std::string::npos) << missing;
 }
 
 // The GPU cases' comparisons, with the device kernels' code run by the CPU's loop: the same code

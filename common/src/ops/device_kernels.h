@@ -52,13 +52,14 @@ inline const char* kernel_name(Kernel id) {
 // mlip_cuda_reset_peak); mlip_cuda_release_cache gives the allocator's unused blocks back to the
 // driver; mlip_cuda_runs_on returns 0 if the library has code for `device` (its architecture), else
 // -1 with the reason. Version: the layout of the functors and this interface; another version is
-// refused.
-constexpr int kDeviceKernelsVersion = 11;
+// refused, as is a library whose mlip_cuda_layout() is not kernel_layout() (kernel_layout.h).
+constexpr int kDeviceKernelsVersion = 12;
 enum MemoryField : int { kFree, kTotal, kReserved, kAllocated, kPeakAllocated, kMemoryFields };
 extern "C" {
 using CudaLaunch = int (*)(int id, int f64, const void* functor, int64_t count, int device);
 using CudaError = const char* (*)();
 using CudaVersion = int (*)();
+using CudaLayout = uint64_t (*)();
 using CudaMemory = int (*)(int device, int64_t* bytes);
 using CudaResetPeak = int (*)(int device);
 using CudaReleaseCache = int (*)();

@@ -1,4 +1,5 @@
 #include "device_launch.h"
+#include "kernel_layout.h"
 
 #include <dlfcn.h>
 
@@ -36,8 +37,7 @@ struct CudaLibrary {
   kernels::CudaRunsOn runs_on = nullptr;
   void* handle = nullptr;
   std::string why;
-  CudaLibrary() {
-    const std::string path = cuda_library_path();
+  explicit CudaLibrary(const std::string& path) {
     if (path.empty()) {
       why = "this mlip was built without libmlip_cuda_ops.so (no CUDA compiler, or LibTorch without CUDA)";
       return;
@@ -49,13 +49,15 @@ struct CudaLibrary {
       return;
     }
     const auto version = reinterpret_cast<kernels::CudaVersion>(dlsym(lib, "mlip_cuda_version"));
+    const auto layout = reinterpret_cast<kernels::CudaLayout>(dlsym(lib, "mlip_cuda_layout"));
     launch = reinterpret_cast<kernels::CudaLaunch>(dlsym(lib, "mlip_cuda_launch"));
     error = reinterpret_cast<kernels::CudaError>(dlsym(lib, "mlip_cuda_error"));
     runs_on = reinterpret_cast<kernels::CudaRunsOn>(dlsym(lib, "mlip_cuda_runs_on"));
-    if (version == nullptr || launch == nullptr || error == nullptr || runs_on == nullptr ||
-        version() != kernels::kDeviceKernelsVersion) {
+    if (version == nullptr || layout == nullptr || launch == nullptr || error == nullptr || runs_on == nullptr ||
+        version() != kernels::kDeviceKernelsVersion || layout() != kernels::kernel_layout()) {
       why = path + " is not the CUDA library of this mlip (another version)";
-      launch = nullptr;
+      launch = nullptr, error = nullptr, runs_on = nullptr;
+      dlclose(lib);
       return;
     }
     handle = lib;
@@ -63,7 +65,7 @@ struct CudaLibrary {
 };
 
 const CudaLibrary& cuda_library() {
-  static const CudaLibrary lib;
+  static const CudaLibrary lib(cuda_library_path());
   return lib;
 }
 
@@ -124,6 +126,12 @@ KernelPath kernel_path(const torch::Device& device) {
     std::cerr << "mlip: the operators run their aten formulations on the GPU (more memory, slower): " << why << "\n";
   });
   return KernelPath::aten;
+}
+
+std::string cuda_library_refused(const std::string& path) {
+  const CudaLibrary lib(path);
+  if (lib.handle != nullptr) dlclose(lib.handle);
+  return lib.why;
 }
 
 kernels::CudaLaunch cuda_launcher() {

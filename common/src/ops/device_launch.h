@@ -3,6 +3,7 @@
 // as a loop over the same functors (what ctest runs).
 #pragma once
 
+#include <string>
 #include <type_traits>
 
 #include <ATen/Parallel.h>
@@ -25,6 +26,9 @@ KernelPath kernel_path(const torch::Device& device);
 /// libmlip_cuda_ops.so's launcher, or an error that says why it cannot be had.
 kernels::CudaLaunch cuda_launcher();
 const char* cuda_launch_error();
+/// Why the CUDA library at `path` would be refused (not found, another version or functor
+/// layout), or empty; it is not kept.
+std::string cuda_library_refused(const std::string& path);
 /// Another function of libmlip_cuda_ops.so's C interface (device_kernels.h), or nullptr where the
 /// library cannot be had.
 void* cuda_symbol(const char* name);

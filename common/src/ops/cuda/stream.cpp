@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../device_kernels.h"
+#include "../kernel_layout.h"
 
 namespace mlip::kernels {
 cudaError_t launch_on_stream(int id, int f64, const void* functor, int64_t count, cudaStream_t stream);
@@ -24,6 +25,8 @@ thread_local std::string last_error;
 extern "C" {
 
 __attribute__((visibility("default"))) int mlip_cuda_version() { return mlip::kernels::kDeviceKernelsVersion; }
+
+__attribute__((visibility("default"))) uint64_t mlip_cuda_layout() { return mlip::kernels::kernel_layout(); }
 
 __attribute__((visibility("default"))) const char* mlip_cuda_error() { return last_error.c_str(); }
 
