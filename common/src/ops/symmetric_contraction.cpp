@@ -346,6 +346,16 @@ struct Tables {
   }
 };
 
+// The parts in which z's gradients sum each species' nodes (ContractGradZ): threads up to about
+// 2^20, parts of at least 64 nodes.
+int64_t z_parts(int64_t nodes, int64_t z_elements) {
+  const int64_t by_nodes = (nodes + 63) / 64, by_threads = (int64_t(1) << 20) / std::max<int64_t>(z_elements, 1);
+  return std::max<int64_t>(1, std::min(by_nodes, by_threads));
+}
+
+// z's gradient from its parts (parts, S, Q, M, C), summed in part order.
+Tensor sum_parts(const Tensor& parts, CT z) { return (parts.size(0) == 1 ? parts : parts.sum(0)).view(z.sizes()); }
+
 template <typename T>
 kernels::ContractionArgs<T> device_args(CT x, CT z, CT mono, CT species, const Tables& t, const T* g = nullptr,
                                         const T* hx = nullptr, const T* hz = nullptr) {
@@ -367,26 +377,31 @@ Tensor contract_device(CT x, CT z, CT mono, CT species) {
 
 std::vector<Tensor> gradients_device(CT g, CT x, CT z, CT mono, CT species, bool need_z) {
   const Tables t(x, z, mono, species, true, need_z);
-  Tensor gx = torch::empty_like(x), gz = need_z ? torch::empty_like(z) : torch::zeros_like(z);
+  const int64_t parts = z_parts(x.size(0), z.numel());
+  Tensor gx = torch::empty_like(x), gz_parts = need_z ? torch::empty({parts, z.numel()}, z.options()) : Tensor();
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction_backward", [&] {
     const auto o = device_args<scalar_t>(x, z, mono, species, t, g.data_ptr<scalar_t>());
     detail::run_elements(kernels::ContractGradX<scalar_t>{o, gx.data_ptr<scalar_t>()}, gx.numel(), x.device());
-    if (need_z) detail::run_elements(kernels::ContractGradZ<scalar_t>{o, gz.data_ptr<scalar_t>()}, gz.numel(), x.device());
+    if (need_z)
+      detail::run_elements(kernels::ContractGradZ<scalar_t>{o, z.size(0), parts, gz_parts.data_ptr<scalar_t>()},
+                           gz_parts.numel(), x.device());
   });
-  return {gx, gz};
+  return {gx, need_z ? sum_parts(gz_parts, z) : torch::zeros_like(z)};
 }
 
 std::vector<Tensor> second_device(CT g, CT x, CT z, CT mono, CT species, CT hx, CT hz) {
   const Tables t(x, z, mono, species, true, true);
-  Tensor dg = torch::empty_like(g), dx = torch::empty_like(x), dz = torch::empty_like(z);
+  const int64_t parts = z_parts(x.size(0), z.numel());
+  Tensor dg = torch::empty_like(g), dx = torch::empty_like(x), dz_parts = torch::empty({parts, z.numel()}, z.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction_second", [&] {
     const auto o = device_args<scalar_t>(x, z, mono, species, t, g.data_ptr<scalar_t>(), hx.data_ptr<scalar_t>(),
                                          hz.data_ptr<scalar_t>());
     detail::run_elements(kernels::ContractSecondG<scalar_t>{o, dg.data_ptr<scalar_t>()}, dg.numel(), x.device());
     detail::run_elements(kernels::ContractSecondX<scalar_t>{o, dx.data_ptr<scalar_t>()}, dx.numel(), x.device());
-    detail::run_elements(kernels::ContractSecondZ<scalar_t>{o, dz.data_ptr<scalar_t>()}, dz.numel(), x.device());
+    detail::run_elements(kernels::ContractSecondZ<scalar_t>{o, z.size(0), parts, dz_parts.data_ptr<scalar_t>()},
+                         dz_parts.numel(), x.device());
   });
-  return {dg, dx, dz};
+  return {dg, dx, sum_parts(dz_parts, z)};
 }
 
 // The same by differentiating the aten formulation (on other devices, and for third and higher

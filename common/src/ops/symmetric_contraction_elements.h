@@ -32,6 +32,13 @@ template <typename T> struct ContractionArgs {
     return factor(hx, node, q3, u, T(0)) * b * cc + a * factor(hx, node, q3 + 1, u, T(0)) * cc +
            a * b * factor(hx, node, q3 + 2, u, T(0));
   }
+  // The nodes of species s in part p of `parts`, consecutive and as equal as they can be:
+  // by_species[first .. last).
+  MLIP_HD void species_part(int64_t s, int64_t p, int64_t parts, int64_t& first, int64_t& last) const {
+    const int64_t begin = species_first[s], count = species_first[s + 1] - begin, size = (count + parts - 1) / parts;
+    first = begin + (p * size < count ? p * size : count);
+    last = begin + ((p + 1) * size < count ? (p + 1) * size : count);
+  }
   // sum_m g[node, m, u] w[species, q, m, u] for w = z or hz.
   MLIP_HD T along_outputs(const T* weights, int64_t node, int64_t q, int64_t u) const {
     const T* wq = weights + ((species[node] * this->q + q) * m) * c + u;
@@ -74,19 +81,25 @@ template <typename T> struct ContractGradX {
   }
 };
 
-// gz[s, q, m, u] = sum_{n of species s} g[n, m, u] t_q(n, u), in node order; elements (S, Q, M, C).
+// gz[s, q, m, u] = sum_{n of species s} g[n, m, u] t_q(n, u), in node order, each species' nodes
+// in `parts` consecutive ranges (S Q M C threads alone are too few for a GPU when the batch is
+// large): part p's sum into gz_part[p, s, q, m, u], which the caller sums over p; elements
+// (parts, S, Q, M, C).
 template <typename T> struct ContractGradZ {
   static constexpr Kernel id = Kernel::ContractGradZ;
   ContractionArgs<T> o;
-  T* gz;
+  int64_t n_species, parts;
+  T* gz_part;
   MLIP_HD void operator()(int64_t i) const {
-    const int64_t u = i % o.c, mm = i / o.c % o.m, q = i / (o.c * o.m) % o.q, s = i / (o.c * o.m * o.q);
+    const int64_t u = i % o.c, mm = i / o.c % o.m, q = i / (o.c * o.m) % o.q, s = i / (o.c * o.m * o.q) % n_species;
+    int64_t first = 0, last = 0;
+    o.species_part(s, i / (o.c * o.m * o.q * n_species), parts, first, last);
     T sum = 0;
-    for (int64_t f = o.species_first[s]; f < o.species_first[s + 1]; ++f) {
+    for (int64_t f = first; f < last; ++f) {
       const int64_t n = o.by_species[f];
       sum += o.g[(n * o.m + mm) * o.c + u] * o.monomial(n, 3 * q, u);
     }
-    gz[i] = sum;
+    gz_part[i] = sum;
   }
 };
 
@@ -129,19 +142,23 @@ template <typename T> struct ContractSecondX {
   }
 };
 
-//   dz[s, q, m, u] = sum_{n of species s} g[n, m, u] dt_q(n, u), in node order; elements (S, Q, M, C).
+//   dz[s, q, m, u] = sum_{n of species s} g[n, m, u] dt_q(n, u), in node order, in parts as
+//   ContractGradZ's; elements (parts, S, Q, M, C).
 template <typename T> struct ContractSecondZ {
   static constexpr Kernel id = Kernel::ContractSecondZ;
   ContractionArgs<T> o;
-  T* dz;
+  int64_t n_species, parts;
+  T* dz_part;
   MLIP_HD void operator()(int64_t i) const {
-    const int64_t u = i % o.c, mm = i / o.c % o.m, q = i / (o.c * o.m) % o.q, s = i / (o.c * o.m * o.q);
+    const int64_t u = i % o.c, mm = i / o.c % o.m, q = i / (o.c * o.m) % o.q, s = i / (o.c * o.m * o.q) % n_species;
+    int64_t first = 0, last = 0;
+    o.species_part(s, i / (o.c * o.m * o.q * n_species), parts, first, last);
     T sum = 0;
-    for (int64_t f = o.species_first[s]; f < o.species_first[s + 1]; ++f) {
+    for (int64_t f = first; f < last; ++f) {
       const int64_t n = o.by_species[f];
       sum += o.g[(n * o.m + mm) * o.c + u] * o.monomial_along(n, 3 * q, u);
     }
-    dz[i] = sum;
+    dz_part[i] = sum;
   }
 };
 
