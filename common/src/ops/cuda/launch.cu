@@ -28,6 +28,9 @@ template <class F> cudaError_t launch(const void* functor, int64_t count, cudaSt
   constexpr int threads = 256;
   // A grid-stride loop past 2^20 blocks (each thread then takes several elements).
   const int64_t blocks = std::min<int64_t>((count + threads - 1) / threads, int64_t(1) << 20);
+  // An error an earlier call left (cudaErrorNotReady from a query) is not this launch's; a sticky
+  // one (a fault in an earlier kernel) comes back from the launch again.
+  (void)cudaGetLastError();
   each_element<<<unsigned(blocks), threads, 0, stream>>>(*static_cast<const F*>(functor), count);
   return cudaGetLastError();
 }
