@@ -222,7 +222,6 @@ mlip::StepOutput PairMLIP::evaluate_step(int n, bool atom_virial)
                                    nlocal, atom_virial, chunk);
           },
           s.sizer != nullptr);
-      if (s.sizer) s.sizer->calm(nlocal);
       break;
     } catch (const std::exception &e) {   // guarded() passes on only running out of GPU memory (sized)
       if (!s.sizer || !mlip::is_out_of_memory(e) || tried <= 1)

@@ -535,6 +535,33 @@ TEST(DeviceMemory, TheLimitIsTriedHigherAfterCalmCallsAndWaitsLongerWhenItHolds)
   EXPECT_EQ(sizer.chunk(2000, plenty()), 1000);   // the first call's size: nothing was measured
 }
 
+// A failed try brings back the limit that held, though the call that failed (2100 centres in
+// calls of at most 500: 420) was less than twice it; an error in a call no larger than that limit
+// is a new one (memory got tighter): it halves the call and leaves the wait as it was.
+TEST(DeviceMemory, AFailedTryBringsBackTheLimitThatHeld) {
+  mlip::ChunkSizer sizer(0.8, 1000);
+  int64_t device_fits = 300;
+  int failures = 0;
+  auto evaluate = [&](int64_t a, int64_t b) {
+    if (b - a > device_fits) {
+      ++failures;
+      throw_out_of_memory();
+    }
+  };
+  const auto plenty = [] { return int64_t(1) << 40; };
+  const auto step = [&] { mlip::evaluate_within_memory(0, 2100, sizer, plenty, evaluate); };
+  mlip::evaluate_within_memory(0, 2000, sizer, plenty, evaluate);   // 1000 -> 500 -> 250
+  EXPECT_EQ(sizer.limit(), 250);
+  for (int k = 0; k < 1000 && failures < 3; ++k) step();   // the try at 500 fails
+  EXPECT_EQ(failures, 3);
+  EXPECT_EQ(sizer.limit(), 250);
+  EXPECT_EQ(sizer.retry(), 256);
+  device_fits = 200;   // tighter: calls of 234 fail
+  step();
+  EXPECT_EQ(sizer.limit(), 117);
+  EXPECT_EQ(sizer.retry(), 256);
+}
+
 TEST(DeviceMemoryGpu, FiguresFollowAnAllocation) {
   if (const std::string why = mlip::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const torch::Device gpu(torch::kCUDA, 0);

@@ -1,7 +1,8 @@
 // The layout of every device kernel's functor as one number, computed where the functors are
 // compiled: libmlip_cuda_ops.so (which reads a functor as its kernel's type) and the library that
-// passes it must agree, so that a library built from other sources is refused even where nobody
-// raised kDeviceKernelsVersion. Plain C++ (g++ and nvcc read it).
+// passes it must agree, so that a library built from other sources is refused where a functor
+// gained, lost or resized a field even if nobody raised kDeviceKernelsVersion (fields reordered
+// within one size still need the version raised). Plain C++.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +27,8 @@ constexpr uint64_t kernel_layout() {
   uint64_t h = 1469598103934665603ull;
 #define MLIP_KERNEL_LAYOUT(name)                                                                  \
   h = mix_layout(mix_layout(h, uint64_t(Kernel::name)), sizeof(name<double>));                    \
-  h = mix_layout(mix_layout(h, alignof(name<double>)), sizeof(name<float>));
+  h = mix_layout(mix_layout(h, alignof(name<double>)), sizeof(name<float>));                      \
+  h = mix_layout(h, alignof(name<float>));
   MLIP_DEVICE_KERNELS(MLIP_KERNEL_LAYOUT)
 #undef MLIP_KERNEL_LAYOUT
   return mix_layout(h, uint64_t(kDeviceKernelsVersion));

@@ -57,8 +57,9 @@ class ChunkSizer {
   void out_of_memory(int64_t centres);
   /// A call ran, one of those evaluating `wanted` centres. An out-of-memory error may have been
   /// passing (another process's memory, fragmentation): after `retry` calls without one the limit
-  /// is doubled, and dropped once it reaches `wanted`; each error at a raised limit doubles `retry`,
-  /// so that a limit that holds costs few failed calls.
+  /// is doubled, and dropped once it reaches `wanted`; an error within `retry` calls of a raise
+  /// brings back the limit that held and doubles `retry`, so that a limit that holds costs few
+  /// failed calls.
   void calm(int64_t wanted);
 
   bool seen() const { return bytes_per_edge_ > 0; }
@@ -74,8 +75,9 @@ class ChunkSizer {
   double edges_per_centre_ = 0;
   int64_t limit_ = 0;
   int64_t retry_ = 128;
-  int64_t calm_calls_ = 0;   // since the last error
-  bool raised_ = false;      // the limit was raised since the last error
+  int64_t calm_calls_ = 0;   // since the last error or raise
+  bool raised_ = false;      // the limit was raised (or dropped) less than a wait ago
+  int64_t held_ = 0;         // the limit before that raise
 };
 
 /// The size of equal calls of at most `chunk` items over n (1152 atoms in calls of at most 1024:
