@@ -99,9 +99,10 @@ int mlip_cuda_graph_capture_begin(void* handle) {
     auto& r = *static_cast<Recorder*>(handle);
     c10::cuda::CUDAGuard device(r.device);
     r.graph.reset();
-    enter_side(r);
-    // The warm-up's blocks back to the driver: the recording's private pool needs as much again.
+    // The warm-up's blocks back to the driver: the recording's private pool needs as much again
+    // (before the side stream is made current, so that an error here leaves the caller's).
     c10::cuda::CUDACachingAllocator::emptyCache();
+    enter_side(r);
     r.graph = std::make_unique<at::cuda::CUDAGraph>();
     try {
       // Thread-local: CUDA calls this thread may not make while it records stay errors, but other

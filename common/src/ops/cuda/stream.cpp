@@ -42,6 +42,9 @@ __attribute__((visibility("default"))) int mlip_cuda_launch(int id, int f64, con
     if (rc == cudaErrorIllegalAddress || rc == cudaErrorLaunchFailure || rc == cudaErrorMisalignedAddress ||
         rc == cudaErrorIllegalInstruction || rc == cudaErrorHardwareStackError || rc == cudaErrorAssert)
       last_error += " (possibly a fault of an earlier kernel, reported here: CUDA_LAUNCH_BLOCKING=1 reports each at its own launch)";
+    if (rc == cudaErrorStreamCaptureInvalidated)
+      last_error += " (the CUDA graph being recorded was broken before this kernel, by an operation that cannot be "
+                    "recorded: TORCH_SHOW_CPP_STACKTRACES=1 shows where its own error came from)";
   } catch (const std::exception& e) {
     last_error = e.what();
   }
