@@ -403,6 +403,33 @@ TEST(DeviceKernels, TheGpuCasesComparisonsHoldOnTheCpuLoop) {
   }
 }
 
+// z's gradients sum each species' nodes in parts (ContractGradZ, ContractSecondZ): a species with
+// no node, one with fewer nodes than parts (trailing parts empty) and one with most, against the
+// CPU kernels; first and second derivatives.
+TEST(DeviceKernels, ContractionWeightGradientsInPartsCoverEverySpecies) {
+  torch::manual_seed(5);
+  const auto f64 = torch::dtype(torch::kFloat64), i64 = torch::dtype(torch::kInt64);
+  const int64_t nodes = 500;   // parts of at least 64 nodes: 8
+  torch::Tensor species = torch::zeros({nodes}, i64);
+  species.narrow(0, 100, 3).fill_(2);   // species 1: none; species 2: three nodes
+  const torch::Tensor mono =
+      torch::tensor({0, 5, 5, 3, 5, 5, 1, 1, 5, 2, 4, 5, 0, 0, 0, 1, 2, 3, 4, 4, 2}, i64).view({7, 3});
+  const torch::Tensor x = torch::randn({nodes, 5, 8}, f64), z = torch::randn({3, 7, 4, 8}, f64);
+  auto gradients = [&] {
+    const torch::Tensor xg = x.clone().requires_grad_(true), zg = z.clone().requires_grad_(true);
+    const torch::Tensor b = symmetric_contraction(xg, zg, mono, species);
+    const auto g = torch::autograd::grad({(b * b * b).sum()}, {xg, zg}, {}, true, true);
+    const auto h = torch::autograd::grad({(g[0] * g[0]).sum() + (g[1] * g[1]).sum()}, {xg, zg});
+    return std::vector<torch::Tensor>{g[1].detach(), h[0], h[1]};
+  };
+  const std::vector<torch::Tensor> cpu = gradients();
+  const KernelChoiceScope use(KernelChoice::device_kernels);
+  const std::vector<torch::Tensor> device = gradients();
+  EXPECT_EQ(cpu[0].select(0, 1).abs().max().item<double>(), 0.0);   // no node of species 1
+  EXPECT_GT(cpu[0].select(0, 2).abs().max().item<double>(), 0.0);
+  worst_difference(cpu, device, {"d/dz", "2nd d/dx", "2nd d/dz"}, 1e-12);
+}
+
 }  // namespace
 }  // namespace mlip
 
