@@ -69,7 +69,8 @@ step=${1:-all}
 source_digest() {
   (cd "$repo" && find CMakeLists.txt cmake common potentials trainer pair_style tests benchmarks \
     \( -path benchmarks/results -o -path benchmarks/experiments \) -prune -o -type f \
-    \( -name '*.cpp' -o -name '*.h' -o -name '*.txt' -o -name '*.cmake' \) -print | LC_ALL=C sort |
+    \( -name '*.cpp' -o -name '*.cu' -o -name '*.h' -o -name '*.txt' -o -name '*.cmake' -o -name torch-version \) -print |
+    LC_ALL=C sort |
     xargs sha256sum) | sha256sum | cut -c1-16
 }
 if [[ $step == digest ]]; then
