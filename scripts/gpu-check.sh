@@ -58,7 +58,8 @@
 # and LMDB by the bundle's relocatable .pc files. No /usr/bin/time (peak RSS comes from python3's
 # getrusage), no network.
 #
-# Environment: MLIP_GPU_CHECK_STAGES (names: run only those stages, besides env and build),
+# Environment: MLIP_GPU_CHECK_STAGES (names: run only those stages, in the order named, besides
+# env and build, which come first),
 # MLIP_GPU_PYTHON (python3), MLIP_GPU_BUNDLE (<repo>/gpu-bundle), MLIP_GPU_BUILD
 # (<repo>/build-gpu), MLIP_GPU_CHECK_BUDGET (450), MLIP_GPU_CHECK_DRY (0), JOBS (all cores), OUT.
 set -uo pipefail
@@ -102,7 +103,8 @@ pack_logs() { tar -C "$logs" -czf "$out/logs.tar.gz.tmp" . 2>/dev/null && mv "$o
 # The build's own libraries, the bundle's, the machine's torch: torch's lib/ and the CUDA, cuDNN
 # and NCCL wheels beside it (mlip-trainer links the wheel's NCCL).
 ompi=$deps/openmpi
-torch_lib=$(timeout 120 "$py" -c 'import glob, os, torch; d = os.path.dirname(torch.__file__)
+# (found without importing torch: a cold import can take long)
+torch_lib=$(timeout 120 "$py" -c 'import glob, importlib.util, os; d = importlib.util.find_spec("torch").submodule_search_locations[0]
 print(":".join([os.path.join(d, "lib")] + sorted(glob.glob(os.path.join(os.path.dirname(d), "nvidia", "*", "lib")))))' 2>/dev/null || true)
 export LD_LIBRARY_PATH=$build/lib:$build/lammps:$deps/yaml-cpp/lib:$deps/zlib/lib:$deps/headers/usr/lib/x86_64-linux-gnu:$torch_lib:${LD_LIBRARY_PATH:-}
 # The bundle's OpenMPI, once unpacked (an OPAL_PREFIX naming no OpenMPI breaks the machine's own).
@@ -112,6 +114,7 @@ use_bundle_mpi() {
   fi
 }
 use_bundle_mpi
+export HOME=${HOME:-/root}   # OpenMPI 5 does not start without one
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PRTE_ALLOW_RUN_AS_ROOT=1
 export PRTE_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_ROOT=$deps/headers/nccl MLIP_SOURCE_DIR=$repo
 export MLIP_CUDA_GRAPH_LIBRARY=$build/lib/libmlip_cuda_graph.so OMP_NUM_THREADS=1
@@ -194,17 +197,21 @@ gtest_each() {
     echo "gpu-check: no result: $bin lists no test matching $filter" | tee -a "$logs/$name.log" >>"$out/failures.txt"
     return 1
   fi
+  local lost=0
   for t in $cases; do
-    if (($(left) < 15)); then
-      echo "gpu-check: no result: $t not run (the budget is spent)" >>"$logs/$name.log"
+    if (($(left) < 15 || lost >= 3)); then
+      # the budget spent, or three cases crashed or timed out (a GPU that hangs each of them)
+      echo "gpu-check: no result: $t not run ($( ((lost >= 3)) && echo "three cases crashed or timed out" || echo "the budget is spent"))" >>"$logs/$name.log"
       rc=1
       continue
     fi
     run_logged "$name-case" "$limit" "$bin" --gtest_color=no --gtest_filter="$t" || rc=1
     cat "$logs/$name-case.log" >>"$logs/$name.log"
     # a case that ended without GoogleTest's summary crashed or was killed
-    grep -Eq '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$logs/$name-case.log" ||
+    if ! grep -Eq '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$logs/$name-case.log"; then
       echo "gpu-check: no result: $t crashed or timed out" >>"$logs/$name.log"
+      lost=$((lost + 1))
+    fi
   done
   rm -f "$logs/$name-case.log"
   return $rc
@@ -234,6 +241,12 @@ binaries_work() {
   answer=$(timeout 60 "$build/bin/test_device" --gtest_list_tests 2>&1) || { echo "test_device: $(tail -1 <<<"$answer")"; return 1; }
   answer=$(timeout 60 "$build/bin/lmp" -h 2>&1 </dev/null) || { echo "lmp: $(tail -1 <<<"$answer")"; return 1; }
   [[ $answer == *mlip* ]] || { echo "lmp has no pair_style mlip"; return 1; }
+  # as the MD rows run it (bench_pair.sh), and the CUDA libraries mlip opens at its first GPU use
+  answer=$(timeout 60 mpirun --oversubscribe -np 1 "$build/bin/lmp" -h 2>&1 </dev/null) ||
+    { echo "mpirun lmp: $(tail -1 <<<"$answer")"; return 1; }
+  for b in "$build"/lib/libmlip_cuda_ops.so "$build"/lib/libmlip_cuda_graph.so; do
+    [[ ! -f $b ]] || ! ldd "$b" 2>&1 | grep -q 'not found' || { echo "$b: $(ldd "$b" | grep -m1 'not found')"; return 1; }
+  done
 }
 
 # untar FILE DIR: tar, or python3's tarfile where the machine has no xz
@@ -781,21 +794,27 @@ main() {
     pack_logs
     return 1
   fi
-  stage device 30 stage_device
-  stage pair_np1 30 stage_pair_np1
-  stage train 70 stage_train
-  stage train_accuracy 60 stage_train_accuracy
-  stage md 60 stage_md
-  stage md_device_graph 60 stage_md_device_graph
-  stage md_step_graph 60 stage_md_step_graph
-  stage profile 90 stage_profile
-  stage train_gpu 40 stage_train_gpu
-  stage stream 150 stage_stream
-  stage pair_np2 30 stage_pair_np2
-  stage md_more 40 stage_md_more
-  stage md_1m 60 stage_md_1m
-  stage md_mace_kernels 60 stage_md_mace_kernels
-  stage mace $((dry == 1 ? 120 : 500)) stage_mace
+  # The stages after env and build, NAME:SECONDS (what each needs), in the usual order; with
+  # MLIP_GPU_CHECK_STAGES, those named in the order named (a stage named first runs first).
+  local table=(device:30 pair_np1:30 train:70 train_accuracy:60 md:60 md_device_graph:60 md_step_graph:60
+    profile:90 train_gpu:40 stream:150 pair_np2:30 md_more:40 md_1m:60 md_mace_kernels:60
+    "mace:$((dry == 1 ? 120 : 500))")
+  local names=() name entry need
+  if [[ -n ${MLIP_GPU_CHECK_STAGES:-} ]]; then
+    read -ra names <<<"$MLIP_GPU_CHECK_STAGES"
+  else
+    for entry in "${table[@]}"; do names+=("${entry%%:*}"); done
+  fi
+  for name in "${names[@]}"; do
+    [[ $name == env || $name == build ]] && continue
+    need=""
+    for entry in "${table[@]}"; do [[ ${entry%%:*} == "$name" ]] && need=${entry#*:}; done
+    if [[ -z $need ]]; then
+      record "$name: no such stage (MLIP_GPU_CHECK_STAGES)"
+      continue
+    fi
+    stage "$name" "$need" "stage_$name"
+  done
   record "mlip/kk on Kokkos CUDA: not built (no Kokkos for CUDA 13 can be had for the bundle)"
   record "total: $(($(now) - t_start)) s of the $budget s budget"
   say "stage times:"
