@@ -130,6 +130,7 @@ if [[ ${MLIP_GPU_BUNDLE_PREBUILT:-1} == 1 ]]; then
     cp -L "$build/bin/$b" "$stage/bin/"
   done
   cp -L "$build"/lib/*.so "$stage/lib/"
+  cp "$build"/lib/libmlip_ops.torch-version "$stage/lib/"   # the Python importer checks the library by it
   # the C libraries the data readers link (xxhash, LMDB, SQLite): Debian's, needing only glibc
   for l in libxxhash.so.0 liblmdb.so.0 libsqlite3.so.0; do cp -L "$(ldconfig -p | awk -v l=$l '$1 == l {print $NF; exit}')" "$stage/lib/"; done
   cp -a "$build"/lammps/liblammps.so* "$stage/lammps/"
@@ -144,6 +145,7 @@ if [[ ${MLIP_GPU_BUNDLE_PREBUILT:-1} == 1 ]]; then
     echo "libstdc++ symbols needed: $(find "$stage" -type f -exec objdump -T {} + 2>/dev/null | grep -Eo 'GLIBCXX_[0-9.]+' | sort -uV | tail -1)"
   } >"$out/prebuilt.info"
   cat "$out/prebuilt.info" >&2
+  say "sources' digest $(cat "$out/prebuilt.digest"): scripts/gpu-check.sh digest must print it when the check is called"
 fi
 
 (cd "$out" && find . -type f ! -name MANIFEST -printf '%s %p\n' | sort -k2) > "$out/MANIFEST.tmp"
