@@ -10,6 +10,7 @@
 #include <ATen/Context.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -522,19 +523,27 @@ TEST(DeviceMemory, ACallThatRunsOutOfMemoryIsSplitAndEveryCentreEvaluatedOnce) {
 
 // An out-of-memory limit is tried higher after calm calls: a passing error (another process's
 // memory) does not halve every later call for good, and a limit that holds costs few failures.
-TEST(DeviceMemory, TheLimitIsTriedHigherAfterCalmCallsAndWaitsLongerWhenItHolds) {
-  mlip::ChunkSizer sizer(0.8, 1000);
-  int64_t device_fits = 300;   // a call of more centres than this runs out of memory
+namespace {
+// A "device" on which a call of more than `fits` centres runs out of memory, counting failures.
+struct SmallDevice {
+  int64_t fits = 300;
   int64_t failures = 0;
-  auto evaluate = [&](int64_t a, int64_t b) {
-    if (b - a > device_fits) {
+  void operator()(int64_t a, int64_t b) {
+    if (b - a > fits) {
       ++failures;
       throw_out_of_memory();
     }
-  };
+  }
+};
+}  // namespace
+
+TEST(DeviceMemory, TheLimitIsTriedHigherAfterCalmCallsAndWaitsLongerWhenItHolds) {
+  mlip::ChunkSizer sizer(0.8, 1000);
+  SmallDevice device;
+  int64_t &device_fits = device.fits, &failures = device.failures;
   const auto plenty = [] { return int64_t(1) << 40; };
   const auto steps = [&](int n) {
-    for (int i = 0; i < n; ++i) mlip::evaluate_within_memory(0, 2000, sizer, plenty, evaluate);
+    for (int i = 0; i < n; ++i) mlip::evaluate_within_memory(0, 2000, sizer, plenty, std::ref(device));
   };
   steps(1);
   EXPECT_EQ(sizer.limit(), 250);   // 1000 -> 500 -> 250
@@ -567,17 +576,11 @@ TEST(DeviceMemory, TheLimitIsTriedHigherAfterCalmCallsAndWaitsLongerWhenItHolds)
 // is a new one (memory got tighter): it halves the call and leaves the wait as it was.
 TEST(DeviceMemory, AFailedTryBringsBackTheLimitThatHeld) {
   mlip::ChunkSizer sizer(0.8, 1000);
-  int64_t device_fits = 300;
-  int failures = 0;
-  auto evaluate = [&](int64_t a, int64_t b) {
-    if (b - a > device_fits) {
-      ++failures;
-      throw_out_of_memory();
-    }
-  };
+  SmallDevice device;
+  int64_t &device_fits = device.fits, &failures = device.failures;
   const auto plenty = [] { return int64_t(1) << 40; };
-  const auto step = [&] { mlip::evaluate_within_memory(0, 2100, sizer, plenty, evaluate); };
-  mlip::evaluate_within_memory(0, 2000, sizer, plenty, evaluate);   // 1000 -> 500 -> 250
+  const auto step = [&] { mlip::evaluate_within_memory(0, 2100, sizer, plenty, std::ref(device)); };
+  mlip::evaluate_within_memory(0, 2000, sizer, plenty, std::ref(device));   // 1000 -> 500 -> 250
   EXPECT_EQ(sizer.limit(), 250);
   for (int k = 0; k < 1000 && failures < 3; ++k) step();   // the try at 500 fails
   EXPECT_EQ(failures, 3);
