@@ -10,7 +10,6 @@
 // end). Device-independent: the NCCL backend watches CUDA events.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>

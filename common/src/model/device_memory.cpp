@@ -70,7 +70,7 @@ void ChunkSizer::observe(int64_t centres, int64_t edges, int64_t bytes) {
 }
 
 void ChunkSizer::out_of_memory(int64_t centres) {
-  if (raised_ && centres > held_) {
+  if (held_ > 0 && centres > held_) {
     // A call above the limit that held, soon after the raise: that limit again (not half the
     // call, which may have been smaller than twice it), and a longer wait before the next try.
     limit_ = held_;
@@ -79,21 +79,20 @@ void ChunkSizer::out_of_memory(int64_t centres) {
     const int64_t half = std::max<int64_t>(1, centres / 2);
     limit_ = limit_ > 0 ? std::min(limit_, half) : half;
   }
-  raised_ = false;
+  held_ = 0;
   calm_calls_ = 0;
 }
 
 void ChunkSizer::calm(int64_t wanted) {
-  if (limit_ == 0 && !raised_) return;
+  if (limit_ == 0 && held_ == 0) return;
   if (++calm_calls_ < retry_) return;
   calm_calls_ = 0;
   if (limit_ == 0) {   // no limit for a whole wait: a later error is a new one
-    raised_ = false;
+    held_ = 0;
     return;
   }
   held_ = limit_;
   limit_ = 2 * limit_ >= wanted ? 0 : 2 * limit_;   // a limit that could not bind goes
-  raised_ = true;
 }
 
 }  // namespace mlip

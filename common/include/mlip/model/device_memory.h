@@ -76,8 +76,7 @@ class ChunkSizer {
   int64_t limit_ = 0;
   int64_t retry_ = 128;
   int64_t calm_calls_ = 0;   // since the last error or raise
-  bool raised_ = false;      // the limit was raised (or dropped) less than a wait ago
-  int64_t held_ = 0;         // the limit before that raise
+  int64_t held_ = 0;         // the limit before a raise (or drop) less than a wait ago; 0: none
 };
 
 /// The size of equal calls of at most `chunk` items over n (1152 atoms in calls of at most 1024:
