@@ -831,6 +831,16 @@ void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
     guarded(error, true, "cuda_graph yes",
             [&] { impl->capture = std::make_unique<mlip::GraphCapture>(*impl->model, record); });
   }
+  // 'timing kernels': a profile running when the system outgrows a recording stops there (a
+  // capture is not profiled), with the calls before it reported.
+  const auto stop_profile = [this] {
+    if (!impl->profile) return;
+    utils::logmesg(lmp, "pair_style mlip kernels: stopped before {} is recorded anew (a recording is not profiled)\n",
+                   options.device_graph ? "the step" : "the model call");
+    report_profile();
+  };
+  if (impl->step) impl->step->before_recording(stop_profile);
+  if (impl->capture) impl->capture->before_recording(stop_profile);
   if (comm->me == 0)
     utils::logmesg(lmp, "pair_style mlip: {} {} on sizes padded by 10% (and to multiples of 32), {} when the system "
                         "outgrows them{}\n",

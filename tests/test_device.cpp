@@ -199,6 +199,8 @@ TEST(GraphCaptureGpu, ReplaysEqualTheCpu) {
   const Model cpu = Model::load(path);
   const Model gpu = Model::load(path, choose_device("cuda", 0, "test"));
   GraphCapture capture(gpu, /*record=*/true);
+  int64_t told = 0;   // before_recording's calls: one before each recording
+  capture.before_recording([&] { ++told; });
   const std::vector<std::pair<int, double>> steps = {{1, 0.0}, {1, 0.02}, {1, 0.02}, {2, 0.0}, {2, 0.02}};
   std::vector<int64_t> recordings;
   for (std::size_t k = 0; k < steps.size(); ++k) {
@@ -216,6 +218,7 @@ TEST(GraphCaptureGpu, ReplaysEqualTheCpu) {
   EXPECT_EQ(recordings[0], 1);
   EXPECT_EQ(recordings[2], recordings[0]) << "moved atoms were recorded anew";
   EXPECT_EQ(recordings[3], recordings[2] + 1) << "a system twice as large was not recorded anew";
+  EXPECT_EQ(told, capture.recordings());
 }
 
 // PaiNN's and MACE's recorded model call (forward_grouped, forward_grouped_heads with a chosen
@@ -864,6 +867,8 @@ TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
       const std::string what = std::string(name) + (choice == mlip::KernelChoice::usual ? ", device kernels" : ", aten") +
                                (chunk > 0 ? ", chunks of 700" : "");
       mlip::DeviceStep recorded(gpu, gpu.info().cutoff, true);
+      int64_t told = 0;   // before_recording's calls: one before each recording
+      recorded.before_recording([&] { ++told; });
       std::vector<int64_t> recordings;
       for (const auto& [step, a] : steps) {
         const int64_t n = static_cast<int64_t>(a.species.size()), n_local = n * 2 / 3;
@@ -889,6 +894,7 @@ TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
       EXPECT_EQ(recordings[0], 1) << what;
       EXPECT_EQ(recordings[1], 1) << what << ": the same atoms were recorded anew";
       EXPECT_GT(recordings[3], recordings[1]) << what;
+      EXPECT_EQ(told, recorded.recordings()) << what;
     }
   }
 }

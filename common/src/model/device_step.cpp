@@ -6,6 +6,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "../ops/device_launch.h"
 #include "../ops/graph_elements.h"
@@ -415,6 +416,10 @@ StepOutput DeviceStep::attempt(const double* positions, double scale, const int6
     check_tables(out.shortest);
     return out;
   }
+}
+
+void DeviceStep::before_recording(std::function<void()> f) {
+  if (recorder_) recorder_->before_recording = std::move(f);
 }
 
 // The step recorded (the inputs staged), with the memory it took where that can be known.

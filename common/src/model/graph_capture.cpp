@@ -1,6 +1,7 @@
 #include "mlip/model/graph_capture.h"
 
 #include <cstdlib>
+#include <utility>
 
 #include "mlip/model/cuda_graph_recorder.h"
 #include "mlip/error.h"
@@ -30,6 +31,10 @@ GraphCapture::GraphCapture(const Model& model, bool record) : model_(&model), ru
 }
 
 GraphCapture::~GraphCapture() = default;
+
+void GraphCapture::before_recording(std::function<void()> f) {
+  if (recorder_) recorder_->before_recording = std::move(f);
+}
 
 void GraphCapture::copy_inputs() {
   const detail::GraphTensors t(grouped_.view());

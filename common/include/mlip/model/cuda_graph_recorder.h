@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 
+#include <functional>
 #include <string>
 
 #include "mlip/error.h"
@@ -21,6 +22,9 @@ struct CudaGraphRecorder {
      drop_graph = nullptr;
   void (*destroy)(void*) = nullptr;
   void* handle = nullptr;
+  /// Called before each recording's warm-up (a caller's profiler stops there: a capture is not
+  /// profiled).
+  std::function<void()> before_recording;
 
   explicit CudaGraphRecorder(int device) {
     const std::string path = cuda_graph_library();
@@ -63,6 +67,7 @@ struct CudaGraphRecorder {
   /// The warm-ups run as recorded (device value checks off), so that they run the operators'
   /// paths that the recording runs (mlip/ops/operators.h).
   template <class Warm, class Call> void record(Warm&& warm, Call&& call) {
+    if (before_recording) before_recording();
     const DeviceWorkRecorded recorded;
     check(warmup_begin(handle), "warm-up");
     try {

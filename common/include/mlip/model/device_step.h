@@ -35,6 +35,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <utility>
@@ -102,6 +103,9 @@ class DeviceStep {
   StepOutput evaluate(const double* positions, double scale, const int64_t* species, int64_t n, int64_t n_local,
                       bool atom_virial, int64_t chunk_atoms = 0);
 
+  /// `f` runs before each recording (none when eager), e.g. to stop a profiler: a capture is not
+  /// profiled.
+  void before_recording(std::function<void()> f);
   /// How many times the step was recorded (the first time and each growth); 0 when eager.
   int64_t recordings() const { return recordings_; }
   /// Steps evaluated a second time because their edges outgrew a capacity.

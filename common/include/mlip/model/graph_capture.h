@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -37,6 +38,9 @@ class GraphCapture {
   /// Energies and dE/dr of every edge of `graph` (host memory), in its order, float64 on the CPU.
   ModelOutput evaluate(const GraphView& graph);
 
+  /// `f` runs before each recording (none when eager), e.g. to stop a profiler: a capture is not
+  /// profiled.
+  void before_recording(std::function<void()> f);
   /// How many times the call was recorded (the first time and each capacity growth).
   int64_t recordings() const { return recordings_; }
   const GroupCapacity& capacity() const { return capacity_; }
