@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <functional>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -706,6 +707,22 @@ TEST(DeviceGraph, EqualsTheHostGraphOfTheSameAtoms) {
   EXPECT_EQ(sparse.n_centers, 1);
   EXPECT_EQ(sparse.n_edges(), 1);
   EXPECT_EQ(sparse.n_nodes(), 2);
+  // A position not finite: an error naming the atom where the model takes it; an atom it skips
+  // (species -1) is outside the grid whatever its position; all atoms skipped: no edges.
+  for (const double bad : {std::nan(""), std::numeric_limits<double>::infinity()}) {
+    torch::Tensor odd = far.clone();
+    odd[2][1] = bad;
+    try {
+      mlip::build_device_graph(odd, torch::zeros({3}, torch::kInt64), 1, 3.0, 1);
+      ADD_FAILURE() << "a non-finite position was taken";
+    } catch (const mlip::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("atom 2 has a non-finite position"), std::string::npos) << e.what();
+    }
+    const mlip::DeviceGraph skipped = mlip::build_device_graph(odd, torch::tensor({0, 0, -1}, torch::kInt64), 1, 3.0, 1);
+    EXPECT_EQ(skipped.n_edges(), 0);
+    EXPECT_EQ(skipped.n_nodes(), 1);
+    EXPECT_EQ(mlip::build_device_graph(odd, torch::full({3}, -1, torch::kInt64), 1, 3.0, 1).n_edges(), 0);
+  }
 }
 
 // The whole step with static shapes (mlip/model/device_step.h), on the CPU's loop here: the same

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "../ops/device_launch.h"
 #include "../ops/graph_elements.h"
 #include "cell_grid.h"
+#include "mlip/error.h"
 
 namespace mlip {
 
@@ -21,13 +24,29 @@ struct DeviceGraphBuilder::Cells {
 
 namespace {
 
+// The bounding box of the atoms the model takes (6 numbers on the host: lo, hi; a point at the
+// origin when there are none). Throws mlip::Error naming the first such atom whose position is
+// not finite (the grid would put it nowhere and drop its edges).
+torch::Tensor model_atoms_bounds(const torch::Tensor& x, const torch::Tensor& species) {
+  const torch::Tensor taken = (species >= 0).unsqueeze(1);
+  const double inf = std::numeric_limits<double>::infinity();
+  torch::Tensor bounds = torch::stack({std::get<0>(torch::where(taken, x, inf).min(0)),
+                                       std::get<0>(torch::where(taken, x, -inf).max(0))})
+                             .cpu();
+  const double* b = bounds.data_ptr<double>();
+  if (std::all_of(b, b + 6, [](double v) { return std::isfinite(v); })) return bounds;
+  const torch::Tensor bad = (taken.squeeze(1) & ~torch::isfinite(x).all(1)).nonzero();
+  if (bad.numel() == 0) return torch::zeros({6}, torch::kFloat64);   // no atom the model takes
+  throw Error("device graph: atom " + std::to_string(bad[0].item<int64_t>()) + " has a non-finite position");
+}
+
 void make_cells(DeviceGraphBuilder::Cells& c, const torch::Tensor& x, const torch::Tensor& species, double cutoff) {
   const int64_t n = x.size(0);
   CellGrid<double>& g = c.grid;
   g.x = x.data_ptr<double>();
   g.species = species.data_ptr<int64_t>();
   g.cut2 = cutoff * cutoff;
-  const torch::Tensor bounds = torch::stack({std::get<0>(x.min(0)), std::get<0>(x.max(0))}).cpu();   // 6 numbers
+  const torch::Tensor bounds = model_atoms_bounds(x, species);
   const double* lo = bounds.data_ptr<double>();
   const std::array<int64_t, 3> dims = detail::grid_dims(lo, lo + 3, cutoff, n);
   std::copy(dims.begin(), dims.end(), g.dims);

@@ -113,9 +113,9 @@ template <typename T> struct GraphListEdges {
   int64_t *center, *neighbor;      // (E) each
   T* vectors;                      // (E, 3)
   MLIP_HD void operator()(int64_t i) const {
-    if (!from[i]) return;
     int64_t k = first[i];
     const int64_t stop = end[i];   // never past its slots
+    if (!from[i] || k >= stop) return;
     o.for_each_neighbor(i, [&](int64_t j, T dx, T dy, T dz) {
       center[k] = node_of[i];
       neighbor[k] = node_of[j];
