@@ -693,6 +693,19 @@ TEST(Communication, GpuSharingToldApartByNodeAndBus) {
   EXPECT_EQ(gpu_identity(torch::Device("cuda:1")), gpu_identity(torch::Device("cuda:1")));
 }
 
+// A recorded training step on several ranks records their all-reduces: NCCL 2.9.6 or later
+// (NCCL's version codes changed scheme at 2.9), never a host backend.
+TEST(Communication, RecordedAllReducesNeedNccl296) {
+  EXPECT_EQ(nccl_unrecordable(20906), "");
+  EXPECT_EQ(nccl_unrecordable(22805), "");
+  EXPECT_EQ(nccl_unrecordable(30000), "");
+  EXPECT_EQ(nccl_unrecordable(20905), "the NCCL loaded is 2.9.5");
+  EXPECT_EQ(nccl_unrecordable(2804), "the NCCL loaded is 2.8.4");
+  EXPECT_EQ(nccl_unrecordable(2708), "the NCCL loaded is 2.7.8");
+  const SerialCommunicator serial;
+  EXPECT_EQ(serial.unrecordable(), "these ranks sum over serial, through the host");
+}
+
 // The collectives' watchdog (NCCL's, with CUDA events as the work): it fails once, with the
 // reason, when the health check reports an error, when the oldest unfinished work is overdue, or
 // when its poller is stuck in a call; finished work never times out and is dropped by the
@@ -1700,7 +1713,7 @@ TEST(Training, PaddedBatchesGiveTheGroupedLossAndGradients) {
       const bool grew = fit_capacity(grouped, cap);
       EXPECT_EQ(grew, n == 3);
       pad_batch(grouped, cap, rule.pad_length, padded);
-      EXPECT_EQ(padded.n_frames, 4);
+      EXPECT_EQ(padded.n_frames, 8);   // 3 + the padding frame, 10% more, rounded up to 8
       EXPECT_EQ(padded.n_atoms, cap.atoms());
       for (std::size_t s = 0; s < cap.centers.size(); ++s) {
         EXPECT_EQ(cap.centers[s] % 32, 0);
@@ -1747,7 +1760,8 @@ Frame ethanol_part(const Frame& f, const std::function<bool(int)>& keep) {
 // by ready_on_host, for the capacity foreseen or a grown one), for one net per neighbour species
 // and per species pair, frames lacking species (only H; no O), a virial label, the same capacity
 // reused by a smaller batch (stale rows overwritten), rows remade for a grown capacity, and an
-// empty batch (a rank with no frames in a step).
+// empty batch (a rank with no frames in a step); the bank moved to its device at once and a frame
+// at a time.
 TEST(Training, FrameBankGathersWhatPaddingTheGroupedBatchGives) {
   std::vector<Frame> frames = three_ethanols();
   frames.push_back(ethanol_part(frames[0], [](int z) { return z == 1; }));
@@ -1755,10 +1769,11 @@ TEST(Training, FrameBankGathersWhatPaddingTheGroupedBatchGives) {
   frames[3].structure.virial = Mat3{{{0.5, 0, 0}, {0, 0.5, 0}, {0, 0, 0.5}}};
   const SpeciesMap species({"H", "C", "O"});
   const auto source = memory_source(frames);
-  for (const bool one_side : {true, false}) {
+  for (const auto& [one_side, piece] : {std::pair{true, int64_t{64} << 20}, {false, int64_t{64} << 20}, {true, int64_t{1}}}) {
     SCOPED_TRACE(one_side ? "one net per neighbour species" : "one net per species pair");
+    SCOPED_TRACE(piece == 1 ? "moved a frame at a time" : "moved at once");
     const GroupingRule rule = small_se_e2_a_rule(one_side);
-    FrameBank bank(*source, species, torch::kFloat64, rule, torch::kCPU);
+    FrameBank bank(*source, species, torch::kFloat64, rule, torch::kCPU, piece);
     ASSERT_EQ(bank.size(), frames.size());
     BatchCapacity cap;
     BatchTensors padded, gathered;

@@ -2,6 +2,9 @@
 
 #include <mpi.h>
 
+#include <string>
+#include <tuple>
+
 #include "mlip/error.h"
 
 namespace mlip::trainer {
@@ -87,6 +90,15 @@ class MpiCommunicator final : public Communicator {
 };
 
 }  // namespace
+
+std::string nccl_unrecordable(int code) {
+  // NCCL_VERSION_CODE: major*1000 + minor*100 + patch before 2.9, major*10000 + minor*100 + patch since.
+  const bool old_scheme = code < 10000;
+  const int major = old_scheme ? code / 1000 : code / 10000, minor = (old_scheme ? code % 1000 : code % 10000) / 100,
+            patch = code % 100;
+  if (std::make_tuple(major, minor, patch) >= std::make_tuple(2, 9, 6)) return {};
+  return "the NCCL loaded is " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
 
 std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv) {
   return std::make_unique<MpiCommunicator>(argc, argv);

@@ -41,6 +41,9 @@ class Communicator {
   /// collectives (a step's all-reduces, or a replayed recording of them): a backend that times
   /// out collectives (NCCL: communication.timeout) watches it. `what` names it in the error.
   virtual void watch_enqueued(const char* /*what*/) {}
+  /// Why a CUDA graph cannot record this communicator's tensor all-reduces, "" when it can: a
+  /// host backend's go through the host; NCCL's need NCCL 2.9.6 or later.
+  virtual std::string unrecordable() const { return "these ranks sum over " + name() + ", through the host"; }
   bool is_root() const { return rank() == 0; }
 };
 
@@ -59,6 +62,10 @@ class SerialCommunicator final : public Communicator {
 
 /// MPI_COMM_WORLD; initialises MPI if needed and finalises it if it did.
 std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv);
+
+/// "" when NCCL of version code `code` (ncclGetVersion) records its all-reduces in CUDA graphs
+/// (2.9.6 and later), else what it is ("the NCCL loaded is 2.8.4").
+std::string nccl_unrecordable(int code);
 
 /// Whether this build has the NCCL backend (CMake found NCCL and LibTorch's CUDA libraries).
 bool nccl_available();

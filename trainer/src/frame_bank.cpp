@@ -13,97 +13,103 @@ namespace mlip::trainer {
 
 namespace {
 
-// The tensors `parts` one after another along `dim`, then the row `pad`, as one tensor on
-// `device`, copied there in chunks of about 64 MB (the host holds no second copy of them all);
-// `parts` is emptied as it goes.
-torch::Tensor to_device_with_pad(std::vector<torch::Tensor>& parts, const torch::Tensor& pad, int64_t dim,
-                                 const torch::Device& device) {
-  parts.push_back(pad);
-  std::vector<int64_t> shape = pad.sizes().vec();
-  shape[static_cast<std::size_t>(dim)] = 0;
-  for (const torch::Tensor& p : parts) shape[static_cast<std::size_t>(dim)] += p.size(dim);
-  torch::Tensor all = torch::empty(shape, pad.options().device(device));
-  std::vector<torch::Tensor> chunk;
-  int64_t at = 0, bytes = 0;
-  const auto flush = [&] {
-    if (chunk.empty()) return;
-    const torch::Tensor t = chunk.size() == 1 ? chunk.front() : torch::cat(chunk, dim);
-    all.narrow(dim, at, t.size(dim)).copy_(t);
-    at += t.size(dim);
-    chunk.clear();
-    bytes = 0;
-  };
-  for (torch::Tensor& p : parts) {
-    bytes += p.numel() * static_cast<int64_t>(p.element_size());
-    chunk.push_back(std::move(p));
-    if (bytes >= (int64_t{64} << 20)) flush();
-  }
-  flush();
-  parts.clear();
-  return all;
-}
-
 int64_t nbytes(const torch::Tensor& t) { return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0; }
+
+// One of the bank's tensors, built frame by frame: its parts gathered on the host, moved to the
+// device a piece at a time (move()), and joined there with the padding row at the end, so that
+// the host never holds the whole data set (a streamed pack may be larger than its memory); the
+// device holds the pieces and their join at once, for this tensor only.
+class Column {
+ public:
+  explicit Column(int64_t dim) : dim_(dim) {}
+  int64_t add(torch::Tensor t) {
+    host_.push_back(std::move(t));
+    return nbytes(host_.back());
+  }
+  void move(const torch::Device& device) {
+    if (host_.empty()) return;
+    device_.push_back((host_.size() == 1 ? host_.front() : torch::cat(host_, dim_)).to(device));
+    host_.clear();
+  }
+  torch::Tensor finish(const torch::Tensor& pad, const torch::Device& device) {
+    add(pad);
+    move(device);
+    torch::Tensor all = device_.size() == 1 ? device_.front() : torch::cat(device_, dim_);
+    device_.clear();
+    return all;
+  }
+
+ private:
+  int64_t dim_;
+  std::vector<torch::Tensor> host_, device_;
+};
 
 }  // namespace
 
 FrameBank::FrameBank(const FrameSource& source, const SpeciesMap& species, torch::Dtype dtype, const GroupingRule& rule,
-                     const torch::Device& device)
+                     const torch::Device& device, int64_t piece_bytes)
     : rule_(rule), device_(device) {
   torch::NoGradGuard no_grad;
-  const int64_t n = rule_.n_species, nets = rule_.pair_nets ? n * n : n;
-  std::vector<torch::Tensor> forces, has_forces, ends, vectors, atoms, energy, has_energy, virial, has_virial, weight;
+  Column forces(0), has_forces(0), ends(1), vectors(0), atoms(0), energy(0), has_energy(0), virial(0), has_virial(0),
+      weight(0);
+  Column* const columns[] = {&forces, &has_forces, &ends, &vectors, &atoms, &energy, &has_energy, &virial, &has_virial, &weight};
+  int64_t on_host = 0;   // bytes of the columns' parts not yet moved
   for (std::size_t f = 0; f < source.size(); ++f) {
     const BatchTensors b = group_batch(host_batch(source, {static_cast<int64_t>(f)}, species, dtype), rule_);
-    // Its runs, in the frame's grouped order: atoms by species; edges by net, in a net of one
-    // neighbour species by centre species.
-    int64_t at = n_atoms_;
-    for (int64_t s = 0; s < n; ++s) {
-      const int64_t count = b.center_groups[static_cast<std::size_t>(s)];
-      if (count > 0) atom_runs_.push_back({s, 0, at, count});
-      at += count;
-    }
-    const GroupCounts& c = b.counts;
-    at = n_edges_;
-    for (int64_t e = 0; e < nets; ++e) {
-      const int64_t nb = rule_.pair_nets ? e % n : e, a0 = rule_.pair_nets ? e / n : 0, a1 = rule_.pair_nets ? a0 + 1 : n;
-      for (int64_t a = a0; a < std::min(a1, c.n_species); ++a) {
-        const int64_t count = nb < c.n_species ? c.pairs[static_cast<std::size_t>(a * c.n_species + nb)] : 0;
-        if (count > 0) edge_runs_.push_back({e, a, at, count});
-        at += count;
-      }
-    }
-    atom_run_at_.push_back(static_cast<int64_t>(atom_runs_.size()));
-    edge_run_at_.push_back(static_cast<int64_t>(edge_runs_.size()));
-    has_virial_.push_back(b.any_virial ? 1 : 0);
-    forces.push_back(b.forces);
-    has_forces.push_back(b.has_forces_atom);
-    ends.push_back(b.edge_index + n_atoms_);   // bank atom rows
-    vectors.push_back(b.edge_vectors);
-    for (auto [to, from] : {std::pair{&atoms, &b.atoms_per_frame}, {&energy, &b.energy}, {&has_energy, &b.has_energy},
-                            {&virial, &b.virial}, {&has_virial, &b.has_virial}, {&weight, &b.weight}})
-      to->push_back(*from);
+    add_runs(b);
+    on_host += forces.add(b.forces) + has_forces.add(b.has_forces_atom) + ends.add(b.edge_index + n_atoms_) +   // bank atom rows
+               vectors.add(b.edge_vectors) + atoms.add(b.atoms_per_frame) + energy.add(b.energy) +
+               has_energy.add(b.has_energy) + virial.add(b.virial) + has_virial.add(b.has_virial) + weight.add(b.weight);
     n_atoms_ += b.n_atoms;
     n_edges_ += b.edge_index.size(1);
+    if (on_host >= piece_bytes) {
+      for (Column* c : columns) c->move(device);
+      on_host = 0;
+    }
   }
   const torch::TensorOptions f64 = torch::TensorOptions().dtype(torch::kFloat64);
   const torch::TensorOptions i64 = torch::TensorOptions().dtype(torch::kInt64);
-  forces_ = to_device_with_pad(forces, torch::zeros({1, 3}, f64), 0, device);
-  has_forces_atom_ = to_device_with_pad(has_forces, torch::zeros({1}, f64), 0, device);
+  forces_ = forces.finish(torch::zeros({1, 3}, f64), device);
+  has_forces_atom_ = has_forces.finish(torch::zeros({1}, f64), device);
   // The padding edge: from the padding atom row to itself, beyond the cutoff.
-  edge_index_ = to_device_with_pad(ends, torch::full({2, 1}, n_atoms_, i64), 1, device);
+  edge_index_ = ends.finish(torch::full({2, 1}, n_atoms_, i64), device);
   torch::Tensor pad_vector = torch::zeros({1, 3}, f64.dtype(dtype));
   pad_vector[0][0] = rule_.pad_length;
-  edge_vectors_ = to_device_with_pad(vectors, pad_vector, 0, device);
+  edge_vectors_ = vectors.finish(pad_vector, device);
   // The padding frame: one atom (nothing divides by zero), no labels, weight zero.
-  atoms_per_frame_ = to_device_with_pad(atoms, torch::ones({1}, f64), 0, device);
-  energy_ = to_device_with_pad(energy, torch::zeros({1}, f64), 0, device);
-  has_energy_ = to_device_with_pad(has_energy, torch::zeros({1}, f64), 0, device);
-  virial_ = to_device_with_pad(virial, torch::zeros({1, 9}, f64), 0, device);
-  has_virial_t_ = to_device_with_pad(has_virial, torch::zeros({1}, f64), 0, device);
-  weight_ = to_device_with_pad(weight, torch::zeros({1}, f64), 0, device);
+  atoms_per_frame_ = atoms.finish(torch::ones({1}, f64), device);
+  energy_ = energy.finish(torch::zeros({1}, f64), device);
+  has_energy_ = has_energy.finish(torch::zeros({1}, f64), device);
+  virial_ = virial.finish(torch::zeros({1, 9}, f64), device);
+  has_virial_t_ = has_virial.finish(torch::zeros({1}, f64), device);
+  weight_ = weight.finish(torch::zeros({1}, f64), device);
   node_ = torch::zeros({n_atoms_ + 1}, i64.device(device));
   iota_ = torch::zeros({0}, i64.device(device));
+}
+
+void FrameBank::add_runs(const BatchTensors& b) {
+  const int64_t n = rule_.n_species, nets = rule_.pair_nets ? n * n : n;
+  // Its runs, in the frame's grouped order: atoms by species; edges by net, in a net of one
+  // neighbour species by centre species.
+  int64_t at = n_atoms_;
+  for (int64_t s = 0; s < n; ++s) {
+    const int64_t count = b.center_groups[static_cast<std::size_t>(s)];
+    if (count > 0) atom_runs_.push_back({s, 0, at, count});
+    at += count;
+  }
+  const GroupCounts& c = b.counts;
+  at = n_edges_;
+  for (int64_t e = 0; e < nets; ++e) {
+    const int64_t nb = rule_.pair_nets ? e % n : e, a0 = rule_.pair_nets ? e / n : 0, a1 = rule_.pair_nets ? a0 + 1 : n;
+    for (int64_t a = a0; a < std::min(a1, c.n_species); ++a) {
+      const int64_t count = nb < c.n_species ? c.pairs[static_cast<std::size_t>(a * c.n_species + nb)] : 0;
+      if (count > 0) edge_runs_.push_back({e, a, at, count});
+      at += count;
+    }
+  }
+  atom_run_at_.push_back(static_cast<int64_t>(atom_runs_.size()));
+  edge_run_at_.push_back(static_cast<int64_t>(edge_runs_.size()));
+  has_virial_.push_back(b.any_virial ? 1 : 0);
 }
 
 int64_t FrameBank::bytes() const {

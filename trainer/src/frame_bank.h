@@ -29,9 +29,11 @@ struct BankBatch {
 
 class FrameBank {
  public:
-  /// The frames of `source` (to_tensors of each, in `dtype`) grouped by `rule`, on `device`.
+  /// The frames of `source` (to_tensors of each, in `dtype`) grouped by `rule`, on `device`,
+  /// moved there in pieces of about `piece_bytes` as they are read (the host holds one piece; the
+  /// device, at the end, the bank and one more copy of its largest tensor).
   FrameBank(const FrameSource& source, const SpeciesMap& species, torch::Dtype dtype, const GroupingRule& rule,
-            const torch::Device& device);
+            const torch::Device& device, int64_t piece_bytes = int64_t{64} << 20);
 
   /// The batch of these frames (each at most once) with rows for `expected` grown by the batch
   /// (fit_capacity), as the step will grow it if it starts from `expected` (host only: a
@@ -61,6 +63,8 @@ class FrameBank {
   // Frame f's runs: atom_runs_[atom_run_at_[f] .. atom_run_at_[f + 1]), the same for edges.
   std::vector<Run> atom_runs_, edge_runs_;
   std::vector<int64_t> atom_run_at_{0}, edge_run_at_{0};
+  // The runs of the next frame, `b` (one frame, grouped), at the bank's current ends.
+  void add_runs(const BatchTensors& b);
   // The batch's runs in the padded batch's order, each with the batch frame it belongs to.
   static std::vector<std::pair<Run, int64_t>> in_batch_order(const std::vector<Run>& runs,
                                                              const std::vector<int64_t>& at,

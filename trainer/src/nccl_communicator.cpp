@@ -119,6 +119,11 @@ class NcclCommunicator final : public Communicator {
       return rc != cudaErrorNotReady;
     });
   }
+  std::string unrecordable() const override {
+    int version = 0;
+    if (ncclGetVersion(&version) != ncclSuccess) return "ncclGetVersion failed";
+    return nccl_unrecordable(version);
+  }
   void allreduce_sum(double* data, std::size_t n) override { host_.allreduce_sum(data, n); }
   void allreduce_sum(float* data, std::size_t n) override { host_.allreduce_sum(data, n); }
   void broadcast(std::string& bytes) override { host_.broadcast(bytes); }

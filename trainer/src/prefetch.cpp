@@ -2,14 +2,18 @@
 
 #include <sched.h>
 
+#include <optional>
+
+#include <c10/core/DeviceGuard.h>
+
 #include "recorded_step.h"
 #include "mlip/error.h"
 
 namespace mlip::trainer {
 
 template <class Batch>
-Prefetcher<Batch>::Prefetcher(std::size_t count, Indices indices, Build build, std::size_t depth)
-    : count_(count), indices_(std::move(indices)), build_(std::move(build)), depth_(depth) {
+Prefetcher<Batch>::Prefetcher(std::size_t count, Indices indices, Build build, std::size_t depth, torch::Device device)
+    : count_(count), indices_(std::move(indices)), build_(std::move(build)), depth_(depth), device_(device) {
   if (depth_ > 0 && count_ > 0) thread_ = std::thread([this] { run(); });
 }
 
@@ -26,6 +30,8 @@ Prefetcher<Batch>::~Prefetcher() {
 template <class Batch>
 void Prefetcher<Batch>::run() {
   try {
+    std::optional<c10::DeviceGuard> on_device;
+    if (device_.is_cuda()) on_device.emplace(device_);
     for (std::size_t k = 0; k < count_; ++k) {
       const std::vector<int64_t> idx = indices_(k);
       if (idx.empty()) continue;

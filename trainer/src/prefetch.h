@@ -24,7 +24,10 @@ template <class Batch> class Prefetcher {
   using Indices = std::function<std::vector<int64_t>(std::size_t)>;
   /// Builds the batches of frames indices(0), ..., indices(count - 1) in order, skipping empty
   /// ones, at most `depth` ahead of the one next() returns (0: each built by next() itself).
-  Prefetcher(std::size_t count, Indices indices, Build build, std::size_t depth);
+  /// `device`: the thread's current device (the training's GPU: its CUDA calls, pinned host
+  /// memory's too, made on it, not on GPU 0 of every rank).
+  Prefetcher(std::size_t count, Indices indices, Build build, std::size_t depth,
+             torch::Device device = torch::kCPU);
   ~Prefetcher();  // stops the thread (batches not taken are dropped)
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
@@ -39,6 +42,7 @@ template <class Batch> class Prefetcher {
   Indices indices_;
   Build build_;
   std::size_t depth_;
+  torch::Device device_;
   std::size_t next_ = 0;   // the next index next() looks at when there is no thread
   std::mutex mutex_;
   std::condition_variable changed_;

@@ -1,6 +1,7 @@
 #include "recorded_step.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -75,7 +76,10 @@ int64_t BatchCapacity::n_edges() const { return std::accumulate(edges.begin(), e
 
 bool fit_capacity(const BatchTensors& b, BatchCapacity& cap) {
   const BatchCapacity before = cap;
-  cap.frames = std::max(cap.frames, b.n_frames + 1);
+  if (b.n_frames + 1 > cap.frames) {   // the padding frame, and room for batches with a few more
+    const auto wanted = static_cast<int64_t>(std::ceil(1.1 * static_cast<double>(b.n_frames + 1)));
+    cap.frames = (wanted + 7) / 8 * 8;
+  }
   cap.virial = cap.virial || b.any_virial;
   // Each species' group keeps a free slot: the last atom is always a padding atom, the padding
   // edges' end.
@@ -165,10 +169,10 @@ RecordedStep::RecordedStep(StepParts parts, bool record, const torch::Device& de
     if (!device.is_cuda())
       throw Error("training.cuda_graph: true records the training step as a CUDA graph, which needs a GPU (training.device "
                   "gave the CPU); eager runs the same step unrecorded");
-    if (parts_.comm->size() > 1 && parts_.comm->name() != "nccl")
+    if (const std::string why = parts_.comm->size() > 1 ? parts_.comm->unrecordable() : ""; !why.empty())
       throw Error("training.cuda_graph: true on " + std::to_string(parts_.comm->size()) + " ranks sums the gradients "
-                  "inside the recorded step, which needs NCCL (one GPU per rank); these ranks sum them over " +
-                  parts_.comm->name() + " (eager runs the same step unrecorded)");
+                  "inside the recorded step, which needs NCCL 2.9.6 or later (one GPU per rank); " + why +
+                  " (eager runs the same step unrecorded)");
     recorder_ = std::make_unique<detail::CudaGraphRecorder>(device.index());
   }
   const torch::TensorOptions f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device);
@@ -241,10 +245,10 @@ void RecordedStep::record() {
   terms_ = torch::Tensor();
   for (torch::Tensor& p : *parts_.params) p.mutable_grad() = torch::zeros_like(p);
   parts_.adam->sync_counts();
-  if (!warmed_) warm_update();
   try {
+    if (!warmed_) warm_update();
     recorder_->record([this] { run(Run::warm); }, [this] { run(Run::capture); });
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {   // mlip's, or LibTorch's (out of memory, a wait inside the capture)
     throw Error(std::string("training.cuda_graph true: the training step could not be recorded as a CUDA graph (") +
                 e.what() + "); training.cuda_graph false trains without recording it");
   }

@@ -12,7 +12,8 @@
 //     is exactly zero;
 //   - frames: padded with frames of weight zero and no labels (the last frame is padding's).
 // Capacities follow the grouped graph's rule (mlip/model/grouped_graph.h: the size plus 10%,
-// rounded up to 32; frames: one more than seen), grow where a batch outgrows them and never
+// rounded up to 32; frames: one more than seen, plus 10%, rounded up to 8: batches by atoms vary
+// in frames), grow where a batch outgrows them and never
 // shrink; each growth records the step anew. The loss weights and the learning rate are inputs
 // too (LossWeights), so a schedule needs no new recording. The batch's MetricSums come back as a
 // tensor on the device, as the plain step's do.

@@ -167,7 +167,7 @@ std::unique_ptr<BatchPrefetcher> Trainer::batches_of(const FrameSource& frames, 
                                                                       const std::vector<int64_t>& part) {
     BatchTensors t = host_batch(frames, part, *species, dtype);
     return grouping ? group_batch(t, *grouping) : t;
-  }, static_cast<std::size_t>(config_.prefetch));
+  }, static_cast<std::size_t>(config_.prefetch), device_);
 }
 
 void Trainer::log(const std::string& line) const {
@@ -505,7 +505,7 @@ MetricSums Trainer::train_epoch() {
           ReadyBatch r = ready_batch(part, expected);
           expected = r.capacity;
           return r;
-        }, static_cast<std::size_t>(config_.prefetch));
+        }, static_cast<std::size_t>(config_.prefetch), device_);
   } else {
     prefetch = batches_of(*data_.train, resident_train_, n_batches, share_of);
   }
