@@ -44,6 +44,16 @@ template <typename T> struct CellGrid {
   }
   MLIP_HD int64_t cell_of(int64_t i) const { return (coord(i, 0) * dims[1] + coord(i, 1)) * dims[2] + coord(i, 2); }
 
+  // Whether any of atom i's 27 cells is marked (marked: per cell).
+  MLIP_HD bool near_marked(int64_t i, const uint8_t* marked) const {
+    const int64_t c0 = coord(i, 0), c1 = coord(i, 1), c2 = coord(i, 2);
+    for (int64_t a = c0 > 0 ? c0 - 1 : 0; a <= c0 + 1 && a < dims[0]; ++a)
+      for (int64_t b = c1 > 0 ? c1 - 1 : 0; b <= c1 + 1 && b < dims[1]; ++b)
+        for (int64_t c = c2 > 0 ? c2 - 1 : 0; c <= c2 + 1 && c < dims[2]; ++c)
+          if (marked[(a * dims[1] + b) * dims[2] + c]) return true;
+    return false;
+  }
+
   // visit(j, dx, dy, dz) for each atom j != i the model takes within the cutoff of i; a visit that
   // returns true stops the search.
   template <class Visit> MLIP_HD void for_each_neighbor(int64_t i, Visit&& visit) const {
@@ -77,15 +87,18 @@ template <typename T> struct GraphCellOf {
 };
 
 // out[i]: atom i is reached (in[i]), or the model takes it and a reached atom is within the
-// cutoff: one message-passing hop further; elements (n).
+// cutoff: one message-passing hop further; elements (n). marked[c]: cell c holds a reached atom,
+// so that an atom with none in its 27 cells (most atoms, where a step's centres come in chunks)
+// looks at no atom.
 template <typename T> struct GraphReach {
   static constexpr Kernel id = Kernel::GraphReach;
   CellGrid<T> o;
   const bool* in;
+  const uint8_t* marked;
   bool* out;
   MLIP_HD void operator()(int64_t i) const {
     bool reached = in[i];
-    if (!reached && o.species[i] >= 0)
+    if (!reached && o.species[i] >= 0 && o.near_marked(i, marked))
       o.for_each_neighbor(i, [&](int64_t j, T, T, T) { return reached = in[j]; });
     out[i] = reached;
   }
