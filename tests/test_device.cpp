@@ -662,10 +662,8 @@ std::vector<Edge> edges_of(const std::vector<int64_t>& node_atom, const int64_t*
   return e;
 }
 
-}  // namespace
-
-TEST(DeviceGraph, EqualsTheHostGraphOfTheSameAtoms) {
-  const Atoms a = random_atoms(700, 16.0, 5);
+// The host's graph and the device's of the same atoms, for centres in one range and in another, 1-3 hops.
+void check_device_graph(const Atoms& a) {
   const int n = static_cast<int>(a.species.size()), n_local = 400;
   const double cutoff = 3.0;
   const torch::Tensor x = torch::tensor(a.x, torch::kFloat64).view({n, 3});
@@ -698,6 +696,25 @@ TEST(DeviceGraph, EqualsTheHostGraphOfTheSameAtoms) {
         << hops << " hops";
   }
   EXPECT_EQ(mlip::build_device_graph(x, species, n_local, cutoff, 2).n_edges(), cells.build(0, n_local, 2).n_edges());
+}
+
+}  // namespace
+
+// The device graph of atoms in a box, and of the same atoms and one far from them (a grid of more
+// cells than 8 per atom: its cells hashed into fewer lists, cell_grid.h), against the host's.
+TEST(DeviceGraph, EqualsTheHostGraphOfTheSameAtoms) {
+  for (const bool far_atom : {false, true}) {
+    SCOPED_TRACE(far_atom ? "and an atom 1e5 A away (cells hashed)" : "in a box");
+    Atoms a = random_atoms(700, 16.0, 5);
+    if (far_atom) {   // a taken atom, not a centre
+      a.x.insert(a.x.begin() + 3 * 500, {1e5, -2e5, 3e4});
+      a.species.insert(a.species.begin() + 500, 1);
+    }
+    check_device_graph(a);
+  }
+}
+
+TEST(DeviceGraph, EmptyFarApartAndNonFiniteAtoms) {
   // No atoms, no centres, atoms far apart (a grid of many empty cells).
   EXPECT_EQ(mlip::build_device_graph(torch::zeros({0, 3}, torch::kFloat64), torch::zeros({0}, torch::kInt64), 0, 3.0, 1)
                 .n_edges(),
@@ -771,12 +788,16 @@ TEST(DeviceStep, EqualsTheDeviceGraphsModelCallOnTheAtoms) {
     for (double& v : moved.x) v += 0.05 * std::sin(v * 13.0);
     Atoms dense = random_atoms(500, 14.0, 7);
     for (double& v : dense.x) v *= 0.85;
+    Atoms far = random_atoms(800, 16.0, 8);   // and a ghost far away: the grid's cells hashed
+    far.x.insert(far.x.end(), {4e4, 1e3, -2e4});
+    far.species.push_back(0);
     // What each step is, and the local atoms per chunk of the chunked step (0: one chunk): 5
     // chunks, kept for more atoms, then 8 (the capacities chosen anew).
     const std::vector<std::tuple<const char*, Atoms, int64_t, int64_t>> steps = {
         {"first", random_atoms(500, 14.0, 7), 300, 60},
         {"moved", moved, 300, 60},
         {"more atoms", random_atoms(800, 16.0, 8), 500, 120},
+        {"an atom far away", far, 500, 120},
         {"denser", dense, 300, 40}};
     for (const bool chunked : {false, true}) {
       mlip::DeviceStep step(m, m.info().cutoff, /*record=*/false);

@@ -9,21 +9,26 @@
 
 namespace mlip::detail {
 
-/// Cells per axis over the box [lo, hi]: cells at least `width` wide, wider where that would make
-/// more than about 8 cells per atom (n atoms).
-inline std::array<int64_t, 3> grid_dims(const double* lo, const double* hi, double width, int64_t n) {
-  const int64_t most = 8 * n + 64;
+/// Cells per axis over the box [lo, hi]: cells at least `width` wide, at most 2^20 a side.
+inline std::array<int64_t, 3> grid_dims(const double* lo, const double* hi, double width) {
   std::array<int64_t, 3> dims{1, 1, 1};
-  for (;; width *= 2) {
-    int64_t total = 1;
-    for (int d = 0; d < 3; ++d) {
-      const double cells = std::floor((hi[d] - lo[d]) / width);
-      dims[d] = std::clamp<int64_t>(static_cast<int64_t>(std::min(cells, 1e9)), 1, most);
-      total *= dims[d];
-      if (total > most) break;
-    }
-    if (total <= most) return dims;
+  for (int d = 0; d < 3; ++d) {
+    const double cells = std::floor((hi[d] - lo[d]) / width);
+    dims[d] = std::clamp<int64_t>(static_cast<int64_t>(std::min(cells, 1e9)), 1, int64_t{1} << 20);
   }
+  return dims;
+}
+
+/// The lists of a grid of `dims` over n atoms (kernels::CellGrid::buckets): one per cell, or,
+/// where that would make more than about 8 per atom, that many, the cells hashed into them.
+inline int64_t grid_buckets(const int64_t* dims, int64_t n) {
+  const int64_t most = 8 * n + 64;
+  int64_t total = 1;
+  for (int d = 0; d < 3; ++d) {
+    total *= dims[d];
+    if (total > most) return most;   // before a product of three 2^20 could overflow
+  }
+  return total;
 }
 
 /// The grid's frame (kernels::CellGrid::frame): its corner lo, then cells per Å on each axis,

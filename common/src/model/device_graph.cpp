@@ -48,8 +48,9 @@ void make_cells(DeviceGraphBuilder::Cells& c, const torch::Tensor& x, const torc
   g.cut2 = cutoff * cutoff;
   const torch::Tensor bounds = model_atoms_bounds(x, species);
   const double* lo = bounds.data_ptr<double>();
-  const std::array<int64_t, 3> dims = detail::grid_dims(lo, lo + 3, cutoff, n);
+  const std::array<int64_t, 3> dims = detail::grid_dims(lo, lo + 3, cutoff);
   std::copy(dims.begin(), dims.end(), g.dims);
+  g.buckets = detail::grid_buckets(g.dims, n);
   torch::Tensor frame = torch::empty({6}, torch::kFloat64);
   detail::grid_frame(lo, lo + 3, g.dims, cutoff, frame.data_ptr<double>());
   c.frame = frame.to(x.device());

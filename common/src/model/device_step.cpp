@@ -120,11 +120,11 @@ std::array<double, 6> DeviceStep::stage(const double* positions, double scale, c
 // (a box that shrank keeps it too: its cells are then a cutoff wide, grid_frame, and the grid
 // reaches past the atoms); chosen anew 10% wider than the cutoff, so that small changes keep it.
 void DeviceStep::choose_grid(const double* lo, const double* hi) {
-  const std::array<int64_t, 3> fit = detail::grid_dims(lo, hi, cutoff_, wanted_.atoms);
+  const std::array<int64_t, 3> fit = detail::grid_dims(lo, hi, cutoff_);
   bool keep = wanted_.cells.size() == 3;
   for (int d = 0; d < 3 && keep; ++d) keep = wanted_.cells[d] >= (fit[d] * 4) / 5;
   if (!keep) {
-    const std::array<int64_t, 3> dims = detail::grid_dims(lo, hi, 1.1 * cutoff_, wanted_.atoms);
+    const std::array<int64_t, 3> dims = detail::grid_dims(lo, hi, 1.1 * cutoff_);
     wanted_.cells.assign(dims.begin(), dims.end());
   }
 }
@@ -203,6 +203,7 @@ void DeviceStep::resize() {
   g.species = b.species.data_ptr<int64_t>();
   g.frame = b.frame.data_ptr<double>();
   std::copy(capacity_.cells.begin(), capacity_.cells.end(), g.dims);
+  g.buckets = detail::grid_buckets(g.dims, capacity_.atoms);
   g.cut2 = cutoff_ * cutoff_;
 }
 

@@ -23,7 +23,11 @@ template <typename T> MLIP_HD T squared_norm(T x, T y, T z) {
 #endif
 }
 
-// Positions and the cell list over them. T is the positions' type (float64: LAMMPS's).
+// Positions and the cell list over them. T is the positions' type (float64: LAMMPS's). The cells
+// (dims, about a cutoff wide) go into `buckets` lists: one each where there are few enough cells
+// (cell_grid.h: about 8 per atom), else hashed, so that a few atoms far from the rest (a
+// sputtered atom in a shrink-wrapped box) cost empty buckets nowhere, not cells a whole cluster
+// wide. A search visits the same cells and atoms in the same order either way.
 template <typename T> struct CellGrid {
   using value_type = T;
   const T* x;                          // (n, 3) positions, Å (ghosts as images: no wrapping here)
@@ -31,18 +35,31 @@ template <typename T> struct CellGrid {
   const T* frame;                      // (6) the grid's corner lo[3], then 1 / cell width per axis (in the
                                        // device's memory: a recorded step's copy changes it each step)
   int64_t dims[3];                     // cells per axis
-  const int64_t *by_cell, *cell_first; // atoms of cell c: by_cell[cell_first[c] .. cell_first[c + 1])
+  int64_t buckets;                     // lists: the cells' number, or fewer (hashed)
+  const int64_t *by_cell, *cell_first; // atoms of bucket c: by_cell[cell_first[c] .. cell_first[c + 1])
   T cut2;                              // cutoff squared: edges strictly inside it
 
   // Cells narrower than the cutoff would miss neighbours; any wider (or atoms outside the grid,
   // clamped to its edge cells: clamping never moves two atoms more than one cell apart) only cost time.
-  MLIP_HD int64_t cells() const { return dims[0] * dims[1] * dims[2]; }
+  MLIP_HD int64_t cells() const { return buckets; }
+  MLIP_HD bool hashed() const { return buckets < dims[0] * dims[1] * dims[2]; }
   MLIP_HD int64_t coord(int64_t i, int d) const {
     const T u = (x[3 * i + d] - frame[d]) * frame[3 + d];
     const int64_t c = u > T(0) ? static_cast<int64_t>(u) : 0;
     return c < dims[d] ? c : dims[d] - 1;
   }
-  MLIP_HD int64_t cell_of(int64_t i) const { return (coord(i, 0) * dims[1] + coord(i, 1)) * dims[2] + coord(i, 2); }
+  // The bucket of cell (a, b, c): its index, or its index mixed (splitmix64's finaliser) modulo
+  // the buckets.
+  MLIP_HD int64_t bucket(int64_t a, int64_t b, int64_t c) const {
+    const int64_t cell = (a * dims[1] + b) * dims[2] + c;
+    if (!hashed()) return cell;
+    uint64_t h = static_cast<uint64_t>(cell);
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+    return static_cast<int64_t>(h % static_cast<uint64_t>(buckets));
+  }
+  MLIP_HD int64_t cell_of(int64_t i) const { return bucket(coord(i, 0), coord(i, 1), coord(i, 2)); }
 
   // Whether any of atom i's 27 cells is marked (marked: per cell).
   MLIP_HD bool near_marked(int64_t i, const uint8_t* marked) const {
@@ -50,24 +67,27 @@ template <typename T> struct CellGrid {
     for (int64_t a = c0 > 0 ? c0 - 1 : 0; a <= c0 + 1 && a < dims[0]; ++a)
       for (int64_t b = c1 > 0 ? c1 - 1 : 0; b <= c1 + 1 && b < dims[1]; ++b)
         for (int64_t c = c2 > 0 ? c2 - 1 : 0; c <= c2 + 1 && c < dims[2]; ++c)
-          if (marked[(a * dims[1] + b) * dims[2] + c]) return true;
+          if (marked[bucket(a, b, c)]) return true;
     return false;
   }
 
   // visit(j, dx, dy, dz) for each atom j != i the model takes within the cutoff of i; a visit that
-  // returns true stops the search.
+  // returns true stops the search. Hashed, a bucket holds other cells' atoms too: each atom is
+  // taken in its own cell's turn only.
   template <class Visit> MLIP_HD void for_each_neighbor(int64_t i, Visit&& visit) const {
     const int64_t c0 = coord(i, 0), c1 = coord(i, 1), c2 = coord(i, 2);
+    const bool shared = hashed();
     for (int64_t a = c0 - 1; a <= c0 + 1; ++a) {
       if (a < 0 || a >= dims[0]) continue;
       for (int64_t b = c1 - 1; b <= c1 + 1; ++b) {
         if (b < 0 || b >= dims[1]) continue;
         for (int64_t c = c2 - 1; c <= c2 + 1; ++c) {
           if (c < 0 || c >= dims[2]) continue;
-          const int64_t cell = (a * dims[1] + b) * dims[2] + c;
+          const int64_t cell = bucket(a, b, c);
           for (int64_t k = cell_first[cell]; k < cell_first[cell + 1]; ++k) {
             const int64_t j = by_cell[k];
             if (j == i || species[j] < 0) continue;
+            if (shared && (coord(j, 0) != a || coord(j, 1) != b || coord(j, 2) != c)) continue;
             const T dx = x[3 * j] - x[3 * i], dy = x[3 * j + 1] - x[3 * i + 1], dz = x[3 * j + 2] - x[3 * i + 2];
             if (squared_norm(dx, dy, dz) < cut2 && visit(j, dx, dy, dz)) return;
           }
