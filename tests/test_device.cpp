@@ -939,21 +939,28 @@ TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
 
 TEST(DeviceGraphGpu, TheGpuBuildsTheCpusGraph) {
   if (const std::string why = mlip::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
-  const Atoms a = random_atoms(3000, 30.0, 6);
-  const int n = static_cast<int>(a.species.size());
-  const torch::Tensor x = torch::tensor(a.x, torch::kFloat64).view({n, 3});
-  const torch::Tensor species = torch::tensor(a.species, torch::kInt64);
-  for (int hops : {1, 3}) {
-    const mlip::DeviceGraph cpu = mlip::build_device_graph(x, species, 2000, 4.0, hops);
-    const mlip::DeviceGraph gpu = mlip::build_device_graph(x.cuda(), species.cuda(), 2000, 4.0, hops);
-    EXPECT_EQ(gpu.n_centers, cpu.n_centers);
-    // The same order on every device: equal, not just the same edges.
-    EXPECT_TRUE(torch::equal(gpu.node_atom.cpu(), cpu.node_atom));
-    EXPECT_TRUE(torch::equal(gpu.species.cpu(), cpu.species));
-    EXPECT_TRUE(torch::equal(gpu.edge_index.cpu(), cpu.edge_index));
-    EXPECT_TRUE(torch::equal(gpu.edge_vectors.cpu(), cpu.edge_vectors));
-    std::printf("device graph: %lld edges, %lld nodes, %d hops: GPU = CPU\n", static_cast<long long>(cpu.n_edges()),
-                static_cast<long long>(cpu.n_nodes()), hops);
+  Atoms a = random_atoms(3000, 30.0, 6);
+  for (const bool far_atom : {false, true}) {
+    if (far_atom) {   // a ghost far from the rest: the grid's cells hashed
+      a.x.insert(a.x.end(), {3e4, -1e4, 5e3});
+      a.species.push_back(1);
+    }
+    const int n = static_cast<int>(a.species.size());
+    const torch::Tensor x = torch::tensor(a.x, torch::kFloat64).view({n, 3});
+    const torch::Tensor species = torch::tensor(a.species, torch::kInt64);
+    for (const auto& [first, last, hops] : {std::tuple{0, 2000, 1}, {0, 2000, 3}, {700, 1100, 2}}) {
+      const mlip::DeviceGraph cpu = mlip::DeviceGraphBuilder(x, species, 4.0).build(first, last, hops);
+      const mlip::DeviceGraph gpu = mlip::DeviceGraphBuilder(x.cuda(), species.cuda(), 4.0).build(first, last, hops);
+      EXPECT_EQ(gpu.n_centers, cpu.n_centers);
+      // The same order on every device: equal, not just the same edges.
+      EXPECT_TRUE(torch::equal(gpu.node_atom.cpu(), cpu.node_atom));
+      EXPECT_TRUE(torch::equal(gpu.species.cpu(), cpu.species));
+      EXPECT_TRUE(torch::equal(gpu.edge_index.cpu(), cpu.edge_index));
+      EXPECT_TRUE(torch::equal(gpu.edge_vectors.cpu(), cpu.edge_vectors));
+      std::printf("device graph%s: centres %d-%d, %lld edges, %lld nodes, %d hops: GPU = CPU\n",
+                  far_atom ? " with a far atom" : "", first, last, static_cast<long long>(cpu.n_edges()),
+                  static_cast<long long>(cpu.n_nodes()), hops);
+    }
   }
 }
 
