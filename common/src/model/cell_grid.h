@@ -32,12 +32,15 @@ inline int64_t grid_buckets(const int64_t* dims, int64_t n) {
 }
 
 /// The grid's frame (kernels::CellGrid::frame): its corner lo, then cells per Å on each axis,
-/// never more than 1 / cutoff (cells never narrower than the cutoff, whatever dims are).
+/// never more than 1 / cutoff (cells never narrower than the cutoff, whatever dims are), less a
+/// part in 1e9: a pair just inside the cutoff, its cell coordinates rounded (up to 2^20 cells a
+/// side: about 2e-10 of a cell), is never two cells apart.
 inline void grid_frame(const double* lo, const double* hi, const int64_t* dims, double cutoff, double* frame) {
   for (int d = 0; d < 3; ++d) {
     const double extent = hi[d] - lo[d];
     frame[d] = lo[d];
-    frame[3 + d] = std::min(extent > 0 ? static_cast<double>(dims[d]) / extent : 1.0 / cutoff, 1.0 / cutoff);
+    frame[3 + d] =
+        std::min(extent > 0 ? static_cast<double>(dims[d]) / extent : 1.0 / cutoff, 1.0 / cutoff) * (1.0 - 1e-9);
   }
 }
 
