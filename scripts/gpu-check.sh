@@ -13,7 +13,7 @@
 #   pair_np1   pair_style mlip device cuda against the CPU inside LAMMPS (PairMLIPGpu.*, 1 rank)
 #   train      training frames/s on water (examples/configs/water-se_e2_a.yaml), batch 1, 4, 16, 1
 #              and 16 grouped (training.grouped), and 1 and 16 recorded (training.cuda_graph: batches
-#              from the frame bank), 16 recorded from host batches
+#              from the frame bank), 16 recorded from host batches; MACE on ethanol
 #   train_accuracy  the same frames (10 epochs of the water example) at batch 1, 4 and 16 with the
 #              step recorded (training.cuda_graph): frames/s against the validation errors they
 #              buy (issue 54: >= 1000 frames/s with errors no worse than at batch 1)
@@ -23,12 +23,16 @@
 #              compressed, float64 and float32, PaiNN, at 10k and 100k atoms
 #   md_step_graph  se_e2_a's whole step as one CUDA graph ('graph device cuda_graph yes'), the same
 #              four models and sizes, no chunk (its model calls chunked only if memory asks)
+#   profile    where the time goes, under 'timing kernels' / --profile (the runs' times are not
+#              figures): se_e2_a plain, compressed, float32 at 100k atoms with the graph on the GPU
+#              and as the whole-step graph, PaiNN and MACE at 10k, training at batch 1, 1 recorded,
+#              16, and MACE; tables in profile.txt
 #   train_gpu  the trainer's GPU test (resume, data on the device, GPU = CPU in float64)
 #   stream     training streamed from a pack against the same frames in memory, on the CPUs (pairs
 #              at once, a core each) and on the GPU
 #   pair_np2   PairMLIPGpu.* on 2 ranks sharing the GPU
-#   md_more    compressed se_e2_a, float32 and PaiNN at 10k atoms, with and without cuda_graph yes
-#              (PaiNN's model call recorded with a halo: exchange no)
+#   md_more    compressed se_e2_a, float32, PaiNN and the two MACE models at 10k atoms, with and
+#              without cuda_graph yes (PaiNN's model call recorded with a halo: exchange no)
 #   md_1m      100k and about a million atoms, float64 and float32, calls sized by the free memory
 #   md_mace_kernels  MACE on the operators' device kernels against the ATen formulations, 10k atoms
 #   mace       MACE against mace-torch on the same GPU and model (benchmarks/bench_mace.sh DEVICE=cuda):
