@@ -56,7 +56,9 @@
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 using namespace LAMMPS_NS;
 
@@ -122,9 +124,8 @@ constexpr int default_chunk_exchange = 128;
 // cache, is the limit, and 'chunk N' bounds it).
 constexpr int default_chunk_gpu = 1 << 30;
 
-// The rank of this process among the ranks of `world` on the same node (shared memory).
 // Ranks of this node and this rank's place among them.
-static std::pair<int, int> node_local(MPI_Comm world)
+static std::pair<int, int> node_local([[maybe_unused]] MPI_Comm world)
 {
 #ifdef MPI_COMM_TYPE_SHARED
   MPI_Comm node;
@@ -141,18 +142,32 @@ static std::pair<int, int> node_local(MPI_Comm world)
 
 static int node_local_rank(MPI_Comm world)
 {
+  return node_local(world).first;
+}
+
+// How many ranks of this node use the GPU this rank uses (`bus`: its PCI bus id, the same under
+// any CUDA_VISIBLE_DEVICES; "" on the CPU), a collective of `world`. Where a rank's bus id cannot
+// be read: the ranks that take its GPU in turn (node-local rank modulo the `gpus` it sees).
+static int ranks_sharing_gpu([[maybe_unused]] MPI_Comm world, const std::string &bus, int gpus)
+{
+  constexpr int width = 32;
+  char mine[width] = {0};
+  bus.copy(mine, width - 1);
+  int rank = 0, size = 1, same = 0;
+  std::vector<char> all(width);
 #ifdef MPI_COMM_TYPE_SHARED
   MPI_Comm node;
-  int rank = 0;
-  if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return 0;
-  MPI_Comm_rank(node, &rank);
-  MPI_Comm_free(&node);
-  return rank;
-#else
-  int rank = 0;
-  MPI_Comm_rank(world, &rank);    // no shared-memory split in this MPI (LAMMPS's serial stubs)
-  return rank;
+  if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_rank(node, &rank);
+    MPI_Comm_size(node, &size);
+    all.resize(static_cast<std::size_t>(width) * size);
+    MPI_Allgather(mine, width, MPI_CHAR, all.data(), width, MPI_CHAR, node);
+    MPI_Comm_free(&node);
+  }
 #endif
+  if (bus.empty()) return std::max(1, (size - 1 - rank % std::max(gpus, 1)) / std::max(gpus, 1) + 1);
+  for (int r = 0; r < size; r++) same += std::strncmp(all.data() + static_cast<std::size_t>(width) * r, mine, width) == 0;
+  return std::max(1, same);
 }
 
 PairMLIP::PairMLIP(LAMMPS *lmp) :
@@ -279,14 +294,15 @@ void PairMLIP::init_sizer(bool wanted)
 {
   impl->sizer.reset();
   impl->sizing_reported = false;
+  // A collective of all ranks, before any returns: whether a rank sizes its calls is its own
+  // (its device, its GPU's memory).
+  const torch::Device device = impl->model->device();
+  impl->gpu_sharing = ranks_sharing_gpu(world, device.is_cuda() ? mlip::gpu_bus_id(std::max<int>(device.index(), 0)) : "",
+                                        device.is_cuda() ? mlip::cuda_device_count() : 1);
   if (!wanted || (options.cuda_graph && !impl->step) || exchanging() || committee_size() > 1 ||
-      !mlip::device_memory(impl->model->device()))
+      !mlip::device_memory(device))
     return;
   impl->sizer = std::make_unique<mlip::ChunkSizer>();
-  // Ranks of a node take GPUs in turn (node-local rank modulo the GPUs): those on this one share it.
-  const auto [rank, size] = node_local(world);
-  const int gpus = std::max(1, mlip::cuda_device_count());
-  impl->gpu_sharing = std::max(1, (size - 1 - rank % gpus) / gpus + 1);
 }
 
 int PairMLIP::default_chunk(bool one_call) const
@@ -537,9 +553,11 @@ void PairMLIP::evaluate_centres(const int *atoms, int first, int last)
 {
   Impl &s = *impl;
   if (s.sizer) {
-    mlip::evaluate_within_memory(
-        first, last, *s.sizer, [this] { return available_memory(); },
-        [&](int64_t a, int64_t b) { evaluate_chunk(atoms + a, atoms + b); }, list->inum);
+    guarded(error, false, one_atom_out_of_memory, [&] {
+      mlip::evaluate_within_memory(
+          first, last, *s.sizer, [this] { return available_memory(); },
+          [&](int64_t a, int64_t b) { evaluate_chunk(atoms + a, atoms + b); }, list->inum);
+    });
     return;
   }
   const int size = int(mlip::equal_chunk(last - first, options.chunk));
@@ -554,18 +572,21 @@ int64_t PairMLIP::available_memory() const
 }
 
 // Says (rank 0) what the model's calls take once that is known, and again after a call ran out of
-// memory (`limit_before`: the sizer's limit before this compute()).
-void PairMLIP::report_sizing(int64_t limit_before, int64_t centres)
+// memory (`limit_before`: the sizer's limit before this compute()); `per_call`: the local atoms a
+// call took where the caller chose them (the recorded step's chunks), else what the sizer says.
+void PairMLIP::report_sizing(int64_t limit_before, int64_t centres, int64_t per_call)
 {
   Impl &s = *impl;
   const bool first_seen = s.sizer->seen() && !s.sizing_reported;
   if (comm->me != 0 || (!first_seen && s.sizer->limit() == limit_before)) return;
   s.sizing_reported = s.sizer->seen();
   const int64_t available = available_memory();
-  utils::logmesg(lmp, "pair_style mlip: model calls on the GPU take {:.1f} KiB per centre atom ({:.0f} bytes per edge); "
-                      "{} of {} local atoms per call in {:.2f} GiB available{}\n",
-                 s.sizer->bytes_per_centre() / 1024.0, s.sizer->bytes_per_edge(),
-                 s.sizer->chunk(centres, available), centres, static_cast<double>(available) / (1 << 30),
+  const std::string measured = s.sizer->seen() ? fmt::format(" take {:.1f} KiB per centre atom ({:.0f} bytes per edge);",
+                                                              s.sizer->bytes_per_centre() / 1024.0, s.sizer->bytes_per_edge())
+                                               : ":";
+  utils::logmesg(lmp, "pair_style mlip: model calls on the GPU{} {} of {} local atoms per call in {:.2f} GiB available{}\n",
+                 measured, per_call > 0 ? per_call : s.sizer->chunk(centres, available), centres,
+                 static_cast<double>(available) / (1 << 30),
                  s.sizer->limit() > 0 ? fmt::format(" (at most {} after running out of memory)", s.sizer->limit()) : "");
 }
 
@@ -817,9 +838,9 @@ void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
   impl->step.reset();
   if (!options.cuda_graph) return;
   const bool record = !options.cuda_graph_eager;
-  if (kokkosable || (record && !one_call))
-    error->all(FLERR, kokkosable ? "pair_style mlip: cuda_graph yes is for pair_style mlip, not its Kokkos variant"
-                                 : "pair_style mlip: cuda_graph yes needs the model on a GPU ('device cuda')");
+  if (kokkosable) error->all(FLERR, "pair_style mlip: cuda_graph yes is for pair_style mlip, not its Kokkos variant");
+  if (record && !one_call)   // this rank's device: one rank may have fallen back to the CPU
+    error->one(FLERR, "pair_style mlip: cuda_graph yes needs the model on a GPU ('device cuda')");
   if (chunk_given && !options.device_graph)
     error->all(FLERR, "pair_style mlip: cuda_graph yes records one model call with all local atoms: drop 'chunk' "
                       "(or add 'graph device': the whole step recorded, its model calls in chunks)");

@@ -83,7 +83,7 @@ class PairMLIP : public Pair {
   int default_chunk(bool one_call) const;
   void init_sizer(bool wanted);
   int64_t available_memory() const;
-  void report_sizing(int64_t limit_before, int64_t centres);
+  void report_sizing(int64_t limit_before, int64_t centres, int64_t per_call = 0);
   void set_reach();
   void log_settings(const std::string &device_note, bool one_call, bool chunk_given, bool malloc_tuned);
   std::vector<int> map_types(const mlip::Model &model, const std::string &file, char **elements);

@@ -72,6 +72,9 @@ void PairMLIP::check_device_graph_settings()
   if (neighbor->nex_type || neighbor->nex_group || neighbor->nex_mol)   // 'exclude' is set after init_style
     error->all(FLERR, "pair_style mlip: graph device builds its own graph and cannot leave out the pairs "
                       "'neigh_modify exclude' excludes: use graph host");
+  if (neighbor->includegroup)
+    error->all(FLERR, "pair_style mlip: graph device takes every local atom as a centre, not only the group "
+                      "'neigh_modify include' names: use graph host");
   if (atom->molecular != Atom::ATOMIC)
     for (int k = 1; k <= 3; k++)
       if (force->special_lj[k] != 1.0)
@@ -101,9 +104,11 @@ void PairMLIP::compute_device_graph()
   const int nlocal = atom->nlocal;
   if (s.sizer) {
     const int64_t limit = s.sizer->limit();
-    mlip::evaluate_within_memory(
-        0, nlocal, *s.sizer, [this] { return available_memory(); },
-        [&](int64_t a, int64_t b) { evaluate_device_chunk(*cells, a, b); });
+    guarded(error, false, one_atom_out_of_memory, [&] {
+      mlip::evaluate_within_memory(
+          0, nlocal, *s.sizer, [this] { return available_memory(); },
+          [&](int64_t a, int64_t b) { evaluate_device_chunk(*cells, a, b); });
+    });
     report_sizing(limit, nlocal);
     return;
   }
@@ -233,7 +238,8 @@ mlip::StepOutput PairMLIP::evaluate_step(int n, bool atom_virial)
   }
   const mlip::StepMemory &m = s.step->memory();
   if (s.sizer && s.step->recordings() != recordings && m.bytes > 0) s.sizer->observe(m.centres, m.edges, m.bytes);
-  if (s.sizer) report_sizing(limit, nlocal);
+  const int64_t chunks = std::max<int64_t>(1, s.step->capacity().chunks);
+  if (s.sizer) report_sizing(limit, nlocal, (nlocal + chunks - 1) / chunks);
   return out;
 }
 

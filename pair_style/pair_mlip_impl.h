@@ -231,6 +231,10 @@ template <typename C> void reverse_comm_of(C *comm, Pair *pair, long)
   comm->reverse_comm_pair(pair);
 }
 
+// What a sized call's error says when even one atom a call runs out of GPU memory (guarded() adds
+// LibTorch's message).
+constexpr const char *one_atom_out_of_memory = "the GPU is out of memory even for calls of one atom";
+
 // Every LibTorch or mlip failure surfaces through here, keeping its message and adding context;
 // with `pass_out_of_memory`, a GPU out-of-memory error goes on to the caller (which splits the call).
 template <typename F>

@@ -54,8 +54,9 @@ const std::vector<Keyword> &keywords()
   static const std::vector<Keyword> table = {
       {"chunk", "N",
        "64 (local models), 1024 (compressed se_e2_a), 128 (message passing, ghost exchange or halo); on a GPU sized "
-       "by the free memory ([gpu.md](gpu.md)), all local atoms with `cuda_graph yes` (with `graph device`: all "
-       "until a recording runs out of GPU memory, then sized by the free memory) or the ghost exchange",
+       "by the free memory ([gpu.md](gpu.md)), all local atoms with `cuda_graph yes` or the ghost exchange (with "
+       "`graph device cuda_graph yes`: all in the first recording, then sized by the free memory from what it "
+       "took); with `graph device` on the CPU, all local atoms",
        "most local atoms per model call: bounds the memory of a call", false,
        [](const std::string &v, Options &o) { o.chunk = positive_int("chunk", v); }},
       {"head", "NAME", "the file's (`head`)",

@@ -565,7 +565,7 @@ stage_md_1m() {
 # sizing NAME: the pair style's lines on the GPU memory its calls took, from bench NAME's logs
 sizing() {
   local line
-  while read -r line; do record "memory: $line"; done < <(grep -rhoE 'model calls on the GPU take.*|GPU memory of a model call.*' "$logs/lammps-$1" 2>/dev/null | sort | uniq -c | sed 's/^ *//')
+  while read -r line; do record "memory: $line"; done < <(grep -rhoE 'model calls on the GPU.*|GPU memory of a model call.*' "$logs/lammps-$1" 2>/dev/null | sort | uniq -c | sed 's/^ *//')
 }
 
 # Where the step's time goes (issue 54's profiles): the main models under 'timing kernels'

@@ -122,6 +122,7 @@ TEST(Device, WithoutAGpuAutoIsTheCpuAndCudaAClearError) {
   const std::string e = error_of("cuda");
   EXPECT_NE(e.find("training.device: device 'cuda' asked for, but no GPU can be used"), std::string::npos) << e;
   EXPECT_NE(error_of("cuda:0").find("no GPU can be used"), std::string::npos);
+  EXPECT_EQ(gpu_bus_id(0), "");
 }
 
 TEST(Device, GpuPerNodeLocalRank) {
@@ -132,6 +133,13 @@ TEST(Device, GpuPerNodeLocalRank) {
   }
   EXPECT_EQ(choose_device("auto", 0, "x").type(), torch::kCUDA);
   EXPECT_NE(error_of("cuda:" + std::to_string(n)).find("GPU(s) visible"), std::string::npos);
+  // Each visible GPU's PCI bus id (the pair style counts the ranks on one GPU by it): read, and
+  // told apart.
+  std::set<std::string> buses;
+  for (int k = 0; k < n; ++k) buses.insert(gpu_bus_id(k));
+  EXPECT_EQ(static_cast<int>(buses.size()), n);
+  EXPECT_EQ(buses.count(""), 0u);
+  EXPECT_EQ(gpu_bus_id(n), "");
 }
 
 // Energies and edge gradients of the same graph on the GPU and on the CPU (float64): the

@@ -1175,6 +1175,10 @@ TEST(PairMLIP, DeviceGraphEqualsTheHostGraph) {
   EXPECT_NE(excluded.find("graph device builds its own graph and cannot leave out the pairs 'neigh_modify exclude'"),
             std::string::npos) << excluded;
   EXPECT_EQ(run_error(pair), "no error");
+  // Nor centres only of the group 'neigh_modify include' names.
+  const std::string included = run_error(pair + "group oxygen type 1\natom_modify first oxygen\nneigh_modify include oxygen");
+  EXPECT_NE(included.find("graph device takes every local atom as a centre, not only the group 'neigh_modify include'"),
+            std::string::npos) << included;
   // Nor the bonded pairs special_bonds leaves out (lj 0 0 0: a molecular atom style's default).
   auto molecular_error = [&](const std::string& special) {
     Lammps lmp;

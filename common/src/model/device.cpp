@@ -30,27 +30,43 @@ std::string visible_devices_note() {
 
 std::atomic<bool> cpu_model_loaded{false};
 
+// libcuda.so.1, initialised, or nullptr (`why` set).
+void* driver(std::string* why) {
+  static std::string failed;
+  static void* const lib = [] {
+    void* l = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (l == nullptr) {
+      failed = "no NVIDIA driver (libcuda.so.1 cannot be loaded)";
+      return static_cast<void*>(nullptr);
+    }
+    using Init = int (*)(unsigned);
+    const auto init = reinterpret_cast<Init>(dlsym(l, "cuInit"));
+    if (init == nullptr) {
+      failed = "libcuda.so.1 lacks cuInit";
+      return static_cast<void*>(nullptr);
+    }
+    if (const int rc = init(0); rc != 0) {
+      failed = "the NVIDIA driver's cuInit failed with CUDA error " + std::to_string(rc) +
+               (rc == 100 ? " (no CUDA-capable device)" : "");
+      return static_cast<void*>(nullptr);
+    }
+    return l;
+  }();
+  if (lib == nullptr) *why = failed;
+  return lib;
+}
+
 // GPUs the NVIDIA driver sees (CUDA_VISIBLE_DEVICES applies), asked through the driver library
 // itself, so that "auto" on a machine without a GPU costs nothing (LibTorch's CUDA backend costs
 // ~350 MB of resident memory once loaded). -1 and `why` set when there is no usable driver.
 int driver_gpu_count(std::string* why) {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    *why = "no NVIDIA driver (libcuda.so.1 cannot be loaded)";
-    return -1;
-  }
-  using Init = int (*)(unsigned);
+  void* lib = driver(why);
+  if (lib == nullptr) return -1;
   using Count = int (*)(int*);
-  const auto init = reinterpret_cast<Init>(dlsym(lib, "cuInit"));
   const auto count = reinterpret_cast<Count>(dlsym(lib, "cuDeviceGetCount"));
   int n = 0;
-  if (init == nullptr || count == nullptr) {
-    *why = "libcuda.so.1 lacks cuInit/cuDeviceGetCount";
-    return -1;
-  }
-  if (const int rc = init(0); rc != 0) {
-    *why = "the NVIDIA driver's cuInit failed with CUDA error " + std::to_string(rc) +
-           (rc == 100 ? " (no CUDA-capable device)" : "");
+  if (count == nullptr) {
+    *why = "libcuda.so.1 lacks cuDeviceGetCount";
     return -1;
   }
   if (count(&n) != 0 || n == 0) {
@@ -61,6 +77,20 @@ int driver_gpu_count(std::string* why) {
 }
 
 }  // namespace
+
+std::string gpu_bus_id(int index) {
+  std::string why;
+  void* lib = driver(&why);
+  if (lib == nullptr) return "";
+  using Get = int (*)(int*, int);
+  using Bus = int (*)(char*, int, int);
+  const auto get = reinterpret_cast<Get>(dlsym(lib, "cuDeviceGet"));
+  const auto bus = reinterpret_cast<Bus>(dlsym(lib, "cuDeviceGetPCIBusId"));
+  int device = 0;
+  char id[32] = {0};
+  if (get == nullptr || bus == nullptr || get(&device, index) != 0 || bus(id, sizeof(id), device) != 0) return "";
+  return id;
+}
 
 void note_model_loaded_on_cpu() { cpu_model_loaded = true; }
 
