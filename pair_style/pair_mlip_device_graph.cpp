@@ -216,9 +216,14 @@ mlip::StepOutput PairMLIP::evaluate_step(int n, bool atom_virial)
   if (s.sizer) chunk = s.sizer->seen() ? s.sizer->chunk(nlocal, available_memory()) : limit;
   const int64_t recordings = s.step->recordings();
   mlip::StepOutput out;
+  // A dump step's per-atom virials run unrecorded on top of the recording's memory: when they run
+  // out of it, the recording (dropped by then) gives its memory back, and the step is tried again
+  // in the same chunks before in more (which a recording would keep for good).
+  bool retried_alone = !atom_virial || recordings == 0;
+  // The local atoms of a call (a failed step forgets its capacity: taken before).
+  const int64_t held = std::max<int64_t>(1, s.step->capacity().chunks);
+  int64_t tried = std::min<int64_t>(chunk > 0 ? chunk : nlocal, (nlocal + held - 1) / held);
   for (;;) {
-    const int64_t chunks = std::max<int64_t>(1, s.step->capacity().chunks);
-    const int64_t tried = std::min<int64_t>(chunk > 0 ? chunk : nlocal, (nlocal + chunks - 1) / chunks);
     try {
       guarded(
           error, false, "graph device cuda_graph",
@@ -231,9 +236,13 @@ mlip::StepOutput PairMLIP::evaluate_step(int n, bool atom_virial)
     } catch (const std::exception &e) {   // guarded() passes on only running out of GPU memory (sized)
       if (!s.sizer || !mlip::is_out_of_memory(e) || tried <= 1)
         error->one(FLERR, std::string("pair_style mlip: graph device cuda_graph: ") + e.what());
-      s.sizer->out_of_memory(tried);
       mlip::release_cached_memory();
-      chunk = std::max<int64_t>(1, tried / 2);
+      if (!retried_alone) {
+        retried_alone = true;
+        continue;
+      }
+      s.sizer->out_of_memory(tried);
+      tried = chunk = std::max<int64_t>(1, tried / 2);
     }
   }
   const mlip::StepMemory &m = s.step->memory();
