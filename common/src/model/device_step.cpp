@@ -209,10 +209,10 @@ void DeviceStep::resize() {
 
 namespace {
 
-// The cell list over the staged atoms and each centre's edges per net: `cursor` (atoms, nets)
-// each centre's first place in each net of its chunk, `totals` (chunks, nets) the edges of each
-// chunk's nets; the cell list's tensors are kept with them while the kernels that read them are
-// queued.
+// The cell list over the staged atoms and each centre's edges per net: `cursor` (atoms, species)
+// each centre's first place, in its chunk, in the net of each neighbour species, `totals`
+// (chunks, nets) the edges of each chunk's nets; the cell list's tensors are kept with them while
+// the kernels that read them are queued.
 struct EdgeCounts {
   torch::Tensor by_cell, cell_first, cursor, totals;
 };
@@ -230,16 +230,30 @@ EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
   detail::run_elements(kernels::GraphCountBySpecies<double>{b.grid, b.slot.data_ptr<int64_t>(), ns,
                                                             count.data_ptr<int64_t>()},
                        b.atoms, device);
-  if (rule.pair_nets) {   // centre i's counts into the nets of its own species' row
-    const torch::Tensor column =
-        b.species.clamp_min(0).mul(ns).unsqueeze(1) + torch::arange(ns, b.species.options()).unsqueeze(0);
-    count = torch::zeros({b.atoms, ns * ns}, count.options()).scatter_(1, column, count);
-  }
   // Places from each chunk's first atom on (atoms of other chunks lie between a chunk's and its
   // start only when they have no edges: chunks are ranges of atoms).
-  const torch::Tensor before = count.cumsum(0) - count;
-  c.cursor = before - before.index_select(0, b.chunk_start).index_select(0, b.chunk_of);
-  c.totals = torch::zeros({b.chunks, count.size(1)}, count.options()).index_add_(0, b.chunk_of, count);
+  const auto in_chunk = [&](const torch::Tensor& counts) {
+    const torch::Tensor before = counts.cumsum(0) - counts;
+    return before - before.index_select(0, b.chunk_start).index_select(0, b.chunk_of);
+  };
+  if (!rule.pair_nets) {
+    c.cursor = in_chunk(count);
+    c.totals = torch::zeros({b.chunks, ns}, count.options()).index_add_(0, b.chunk_of, count);
+    return c;
+  }
+  // One net per species pair: centre i's column s is the net of its species' row, counted among
+  // the centres of i's species (kept (atoms, ns): not (atoms, ns^2), which a recording would hold).
+  c.cursor = torch::zeros_like(count);
+  for (int64_t t = 0; t < ns; ++t) {
+    const torch::Tensor mine = b.species.eq(t).unsqueeze(1).to(count.scalar_type());
+    const torch::Tensor of_t = count * mine;
+    c.cursor.add_(in_chunk(of_t) * mine);
+  }
+  const torch::Tensor net = (b.chunk_of * ns + b.species.clamp_min(0)).mul(ns).unsqueeze(1) +
+                            torch::arange(ns, count.options()).unsqueeze(0);   // (atoms, ns): each count's net
+  c.totals = torch::zeros({b.chunks * ns * ns}, count.options())
+                 .index_add_(0, net.flatten(), count.flatten())
+                 .view({b.chunks, ns * ns});
   return c;
 }
 

@@ -53,7 +53,7 @@ inline const char* kernel_name(Kernel id) {
 // driver; mlip_cuda_runs_on returns 0 if the library has code for `device` (its architecture), else
 // -1 with the reason. Version: the layout of the functors and this interface; another version is
 // refused, as is a library whose mlip_cuda_layout() is not kernel_layout() (kernel_layout.h).
-constexpr int kDeviceKernelsVersion = 13;
+constexpr int kDeviceKernelsVersion = 14;
 enum MemoryField : int { kFree, kTotal, kReserved, kAllocated, kPeakAllocated, kMemoryFields };
 extern "C" {
 using CudaLaunch = int (*)(int id, int f64, const void* functor, int64_t count, int device);

@@ -175,9 +175,10 @@ template <typename T> struct GraphCountBySpecies {
 
 // Centre i's edges in the slots of their embedding nets: net g of edge i -> j is species[j] (plus
 // species[i] * n_species with one net per species pair); its k-th edge in net g goes to
-// chunk_of[i] * chunk_edges + net_first[g] + cursor[i * n_nets + g] (the layout of i's chunk: each
-// chunk has its nets at the same places; cursor: i's first place in g within its chunk, advanced
-// here: only thread i touches row i), unless that is past the net's capacity (net_first[g + 1]):
+// chunk_of[i] * chunk_edges + net_first[g] + cursor[i * n_species + species[j]] (the layout of i's
+// chunk: each chunk has its nets at the same places; cursor: i's first place within its chunk in
+// each net its edges go to, by neighbour species, advanced here: only thread i touches row i),
+// unless that is past the net's capacity (net_first[g + 1]):
 // then it is dropped, and the counts tell the caller. Neighbour node of atom j: first_atom_node + j;
 // elements (n).
 template <typename T> struct GraphListGrouped {
@@ -189,15 +190,15 @@ template <typename T> struct GraphListGrouped {
   const int64_t* net_first;   // (n_nets + 1)
   const int64_t* chunk_of;    // (n)
   int64_t chunk_edges;
-  int64_t* cursor;            // (n, n_nets)
+  int64_t* cursor;            // (n, n_species)
   int64_t *center, *neighbor; // (E) each
   T* vectors;                 // (E, 3)
   MLIP_HD void operator()(int64_t i) const {
     if (slot[i] < 0) return;
-    int64_t* at = cursor + i * n_nets;
+    int64_t* at = cursor + i * n_species;
     const int64_t row = pair_nets ? o.species[i] * n_species : 0, base = chunk_of[i] * chunk_edges;
     o.for_each_neighbor(i, [&](int64_t j, T dx, T dy, T dz) {
-      const int64_t g = row + o.species[j], place = net_first[g] + at[g]++;
+      const int64_t g = row + o.species[j], place = net_first[g] + at[o.species[j]]++;
       if (place < net_first[g + 1]) {
         const int64_t k = base + place;
         center[k] = slot[i];
