@@ -124,25 +124,21 @@ constexpr int default_chunk_exchange = 128;
 // cache, is the limit, and 'chunk N' bounds it).
 constexpr int default_chunk_gpu = 1 << 30;
 
-// Ranks of this node and this rank's place among them.
-static std::pair<int, int> node_local([[maybe_unused]] MPI_Comm world)
+// The rank of this process among the ranks of `world` on the same node (shared memory).
+static int node_local_rank(MPI_Comm world)
 {
 #ifdef MPI_COMM_TYPE_SHARED
   MPI_Comm node;
-  int rank = 0, size = 1;
-  if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return {0, 1};
+  int rank = 0;
+  if (MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return 0;
   MPI_Comm_rank(node, &rank);
-  MPI_Comm_size(node, &size);
   MPI_Comm_free(&node);
-  return {rank, size};
+  return rank;
 #else
-  return {0, 1};
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);    // no shared-memory split in this MPI (LAMMPS's serial stubs)
+  return rank;
 #endif
-}
-
-static int node_local_rank(MPI_Comm world)
-{
-  return node_local(world).first;
 }
 
 // How many ranks of this node use the GPU this rank uses (`bus`: its PCI bus id, the same under
@@ -553,7 +549,7 @@ void PairMLIP::evaluate_centres(const int *atoms, int first, int last)
 {
   Impl &s = *impl;
   if (s.sizer) {
-    guarded(error, false, one_atom_out_of_memory, [&] {
+    sized_calls(error, "model call", [&] {
       mlip::evaluate_within_memory(
           first, last, *s.sizer, [this] { return available_memory(); },
           [&](int64_t a, int64_t b) { evaluate_chunk(atoms + a, atoms + b); }, list->inum);
@@ -854,11 +850,15 @@ void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
   }
   // 'timing kernels': a profile running when the system outgrows a recording stops there (a
   // capture is not profiled), with the calls before it reported.
+  // The calls before it are reported (the one it stops in counts not; what it did before is in the
+  // table); before the first, nothing is.
   const auto stop_profile = [this] {
     if (!impl->profile) return;
     utils::logmesg(lmp, "pair_style mlip kernels: stopped before {} is recorded anew (a recording is not profiled)\n",
                    options.device_graph ? "the step" : "the model call");
-    report_profile();
+    if (impl->profiled_calls > 0) return report_profile();
+    impl->profile.reset();
+    impl->profile_reported_at = update->laststep;
   };
   if (impl->step) impl->step->before_recording(stop_profile);
   if (impl->capture) impl->capture->before_recording(stop_profile);

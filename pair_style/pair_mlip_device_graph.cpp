@@ -104,7 +104,7 @@ void PairMLIP::compute_device_graph()
   const int nlocal = atom->nlocal;
   if (s.sizer) {
     const int64_t limit = s.sizer->limit();
-    guarded(error, false, one_atom_out_of_memory, [&] {
+    sized_calls(error, "graph device", [&] {
       mlip::evaluate_within_memory(
           0, nlocal, *s.sizer, [this] { return available_memory(); },
           [&](int64_t a, int64_t b) { evaluate_device_chunk(*cells, a, b); });
@@ -239,6 +239,7 @@ mlip::StepOutput PairMLIP::evaluate_step(int n, bool atom_virial)
       mlip::release_cached_memory();
       if (!retried_alone) {
         retried_alone = true;
+        chunk = tried;   // the failed step's chunks (it forgot them)
         continue;
       }
       s.sizer->out_of_memory(tried);

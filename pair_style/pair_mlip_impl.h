@@ -231,10 +231,6 @@ template <typename C> void reverse_comm_of(C *comm, Pair *pair, long)
   comm->reverse_comm_pair(pair);
 }
 
-// What a sized call's error says when even one atom a call runs out of GPU memory (guarded() adds
-// LibTorch's message).
-constexpr const char *one_atom_out_of_memory = "the GPU is out of memory even for calls of one atom";
-
 // Every LibTorch or mlip failure surfaces through here, keeping its message and adding context;
 // with `pass_out_of_memory`, a GPU out-of-memory error goes on to the caller (which splits the call).
 template <typename F>
@@ -253,6 +249,26 @@ void guarded(Error *error, bool all_ranks, const std::string &what, F &&body, bo
     const std::string msg = "pair_style mlip: " + what + ": " + e.what_without_backtrace();
     all_ranks ? error->all(FLERR, msg) : error->one(FLERR, msg);
   }
+}
+
+// Calls sized by the free memory (mlip::evaluate_within_memory): one atom a call that still runs
+// out of GPU memory is this rank's error saying so; any other error as guarded() reports it.
+template <typename F> void sized_calls(Error *error, const std::string &what, F &&body)
+{
+  const auto one_atom = [&](const char *why) {
+    error->one(FLERR, "pair_style mlip: " + what + ": the GPU is out of memory even for calls of one atom: " + why);
+  };
+  guarded(error, false, what, [&] {
+    try {
+      body();
+    } catch (const c10::Error &e) {
+      if (!mlip::is_out_of_memory(e)) throw;
+      one_atom(e.what_without_backtrace());
+    } catch (const mlip::Error &e) {
+      if (!mlip::is_out_of_memory(e)) throw;
+      one_atom(e.what());
+    }
+  });
 }
 
 }    // namespace LAMMPS_NS

@@ -259,7 +259,14 @@ void Trainer::setup_model_and_statistics() {
   if (fused_) log(fmt::format("optimizer: {} by ATen's fused kernel (training.optimizer.fused)", config_.optimizer));
   choose_recording();
   if (data_on_device_ && recorded_) {
-    bank_ = std::make_unique<FrameBank>(*data_.train, *species_, dtype_, *grouping_, device_);
+    try {
+      bank_ = std::make_unique<FrameBank>(*data_.train, *species_, dtype_, *grouping_, device_);
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e)) throw;
+      throw Error(config_.file + ": training.data_on_device: the frame bank ran out of GPU memory while it was built "
+                  "(it holds the training frames and, while it joins them, a second copy of its largest tensor): "
+                  "set training.data_on_device false (batches copied per step)");
+    }
     log(fmt::format("data: the training frames in one bank on the device ({}), each batch gathered from it into the "
                     "recorded step's inputs", gib(bank_->bytes())));
   }
