@@ -722,6 +722,38 @@ TEST(DeviceGraph, EqualsTheHostGraphOfTheSameAtoms) {
   }
 }
 
+// Clusters of atoms with a few strays far away (grids of one list per cell and hashed ones, the
+// strays in clamped edge cells of a grid of 2^20 cells a side too), pairs at the cutoff to
+// rounding: every edge within the cutoff and none beyond, against all pairs.
+TEST(DeviceGraph, StraysAndPairsAtTheCutoffAgainstAllPairs) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 12; ++trial) {
+    const double cutoff = std::uniform_real_distribution<double>(1.5, 5.0)(rng);
+    Atoms a = random_atoms(150 + 40 * trial, 9.0 + trial, 100 + trial);
+    std::uniform_real_distribution<double> far(-1e6, 1e6);
+    for (int k = 0; k < trial % 4; ++k) {   // strays, in pairs just inside and just outside the cutoff
+      const double p[3] = {far(rng), far(rng), far(rng)};
+      const double d = k % 2 == 0 ? std::nextafter(cutoff, 0.0) : cutoff;
+      a.x.insert(a.x.end(), {p[0], p[1], p[2], p[0] + d, p[1], p[2]});
+      a.species.insert(a.species.end(), {0, 1});
+    }
+    const int64_t n = static_cast<int64_t>(a.species.size());
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + std::to_string(n) + " atoms, cutoff " + std::to_string(cutoff));
+    const mlip::DeviceGraph d = mlip::build_device_graph(torch::tensor(a.x, torch::kFloat64).view({n, 3}),
+                                                         torch::tensor(a.species, torch::kInt64), n, cutoff, 1);
+    std::vector<Edge> want;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        if (i == j || a.species[static_cast<std::size_t>(i)] < 0 || a.species[static_cast<std::size_t>(j)] < 0) continue;
+        const double r[3] = {a.x[3 * j] - a.x[3 * i], a.x[3 * j + 1] - a.x[3 * i + 1], a.x[3 * j + 2] - a.x[3 * i + 2]};
+        if (r[0] * r[0] + r[1] * r[1] + r[2] * r[2] < cutoff * cutoff) want.emplace_back(i, j, r[0], r[1], r[2]);
+      }
+    std::sort(want.begin(), want.end());
+    const std::vector<int64_t> atoms(d.node_atom.data_ptr<int64_t>(), d.node_atom.data_ptr<int64_t>() + d.n_nodes());
+    EXPECT_EQ(edges_of(atoms, d.edge_index.data_ptr<int64_t>(), d.n_edges(), d.edge_vectors.data_ptr<double>()), want);
+  }
+}
+
 TEST(DeviceGraph, EmptyFarApartAndNonFiniteAtoms) {
   // No atoms, no centres, atoms far apart (a grid of many empty cells).
   EXPECT_EQ(mlip::build_device_graph(torch::zeros({0, 3}, torch::kFloat64), torch::zeros({0}, torch::kInt64), 0, 3.0, 1)
