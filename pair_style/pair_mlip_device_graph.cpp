@@ -124,41 +124,45 @@ void PairMLIP::evaluate_device_chunk(const mlip::DeviceGraphBuilder &cells, int6
   auto t0 = Clock::now();
   const torch::Device device = s.model->device();
   const bool sized = static_cast<bool>(s.sizer);
+  s.device_graph = mlip::DeviceGraph{};   // the last call's, before this one is measured
   std::optional<mlip::DeviceMemory> before;
   if (sized && s.measure_call()) {
     mlip::reset_peak_memory(device);
     before = mlip::device_memory(device);
   }
-  s.device_graph = mlip::DeviceGraph{};
-  guarded(
-      error, false, "graph device", [&] { s.device_graph = cells.build(first, last, std::max(layers, 1)); }, sized);
-  const mlip::DeviceGraph &g = s.device_graph;
-  add_time(GRAPH, seconds_since(t0));
-  if (g.n_centers == 0) return;
-
-  t0 = Clock::now();
-  const mlip::GraphView view = g.view();
   mlip::ModelOutput out;
-  guarded(
-      error, false, "model evaluation failed", [&] { out = mlip::evaluate_graph(*s.model, view); }, sized);
-  add_time(MODEL, seconds_since(t0));
-  t0 = Clock::now();
-  mlip::EdgeForceRequest request;
-  request.virial = vflag_global != 0;
-  request.node_virial = vflag_atom || cvflag_atom;
   mlip::EdgeForces ef;
-  guarded(
-      error, false, "forces",
-      [&] {
-        ef = mlip::edge_forces(view, out.edge_grad, request);
-        to_lammps_units(out, ef);
-        // Back to the host, once each.
-        out.atom_energy = out.atom_energy.cpu();
-        ef.forces = ef.forces.cpu();
-        if (ef.virial.defined()) ef.virial = ef.virial.cpu();
-        if (ef.node_virial.defined()) ef.node_virial = ef.node_virial.cpu();
-      },
-      sized);
+  try {   // a call that runs out of memory holds none of it when the caller frees the cache
+    guarded(
+        error, false, "graph device", [&] { s.device_graph = cells.build(first, last, std::max(layers, 1)); }, sized);
+    add_time(GRAPH, seconds_since(t0));
+    if (s.device_graph.n_centers == 0) return;
+    t0 = Clock::now();
+    const mlip::GraphView view = s.device_graph.view();
+    guarded(
+        error, false, "model evaluation failed", [&] { out = mlip::evaluate_graph(*s.model, view); }, sized);
+    add_time(MODEL, seconds_since(t0));
+    t0 = Clock::now();
+    mlip::EdgeForceRequest request;
+    request.virial = vflag_global != 0;
+    request.node_virial = vflag_atom || cvflag_atom;
+    guarded(
+        error, false, "forces",
+        [&] {
+          ef = mlip::edge_forces(view, out.edge_grad, request);
+          to_lammps_units(out, ef);
+          // Back to the host, once each.
+          out.atom_energy = out.atom_energy.cpu();
+          ef.forces = ef.forces.cpu();
+          if (ef.virial.defined()) ef.virial = ef.virial.cpu();
+          if (ef.node_virial.defined()) ef.node_virial = ef.node_virial.cpu();
+        },
+        sized);
+  } catch (...) {
+    s.device_graph = mlip::DeviceGraph{};
+    throw;
+  }
+  const mlip::DeviceGraph &g = s.device_graph;
   if (before)
     if (const auto after = mlip::device_memory(device))
       s.sizer->observe(g.n_centers, g.n_edges(), after->peak - before->allocated);
