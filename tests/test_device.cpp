@@ -723,20 +723,36 @@ TEST(DeviceGraph, EqualsTheHostGraphOfTheSameAtoms) {
 }
 
 // Clusters of atoms with a few strays far away (grids of one list per cell and hashed ones, the
-// strays in clamped edge cells of a grid of 2^20 cells a side too), pairs at the cutoff to
-// rounding: every edge within the cutoff and none beyond, against all pairs.
+// strays in clamped edge cells of grids of 2^20 cells a side too), and partners put at the cutoff
+// from cluster atoms, along an axis and a diagonal (their separations the cutoff to rounding: some
+// in, some out): every edge within the cutoff and none beyond, against all pairs.
 TEST(DeviceGraph, StraysAndPairsAtTheCutoffAgainstAllPairs) {
   std::mt19937 rng(11);
+  int at_cutoff_in = 0, at_cutoff_out = 0, clamped = 0;
   for (int trial = 0; trial < 12; ++trial) {
     const double cutoff = std::uniform_real_distribution<double>(1.5, 5.0)(rng);
     Atoms a = random_atoms(150 + 40 * trial, 9.0 + trial, 100 + trial);
-    std::uniform_real_distribution<double> far(-1e6, 1e6);
-    for (int k = 0; k < trial % 4; ++k) {   // strays, in pairs just inside and just outside the cutoff
-      const double p[3] = {far(rng), far(rng), far(rng)};
-      const double d = k % 2 == 0 ? std::nextafter(cutoff, 0.0) : cutoff;
-      a.x.insert(a.x.end(), {p[0], p[1], p[2], p[0] + d, p[1], p[2]});
-      a.species.insert(a.species.end(), {0, 1});
+    const int64_t cluster = static_cast<int64_t>(a.species.size());
+    std::uniform_real_distribution<double> far(-5e6, 5e6);
+    double lo = 0, hi = 0;
+    for (int k = 0; k < trial % 4; ++k) {
+      a.x.insert(a.x.end(), {far(rng), far(rng), far(rng)});
+      a.species.push_back(k % 2);
+      lo = std::min({lo, a.x[a.x.size() - 3], a.x[a.x.size() - 2], a.x[a.x.size() - 1]});
+      hi = std::max({hi, a.x[a.x.size() - 3], a.x[a.x.size() - 2], a.x[a.x.size() - 1]});
     }
+    clamped += (hi - lo) / cutoff > double(1 << 20);
+    const double diagonal = cutoff / std::sqrt(3.0);
+    for (const double d : {std::nextafter(cutoff, 0.0), cutoff, std::nextafter(cutoff, 10.0)})
+      for (const bool along_axis : {true, false}) {
+        const std::size_t base = static_cast<std::size_t>(3 * (trial * 7 % cluster));
+        const double step = along_axis ? d : diagonal * (d / cutoff);
+        a.x.insert(a.x.end(), {a.x[base] + step, a.x[base + 1] + (along_axis ? 0.0 : step), a.x[base + 2] + (along_axis ? 0.0 : step)});
+        a.species.push_back(1);
+        double r2 = 0;
+        for (int c = 0; c < 3; ++c) r2 += (a.x[a.x.size() - 3 + c] - a.x[base + c]) * (a.x[a.x.size() - 3 + c] - a.x[base + c]);
+        if (a.species[base / 3] >= 0) (r2 < cutoff * cutoff ? at_cutoff_in : at_cutoff_out) += 1;
+      }
     const int64_t n = static_cast<int64_t>(a.species.size());
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + std::to_string(n) + " atoms, cutoff " + std::to_string(cutoff));
     const mlip::DeviceGraph d = mlip::build_device_graph(torch::tensor(a.x, torch::kFloat64).view({n, 3}),
@@ -752,6 +768,10 @@ TEST(DeviceGraph, StraysAndPairsAtTheCutoffAgainstAllPairs) {
     const std::vector<int64_t> atoms(d.node_atom.data_ptr<int64_t>(), d.node_atom.data_ptr<int64_t>() + d.n_nodes());
     EXPECT_EQ(edges_of(atoms, d.edge_index.data_ptr<int64_t>(), d.n_edges(), d.edge_vectors.data_ptr<double>()), want);
   }
+  // What the cases are for: partners on both sides of the cutoff, and clamped grids.
+  EXPECT_GT(at_cutoff_in, 0);
+  EXPECT_GT(at_cutoff_out, 0);
+  EXPECT_GT(clamped, 0);
 }
 
 TEST(DeviceGraph, EmptyFarApartAndNonFiniteAtoms) {
