@@ -259,6 +259,8 @@ void Trainer::setup_model_and_statistics() {
   if (fused_) log(fmt::format("optimizer: {} by ATen's fused kernel (training.optimizer.fused)", config_.optimizer));
   choose_recording();
   if (data_on_device_ && recorded_) {
+    log(fmt::format("data: building the frame bank on the device from {} training frames (each grouped once)",
+                    data_.train->size()));
     try {
       bank_ = std::make_unique<FrameBank>(*data_.train, *species_, dtype_, *grouping_, device_);
     } catch (const std::exception& e) {
