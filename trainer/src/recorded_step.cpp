@@ -249,8 +249,10 @@ void RecordedStep::record() {
     if (!warmed_) warm_update();
     recorder_->record([this] { run(Run::warm); }, [this] { run(Run::capture); });
   } catch (const std::exception& e) {   // mlip's, or LibTorch's (out of memory, a wait inside the capture)
+    const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
     throw Error(std::string("training.cuda_graph true: the training step could not be recorded as a CUDA graph (") +
-                e.what() + "); training.cuda_graph false trains without recording it");
+                (torch_error ? torch_error->what_without_backtrace() : e.what()) +
+                "); training.cuda_graph false trains without recording it");
   }
   recorded_ = true;
   ++recordings_;

@@ -26,8 +26,8 @@ template <typename T> MLIP_HD T squared_norm(T x, T y, T z) {
 // Positions and the cell list over them. T is the positions' type (float64: LAMMPS's). The cells
 // (dims, about a cutoff wide) go into `buckets` lists: one each where there are few enough cells
 // (cell_grid.h: about 8 per atom), else hashed, so that a few atoms far from the rest (a
-// sputtered atom in a shrink-wrapped box) cost empty buckets nowhere, not cells a whole cluster
-// wide. A search visits the same cells and atoms in the same order either way.
+// sputtered atom in a shrink-wrapped box) need neither wider cells nor lists for the empty ones.
+// A search visits the same cells and atoms in the same order either way.
 template <typename T> struct CellGrid {
   using value_type = T;
   const T* x;                          // (n, 3) positions, Å (ghosts as images: no wrapping here)
