@@ -218,7 +218,7 @@ mlip::StepOutput PairMLIP::evaluate_step(int n, bool atom_virial)
   const int64_t limit = s.sizer ? s.sizer->limit() : 0;
   int64_t chunk = s.step_chunk;
   if (s.sizer) chunk = s.sizer->seen() ? s.sizer->chunk(nlocal, available_memory()) : limit;
-  const int64_t recordings = s.step->recordings();
+  const int64_t recordings = s.step->recordings(), measurements = s.step->measurements();
   mlip::StepOutput out;
   // A dump step's per-atom virials run unrecorded on top of the recording's memory: when they run
   // out of it, the recording (dropped by then) gives its memory back, and the step is tried again
@@ -251,7 +251,7 @@ mlip::StepOutput PairMLIP::evaluate_step(int n, bool atom_virial)
     }
   }
   const mlip::StepMemory &m = s.step->memory();
-  if (s.sizer && s.step->recordings() != recordings && m.bytes > 0) s.sizer->observe(m.centres, m.edges, m.bytes);
+  if (s.sizer && s.step->measurements() != measurements && m.bytes > 0) s.sizer->observe(m.centres, m.edges, m.bytes);
   const int64_t chunks = std::max<int64_t>(1, s.step->capacity().chunks);
   if (s.sizer) report_sizing(limit, nlocal, (nlocal + chunks - 1) / chunks);
   return out;

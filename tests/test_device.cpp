@@ -993,6 +993,15 @@ TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
       EXPECT_EQ(recordings[1], 1) << what << ": the same atoms were recorded anew";
       EXPECT_GT(recordings[3], recordings[1]) << what;
       EXPECT_EQ(told, recorded.recordings()) << what;
+      EXPECT_EQ(recorded.measurements(), recorded.recordings()) << what;
+      // The same step eager on the GPU ('cuda_graph eager'): its first step at each capacity
+      // measured as a recording is, so that the pair style can size it.
+      mlip::DeviceStep unrecorded(gpu, gpu.info().cutoff, false);
+      const Atoms& a = steps[0].second;
+      const int64_t n = static_cast<int64_t>(a.species.size());
+      for (int k = 0; k < 2; ++k) unrecorded.evaluate(a.x.data(), 1.0, a.species.data(), n, n * 2 / 3, false, chunk);
+      EXPECT_EQ(unrecorded.measurements(), 1 + unrecorded.repeats()) << what;   // one per capacity
+      EXPECT_GT(unrecorded.memory().bytes, 0) << what;
     }
   }
 }

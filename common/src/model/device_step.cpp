@@ -382,6 +382,7 @@ StepOutput DeviceStep::evaluate(const double* positions, double scale, const int
     // starts from no capacity.
     b_->recorded = {};
     recorded_ = false;
+    measured_ = false;
     capacity_ = StepCapacity{};
     memory_ = StepMemory{};
     if (recorder_) recorder_->drop_quietly();
@@ -399,6 +400,7 @@ StepOutput DeviceStep::attempt(const double* positions, double scale, const int6
       capacity_ = wanted_;
       resize();
       recorded_ = false;
+      measured_ = false;
       staged = false;
     }
     Buffers& b = *b_;
@@ -417,7 +419,7 @@ StepOutput DeviceStep::attempt(const double* positions, double scale, const int6
     }
     std::pair<torch::Tensor, torch::Tensor> done;
     if (eager) {
-      done = run(atom_virial);
+      done = measured_ || atom_virial ? run(atom_virial) : measured_run();
     } else {
       if (!recorded_) record();
       recorder_->replay_now();
@@ -446,9 +448,26 @@ void DeviceStep::record() {
   recorder_->record([&] { b.recorded = run(false); });
   ++recordings_;
   recorded_ = true;
-  if (before)
-    if (const std::optional<DeviceMemory> after = device_memory(device))
-      memory_ = StepMemory{b.centers, b.edges, after->peak - before->allocated};
+  note_memory(before);
+}
+
+std::pair<torch::Tensor, torch::Tensor> DeviceStep::measured_run() {
+  const torch::Device device = model_->device();
+  reset_peak_memory(device);
+  const std::optional<DeviceMemory> before = device_memory(device);
+  std::pair<torch::Tensor, torch::Tensor> done = run(false);
+  measured_ = true;
+  note_memory(before);
+  return done;
+}
+
+// The peak since `before` (the allocator's peak reset then), with the capacity it was taken at.
+void DeviceStep::note_memory(const std::optional<DeviceMemory>& before) {
+  if (!before) return;
+  if (const std::optional<DeviceMemory> after = device_memory(model_->device())) {
+    memory_ = StepMemory{b_->centers, b_->edges, after->peak - before->allocated};
+    ++measurements_;
+  }
 }
 
 // A compressed model's tables reach down to rule_.shortest; closer pairs than min_distance_ are

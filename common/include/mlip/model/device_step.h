@@ -38,11 +38,13 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include <torch/types.h>
 
+#include "mlip/model/device_memory.h"
 #include "mlip/model/grouped_graph.h"
 #include "mlip/model/model.h"
 
@@ -111,8 +113,11 @@ class DeviceStep {
   /// Steps evaluated a second time because their edges outgrew a capacity.
   int64_t repeats() const { return repeats_; }
   const StepCapacity& capacity() const { return capacity_; }
-  /// The latest recording's memory (mlip/model/device_memory.h's figures; zero while there are none).
+  /// The memory of the latest recording, or of an eager step's first at its capacity (one without
+  /// per-atom virials): mlip/model/device_memory.h's figures; zero while there are none.
   const StepMemory& memory() const { return memory_; }
+  /// How many times memory() was measured.
+  int64_t measurements() const { return measurements_; }
 
   struct Buffers;   // device_step.cpp
 
@@ -126,6 +131,9 @@ class DeviceStep {
   StepOutput attempt(const double* positions, double scale, const int64_t* species, int64_t n, int64_t n_local,
                      bool atom_virial, int64_t chunk_atoms);
   void record();
+  /// run(false), its memory measured (an eager step's first at a capacity).
+  std::pair<torch::Tensor, torch::Tensor> measured_run();
+  void note_memory(const std::optional<DeviceMemory>& before);
   /// The device's part; returns the packed results (device_step.cpp) and the per-atom virials.
   std::pair<torch::Tensor, torch::Tensor> run(bool atom_virial);
   struct Sums {
@@ -145,7 +153,8 @@ class DeviceStep {
   std::unique_ptr<Buffers> b_;
   std::unique_ptr<detail::CudaGraphRecorder> recorder_;   // null: eager
   bool recorded_ = false;                                 // a recording for capacity_
-  int64_t recordings_ = 0, repeats_ = 0;
+  bool measured_ = false;                                 // an eager step's memory for capacity_
+  int64_t recordings_ = 0, repeats_ = 0, measurements_ = 0;
 };
 
 }  // namespace mlip
