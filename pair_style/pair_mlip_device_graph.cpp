@@ -208,7 +208,7 @@ void PairMLIP::compute_device_step()
 }
 
 // The whole step, its model calls in chunks of at most 'chunk N' local atoms, or on a GPU of what
-// the sizer says fits (all in one until a recording's memory was measured); a step that runs out of
+// the sizer says fits (all in one until a step's memory was measured); a step that runs out of
 // GPU memory is evaluated again in chunks of half as many atoms (nothing of it was added), down to
 // one atom a chunk.
 mlip::StepOutput PairMLIP::evaluate_step(int n, bool atom_virial)
