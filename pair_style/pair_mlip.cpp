@@ -849,9 +849,8 @@ void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
             [&] { impl->capture = std::make_unique<mlip::GraphCapture>(*impl->model, record); });
   }
   // 'timing kernels': a profile running when the system outgrows a recording stops there (a
-  // capture is not profiled), with the calls before it reported.
-  // The calls before it are reported (the one it stops in counts not; what it did before is in the
-  // table); before the first, nothing is.
+  // capture is not profiled) and reports the calls before it (the one it stops in is not counted;
+  // what that one did so far is in the table); stopped in its first call, it reports nothing.
   const auto stop_profile = [this] {
     if (!impl->profile) return;
     utils::logmesg(lmp, "pair_style mlip kernels: stopped before {} is recorded anew (a recording is not profiled)\n",

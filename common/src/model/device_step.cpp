@@ -441,30 +441,27 @@ void DeviceStep::before_recording(std::function<void()> f) {
 
 // The step recorded (the inputs staged), with the memory it took where that can be known.
 void DeviceStep::record() {
-  Buffers& b = *b_;
-  const torch::Device device = model_->device();
-  reset_peak_memory(device);
-  const std::optional<DeviceMemory> before = device_memory(device);
-  recorder_->record([&] { b.recorded = run(false); });
+  measured([&] { recorder_->record([&] { b_->recorded = run(false); }); });
   ++recordings_;
   recorded_ = true;
-  note_memory(before);
 }
 
 std::pair<torch::Tensor, torch::Tensor> DeviceStep::measured_run() {
-  const torch::Device device = model_->device();
-  reset_peak_memory(device);
-  const std::optional<DeviceMemory> before = device_memory(device);
-  std::pair<torch::Tensor, torch::Tensor> done = run(false);
+  std::pair<torch::Tensor, torch::Tensor> done;
+  measured([&] { done = run(false); });
   measured_ = true;
-  note_memory(before);
   return done;
 }
 
-// The peak since `before` (the allocator's peak reset then), with the capacity it was taken at.
-void DeviceStep::note_memory(const std::optional<DeviceMemory>& before) {
+// `call`, its peak memory beyond what was in use before it kept as memory_ with the capacity it
+// ran at, where the memory can be known.
+void DeviceStep::measured(const std::function<void()>& call) {
+  const torch::Device device = model_->device();
+  reset_peak_memory(device);
+  const std::optional<DeviceMemory> before = device_memory(device);
+  call();
   if (!before) return;
-  if (const std::optional<DeviceMemory> after = device_memory(model_->device())) {
+  if (const std::optional<DeviceMemory> after = device_memory(device)) {
     memory_ = StepMemory{b_->centers, b_->edges, after->peak - before->allocated};
     ++measurements_;
   }

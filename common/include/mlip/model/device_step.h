@@ -38,13 +38,11 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
 #include <torch/types.h>
 
-#include "mlip/model/device_memory.h"
 #include "mlip/model/grouped_graph.h"
 #include "mlip/model/model.h"
 
@@ -133,7 +131,7 @@ class DeviceStep {
   void record();
   /// run(false), its memory measured (an eager step's first at a capacity).
   std::pair<torch::Tensor, torch::Tensor> measured_run();
-  void note_memory(const std::optional<DeviceMemory>& before);
+  void measured(const std::function<void()>& call);
   /// The device's part; returns the packed results (device_step.cpp) and the per-atom virials.
   std::pair<torch::Tensor, torch::Tensor> run(bool atom_virial);
   struct Sums {
