@@ -26,6 +26,7 @@
 #include "mlip/model/device.h"
 #include "mlip/model/device_graph.h"
 #include "mlip/model/device_step.h"
+#include "mlip/model/cuda_graph_recorder.h"
 #include "mlip/graph/chunk_graph.h"
 #include "mlip/model/device_memory.h"
 #include "mlip/error.h"
@@ -228,6 +229,27 @@ TEST(GraphCaptureGpu, ReplaysEqualTheCpu) {
   EXPECT_EQ(recordings[2], recordings[0]) << "moved atoms were recorded anew";
   EXPECT_EQ(recordings[3], recordings[2] + 1) << "a system twice as large was not recorded anew";
   EXPECT_EQ(told, capture.recordings());
+}
+
+// A recording that CUDA invalidates (here by a read back to the host inside it) is an error, and
+// leaves nothing behind: LibTorch's allocator, which LibTorch leaves recording into the failed
+// graph's pool, frees its cache again (an internal assertion before), and the next recording and
+// its replay work.
+TEST(GraphCaptureGpu, AnInvalidatedRecordingLeavesTheAllocatorUsable) {
+  if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const torch::Device gpu = choose_device("cuda", 0, "test");
+  detail::CudaGraphRecorder recorder(gpu.index());
+  const torch::Tensor x = torch::ones({1000}, torch::dtype(torch::kFloat64).device(gpu));
+  torch::Tensor y;
+  EXPECT_ANY_THROW(recorder.record([&] {
+    y = x * 2;
+    (void)y.sum().item<double>();
+  }));
+  EXPECT_NO_THROW(release_cached_memory());
+  recorder.record([&] { y = x * 3; });
+  recorder.replay_now();
+  EXPECT_EQ(y.sum().item<double>(), 3000.0);
+  EXPECT_NO_THROW(release_cached_memory());
 }
 
 // PaiNN's and MACE's recorded model call (forward_grouped, forward_grouped_heads with a chosen

@@ -2,7 +2,9 @@
 // C interface that mlip/model/graph_capture.h loads with dlopen when a CUDA graph is asked for (mlip
 // itself links LibTorch's CPU libraries only: mlip/model/device.h). Every function returns 0 on
 // success, else -1 with the reason in mlip_cuda_graph_error().
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <ATen/cuda/MemPool.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -25,6 +27,7 @@ struct Recorder {
   c10::cuda::CUDAStream side;
   c10::cuda::CUDAStream caller;
   std::unique_ptr<at::cuda::CUDAGraph> graph;
+  at::cuda::MempoolId_t pool{0, 0};   // the recording's memory pool (known here, for abandon_capture)
   explicit Recorder(c10::DeviceIndex d)
       : device(d), side(c10::cuda::getStreamFromPool(false, d)), caller(c10::cuda::getCurrentCUDAStream(d)) {}
 };
@@ -55,6 +58,35 @@ void enter_side(Recorder& r) {
 void leave_side(Recorder& r) {
   r.side.synchronize();
   c10::cuda::setCurrentCUDAStream(r.caller);
+}
+
+// After a recording whose end failed (CUDA invalidated it: a call a capture may not make, or an
+// error inside it). LibTorch's CUDAGraph ends its allocators' recording into the pool only once
+// cudaStreamEndCapture succeeded, so they would stay in it: the device allocator would never again
+// free its cache (an internal assertion at the next emptyCache, which the next recording and the
+// callers' out-of-memory retries make). Ends the stream's capture if it still runs, and the
+// allocators' recording, and gives the pool back; what the graph had ended is left to its reset().
+void abandon_capture(Recorder& r) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(r.side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t partial = nullptr;
+    if (cudaStreamEndCapture(r.side.stream(), &partial) == cudaSuccess && partial != nullptr) cudaGraphDestroy(partial);
+  }
+  (void)cudaGetLastError();   // the capture's error is reported by the caller
+  bool ended_here = true;
+  try {
+    c10::cuda::CUDACachingAllocator::endAllocateToPool(r.device, r.pool);
+  } catch (const c10::Error&) {
+    ended_here = false;   // capture_end got past it: the graph's reset() gives the pool back
+  }
+  if (!ended_here) return;
+  at::HostAllocator* host = at::getHostAllocator(at::kCUDA);
+  try {
+    host->end_allocate_to_pool(r.pool);
+  } catch (const c10::Error&) {
+  }
+  c10::cuda::CUDACachingAllocator::releasePool(r.device, r.pool);
+  host->release_pool(r.pool);
 }
 
 }  // namespace
@@ -104,10 +136,11 @@ int mlip_cuda_graph_capture_begin(void* handle) {
     c10::cuda::CUDACachingAllocator::emptyCache();
     enter_side(r);
     r.graph = std::make_unique<at::cuda::CUDAGraph>();
+    r.pool = at::cuda::MemPool::graph_pool_handle(false);   // the pool {0, 0} would make, named here
     try {
       // Thread-local: CUDA calls this thread may not make while it records stay errors, but other
       // threads may make them meanwhile (the trainer's prefetching thread pins host memory).
-      r.graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+      r.graph->capture_begin(r.pool, cudaStreamCaptureModeThreadLocal);
     } catch (...) {
       c10::cuda::setCurrentCUDAStream(r.caller);
       throw;
@@ -122,6 +155,7 @@ int mlip_cuda_graph_capture_end(void* handle) {
     try {
       r.graph->capture_end();
     } catch (...) {
+      abandon_capture(r);
       c10::cuda::setCurrentCUDAStream(r.caller);
       r.graph.reset();
       throw;
