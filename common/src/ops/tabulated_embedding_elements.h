@@ -30,11 +30,11 @@ template <typename T> struct TableArgs {
   const int64_t *center, *net;         // (E,)
   const int64_t *by_center, *center_first;  // edges of centre c: by_center[center_first[c] .. center_first[c + 1])
 
-  // The 6 coefficients of column mm of edge e's bin, t in the bin.
-  MLIP_HD const T* coefficients(int64_t e, int64_t mm, T* t) const {
+  // Edge e's bin: its 6 x M coefficients (column mm's at + mm, stride M), t in the bin.
+  MLIP_HD const T* bin_row(int64_t e, T* t) const {
     const Bin<T> b = locate_bin(x[e], inv_step, n_bins);
     *t = b.t;
-    return table + (net[e] * n_bins + b.k) * kTableCoefficients * m + mm;
+    return table + (net[e] * n_bins + b.k) * kTableCoefficients * m;
   }
   MLIP_HD T value(const T* c, T t) const {
     return c[0] + t * (c[m] + t * (c[2 * m] + t * (c[3 * m] + t * (c[4 * m] + t * c[5 * m]))));
@@ -56,7 +56,7 @@ template <typename T> struct TabulatedForward {
     for (int64_t k = o.center_first[c]; k < o.center_first[c + 1]; ++k) {
       const int64_t e = o.by_center[k];
       T t;
-      const T* coefficients = o.coefficients(e, mm, &t);   // sets t first
+      const T* coefficients = o.bin_row(e, &t) + mm;   // sets t first
       const T g = o.value(coefficients, t);
       const T* w = o.env + 4 * e;
       s0 += w[0] * g, s1 += w[1] * g, s2 += w[2] * g, s3 += w[3] * g;
@@ -76,9 +76,10 @@ template <typename T> struct TabulatedBackward {
     const T* d = o.grad + o.center[e] * 4 * o.m;
     const T* w = o.env + 4 * e;
     T e0 = 0, e1 = 0, e2 = 0, e3 = 0, dx = 0;
+    T t;
+    const T* row = o.bin_row(e, &t);   // located once, not once a column (double arithmetic)
     for (int64_t mm = 0; mm < o.m; ++mm) {
-      T t;
-      const T* c = o.coefficients(e, mm, &t);
+      const T* c = row + mm;
       const T g = o.value(c, t), gp = o.slope(c, t);
       const T d0 = d[mm], d1 = d[o.m + mm], d2 = d[2 * o.m + mm], d3 = d[3 * o.m + mm];
       e0 += d0 * g, e1 += d1 * g, e2 += d2 * g, e3 += d3 * g;
