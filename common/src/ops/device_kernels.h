@@ -52,7 +52,8 @@ inline const char* kernel_name(Kernel id) {
 // mlip_cuda_reset_peak); mlip_cuda_release_cache gives the allocator's unused blocks back to the
 // driver; mlip_cuda_runs_on returns 0 if the library has code for `device` (its architecture), else
 // -1 with the reason. Version: the layout of the functors and this interface; another version is
-// refused, as is a library whose mlip_cuda_layout() is not kernel_layout() (kernel_layout.h).
+// refused, as is a library whose mlip_cuda_layout() is not kernel_layout() (kernel_layout.h: the
+// functors' sizes and a digest of their sources).
 constexpr int kDeviceKernelsVersion = 14;
 enum MemoryField : int { kFree, kTotal, kReserved, kAllocated, kPeakAllocated, kMemoryFields };
 extern "C" {
