@@ -245,11 +245,11 @@ TEST(GraphCaptureGpu, AnInvalidatedRecordingLeavesTheAllocatorUsable) {
     y = x * 2;
     (void)y.sum().item<double>();
   }));
-  EXPECT_NO_THROW(release_cached_memory());
+  EXPECT_TRUE(release_cached_memory()) << "LibTorch's allocator cannot free its cache after the failed recording";
   recorder.record([&] { y = x * 3; });
   recorder.replay_now();
   EXPECT_EQ(y.sum().item<double>(), 3000.0);
-  EXPECT_NO_THROW(release_cached_memory());
+  EXPECT_TRUE(release_cached_memory());
 }
 
 // PaiNN's and MACE's recorded model call (forward_grouped, forward_grouped_heads with a chosen

@@ -20,13 +20,24 @@ namespace {
 
 thread_local std::string last_error;
 
+// LibTorch's CUDAGraph, with what the clean-up after a failed recording needs (abandon_capture).
+struct Graph : at::cuda::CUDAGraph {
+  // Whether the recording ended as far as its reset() gives the pool back.
+  bool ended() const { return capture_ended_; }
+  // The graph a failed capture_end got from CUDA but did not keep, destroyed (reset() would not).
+  void destroy_unkept() {
+    if (!capture_ended_ && !has_graph_ && graph_ != nullptr) cudaGraphDestroy(graph_);
+    graph_ = nullptr;
+  }
+};
+
 // One recorded call: its graph, and the side stream that warm-up runs and the recording use
 // (a CUDA graph cannot record LibTorch's default stream).
 struct Recorder {
   c10::DeviceIndex device;
   c10::cuda::CUDAStream side;
   c10::cuda::CUDAStream caller;
-  std::unique_ptr<at::cuda::CUDAGraph> graph;
+  std::unique_ptr<Graph> graph;
   at::cuda::MempoolId_t pool{0, 0};   // the recording's memory pool (known here, for abandon_capture)
   explicit Recorder(c10::DeviceIndex d)
       : device(d), side(c10::cuda::getStreamFromPool(false, d)), caller(c10::cuda::getCurrentCUDAStream(d)) {}
@@ -60,33 +71,36 @@ void leave_side(Recorder& r) {
   c10::cuda::setCurrentCUDAStream(r.caller);
 }
 
-// After a recording whose end failed (CUDA invalidated it: a call a capture may not make, or an
-// error inside it). LibTorch's CUDAGraph ends its allocators' recording into the pool only once
-// cudaStreamEndCapture succeeded, so they would stay in it: the device allocator would never again
-// free its cache (an internal assertion at the next emptyCache, which the next recording and the
-// callers' out-of-memory retries make). Ends the stream's capture if it still runs, and the
-// allocators' recording, and gives the pool back; what the graph had ended is left to its reset().
-void abandon_capture(Recorder& r) {
+// After a recording that failed to begin or to end (CUDA invalidated it: a call a capture may not
+// make, or an error inside it). LibTorch's CUDAGraph starts its allocators' recording into the pool
+// before the stream's capture begins, and ends it only once the capture ended well, and gives the
+// pool back in reset() only after a complete end: otherwise the allocators would stay recording
+// and the device allocator would never again free its cache (an internal assertion at the next
+// emptyCache, which the next recording and the callers' out-of-memory retries make). Ends the
+// stream's capture if it still runs, the allocators' recording where it still runs, and gives the
+// pool back where reset() will not; `begun`: whether the pool's recording surely began.
+void abandon_capture(Recorder& r, bool begun) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(r.side.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
     cudaGraph_t partial = nullptr;
     if (cudaStreamEndCapture(r.side.stream(), &partial) == cudaSuccess && partial != nullptr) cudaGraphDestroy(partial);
   }
-  (void)cudaGetLastError();   // the capture's error is reported by the caller
-  bool ended_here = true;
-  try {
-    c10::cuda::CUDACachingAllocator::endAllocateToPool(r.device, r.pool);
-  } catch (const c10::Error&) {
-    ended_here = false;   // capture_end got past it: the graph's reset() gives the pool back
-  }
-  if (!ended_here) return;
+  (void)cudaGetLastError();   // the recording's error is reported by the caller
+  const auto quietly = [](auto&& f) {
+    try {
+      f();
+      return true;
+    } catch (const std::exception&) {   // not recording into it (ended, or never begun)
+      return false;
+    }
+  };
   at::HostAllocator* host = at::getHostAllocator(at::kCUDA);
-  try {
-    host->end_allocate_to_pool(r.pool);
-  } catch (const c10::Error&) {
-  }
-  c10::cuda::CUDACachingAllocator::releasePool(r.device, r.pool);
-  host->release_pool(r.pool);
+  begun = quietly([&] { c10::cuda::CUDACachingAllocator::endAllocateToPool(r.device, r.pool); }) || begun;
+  quietly([&] { host->end_allocate_to_pool(r.pool); });
+  if (!begun || r.graph->ended()) return;   // nothing made, or the graph's reset() gives it back
+  quietly([&] { c10::cuda::CUDACachingAllocator::releasePool(r.device, r.pool); });
+  quietly([&] { host->release_pool(r.pool); });
+  r.graph->destroy_unkept();
 }
 
 }  // namespace
@@ -135,14 +149,16 @@ int mlip_cuda_graph_capture_begin(void* handle) {
     // (before the side stream is made current, so that an error here leaves the caller's).
     c10::cuda::CUDACachingAllocator::emptyCache();
     enter_side(r);
-    r.graph = std::make_unique<at::cuda::CUDAGraph>();
+    r.graph = std::make_unique<Graph>();
     r.pool = at::cuda::MemPool::graph_pool_handle(false);   // the pool {0, 0} would make, named here
     try {
       // Thread-local: CUDA calls this thread may not make while it records stay errors, but other
       // threads may make them meanwhile (the trainer's prefetching thread pins host memory).
       r.graph->capture_begin(r.pool, cudaStreamCaptureModeThreadLocal);
     } catch (...) {
+      abandon_capture(r, false);
       c10::cuda::setCurrentCUDAStream(r.caller);
+      r.graph.reset();
       throw;
     }
   });
@@ -155,7 +171,7 @@ int mlip_cuda_graph_capture_end(void* handle) {
     try {
       r.graph->capture_end();
     } catch (...) {
-      abandon_capture(r);
+      abandon_capture(r, true);
       c10::cuda::setCurrentCUDAStream(r.caller);
       r.graph.reset();
       throw;

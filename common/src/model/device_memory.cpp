@@ -35,9 +35,9 @@ void reset_peak_memory(const torch::Device& device) {
   if (reset != nullptr) reset(device.has_index() ? device.index() : 0);
 }
 
-void release_cached_memory() {
+bool release_cached_memory() {
   static const auto release = cuda_function<kernels::CudaReleaseCache>("mlip_cuda_release_cache");
-  if (release != nullptr) release();
+  return release == nullptr || release() == 0;
 }
 
 bool is_out_of_memory(const std::exception& e) {

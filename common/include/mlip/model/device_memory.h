@@ -31,8 +31,9 @@ struct DeviceMemory {
 std::optional<DeviceMemory> device_memory(const torch::Device& device);
 /// Starts DeviceMemory::peak anew on `device` (a no-op where device_memory() has none).
 void reset_peak_memory(const torch::Device& device);
-/// Gives LibTorch's cached, unused GPU memory back to the driver (after an out-of-memory error).
-void release_cached_memory();
+/// Gives LibTorch's cached, unused GPU memory back to the driver (after an out-of-memory error);
+/// false where LibTorch failed to (true without a GPU library: nothing to give back).
+bool release_cached_memory();
 
 /// Whether `e` is a device out-of-memory error (c10::OutOfMemoryError, a TorchScript error that
 /// carries one's message, as mlip::Error does from inside a model, or CUDA's own).
