@@ -957,6 +957,63 @@ TEST(DeviceStep, BadInputAndEmptySteps) {
   EXPECT_THROW(mlip::DeviceStep(m, m.info().cutoff, /*record=*/true), mlip::Error);   // not on a GPU
 }
 
+// A GPU runs a kernel's elements in any order and at once, the CPU's loop in order: every device
+// kernel reached here (MACE's, PaiNN's and the compressed model's operators, tanh_net's, the graph's,
+// and the whole step's with plain and compressed se_e2_a in one chunk and in several) gives the same
+// bits with its elements run last to first, so that none reads what another element of its launch
+// writes and no two write one place (what ctest's loop would otherwise never show).
+TEST(DeviceKernels, ResultsDoNotDependOnTheElementsOrder) {
+  const mlip::KernelChoiceScope use(mlip::KernelChoice::device_kernels);
+  const auto both_orders = [](const std::string& what, const std::function<std::vector<torch::Tensor>()>& run) {
+    const std::vector<torch::Tensor> in_order = run();
+    std::vector<torch::Tensor> reversed;
+    {
+      const mlip::detail::ReversedElements last_first;
+      reversed = run();
+    }
+    ASSERT_EQ(in_order.size(), reversed.size()) << what;
+    for (std::size_t k = 0; k < in_order.size(); ++k)
+      EXPECT_TRUE(torch::equal(in_order[k], reversed[k])) << what << ": output " << k << " differs";
+  };
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    const std::string type = dtype == torch::kFloat64 ? " (float64)" : " (float32)";
+    const auto mace = mlip::mace_inputs(dtype), edge = mlip::edge_inputs(dtype);
+    both_orders("MACE's operators" + type, [&] { return mlip::mace_operator_outputs(mace, torch::kCPU); });
+    both_orders("PaiNN's and the compressed model's operators" + type,
+                [&] { return mlip::edge_operator_outputs(edge, torch::kCPU); });
+    torch::manual_seed(3);
+    const std::vector<torch::Tensor> params = {torch::randn({1, 25}, dtype), torch::randn({25}, dtype),
+                                               torch::randn({25, 50}, dtype) * 0.3, torch::randn({50}, dtype)};
+    const torch::Tensor r = torch::rand({3000}, dtype) * 3;
+    both_orders("tanh_net" + type, [&] {
+      const torch::NoGradGuard no_grad;
+      const auto [y, y_dx] = mlip::tanh_net(r, params, {0, 2});
+      return std::vector<torch::Tensor>{y, y_dx};
+    });
+  }
+  const Atoms a = random_atoms(600, 15.0, 3);
+  const torch::Tensor x = torch::tensor(a.x, torch::kFloat64).view({600, 3});
+  const torch::Tensor species = torch::tensor(a.species, torch::kInt64);
+  both_orders("the device graph", [&] {
+    const mlip::DeviceGraph g = mlip::DeviceGraphBuilder(x, species, 3.0).build(100, 400, 2);
+    return std::vector<torch::Tensor>{g.node_atom, g.species, g.edge_index, g.edge_vectors};
+  });
+  const mlip::testing::TempDir dir("mlip_test_element_order");
+  for (const auto& [name, spread] : {std::pair{"se_e2_a", 1.0}, std::pair{"se_e2_a_md_compressed", 1.7}}) {
+    const std::string path = (dir.path / (std::string(name) + ".pt")).string();
+    mlip::testing::write_test_model(name, path);
+    const mlip::Model m = mlip::Model::load(path);
+    Atoms b = random_atoms(700, 16.0, 4);
+    for (double& v : b.x) v *= spread;
+    for (const int64_t chunk : {int64_t{0}, int64_t{90}})
+      both_orders(std::string(name) + "'s whole step in chunks of " + std::to_string(chunk), [&] {
+        mlip::DeviceStep step(m, m.info().cutoff, /*record=*/false);
+        const mlip::StepOutput o = step.evaluate(b.x.data(), 1.0, b.species.data(), 700, 500, true, chunk);
+        return std::vector<torch::Tensor>{o.atom_energy, o.forces, o.virial, o.atom_virial};
+      });
+  }
+}
+
 // The recorded step (one CUDA graph: cells, edges, model, forces) on the GPU against the eager step
 // on the CPU, float64, plain and compressed se_e2_a (its atoms spread to stay within the tables), with
 // the operators' device kernels (the step's choice on a GPU) and their ATen formulations: moved atoms

@@ -3,6 +3,7 @@
 // as a loop over the same functors (what ctest runs).
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <type_traits>
 
@@ -42,10 +43,26 @@ template <class F> MLIP_CLONES void host_elements(const F& shared, int64_t i0, i
   for (int64_t i = i0; i < i1; ++i) f(i);
 }
 
+/// Tests only: the CPU's loop runs elements from the last to the first, one thread (while a
+/// ReversedElements lives). A GPU runs a kernel's elements in any order and at once: a kernel whose
+/// result depends on that order (an element reading what another writes in the same launch, two
+/// writing one place) then gives another result on the CPU too.
+inline std::atomic<bool> host_elements_reversed{false};
+struct ReversedElements {
+  ReversedElements() { host_elements_reversed = true; }
+  ~ReversedElements() { host_elements_reversed = false; }
+  ReversedElements(const ReversedElements&) = delete;
+  ReversedElements& operator=(const ReversedElements&) = delete;
+};
+
 /// Runs elements [0, count) of functor f on `device`.
 template <class F> void run_elements(const F& f, int64_t count, const torch::Device& device) {
   if (count == 0) return;
   if (device.is_cpu()) {
+    if (host_elements_reversed.load(std::memory_order_relaxed)) {
+      for (int64_t i = count; i-- > 0;) host_elements(f, i, i + 1);   // the same ISA's code as in order
+      return;
+    }
     at::parallel_for(0, count, 2048, [&](int64_t i0, int64_t i1) { host_elements(f, i0, i1); });
     return;
   }
