@@ -25,6 +25,8 @@ template <class F> __global__ void each_element(const F f, int64_t count) {
 }
 
 template <class F> cudaError_t launch(const void* functor, int64_t count, cudaStream_t stream) {
+  // The functor travels as the kernel's parameter: at most 4 KiB on every CUDA version and GPU.
+  static_assert(sizeof(F) + sizeof(int64_t) <= 4096, "a device kernel's functor too large for a kernel parameter");
   constexpr int threads = 256;
   // A grid-stride loop past 2^20 blocks (each thread then takes several elements).
   const int64_t blocks = std::min<int64_t>((count + threads - 1) / threads, int64_t(1) << 20);
