@@ -916,9 +916,8 @@ void PairMLIP::start_profile()
   if (!options.timing_kernels || comm->me != 0 || s.profile || update->setupflag || update->whichflag != 1 ||
       s.timers.calls() != 1)
     return;
-  const bool gpu = s.model && s.model->device().is_cuda();
   try {    // a profile that cannot start stops nothing but itself
-    s.profile = std::make_unique<mlip::KernelProfile>(gpu);
+    s.profile = std::make_unique<mlip::KernelProfile>(s.model ? s.model->device() : torch::Device(torch::kCPU));
   } catch (const std::exception &e) {
     error->warning(FLERR, std::string("pair_style mlip: timing kernels: no profile: ") + e.what());
   }

@@ -1157,8 +1157,8 @@ TEST(KernelProfile, HostOperatorsCountedOnceEachByTheirSelfTime) {
   const torch::Tensor a = torch::rand({96, 96}, torch::kFloat64);
   mlip::ProfileSummary s;
   {
-    mlip::KernelProfile profile(false);
-    EXPECT_THROW({ mlip::KernelProfile second(false); }, mlip::Error);   // one at a time
+    mlip::KernelProfile profile(torch::kCPU);
+    EXPECT_THROW({ mlip::KernelProfile second(torch::kCPU); }, mlip::Error);   // one at a time
     torch::Tensor b = a;
     for (int i = 0; i < 5; ++i) b = torch::matmul(b, a).tanh();   // matmul calls mm: nested
     s = profile.stop();
@@ -1181,7 +1181,7 @@ TEST(KernelProfile, HostOperatorsCountedOnceEachByTheirSelfTime) {
   EXPECT_NE(text.find("aten::mm"), std::string::npos) << text;
   EXPECT_EQ(text.find("GPU busy"), std::string::npos) << text;
   // The profiler is free again for the next one.
-  mlip::KernelProfile again(false);
+  mlip::KernelProfile again(torch::kCPU);
   EXPECT_TRUE(again.running());
   (void)again.stop();
   EXPECT_FALSE(again.running());
@@ -1192,7 +1192,7 @@ TEST(KernelProfileGpu, KernelsCopiesLaunchesAndWaits) {
   const torch::Device gpu(torch::kCUDA, 0);
   const torch::Tensor a = torch::rand({512, 512}, torch::kFloat64).to(gpu);
   (void)torch::matmul(a, a).tanh().sum().item<double>();   // cuBLAS's handle, the allocator's first blocks
-  mlip::KernelProfile profile(true);
+  mlip::KernelProfile profile(gpu);
   torch::Tensor b = a;
   for (int i = 0; i < 5; ++i) b = torch::matmul(b, a).tanh();
   const double sum = b.sum().item<double>();   // a copy back and a wait

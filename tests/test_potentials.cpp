@@ -1388,7 +1388,7 @@ TEST(Operators, BackwardsInsideAutogradReadNoIndicesAgain) {
   const torch::Tensor terms = torch::tensor({0, 1, 0, 0, 1, 0, 2, 1, 2, 1, 1, 1, 2, 0, 0, 3}, i64).view({4, 4});
   const torch::Tensor coefficients = torch::randn({4}, f64);
   auto index_reads = [](const std::function<void()>& work) {
-    KernelProfile profile(false);
+    KernelProfile profile(torch::kCPU);
     work();
     int64_t n = 0;
     for (const ProfileRow& r : profile.stop().rows)

@@ -1869,7 +1869,7 @@ TEST(Training, FrameBankGathersABatchInFewOperators) {
   BankBatch b = bank.batch(part, cap);
   bank.gather(b, gathered);
   const auto operators = [](const std::function<void()>& work) {
-    mlip::KernelProfile profile(false);
+    mlip::KernelProfile profile(torch::kCPU);
     work();
     int64_t n = 0;
     for (const mlip::ProfileRow& r : profile.stop().rows) n += r.kind == "operator" ? r.calls : 0;

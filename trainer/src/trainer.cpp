@@ -462,7 +462,7 @@ void Trainer::profile_step() {
   ++steps_run_;
   if (!profile_ && steps_run_ == 2 && steps_profiled_ == 0) {
     try {   // a profile that cannot start stops nothing but itself
-      profile_ = std::make_unique<KernelProfile>(device_.is_cuda());
+      profile_ = std::make_unique<KernelProfile>(device_);
     } catch (const std::exception& e) {
       log(std::string("WARNING: --profile: no profile: ") + e.what());
       profile_steps_ = 0;
@@ -573,8 +573,10 @@ MetricSums Trainer::train_epoch() {
   }
   state_.epoch_step = 0;
   clock_.settle();
-  times_.wall = since(t_epoch);
+  // Read before the wall time is taken: it waits for the epoch's last steps (a recorded step's
+  // replays are only queued, and its clock has no events to wait for).
   std::vector<double> v = sums.read().pack();
+  times_.wall = since(t_epoch);
   comm_.allreduce_sum(v.data(), v.size());
   MetricSums total;
   total.unpack(v);

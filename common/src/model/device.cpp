@@ -131,6 +131,10 @@ int cuda_device_count() {
   return static_cast<int>(torch::cuda::device_count());
 }
 
+void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.has_index() ? device.index() : 0);
+}
+
 torch::Device choose_device(const std::string& spec, int local_rank, const std::string& where, std::string* note) {
   auto say = [&](const std::string& s) {
     if (note) *note = s;

@@ -137,11 +137,14 @@ void DeviceStep::stage_inputs(const double* positions, double scale, const int64
   const int64_t N = wanted_.atoms, K = wanted_.chunks, ns = rule_.n_species;
   const std::vector<int64_t> center_at = offsets(wanted_.centers);
   const int64_t C = center_at.back();
-  // Host buffers pinned for a GPU (its copies then need no staging of their own); only this
-  // function writes them, after the last step's copies were done (its results were read back).
+  // Host buffers, pinned for a GPU (its copies then need no staging of their own): new ones each
+  // step there, so that LibTorch's host allocator keeps the last step's until their copies ran (it
+  // records them; a buffer rewritten in place would rely on a wait elsewhere); kept on the CPU,
+  // whose copies are done when they return.
+  const bool gpu = model_->device().is_cuda();
   const auto host = [&](torch::Tensor& t, int64_t size, torch::Dtype dtype) {
-    if (!t.defined() || t.numel() != size)
-      t = torch::empty({size}, torch::TensorOptions().dtype(dtype).pinned_memory(model_->device().is_cuda()));
+    if (gpu || !t.defined() || t.numel() != size)
+      t = torch::empty({size}, torch::TensorOptions().dtype(dtype).pinned_memory(gpu));
   };
   host(b.host_real, 3 * N + 6, torch::kFloat64);
   double* real = b.host_real.data_ptr<double>();

@@ -1,4 +1,5 @@
 #include "mlip/model/kernel_profile.h"
+#include "mlip/model/device.h"
 
 #include <algorithm>
 #include <cstdarg>
@@ -9,7 +10,6 @@
 #include <set>
 #include <utility>
 
-#include <ATen/detail/CUDAHooksInterface.h>
 #include <kineto/ActivityType.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
@@ -111,12 +111,6 @@ ProfileSummary summarise(const std::vector<kp::KinetoEvent>& events, double wall
   return s;
 }
 
-// The GPU's queued work done, so that the profile's wall time holds it.
-void synchronize_gpu() {
-  const at::CUDAHooksInterface& hooks = at::detail::getCUDAHooks();
-  hooks.deviceSynchronize(hooks.getCurrentDevice());
-}
-
 std::string printed(const char* format, ...) {
   va_list args;
   va_start(args, format);
@@ -140,7 +134,8 @@ double ProfileSummary::seconds(const std::string& kind) const {
   return total;
 }
 
-KernelProfile::KernelProfile(bool gpu) {
+KernelProfile::KernelProfile(const torch::Device& device) : device_(device) {
+  const bool gpu = device.is_cuda();
   if (pi::profilerEnabled())
     throw Error("LibTorch's profiler is already on in this process (one profile at a time)");
   // Without a GPU, Kineto's start logs an ERROR line about counting GPUs: its errors are shown
@@ -150,9 +145,8 @@ KernelProfile::KernelProfile(bool gpu) {
   std::set<pi::ActivityType> activities{pi::ActivityType::CPU};
   if (gpu) activities.insert(pi::ActivityType::CUDA);
   kp::prepareProfiler(config, activities);
-  if (gpu) synchronize_gpu();
+  synchronize(device_);   // the GPU's queued work done, so that the wall time holds only what follows
   kp::enableProfiler(config, activities);
-  gpu_ = gpu;
   running_ = true;
   start_ = std::chrono::steady_clock::now();
 }
@@ -166,7 +160,7 @@ KernelProfile::~KernelProfile() {
 
 ProfileSummary KernelProfile::stop() {
   if (!running_) throw std::logic_error("KernelProfile::stop: not running");
-  if (gpu_) synchronize_gpu();
+  synchronize(device_);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   running_ = false;
   const std::unique_ptr<kp::ProfilerResult> result = kp::disableProfiler();

@@ -27,6 +27,10 @@ void note_model_loaded_on_cpu();
 /// backend (the backend is loaded only where the driver sees a GPU).
 int cuda_device_count();
 
+/// Waits for the work queued on `device` (a GPU; nothing to wait for on the CPU): host clocks
+/// around asynchronous GPU work measure it only after this.
+void synchronize(const torch::Device& device);
+
 /// The PCI bus id of visible GPU `index` ("0000:1A:00.0": the same GPU under any
 /// CUDA_VISIBLE_DEVICES), asked of the NVIDIA driver; "" where it cannot be read.
 std::string gpu_bus_id(int index);

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <torch/types.h>
+
 namespace mlip {
 
 struct ProfileRow {
@@ -31,12 +33,12 @@ struct ProfileSummary {
   double seconds(const std::string& kind) const;   // the rows of one kind, summed
 };
 
-/// Starts LibTorch's profiler (CPU operators; with `gpu`, the GPU's activity too); stop() ends it.
-/// One at a time in a process (LibTorch's profiler is one): a second one is an error. On a GPU the
-/// device is synchronised at start and stop, so that the wall time holds the work in between.
+/// Starts LibTorch's profiler (CPU operators; where `device` is a GPU, its activity too); stop()
+/// ends it. One at a time in a process (LibTorch's profiler is one): a second one is an error. On a
+/// GPU the device is synchronised at start and stop, so that the wall time holds the work in between.
 class KernelProfile {
  public:
-  explicit KernelProfile(bool gpu);
+  explicit KernelProfile(const torch::Device& device);
   ~KernelProfile();   // stops it if stop() was not called
   KernelProfile(const KernelProfile&) = delete;
   KernelProfile& operator=(const KernelProfile&) = delete;
@@ -45,7 +47,8 @@ class KernelProfile {
   bool running() const { return running_; }
 
  private:
-  bool running_ = false, gpu_ = false;
+  bool running_ = false;
+  torch::Device device_;
   std::chrono::steady_clock::time_point start_;
 };
 
