@@ -42,13 +42,13 @@ double seconds_since(Clock::time_point t0)
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The time of a part of the step since t0, its work on `device` done first when the parts are
-// timed ('timing yes'): kernels run after their launch returns, so that the host's clock would
-// otherwise give a part's GPU work to the next part that waits for it.
-double part_seconds(Clock::time_point t0, const torch::Device &device, bool timed)
+// A part of the step's work on `device` done, where the parts are timed ('timing yes'): kernels
+// run after their launch returns, so that the host's clock would otherwise give a part's GPU work
+// to the next part that waits for it. Inside the part's guarded() call: an error the wait brings
+// up is that part's.
+void finish_part(const torch::Device &device, bool timed)
 {
   if (timed) mlip::synchronize(device);
-  return seconds_since(t0);
 }
 
 }    // namespace
@@ -109,8 +109,11 @@ void PairMLIP::compute_device_graph()
   if (distance_unit != 1.0) x = x * (1.0 / distance_unit);    // the graph is in A, as the model
   const torch::Tensor species = torch::from_blob(s.atom_species.data(), {n}, torch::kInt64).to(device);
   std::unique_ptr<mlip::DeviceGraphBuilder> cells;
-  guarded(error, false, "graph device", [&] { cells = std::make_unique<mlip::DeviceGraphBuilder>(x, species, cutoff); });
-  add_time(GRAPH, part_seconds(t0, device, options.timing));
+  guarded(error, false, "graph device", [&] {
+    cells = std::make_unique<mlip::DeviceGraphBuilder>(x, species, cutoff);
+    finish_part(device, options.timing);
+  });
+  add_time(GRAPH, seconds_since(t0));
   const int nlocal = atom->nlocal;
   if (s.sizer) {
     const int64_t limit = s.sizer->limit();
@@ -144,14 +147,24 @@ void PairMLIP::evaluate_device_chunk(const mlip::DeviceGraphBuilder &cells, int6
   mlip::EdgeForces ef;
   try {   // a call that runs out of memory holds none of it when the caller frees the cache
     guarded(
-        error, false, "graph device", [&] { s.device_graph = cells.build(first, last, std::max(layers, 1)); }, sized);
-    add_time(GRAPH, part_seconds(t0, device, options.timing));
+        error, false, "graph device",
+        [&] {
+          s.device_graph = cells.build(first, last, std::max(layers, 1));
+          finish_part(device, options.timing);
+        },
+        sized);
+    add_time(GRAPH, seconds_since(t0));
     if (s.device_graph.n_centers == 0) return;
     t0 = Clock::now();
     const mlip::GraphView view = s.device_graph.view();
     guarded(
-        error, false, "model evaluation failed", [&] { out = mlip::evaluate_graph(*s.model, view); }, sized);
-    add_time(MODEL, part_seconds(t0, device, options.timing));
+        error, false, "model evaluation failed",
+        [&] {
+          out = mlip::evaluate_graph(*s.model, view);
+          finish_part(device, options.timing);
+        },
+        sized);
+    add_time(MODEL, seconds_since(t0));
     t0 = Clock::now();
     mlip::EdgeForceRequest request;
     request.virial = vflag_global != 0;

@@ -33,6 +33,7 @@
 #include "mlip/model/graph_capture.h"
 #include "mlip/model/kernel_profile.h"
 #include "mlip/model/model.h"
+#include "mlip/ops/activation.h"
 #include "mlip/ops/equivariant_message.h"
 #include "mlip/ops/radial_net.h"
 #include "mlip/ops/operators.h"
@@ -958,7 +959,7 @@ TEST(DeviceStep, BadInputAndEmptySteps) {
 }
 
 // A GPU runs a kernel's elements in any order and at once, the CPU's loop in order: every device
-// kernel reached here (MACE's, PaiNN's and the compressed model's operators, tanh_net's, the graph's,
+// kernel (MACE's, PaiNN's and the compressed model's operators, scaled_silu's, tanh_net's, the graph's,
 // and the whole step's with plain and compressed se_e2_a in one chunk and in several) gives the same
 // bits with its elements run last to first, so that none reads what another element of its launch
 // writes and no two write one place (what ctest's loop would otherwise never show).
@@ -981,6 +982,14 @@ TEST(DeviceKernels, ResultsDoNotDependOnTheElementsOrder) {
     both_orders("MACE's operators" + type, [&] { return mlip::mace_operator_outputs(mace, torch::kCPU); });
     both_orders("PaiNN's and the compressed model's operators" + type,
                 [&] { return mlip::edge_operator_outputs(edge, torch::kCPU); });
+    const torch::Tensor v = torch::randn({5000}, dtype) * 4;
+    both_orders("scaled_silu and its derivatives" + type, [&] {
+      const torch::Tensor vg = v.clone().requires_grad_(true);
+      const torch::Tensor y = mlip::scaled_silu(vg, 1.7);
+      const torch::Tensor g = torch::autograd::grad({(y * y * y).sum()}, {vg}, {}, true, true)[0];
+      const torch::Tensor h = torch::autograd::grad({(g * g).sum()}, {vg})[0];
+      return std::vector<torch::Tensor>{y.detach(), g.detach(), h};
+    });
     torch::manual_seed(3);
     const std::vector<torch::Tensor> params = {torch::randn({1, 25}, dtype), torch::randn({25}, dtype),
                                                torch::randn({25, 50}, dtype) * 0.3, torch::randn({50}, dtype)};

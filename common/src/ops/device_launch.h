@@ -49,10 +49,13 @@ template <class F> MLIP_CLONES void host_elements(const F& shared, int64_t i0, i
 /// writing one place) then gives another result on the CPU too.
 inline std::atomic<bool> host_elements_reversed{false};
 struct ReversedElements {
-  ReversedElements() { host_elements_reversed = true; }
-  ~ReversedElements() { host_elements_reversed = false; }
+  ReversedElements() : before_(host_elements_reversed.exchange(true)) {}
+  ~ReversedElements() { host_elements_reversed = before_; }
   ReversedElements(const ReversedElements&) = delete;
   ReversedElements& operator=(const ReversedElements&) = delete;
+
+ private:
+  bool before_;
 };
 
 /// Runs elements [0, count) of functor f on `device`.
