@@ -30,19 +30,27 @@ struct Lists {
 
 }  // namespace
 
-// The optimizer's state of p, made as torch::optim::Adam makes it where there is none yet.
-torch::optim::AdamParamState& FusedAdam::state_of(const torch::Tensor& p, bool amsgrad) {
+// The optimizer's state of p as the type it keeps (Adam's or AdamW's: the same fields, but not one
+// type), made as torch::optim makes it where there is none yet.
+template <class State> State& FusedAdam::state_as(const torch::Tensor& p, bool amsgrad) {
   auto& states = optimizer_.state();
   auto it = states.find(p.unsafeGetTensorImpl());
   if (it == states.end()) {
-    auto state = std::make_unique<torch::optim::AdamParamState>();
+    auto state = std::make_unique<State>();
     state->step(0);
     state->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
     state->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
     if (amsgrad) state->max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
     it = states.emplace(p.unsafeGetTensorImpl(), std::move(state)).first;
   }
-  return static_cast<torch::optim::AdamParamState&>(*it->second);
+  return static_cast<State&>(*it->second);
+}
+
+template <class F> void FusedAdam::with_state(const torch::Tensor& p, bool amsgrad, F&& f) {
+  if (adamw_)
+    f(state_as<torch::optim::AdamWParamState>(p, amsgrad));
+  else
+    f(state_as<torch::optim::AdamParamState>(p, amsgrad));
 }
 
 bool FusedAdam::sync_counts() {
@@ -54,11 +62,12 @@ bool FusedAdam::sync_counts() {
   for (const torch::Tensor& p : group.params()) {
     if (!p.grad().defined()) continue;
     made = made || optimizer_.state().count(p.unsafeGetTensorImpl()) == 0;
-    const auto& state = state_of(p, amsgrad);
+    int64_t step = 0;
+    with_state(p, amsgrad, [&](const auto& state) { step = state.step(); });
     Count& c = counts_[p.unsafeGetTensorImpl()];
-    if (c.host != state.step() || !c.on_device.defined()) {
-      c.on_device = torch::full({}, static_cast<double>(state.step()), p.options().dtype(torch::kFloat32));
-      c.host = state.step();
+    if (c.host != step || !c.on_device.defined()) {
+      c.on_device = torch::full({}, static_cast<double>(step), p.options().dtype(torch::kFloat32));
+      c.host = step;
       made = true;
     }
   }
@@ -69,10 +78,11 @@ std::vector<torch::Tensor> FusedAdam::state_tensors() {
   std::vector<torch::Tensor> out;
   for (const torch::Tensor& p : optimizer_.param_groups().at(0).params()) {
     if (!p.grad().defined()) continue;
-    const auto& state = static_cast<torch::optim::AdamParamState&>(*optimizer_.state().at(p.unsafeGetTensorImpl()));
-    for (const torch::Tensor& t : {state.exp_avg(), state.exp_avg_sq(), state.max_exp_avg_sq(),
-                                   counts_.at(p.unsafeGetTensorImpl()).on_device})
-      if (t.defined()) out.push_back(t);
+    with_state(p, false, [&](const auto& state) {
+      for (const torch::Tensor& t : {state.exp_avg(), state.exp_avg_sq(), state.max_exp_avg_sq(),
+                                     counts_.at(p.unsafeGetTensorImpl()).on_device})
+        if (t.defined()) out.push_back(t);
+    });
   }
   return out;
 }
@@ -85,14 +95,15 @@ void FusedAdam::launch(const torch::Tensor* lr) {
   torch::NoGradGuard no_grad;
   for (const torch::Tensor& p : group.params()) {
     if (!p.grad().defined()) continue;
-    auto& state = state_of(p, h.amsgrad);
     Lists& l = lists[{static_cast<int>(p.device().type()) * 256 + p.device().index(), static_cast<int>(p.scalar_type())}];
     l.steps.push_back(counts_.at(p.unsafeGetTensorImpl()).on_device);
     l.params.push_back(p);
     l.grads.push_back(p.grad());
-    l.exp_avgs.push_back(state.exp_avg());
-    l.exp_avg_sqs.push_back(state.exp_avg_sq());
-    if (h.amsgrad) l.max_exp_avg_sqs.push_back(state.max_exp_avg_sq());
+    with_state(p, h.amsgrad, [&](const auto& state) {
+      l.exp_avgs.push_back(state.exp_avg());
+      l.exp_avg_sqs.push_back(state.exp_avg_sq());
+      if (h.amsgrad) l.max_exp_avg_sqs.push_back(state.max_exp_avg_sq());
+    });
   }
   for (auto& entry : lists) {
     Lists& l = entry.second;
@@ -115,8 +126,7 @@ void FusedAdam::launch(const torch::Tensor* lr) {
 void FusedAdam::advance() {
   for (const torch::Tensor& p : optimizer_.param_groups().at(0).params()) {
     if (!p.grad().defined()) continue;
-    auto& state = static_cast<torch::optim::AdamParamState&>(*optimizer_.state().at(p.unsafeGetTensorImpl()));
-    state.step(state.step() + 1);
+    with_state(p, false, [](auto& state) { state.step(state.step() + 1); });
     ++counts_.at(p.unsafeGetTensorImpl()).host;
   }
 }

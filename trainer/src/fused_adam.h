@@ -44,7 +44,9 @@ class FusedAdam {
     torch::Tensor on_device;   // float32 scalar on the parameter's device: the fused kernels' count
     int64_t host = -1;         // the state's step when on_device was last in agreement with it
   };
-  torch::optim::AdamParamState& state_of(const torch::Tensor& p, bool amsgrad);
+  template <class State> State& state_as(const torch::Tensor& p, bool amsgrad);
+  // f(state) with p's state as the optimizer's own type (AdamParamState or AdamWParamState).
+  template <class F> void with_state(const torch::Tensor& p, bool amsgrad, F&& f);
 
   torch::optim::Optimizer& optimizer_;
   bool adamw_;
