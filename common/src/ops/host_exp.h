@@ -25,9 +25,9 @@ inline double host_exp(double x) {
   for (const double c : {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
                          1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0})
     p = p * r + c;
-  int64_t bits;
+  uint64_t bits;   // unsigned: n < 0 shifts a negative value (undefined for a signed one before C++20)
   std::memcpy(&bits, &k, sizeof bits);
-  bits = ((bits - int64_t(0x4338000000000000)) << 52) + int64_t(0x3ff0000000000000);  // 2^n
+  bits = ((bits - uint64_t(0x4338000000000000)) << 52) + uint64_t(0x3ff0000000000000);  // 2^n
   double scale;
   std::memcpy(&scale, &bits, sizeof bits);
   return p * scale;
@@ -42,9 +42,9 @@ inline float host_exp(float x) {
   float p = 1.0f / 40320.0f;
   for (const float c : {1.0f / 5040.0f, 1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f})
     p = p * r + c;
-  int32_t bits;
+  uint32_t bits;
   std::memcpy(&bits, &k, sizeof bits);
-  bits = ((bits - int32_t(0x4B400000)) << 23) + int32_t(0x3f800000);
+  bits = ((bits - uint32_t(0x4B400000)) << 23) + uint32_t(0x3f800000);
   float scale;
   std::memcpy(&scale, &bits, sizeof bits);
   return p * scale;
