@@ -1695,11 +1695,21 @@ TEST(GroupedGraph, MessagePassingEqualsThePlainForward) {
             real_edge[out.edge_position[e]] = true;
             EXPECT_EQ(out.edge_position[e] < cap.edges[0], full.index[e] < n_centers) << "edge " << e;
           }
+          // padding edges on the padding centres in turn (a GPU's sums onto one would take them
+          // one after another)
+          std::vector<int64_t> padding_on(out.species.size(), 0);
+          int64_t n_padding = 0, n_padding_centres = 0;
           for (int64_t e = 0; e < out.n_edges(); ++e) {
             if (real_edge[e]) continue;
-            const int64_t c = out.edge_index[e], j = out.edge_index[out.n_edges() + e];
-            EXPECT_TRUE(c == j && c < out.n_centers() && !real_node[c]) << "padding edge " << e << ": " << c << " -> " << j;
+            const int64_t from = out.edge_index[e], to = out.edge_index[out.n_edges() + e];
+            ASSERT_TRUE(from == to && from < out.n_centers() && !real_node[from])
+                << "padding edge " << e << ": " << from << " -> " << to;
+            ++padding_on[static_cast<std::size_t>(from)], ++n_padding;
           }
+          for (int64_t i = 0; i < out.n_centers(); ++i) n_padding_centres += real_node[i] ? 0 : 1;
+          ASSERT_GT(n_padding_centres, 1);
+          EXPECT_EQ(*std::max_element(padding_on.begin(), padding_on.end()),
+                    (n_padding + n_padding_centres - 1) / n_padding_centres);
         }
       }
     }

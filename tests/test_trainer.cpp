@@ -1831,10 +1831,20 @@ TEST(Training, FrameBankGathersWhatPaddingTheGroupedBatchGives) {
         EXPECT_TRUE(torch::equal(copied.*member, want)) << "made ready on the host, tensor " << i;
       }
       EXPECT_EQ(copied.edge_groups, padded.edge_groups);
-      // Padding edges join a padding atom (in the padding frame) to itself.
-      const int64_t pad_atom = padded.n_atoms - 1;
-      if (padded.n_atoms > 0) {
-        EXPECT_EQ(padded.frame_of_atom[pad_atom].item<int64_t>(), padded.n_frames - 1);
+      // Padding edges join padding atoms (in the padding frame) to themselves, the padding atoms
+      // in turn: none takes more than its share (on a GPU its sums would take them in a row).
+      const int64_t pad_frame = padded.n_frames - 1;
+      const int64_t n_padding = cap.n_edges() - std::accumulate(grouped.edge_groups.begin(), grouped.edge_groups.end(), int64_t{0});
+      const torch::Tensor ends = padded.edge_index, edge_frame = padded.frame_of_edge;
+      const torch::Tensor is_padding = padded.edge_vectors.select(1, 0).eq(rule.pad_length);
+      EXPECT_EQ(is_padding.sum().item<int64_t>(), n_padding);
+      EXPECT_TRUE(torch::equal(ends[0].masked_select(is_padding), ends[1].masked_select(is_padding)));
+      EXPECT_TRUE(edge_frame.masked_select(is_padding).eq(pad_frame).all().item<bool>());
+      const int64_t n_padding_atoms = padded.frame_of_atom.eq(pad_frame).sum().item<int64_t>();
+      if (n_padding > 0) {
+        ASSERT_GT(n_padding_atoms, 1);
+        const torch::Tensor per_atom = torch::bincount(ends[0].masked_select(is_padding), {}, padded.n_atoms);
+        EXPECT_EQ(per_atom.max().item<int64_t>(), (n_padding + n_padding_atoms - 1) / n_padding_atoms);
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include <ATen/ops/index_select.h>
+#include <ATen/ops/where.h>
 
 #include "frame_source.h"
 #include "mlip/error.h"
@@ -189,10 +190,11 @@ void FrameBank::make_rows(BankBatch& batch, const BatchCapacity& cap) const {
   int64_t* frame_of_atom = atom_row + atoms;
   int64_t* edge_row = frame_of_atom + atoms;
   int64_t* frame_row = edge_row + edges;
-  // Each group's runs, then its padding rows (`pad_row`; their frame `pad_frame`); `frame_of`:
-  // where each row's frame in the batch goes, if anywhere.
+  // Each group's runs, then its padding rows (`pad_row(k)` for the group's k-th; their frame
+  // `pad_frame`); `frame_of`: where each row's frame in the batch goes, if anywhere.
   const auto place = [](const std::vector<std::pair<Run, int64_t>>& runs, const std::vector<int64_t>& capacity,
-                        int64_t* rows, int64_t* frame_of, int64_t pad_row, int64_t pad_frame) {
+                        int64_t* rows, int64_t* frame_of, const auto& pad_row, int64_t pad_frame) {
+    int64_t n_pad = 0;   // padding rows so far
     std::size_t r = 0;
     int64_t at = 0;
     for (std::size_t g = 0; g < capacity.size(); ++g) {
@@ -204,14 +206,19 @@ void FrameBank::make_rows(BankBatch& batch, const BatchCapacity& cap) const {
         if (frame_of) std::fill(frame_of + at, frame_of + at + run.count, k);
         at += run.count;
       }
-      std::fill(rows + at, rows + end, pad_row);
+      for (int64_t i = at; i < end; ++i) rows[i] = pad_row(n_pad++);
       if (frame_of) std::fill(frame_of + at, frame_of + end, pad_frame);
       at = end;
     }
     if (r != runs.size()) throw Error("FrameBank: a batch has a group its capacity lacks (an internal error)");
   };
-  place(in_batch_order(atom_runs_, atom_run_at_, batch.frames), cap.centers, atom_row, frame_of_atom, n_atoms_, frames - 1);
-  place(in_batch_order(edge_runs_, edge_run_at_, batch.frames), cap.edges, edge_row, nullptr, n_edges_, 0);
+  place(in_batch_order(atom_runs_, atom_run_at_, batch.frames), cap.centers, atom_row, frame_of_atom,
+        [this](int64_t) { return n_atoms_; }, frames - 1);
+  // A padding edge's row: -1 - the padding atom it joins to itself (gather() makes it so).
+  const std::vector<int64_t> pad_ends =
+      padding_edge_ends(batch.shape.center_groups, cap.centers, batch.shape.edge_groups, cap.edges);
+  place(in_batch_order(edge_runs_, edge_run_at_, batch.frames), cap.edges, edge_row, nullptr,
+        [&pad_ends](int64_t k) { return -1 - pad_ends[static_cast<std::size_t>(k)]; }, 0);
   for (int64_t k = 0; k < frames; ++k)
     frame_row[k] = k < static_cast<int64_t>(batch.frames.size()) ? batch.frames[static_cast<std::size_t>(k)]
                                                                    : static_cast<int64_t>(size());
@@ -235,18 +242,19 @@ void FrameBank::gather(const BankBatch& b, BatchTensors& into) {
     ensure_shape(*to, shape, from->options());
     at::index_select_out(*to, *from, 0, atom_row);
   }
-  // Edges: their ends' bank rows, then each bank row's node in the batch (the padding row's: the
-  // last atom, a padding atom).
+  // Edges: their ends' bank rows, then each bank row's node in the batch; a padding edge (row
+  // -1 - a: the bank's padding edge) joins padding atom a to itself.
   ensure_shape(into.edge_index, {2, edges}, i64);
   ensure_shape(into.edge_vectors, {edges, 3}, edge_vectors_.options());
   ensure_shape(into.frame_of_edge, {edges}, i64);
   if (edges > 0) {
     if (iota_.size(0) < atoms) iota_ = torch::arange(atoms, i64);
     node_.index_copy_(0, atom_row, iota_.narrow(0, 0, atoms));
-    node_.narrow(0, n_atoms_, 1).fill_(atoms - 1);
+    const torch::Tensor padding = edge_row.lt(0), bank_row = edge_row.masked_fill(padding, n_edges_);
     torch::Tensor flat = into.edge_index.view({-1});
-    at::index_select_out(flat, node_, 0, edge_index_.index_select(1, edge_row).view({-1}));
-    at::index_select_out(into.edge_vectors, edge_vectors_, 0, edge_row);
+    at::index_select_out(flat, node_, 0, edge_index_.index_select(1, bank_row).view({-1}));
+    at::where_out(into.edge_index, padding, edge_row.bitwise_not(), into.edge_index);   // ~r = -1 - r
+    at::index_select_out(into.edge_vectors, edge_vectors_, 0, bank_row);
     at::index_select_out(into.frame_of_edge, into.frame_of_atom, 0, into.edge_index[0]);
   }
   for (auto [to, from] : {std::pair{&into.atoms_per_frame, &atoms_per_frame_}, {&into.energy, &energy_},

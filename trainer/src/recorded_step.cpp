@@ -107,9 +107,12 @@ void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_lengt
     place(into.has_forces_atom, 0, at, c, b.has_forces_atom, from, n, 0.0);
     if (n > 0) node_map.push_back(torch::arange(at, at + n, i64));
   }
-  // Edges: each net's group, then its padding edges (beyond the cutoff, from the last atom to
-  // itself: a padding atom, as fit_capacity keeps a free slot in each species' group).
-  const int64_t e_all = cap.n_edges(), pad_atom = into.n_atoms - 1;
+  // Edges: each net's group, then its padding edges (beyond the cutoff, each from a padding atom
+  // to itself: the padding atoms in turn, as padding_edge_ends() spreads them; fit_capacity keeps
+  // a free slot in each species' group).
+  const int64_t e_all = cap.n_edges();
+  const std::vector<int64_t> pad_ends = padding_edge_ends(b.center_groups, cap.centers, b.edge_groups, cap.edges);
+  int64_t pad_at = 0;   // the next padding edge's entry in pad_ends
   ensure_shape(into.edge_index, {2, e_all}, i64);
   ensure_shape(into.edge_vectors, {e_all, 3}, b.edge_vectors.options());
   ensure_shape(into.frame_of_edge, {e_all}, i64);
@@ -119,7 +122,12 @@ void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_lengt
   const std::vector<int64_t> from_edge = starts_of(b.edge_groups), to_edge = starts_of(cap.edges);
   for (std::size_t e = 0; e < cap.edges.size(); ++e) {
     const int64_t n = b.edge_groups[e], at = to_edge[e], from = from_edge[e], c = cap.edges[e];
-    place(into.edge_index, 1, at, c, ends, from, n, static_cast<double>(pad_atom));
+    place(into.edge_index, 1, at, n, ends, from, n, 0.0);
+    if (c > n) {
+      const torch::Tensor pad = torch::from_blob(const_cast<int64_t*>(pad_ends.data()) + pad_at, {c - n}, torch::kInt64);
+      into.edge_index.narrow(1, at + n, c - n).copy_(pad.unsqueeze(0).expand({2, c - n}));
+      pad_at += c - n;
+    }
     place(into.edge_vectors, 0, at, c, b.edge_vectors, from, n, 0.0);
     if (c > n) into.edge_vectors.narrow(0, at + n, c - n).select(1, 0).fill_(pad_length);
     place(into.frame_of_edge, 0, at, c, b.frame_of_edge, from, n, static_cast<double>(pad_frame));

@@ -7,9 +7,10 @@
 // padded to a capacity (BatchCapacity) and copied into the recorded step's inputs:
 //   - atoms: each species' group padded with atoms of that species that have no edges, in a padding
 //     frame of their own, unlabelled;
-//   - edges: each embedding net's group padded with edges from the last atom (a padding atom) to
-//     itself beyond the cutoff (rule.pad_length), where every term of se_e2_a and its derivatives
-//     is exactly zero;
+//   - edges: each embedding net's group padded with edges from a padding atom to itself beyond
+//     the cutoff (rule.pad_length), where every term of se_e2_a and its derivatives is exactly
+//     zero, the padding atoms in turn (padding_edge_ends(): on a GPU, one atom's sums would take
+//     them one after another);
 //   - frames: padded with frames of weight zero and no labels (the last frame is padding's).
 // Capacities follow the grouped graph's rule (mlip/model/grouped_graph.h: the size plus 10%,
 // rounded up to 32; frames: one more than seen, plus 10%, rounded up to 8: batches by atoms vary

@@ -63,6 +63,23 @@ bool grow_capacities(const std::vector<int64_t>& count, std::vector<int64_t>& ca
   return grown;
 }
 
+std::vector<int64_t> padding_edge_ends(const std::vector<int64_t>& centers, const std::vector<int64_t>& center_cap,
+                                       const std::vector<int64_t>& edges, const std::vector<int64_t>& edge_cap) {
+  std::vector<int64_t> nodes;   // the padding nodes, group after group
+  int64_t at = 0;
+  for (std::size_t t = 0; t < center_cap.size(); ++t) {
+    for (int64_t i = t < centers.size() ? centers[t] : 0; i < center_cap[t]; ++i) nodes.push_back(at + i);
+    at += center_cap[t];
+  }
+  int64_t n_padding = 0;
+  for (std::size_t g = 0; g < edge_cap.size(); ++g) n_padding += edge_cap[g] - (g < edges.size() ? edges[g] : 0);
+  if (n_padding > 0 && nodes.empty())
+    throw Error("padding edges with no padding node to join (" + std::to_string(n_padding) + " padding edges; an internal error)");
+  std::vector<int64_t> ends(static_cast<std::size_t>(n_padding));
+  for (std::size_t k = 0; k < ends.size(); ++k) ends[k] = nodes[k % nodes.size()];
+  return ends;
+}
+
 namespace {
 
 std::vector<int64_t> offsets(const std::vector<int64_t>& sizes) {
@@ -133,16 +150,17 @@ bool group_graph(const GraphView& g, const GroupingRule& rule, GroupCapacity& ca
   }
   // Padding edges: slot e's centre (e mod centres) to itself, beyond the cutoff, where every term
   // is zero (spread over the centres: an index_add onto one row would take them in a row); for
-  // message passing, whose terms are not zero there, the last slot of the first non-empty group of
-  // centres (a padding centre: grow_capacities() kept it free) to itself.
+  // message passing, whose terms are not zero there, the padding centres in turn
+  // (grow_capacities() kept one free in each non-empty group).
   out.edge_index.resize(2 * n_edges);
   for (int64_t e = 0; e < n_edges; ++e) out.edge_index[e] = out.edge_index[n_edges + e] = e % std::max<int64_t>(n_centers, 1);
-  if (rule.message_passing)
-    for (int64_t t = 0; t < ns; ++t)
-      if (centers[t] > 0) {
-        std::fill(out.edge_index.begin(), out.edge_index.end(), center_at[t + 1] - 1);
-        break;
-      }
+  if (rule.message_passing && n_centers > 0) {
+    const std::vector<int64_t> ends = padding_edge_ends(centers, capacity.centers, edges, capacity.edges);
+    std::size_t k = 0;
+    for (int64_t net_of = 0; net_of < n_nets; ++net_of)
+      for (int64_t e = edge_at[net_of] + edges[net_of]; e < edge_at[net_of + 1]; ++e, ++k)
+        out.edge_index[e] = out.edge_index[n_edges + e] = ends[k];
+  }
   out.edge_vectors.assign(3 * n_edges, 0.0);
   for (int64_t e = 0; e < n_edges; ++e) out.edge_vectors[3 * e] = rule.pad_length;
   out.edge_position.resize(g.n_edges);

@@ -11,18 +11,20 @@
 // Padding policy: a group's capacity is its size the first time, plus 10%, rounded up to a
 // multiple of 32 (every group of centres, of edges and the other nodes alike); when a later
 // graph outgrows a group, that group grows again by the same rule, and a recorded CUDA graph is
-// recorded anew. Capacities never shrink. Padding edges run from node 0 (a centre) to itself, at a
-// length beyond the cutoff (2 x cutoff): every term of se_e2_a (and of the repulsion prior) is
-// exactly zero there, with a zero derivative, so they change no energy and no force. Padding
+// recorded anew. Capacities never shrink. Padding edges run from a centre to itself (slot k's from
+// centre k mod centres), at a length beyond the cutoff (2 x cutoff): every term of se_e2_a (and of
+// the repulsion prior) is exactly zero there, with a zero derivative, so they change no energy and
+// no force. Padding
 // centres have no real edges; their energies are dropped. Padding nodes after the centres are
 // never referenced.
 //
 // Message-passing models (PaiNN; GroupingRule::message_passing) take a halo: other nodes that
 // send along their own edges. Their edges come in two groups: the edges into centres, then the
 // rest (the last layer takes only the first group, by narrowing). Their terms are not zero beyond
-// the cutoff, so padding edges join a padding centre to itself (at the cutoff's length): every
-// group of centres keeps a free slot (it grows when its count reaches its capacity), and what
-// reaches a padding centre never reaches a real node.
+// the cutoff, so padding edges join padding centres to themselves (at the cutoff's length; the
+// padding centres in turn: padding_edge_ends()): every group of centres keeps a free slot (it
+// grows when its count reaches its capacity), and what reaches a padding centre never reaches a
+// real node.
 #pragma once
 
 #include <cstdint>
@@ -41,7 +43,7 @@ struct GroupingRule {
   bool pair_nets = false;          // se_e2_a's type_one_side: false
   double pad_length = 0.0;         // length of padding edges, beyond the cutoff (Å)
   double shortest = 0.0;           // edges shorter than this are an error (compressed models' tables)
-  bool message_passing = false;    // edges grouped into centres / the rest; padding on a padding centre
+  bool message_passing = false;    // edges grouped into centres / the rest; padding on padding centres
 
   /// The rule for a model with a forward_grouped() (throws mlip::Error otherwise).
   static GroupingRule of(const Model& model);
@@ -80,6 +82,15 @@ int64_t grouped_capacity(int64_t count);
 /// fill with no slot left free) to grouped_capacity() of it; `cap` takes count's size. Returns
 /// whether anything changed. No entry ever shrinks.
 bool grow_capacities(const std::vector<int64_t>& count, std::vector<int64_t>& cap, bool spare = false);
+
+/// The node each padding edge joins to itself where groups of `centers` nodes are padded to
+/// `center_cap` and groups of `edges` edges to `edge_cap` (group after group): the k-th padding
+/// edge (each group's slots past its count, in order) takes the k-th padding node modulo their
+/// number, so that no node's sums (on a GPU one thread's loop over its edges, or atomics onto its
+/// row) take more than their share of them. Throws mlip::Error where there are padding edges but
+/// no padding node.
+std::vector<int64_t> padding_edge_ends(const std::vector<int64_t>& centers, const std::vector<int64_t>& center_cap,
+                                       const std::vector<int64_t>& edges, const std::vector<int64_t>& edge_cap);
 
 /// Groups `graph` (host memory) by `rule` into `out`, growing `capacity` where a group outgrows
 /// it (an empty capacity is sized from this graph). Returns whether `capacity` changed. Throws
