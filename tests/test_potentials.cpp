@@ -638,15 +638,18 @@ TEST(MessagePassing, EmptyGraphStillExchanges) {
   EXPECT_EQ(reverses, 2);
 }
 
-// The compressed-model operator: the CPU kernels against the reference's ATen operations, forward
-// and backward (gradients of a random linear function of T), in both dtypes.
+// The compressed-model operator: the CPU kernels and the device kernels' code against the
+// reference's ATen operations, forward and backward (gradients of a random linear function of T),
+// in both dtypes, for widths M the device forward's threads split evenly (4 columns each) and not.
 TEST(TabulatedContraction, CpuKernelsMatchTheReference) {
   for (const auto dtype : {torch::kFloat64, torch::kFloat32})
-  for (const auto path_choice : kKernelPaths) {
+  for (const auto path_choice : kKernelPaths)
+  for (const int64_t m : {12, 1, 3, 5, 7}) {
     SCOPED_TRACE(path_choice == KernelChoice::usual ? "CPU kernels" : "device kernels");
+    SCOPED_TRACE("M = " + std::to_string(m));
     const KernelChoiceScope use(path_choice);
     torch::manual_seed(5);
-    const int64_t n_edges = 300, n_centers = 17, n_nets = 3, bins = 40, m = 12;
+    const int64_t n_edges = 300, n_centers = 17, n_nets = 3, bins = 40;
     const double step = 0.05;
     const auto opt = torch::dtype(dtype);
     const torch::Tensor table = torch::randn({n_nets, bins, 6, m}, opt);
@@ -660,9 +663,13 @@ TEST(TabulatedContraction, CpuKernelsMatchTheReference) {
     const auto ga = torch::autograd::grad({(a * w).sum()}, {x, env});
     const torch::Tensor b = tabulated_contraction_reference(x, env, center, net, table, step, 0.5, n_centers);
     const auto gb = torch::autograd::grad({(b * w).sum()}, {x, env});
-    EXPECT_TRUE(torch::allclose(a, b, tol, tol)) << dtype;
-    EXPECT_TRUE(torch::allclose(ga[0], gb[0], tol, tol)) << dtype;
-    EXPECT_TRUE(torch::allclose(ga[1], gb[1], tol, tol)) << dtype;
+    // against the largest value (x's gradients cancel: float32's rounding is relative to the terms)
+    const auto close = [tol](const torch::Tensor& got, const torch::Tensor& want) {
+      return (got - want).abs().max().item<double>() <= tol * want.abs().max().item<double>();
+    };
+    EXPECT_TRUE(close(a, b)) << dtype;
+    EXPECT_TRUE(close(ga[0], gb[0])) << dtype;
+    EXPECT_TRUE(close(ga[1], gb[1])) << dtype;
   }
 }
 

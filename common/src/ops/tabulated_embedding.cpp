@@ -238,7 +238,8 @@ torch::Tensor forward_device(const torch::Tensor& x, const torch::Tensor& env, c
   AT_DISPATCH_FLOATING_TYPES(table.scalar_type(), "tabulated_contraction", [&] {
     const auto o = device_args<scalar_t>(x, env, center, net, table, step, nullptr, by.data_ptr<int64_t>(),
                                          first.data_ptr<int64_t>());
-    detail::run_elements(kernels::TabulatedForward<scalar_t>{o, out.data_ptr<scalar_t>()}, n_centers * table.size(3),
+    using Forward = kernels::TabulatedForward<scalar_t>;
+    detail::run_elements(Forward{o, out.data_ptr<scalar_t>()}, n_centers * Forward::threads_per_center(table.size(3)),
                          x.device());
   });
   return out;

@@ -45,24 +45,39 @@ template <typename T> struct TableArgs {
   }
 };
 
-// out[c, a, mm] = sum_{e of c} env[e, a] G(x_e)[mm] for a = 0..3; elements (n_centers, M).
+// out[c, a, mm] = sum_{e of c} env[e, a] G(x_e)[mm] for a = 0..3; elements (n_centers, S), S =
+// threads_per_center(M): thread j of centre c sums columns j, j + S, j + 2 S, ... (kColumns of
+// them), so that an edge's bin (double arithmetic, slow on most GPUs) is found once for them, not
+// once a column; a warp's threads read neighbouring columns of a row (coalesced).
 template <typename T> struct TabulatedForward {
   static constexpr Kernel id = Kernel::TabulatedForward;
+  static constexpr int kColumns = 4;
   TableArgs<T> o;
   T* out;
+  static MLIP_HD int64_t threads_per_center(int64_t m) { return (m + kColumns - 1) / kColumns; }
   MLIP_HD void operator()(int64_t i) const {
-    const int64_t mm = i % o.m, c = i / o.m;
-    T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    const int64_t stride = threads_per_center(o.m), first = i % stride, c = i / stride;
+    T s[kColumns][4] = {};
     for (int64_t k = o.center_first[c]; k < o.center_first[c + 1]; ++k) {
       const int64_t e = o.by_center[k];
       T t;
-      const T* coefficients = o.bin_row(e, &t) + mm;   // sets t first
-      const T g = o.value(coefficients, t);
-      const T* w = o.env + 4 * e;
-      s0 += w[0] * g, s1 += w[1] * g, s2 += w[2] * g, s3 += w[3] * g;
+      const T* row = o.bin_row(e, &t);   // sets t first
+      const T w0 = o.env[4 * e], w1 = o.env[4 * e + 1], w2 = o.env[4 * e + 2], w3 = o.env[4 * e + 3];
+      for (int j = 0; j < kColumns; ++j) {
+        const int64_t mm = first + j * stride;
+        if (mm < o.m) {   // (a test, not a break: the loop unrolls, s stays in registers)
+          const T g = o.value(row + mm, t);
+          s[j][0] += w0 * g, s[j][1] += w1 * g, s[j][2] += w2 * g, s[j][3] += w3 * g;
+        }
+      }
     }
-    T* row = out + c * 4 * o.m + mm;
-    row[0] = s0, row[o.m] = s1, row[2 * o.m] = s2, row[3 * o.m] = s3;
+    for (int j = 0; j < kColumns; ++j) {
+      const int64_t mm = first + j * stride;
+      if (mm < o.m) {
+        T* at = out + c * 4 * o.m + mm;
+        at[0] = s[j][0], at[o.m] = s[j][1], at[2 * o.m] = s[j][2], at[3 * o.m] = s[j][3];
+      }
+    }
   }
 };
 
