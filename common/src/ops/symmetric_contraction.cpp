@@ -336,33 +336,49 @@ std::vector<Tensor> second_cpu(CT g, CT x, CT z, CT mono, CT species, CT hx, CT 
   return {dg, dx, dz};
 }
 
-// The device kernels (symmetric_contraction_elements.h) and the tables their sums walk: the
-// monomials' slots by component (x's gradients), the nodes by species (z's), on the operands' device.
-struct Tables {
-  Tensor by_slot, slot_first, by_species, species_first;
-  Tables(CT x, CT z, CT mono, CT species, bool slots, bool nodes) {
-    if (slots) std::tie(by_slot, slot_first) = detail::grouped_by(mono.reshape({-1}), x.size(1) + 1);
-    if (nodes) std::tie(by_species, species_first) = detail::grouped_by(species, z.size(0));
-  }
-};
-
-// The parts in which z's gradients sum each species' nodes (ContractGradZ): threads up to about
-// 2^20, parts of at least 64 nodes.
-int64_t z_parts(int64_t nodes, int64_t z_elements) {
-  const int64_t by_nodes = (nodes + 63) / 64, by_threads = (int64_t(1) << 20) / std::max<int64_t>(z_elements, 1);
-  return std::max<int64_t>(1, std::min(by_nodes, by_threads));
+// The nodes per chunk in which z's gradients sum each species' nodes (ContractGradZ,
+// ContractSecondZ): about 2^20 threads (a chunk each per element of z's row, Q M C), chunks of
+// at least 64 nodes. At most nodes / size + S chunks (each species' last may be short).
+int64_t z_chunk_size(int64_t nodes, int64_t row) {
+  const int64_t wanted = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(row, 1));
+  return std::max<int64_t>(64, (nodes + wanted - 1) / wanted);
 }
 
-// z's gradient from its parts (parts, S, Q, M, C), summed in part order.
-Tensor sum_parts(const Tensor& parts, CT z) { return (parts.size(0) == 1 ? parts : parts.sum(0)).view(z.sizes()); }
+// The device kernels (symmetric_contraction_elements.h) and the tables their sums walk: the
+// monomials' slots by component (x's gradients), the nodes by species and their chunks (z's), on
+// the operands' device (made there: nothing read back).
+struct Tables {
+  Tensor by_slot, slot_first, by_species, species_first, chunk_first;
+  int64_t chunk_size = 0, chunks = 0;
+  Tables(CT x, CT z, CT mono, CT species, bool slots, bool nodes) {
+    if (slots) std::tie(by_slot, slot_first) = detail::grouped_by(mono.reshape({-1}), x.size(1) + 1);
+    if (!nodes) return;
+    const int64_t n_species = z.size(0);
+    std::tie(by_species, species_first) = detail::grouped_by(species, n_species);
+    chunk_size = z_chunk_size(x.size(0), z.numel() / std::max<int64_t>(n_species, 1));
+    chunks = (x.size(0) + chunk_size - 1) / chunk_size + n_species;
+    const Tensor count = species_first.narrow(0, 1, n_species) - species_first.narrow(0, 0, n_species);
+    chunk_first = torch::cat({torch::zeros({1}, count.options()), torch::div(count + (chunk_size - 1), chunk_size, "floor").cumsum(0)});
+  }
+};
 
 template <typename T>
 kernels::ContractionArgs<T> device_args(CT x, CT z, CT mono, CT species, const Tables& t, const T* g = nullptr,
                                         const T* hx = nullptr, const T* hz = nullptr) {
   auto p = [](CT v) { return v.defined() ? v.data_ptr<int64_t>() : nullptr; };
-  return {x.size(1),       x.size(2),        z.size(1), z.size(2),     x.data_ptr<T>(),     z.data_ptr<T>(),
-          g,               hx,               hz,        p(mono),       p(species),          p(t.by_slot),
-          p(t.slot_first), p(t.by_species),  p(t.species_first)};
+  return {x.size(1),       x.size(2),        z.size(1),     z.size(2),      x.data_ptr<T>(), z.data_ptr<T>(),
+          g,               hx,               hz,            p(mono),        p(species),      p(t.by_slot),
+          p(t.slot_first), p(t.by_species),  p(t.species_first), p(t.chunk_first), z.size(0),  t.chunk_size};
+}
+
+// z's gradient from its chunks' sums (chunks, Q M C): each species' chunks summed in order.
+template <typename T> Tensor sum_chunks(const Tables& t, const Tensor& part, CT z) {
+  Tensor out = torch::empty_like(z);
+  const int64_t row = z.numel() / std::max<int64_t>(z.size(0), 1);
+  detail::run_elements(
+      kernels::ContractSumChunks<T>{{t.chunk_first.data_ptr<int64_t>(), row, part.data_ptr<T>()}, out.data_ptr<T>()},
+      out.numel(), z.device());
+  return out;
 }
 
 Tensor contract_device(CT x, CT z, CT mono, CT species) {
@@ -377,31 +393,31 @@ Tensor contract_device(CT x, CT z, CT mono, CT species) {
 
 std::vector<Tensor> gradients_device(CT g, CT x, CT z, CT mono, CT species, bool need_z) {
   const Tables t(x, z, mono, species, true, need_z);
-  const int64_t parts = z_parts(x.size(0), z.numel());
-  Tensor gx = torch::empty_like(x), gz_parts = need_z ? torch::empty({parts, z.numel()}, z.options()) : Tensor();
+  Tensor gx = torch::empty_like(x), gz;
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction_backward", [&] {
     const auto o = device_args<scalar_t>(x, z, mono, species, t, g.data_ptr<scalar_t>());
     detail::run_elements(kernels::ContractGradX<scalar_t>{o, gx.data_ptr<scalar_t>()}, gx.numel(), x.device());
-    if (need_z)
-      detail::run_elements(kernels::ContractGradZ<scalar_t>{o, z.size(0), parts, gz_parts.data_ptr<scalar_t>()},
-                           gz_parts.numel(), x.device());
+    if (!need_z) return;
+    const Tensor part = torch::empty({t.chunks, z.numel() / std::max<int64_t>(z.size(0), 1)}, z.options());
+    detail::run_elements(kernels::ContractGradZ<scalar_t>{o, part.data_ptr<scalar_t>()}, part.numel(), x.device());
+    gz = sum_chunks<scalar_t>(t, part, z);
   });
-  return {gx, need_z ? sum_parts(gz_parts, z) : torch::zeros_like(z)};
+  return {gx, need_z ? gz : torch::zeros_like(z)};
 }
 
 std::vector<Tensor> second_device(CT g, CT x, CT z, CT mono, CT species, CT hx, CT hz) {
   const Tables t(x, z, mono, species, true, true);
-  const int64_t parts = z_parts(x.size(0), z.numel());
-  Tensor dg = torch::empty_like(g), dx = torch::empty_like(x), dz_parts = torch::empty({parts, z.numel()}, z.options());
+  Tensor dg = torch::empty_like(g), dx = torch::empty_like(x), dz;
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "symmetric_contraction_second", [&] {
     const auto o = device_args<scalar_t>(x, z, mono, species, t, g.data_ptr<scalar_t>(), hx.data_ptr<scalar_t>(),
                                          hz.data_ptr<scalar_t>());
     detail::run_elements(kernels::ContractSecondG<scalar_t>{o, dg.data_ptr<scalar_t>()}, dg.numel(), x.device());
     detail::run_elements(kernels::ContractSecondX<scalar_t>{o, dx.data_ptr<scalar_t>()}, dx.numel(), x.device());
-    detail::run_elements(kernels::ContractSecondZ<scalar_t>{o, z.size(0), parts, dz_parts.data_ptr<scalar_t>()},
-                         dz_parts.numel(), x.device());
+    const Tensor part = torch::empty({t.chunks, z.numel() / std::max<int64_t>(z.size(0), 1)}, z.options());
+    detail::run_elements(kernels::ContractSecondZ<scalar_t>{o, part.data_ptr<scalar_t>()}, part.numel(), x.device());
+    dz = sum_chunks<scalar_t>(t, part, z);
   });
-  return {dg, dx, sum_parts(dz_parts, z)};
+  return {dg, dx, dz};
 }
 
 // The same by differentiating the aten formulation (on other devices, and for third and higher

@@ -16,8 +16,10 @@ template <typename T> struct ContractionArgs {
                                    // directions (n, D, C), (S, Q, M, C)
   const int64_t *mono, *species;   // (Q, 3) with D standing for 1, (n,)
   // The slots (3 q + position) that hold component d: by_slot[slot_first[d] .. slot_first[d + 1]);
-  // the nodes of species s in node order: by_species[species_first[s] ..].
-  const int64_t *by_slot, *slot_first, *by_species, *species_first;
+  // the nodes of species s in node order: by_species[species_first[s] ..]; in chunks of
+  // chunk_size nodes (z's gradients), species s's being chunks chunk_first[s] .. chunk_first[s + 1].
+  const int64_t *by_slot, *slot_first, *by_species, *species_first, *chunk_first;
+  int64_t n_species, chunk_size;
 
   MLIP_HD T factor(const T* rows, int64_t node, int64_t slot, int64_t u, T none) const {
     const int64_t i = mono[slot];
@@ -32,12 +34,17 @@ template <typename T> struct ContractionArgs {
     return factor(hx, node, q3, u, T(0)) * b * cc + a * factor(hx, node, q3 + 1, u, T(0)) * cc +
            a * b * factor(hx, node, q3 + 2, u, T(0));
   }
-  // The nodes of species s in part p of `parts`, consecutive and as equal as they can be:
-  // by_species[first .. last).
-  MLIP_HD void species_part(int64_t s, int64_t p, int64_t parts, int64_t& first, int64_t& last) const {
-    const int64_t begin = species_first[s], count = species_first[s + 1] - begin, size = (count + parts - 1) / parts;
-    first = begin + (p * size < count ? p * size : count);
-    last = begin + ((p + 1) * size < count ? (p + 1) * size : count);
+  // Chunk k's nodes, by_species[first .. last) (none for a k past the last species' chunks).
+  MLIP_HD void chunk_nodes(int64_t k, int64_t& first, int64_t& last) const {
+    first = last = 0;
+    if (k >= chunk_first[n_species]) return;
+    int64_t lo = 0, hi = n_species;   // chunk_first[lo] <= k < chunk_first[hi]
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      (chunk_first[mid] <= k ? lo : hi) = mid;
+    }
+    first = species_first[lo] + (k - chunk_first[lo]) * chunk_size;
+    last = first + chunk_size < species_first[lo + 1] ? first + chunk_size : species_first[lo + 1];
   }
   // sum_m g[node, m, u] w[species, q, m, u] for w = z or hz.
   MLIP_HD T along_outputs(const T* weights, int64_t node, int64_t q, int64_t u) const {
@@ -82,24 +89,42 @@ template <typename T> struct ContractGradX {
 };
 
 // gz[s, q, m, u] = sum_{n of species s} g[n, m, u] t_q(n, u), in node order, each species' nodes
-// in `parts` consecutive ranges (S Q M C threads alone are too few for a GPU when the batch is
-// large): part p's sum into gz_part[p, s, q, m, u], which the caller sums over p; elements
-// (parts, S, Q, M, C).
+// in chunks of chunk_size (S Q M C threads alone are too few for a GPU when the batch is large,
+// and a batch may hold a few of many species): chunk k's sum into gz_chunk[k, q, m, u], which
+// ContractSumChunks sums over each species' chunks; elements (chunks, Q, M, C).
 template <typename T> struct ContractGradZ {
   static constexpr Kernel id = Kernel::ContractGradZ;
   ContractionArgs<T> o;
-  int64_t n_species, parts;
-  T* gz_part;
+  T* gz_chunk;
   MLIP_HD void operator()(int64_t i) const {
-    const int64_t u = i % o.c, mm = i / o.c % o.m, q = i / (o.c * o.m) % o.q, s = i / (o.c * o.m * o.q) % n_species;
+    const int64_t u = i % o.c, mm = i / o.c % o.m, q = i / (o.c * o.m) % o.q;
     int64_t first = 0, last = 0;
-    o.species_part(s, i / (o.c * o.m * o.q * n_species), parts, first, last);
+    o.chunk_nodes(i / (o.c * o.m * o.q), first, last);
     T sum = 0;
     for (int64_t f = first; f < last; ++f) {
       const int64_t n = o.by_species[f];
       sum += o.g[(n * o.m + mm) * o.c + u] * o.monomial(n, 3 * q, u);
     }
-    gz_part[i] = sum;
+    gz_chunk[i] = sum;
+  }
+};
+
+// out[s, r] = sum of part[k, r] over species s's chunks k, in chunk order; elements (S, row).
+template <typename T> struct ChunkArgs {
+  using value_type = T;
+  const int64_t* chunk_first;   // (S + 1,)
+  int64_t row;
+  const T* part;                // (chunks, row)
+};
+template <typename T> struct ContractSumChunks {
+  static constexpr Kernel id = Kernel::ContractSumChunks;
+  ChunkArgs<T> o;
+  T* out;
+  MLIP_HD void operator()(int64_t i) const {
+    const int64_t r = i % o.row, s = i / o.row;
+    T sum = 0;
+    for (int64_t k = o.chunk_first[s]; k < o.chunk_first[s + 1]; ++k) sum += o.part[k * o.row + r];
+    out[i] = sum;
   }
 };
 
@@ -142,23 +167,22 @@ template <typename T> struct ContractSecondX {
   }
 };
 
-//   dz[s, q, m, u] = sum_{n of species s} g[n, m, u] dt_q(n, u), in node order, in parts as
-//   ContractGradZ's; elements (parts, S, Q, M, C).
+//   dz[s, q, m, u] = sum_{n of species s} g[n, m, u] dt_q(n, u), in node order, in chunks as
+//   ContractGradZ's; elements (chunks, Q, M, C).
 template <typename T> struct ContractSecondZ {
   static constexpr Kernel id = Kernel::ContractSecondZ;
   ContractionArgs<T> o;
-  int64_t n_species, parts;
-  T* dz_part;
+  T* dz_chunk;
   MLIP_HD void operator()(int64_t i) const {
-    const int64_t u = i % o.c, mm = i / o.c % o.m, q = i / (o.c * o.m) % o.q, s = i / (o.c * o.m * o.q) % n_species;
+    const int64_t u = i % o.c, mm = i / o.c % o.m, q = i / (o.c * o.m) % o.q;
     int64_t first = 0, last = 0;
-    o.species_part(s, i / (o.c * o.m * o.q * n_species), parts, first, last);
+    o.chunk_nodes(i / (o.c * o.m * o.q), first, last);
     T sum = 0;
     for (int64_t f = first; f < last; ++f) {
       const int64_t n = o.by_species[f];
       sum += o.g[(n * o.m + mm) * o.c + u] * o.monomial_along(n, 3 * q, u);
     }
-    dz_part[i] = sum;
+    dz_chunk[i] = sum;
   }
 };
 
