@@ -50,9 +50,10 @@ class NcclCommunicator final : public Communicator {
     ncclUniqueId uid;
     std::memcpy(&uid, id.data(), sizeof(uid));
     const c10::cuda::CUDAGuard guard(device.index());
-    // No buffer registration when a step is recorded: a rank records again alone when its batch
-    // outgrows the step's capacity, and registering a recorded all-reduce's buffers (NVLS,
-    // CollNet) waits for every rank of the node, which are replaying, not recording: a hang.
+    // No buffer registration when a step is recorded: registering a recorded all-reduce's buffers
+    // (NVLS, CollNet) waits for every rank of the node at recording time. The ranks record anew
+    // together (the trainer agrees on one capacity before each step), but a rank recording while
+    // the others replay would hang, and registration has never run here with several GPUs.
     setenv("NCCL_GRAPH_REGISTER", "0", /*overwrite=*/0);
     check(ncclCommInitRank(&comm_, host.size(), uid, host.rank()), "ncclCommInitRank");
     const int index = device.index();

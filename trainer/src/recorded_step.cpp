@@ -88,6 +88,43 @@ bool fit_capacity(const BatchTensors& b, BatchCapacity& cap) {
   return !(cap == before);
 }
 
+void raise_capacity(BatchCapacity& cap, const BatchCapacity& at_least) {
+  cap.frames = std::max(cap.frames, at_least.frames);
+  cap.virial = cap.virial || at_least.virial;
+  for (auto [mine, wanted] : {std::pair{&cap.centers, &at_least.centers}, {&cap.edges, &at_least.edges}}) {
+    mine->resize(std::max(mine->size(), wanted->size()), 0);
+    for (std::size_t k = 0; k < wanted->size(); ++k) (*mine)[k] = std::max((*mine)[k], (*wanted)[k]);
+  }
+}
+
+BatchCapacity largest_over_ranks(Communicator& comm, const BatchCapacity& mine) {
+  // Each rank's entries in its own row (frames, virial, the groups' counts, then theirs), summed:
+  // every rank then reads every row.
+  const std::size_t nc = mine.centers.size(), ne = mine.edges.size(), width = 4 + nc + ne;
+  const auto ranks = static_cast<std::size_t>(comm.size()), me = static_cast<std::size_t>(comm.rank());
+  std::vector<double> rows(ranks * width, 0.0);
+  double* row = rows.data() + me * width;
+  row[0] = static_cast<double>(mine.frames), row[1] = mine.virial ? 1.0 : 0.0;
+  row[2] = static_cast<double>(nc), row[3] = static_cast<double>(ne);
+  std::copy(mine.centers.begin(), mine.centers.end(), row + 4);
+  std::copy(mine.edges.begin(), mine.edges.end(), row + 4 + nc);
+  comm.allreduce_sum(rows.data(), rows.size());
+  BatchCapacity out = mine;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const double* theirs = rows.data() + r * width;
+    if (theirs[2] != static_cast<double>(nc) || theirs[3] != static_cast<double>(ne))
+      throw Error("training.cuda_graph: rank " + std::to_string(r) + "'s batches are grouped otherwise than rank " +
+                  std::to_string(me) + "'s (an internal error)");
+    BatchCapacity other;
+    other.frames = static_cast<int64_t>(theirs[0]);
+    other.virial = theirs[1] != 0.0;
+    other.centers.assign(theirs + 4, theirs + 4 + nc);
+    other.edges.assign(theirs + 4 + nc, theirs + width);
+    raise_capacity(out, other);
+  }
+  return out;
+}
+
 void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_length, BatchTensors& into) {
   if (b.center_groups.size() != cap.centers.size() || b.edge_groups.size() != cap.edges.size())
     throw Error("pad_batch: the batch is not grouped as the capacity is (group_batch first)");
@@ -264,6 +301,14 @@ void RecordedStep::record() {
   }
   recorded_ = true;
   ++recordings_;
+}
+
+void RecordedStep::reserve(const BatchCapacity& at_least) {
+  BatchCapacity c = capacity_;
+  raise_capacity(c, at_least);
+  if (c == capacity_) return;
+  capacity_ = std::move(c);
+  recorded_ = false;
 }
 
 bool RecordedStep::fits(const BatchTensors& b) const {

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,32 @@ struct BatchCapacity {
 /// Grows `cap` where the grouped batch `b` outgrows it (each species' group of atoms keeps a free
 /// slot). Returns whether it changed.
 bool fit_capacity(const BatchTensors& b, BatchCapacity& cap);
+
+/// The capacity the ranks agreed on last (largest_over_ranks), shared with the prefetching thread,
+/// which pads the batches it makes ready for it.
+class AgreedCapacity {
+ public:
+  void set(const BatchCapacity& c) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    capacity_ = c;
+  }
+  BatchCapacity get() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return capacity_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  BatchCapacity capacity_;
+};
+
+/// Raises each of `cap`'s entries to at least `at_least`'s (frames, each group, virials).
+void raise_capacity(BatchCapacity& cap, const BatchCapacity& at_least);
+
+/// The largest of the ranks' capacities, entry by entry (frames, each group, virials), on every
+/// rank: one host all-reduce of a few numbers. Every rank's groups must be as many (the grouping
+/// rule's; throws mlip::Error otherwise).
+BatchCapacity largest_over_ranks(Communicator& comm, const BatchCapacity& mine);
 
 /// The grouped batch `b` (group_batch) padded to `cap` (which it fits), written into `into`'s
 /// tensors on b's device (made, or made anew, where their shapes differ), with no size read from
@@ -122,6 +149,10 @@ class RecordedStep {
   /// until the next step).
   torch::Tensor step(const BatchTensors& shape, const FillInputs& fill, const Prefactors& pre, double normalizer,
                      double frames, double lr);
+
+  /// Grows the capacity to at least `at_least` (raise_capacity: the ranks' agreed one, so that they
+  /// record anew together): the next step records anew if it grew.
+  void reserve(const BatchCapacity& at_least);
 
   int64_t recordings() const { return recordings_; }
   const BatchCapacity& capacity() const { return capacity_; }

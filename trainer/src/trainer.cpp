@@ -335,16 +335,31 @@ ReadyBatch Trainer::ready_batch(const std::vector<int64_t>& part, const BatchCap
                        grouping_->pad_length, device_);
 }
 
-// One batch's step through the RecordedStep: forward, gradients, clipping, Adam and EMA.
+// Every rank's recorded step grows to the capacity the largest of their batches needs (one host
+// all-reduce of a few numbers a step), so that the ranks record anew together and replay the same
+// shapes: a rank recording alone would keep the others waiting in their replayed all-reduces.
+// The prefetching thread pads later batches for the agreed capacity.
+void Trainer::agree_capacity(const BatchTensors& shape, AgreedCapacity& agreed) {
+  BatchCapacity want = recorded_->capacity();
+  fit_capacity(shape, want);
+  const BatchCapacity largest = largest_over_ranks(comm_, want);
+  if (largest == recorded_->capacity()) return;
+  recorded_->reserve(largest);
+  agreed.set(largest);
+}
+
+// One batch's step through the RecordedStep: forward, gradients, clipping, Adam and EMA; with
+// several ranks (`agreed`), at the capacity they agree on.
 void Trainer::take_step(const BatchTensors& shape, const FillInputs& fill, const Prefactors& pre, double normalizer,
-                        MetricTotals& sums) {
+                        MetricTotals& sums, AgreedCapacity* agreed) {
   const double lr = schedule_->lr(state_.step);
   for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-  if (profile_ && recorded_->recording() && !recorded_->fits(shape)) {
+  const BatchCapacity before = recorded_->capacity();
+  if (agreed) agree_capacity(shape, *agreed);
+  if (profile_ && recorded_->recording() && !(recorded_->capacity() == before && recorded_->fits(shape))) {
     log("--profile: stopped before the training step is recorded anew (a recording is not profiled)");
     report_profile();
   }
-  const BatchCapacity before = recorded_->capacity();
   sums.add(recorded_->step(shape, fill, pre, normalizer, static_cast<double>(shape.n_frames), lr));
   gradient_comm().watch_enqueued("a recorded training step's all-reduces");
   ++state_.step;
@@ -507,10 +522,12 @@ MetricSums Trainer::train_epoch() {
   };
   std::unique_ptr<BatchPrefetcher> prefetch;
   std::unique_ptr<Prefetcher<ReadyBatch>> ready;
+  const auto agreed = std::make_shared<AgreedCapacity>();   // several ranks: their last agreed capacity
   if (recorded_) {
     // Made ready ahead for the capacities the step will have grown to by then.
     ready = std::make_unique<Prefetcher<ReadyBatch>>(n_batches, share_of,
-        [this, expected = recorded_->capacity()](const std::vector<int64_t>& part) mutable {
+        [this, agreed, expected = recorded_->capacity()](const std::vector<int64_t>& part) mutable {
+          raise_capacity(expected, agreed->get());
           ReadyBatch r = ready_batch(part, expected);
           expected = r.capacity;
           return r;
@@ -544,7 +561,7 @@ MetricSums Trainer::train_epoch() {
         const ReadyBatch r = share ? ready->next() : ready_batch({}, recorded_->capacity());
         times_.data += since(t0);
         t0 = std::chrono::steady_clock::now();
-        take_step(r.shape, r.fill, pre, global_frames, sums);
+        take_step(r.shape, r.fill, pre, global_frames, sums, comm_.size() > 1 ? agreed.get() : nullptr);
         times_.model += since(t0);
         continue;
       }

@@ -35,6 +35,7 @@ template <class Batch> class Prefetcher;
 using BatchPrefetcher = Prefetcher<BatchTensors>;
 class FrameBank;
 struct BatchCapacity;
+class AgreedCapacity;
 struct ReadyBatch;
 class RecordedStep;
 
@@ -378,8 +379,10 @@ class Trainer {
   // The step on a batch with these sizes (group sizes, frames), which `fill` pads into the
   // recorded step's inputs.
   void take_step(const BatchTensors& shape, const std::function<void(const BatchCapacity&, BatchTensors&)>& fill,
-                 const Prefactors& pre, double normalizer, MetricTotals& sums);
+                 const Prefactors& pre, double normalizer, MetricTotals& sums, AgreedCapacity* agreed);
   ReadyBatch ready_batch(const std::vector<int64_t>& part, const BatchCapacity& expected) const;
+  // Several ranks: the recorded step grown to the largest capacity any rank's batch needs.
+  void agree_capacity(const BatchTensors& shape, AgreedCapacity& agreed);
   // The training frames on the device for the recorded step (frame_bank.h), in place of
   // resident_train_; null: batches put together from resident_train_ or the host's.
   std::unique_ptr<FrameBank> bank_;
