@@ -1645,12 +1645,12 @@ TEST(GroupedGraph, PaddingLayoutAndCapacityPolicy) {
 }
 
 // The message-passing models' forward_grouped() (edges into centres, then the halo's own edges;
-// padding edges on a padding centre) equals their plain forward on graphs with a halo (the centres
+// padding edges on padding centres) equals their plain forward on graphs with a halo (the centres
 // are the first half of the atoms, every other atom sends along its edges) and without, with and
 // without the ZBL prior (MACE: also its own ZBL and Agnesi transform, and a multi-head model's
 // default head and a chosen one), also through an exported file, and with the operators' paths a
-// CUDA graph records (their ATen formulations, no device value read); padding edges join a
-// padding centre to itself.
+// CUDA graph records (their ATen formulations, no device value read); padding edges join padding
+// centres to themselves, the padding centres in turn.
 TEST(GroupedGraph, MessagePassingEqualsThePlainForward) {
   for (const Case& c : {Case{"painn", torch::kFloat64}, Case{"painn", torch::kFloat64, true}, Case{"mace", torch::kFloat64},
                         Case{"mace", torch::kFloat64, true}, Case{"mace_nonlinear", torch::kFloat64},

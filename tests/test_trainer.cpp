@@ -1862,51 +1862,56 @@ TEST(Training, FrameBankGathersWhatPaddingTheGroupedBatchGives) {
   EXPECT_GT(cap.centers[2], 32);
 }
 
-// A rank of `size` whose all-reduce of doubles keeps what it was given and adds `others` (the
-// other ranks' parts of the sum), for collectives tested in one process.
+// A rank of `size` whose all-reduces of doubles keep what they were given and add, call after
+// call, `others`' entries (the other ranks' parts of each sum; none past them), for collectives
+// tested in one process.
 class OtherRanks final : public Communicator {
  public:
-  OtherRanks(int rank, int size, std::vector<double> others) : rank_(rank), size_(size), others_(std::move(others)) {}
+  OtherRanks(int rank, int size, std::vector<std::vector<double>> others)
+      : rank_(rank), size_(size), others_(std::move(others)) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override { return "test"; }
   void allreduce_sum(torch::Tensor&) override { ADD_FAILURE() << "a tensor all-reduce"; }
   void allreduce_sum(double* data, std::size_t n) override {
-    given.assign(data, data + n);
-    ASSERT_TRUE(others_.empty() || others_.size() == n);
-    for (std::size_t i = 0; i < others_.size(); ++i) data[i] += others_[i];
+    given.emplace_back(data, data + n);
+    if (given.size() > others_.size()) return;
+    const std::vector<double>& add = others_[given.size() - 1];
+    ASSERT_EQ(add.size(), n) << "all-reduce " << given.size();
+    for (std::size_t i = 0; i < n; ++i) data[i] += add[i];
   }
   void allreduce_sum(float*, std::size_t) override { ADD_FAILURE() << "a float all-reduce"; }
   void broadcast(std::string&) override {}
   void barrier() override {}
-  std::vector<double> given;
+  std::vector<std::vector<double>> given;
 
  private:
   int rank_, size_;
-  std::vector<double> others_;
+  std::vector<std::vector<double>> others_;
 };
 
 // training.cuda_graph on several ranks: every rank grows its recorded step to the largest of the
 // ranks' capacities, entry by entry (so that they record anew together and replay one shape);
-// ranks whose batches are grouped otherwise are an error.
+// ranks whose batches are grouped otherwise are an error on every rank.
 TEST(Training, RanksAgreeOnTheLargestCapacity) {
   std::vector<BatchCapacity> caps(3);
   caps[0].frames = 8, caps[0].centers = {32, 0, 64}, caps[0].edges = {320, 0, 96};
   caps[1].frames = 16, caps[1].centers = {64, 32, 0}, caps[1].edges = {96, 640, 0}, caps[1].virial = true;
   caps[2].frames = 8, caps[2].centers = {0, 0, 0}, caps[2].edges = {0, 0, 0};   // a rank with no frames yet
-  // Each rank's part of the sum (its row), taken with the others' rows saying only their groups'
-  // counts (3 and 3).
-  const auto counts_only = [](int k) {
-    std::vector<double> rows(3 * (4 + 6), 0.0);
-    for (int r = 0; r < 3; ++r)
-      if (r != k) rows[static_cast<std::size_t>(r * 10 + 2)] = 3, rows[static_cast<std::size_t>(r * 10 + 3)] = 3;
-    return rows;
+  // The other ranks' group counts (3 species, 3 nets) in the first sum.
+  const auto groups_of_others = [](int k, int ranks, double species, double nets) {
+    std::vector<double> v(static_cast<std::size_t>(2 * ranks), 0.0);
+    for (int r = 0; r < ranks; ++r)
+      if (r != k) v[static_cast<std::size_t>(2 * r)] = species, v[static_cast<std::size_t>(2 * r + 1)] = nets;
+    return v;
   };
+  // Each rank's part of the second sum (its row), the other rows left zero.
   std::vector<std::vector<double>> part(3);
   for (int k = 0; k < 3; ++k) {
-    OtherRanks alone(k, 3, counts_only(k));
+    OtherRanks alone(k, 3, {groups_of_others(k, 3, 3, 3)});
     EXPECT_TRUE(largest_over_ranks(alone, caps[static_cast<std::size_t>(k)]) == caps[static_cast<std::size_t>(k)]);
-    part[static_cast<std::size_t>(k)] = alone.given;
+    ASSERT_EQ(alone.given.size(), 2u);
+    part[static_cast<std::size_t>(k)] = alone.given[1];
   }
   BatchCapacity want;
   want.frames = 16, want.centers = {64, 32, 64}, want.edges = {320, 640, 96}, want.virial = true;
@@ -1914,24 +1919,23 @@ TEST(Training, RanksAgreeOnTheLargestCapacity) {
     std::vector<double> others(part[0].size(), 0.0);
     for (int j = 0; j < 3; ++j)
       for (std::size_t i = 0; j != k && i < others.size(); ++i) others[i] += part[static_cast<std::size_t>(j)][i];
-    OtherRanks rank(k, 3, others);
+    OtherRanks rank(k, 3, {groups_of_others(k, 3, 3, 3), others});
     EXPECT_TRUE(largest_over_ranks(rank, caps[static_cast<std::size_t>(k)]) == want) << "rank " << k;
   }
   BatchCapacity raised = caps[2];
   raise_capacity(raised, caps[0]);
   EXPECT_TRUE(raised == caps[0]);
-  // Rank 1 grouped by another rule (two species, three nets): its row (rank 0's width: 4 + 6)
-  // says so.
-  std::vector<double> from_rank1(2 * (4 + 6), 0.0);
-  from_rank1[10 + 2] = 2, from_rank1[10 + 3] = 3;
-  OtherRanks mixed(0, 2, from_rank1);
+  // Rank 1 grouped by another rule (two species, two nets): an error before the rows' sum.
+  OtherRanks mixed(0, 2, {groups_of_others(0, 2, 2, 2)});
   try {
     largest_over_ranks(mixed, caps[0]);
     ADD_FAILURE() << "no error for ranks grouped otherwise";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 1's batches are grouped otherwise than rank 0's"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("rank 1's batches are grouped otherwise (2 species, 2 nets) than rank 0's"),
+              std::string::npos)
         << e.what();
   }
+  EXPECT_EQ(mixed.given.size(), 1u);
 }
 
 // What the bank is for: a 16-frame batch gathered from it takes a few operators (on a GPU each a

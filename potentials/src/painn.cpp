@@ -130,7 +130,7 @@ BuiltModel build_painn(const ModelSpec& spec) {
   }
 
   // forward, and forward_grouped: the same with static shapes (mlip/model/grouped_graph.h,
-  // message-passing layout: the edges into centres first; padding edges on a padding centre).
+  // message-passing layout: the edges into centres first; padding edges on padding centres).
   for (const bool grouped : {false, true}) {
     src << (grouped ? "\ndef forward_grouped(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, "
                       "n_centers: int, center_groups: List[int], edge_groups: List[int]) -> Tensor:\n"

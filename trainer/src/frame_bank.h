@@ -4,7 +4,7 @@
 // label, and a padding row at the end of each. The recorded step's padded batch, what
 // pad_batch(group_batch(concat(frames))) makes, is gathered from the bank by one index_select per
 // tensor, with indices the host makes from each frame's group sizes (in the prefetching thread):
-// about 15 kernels and one copy a step, where concat, group_batch and pad_batch take over a
+// about 20 kernels and one copy a step, where concat, group_batch and pad_batch take over a
 // hundred small kernels at 16 frames, each a launch the host pays while the GPU waits.
 #pragma once
 
@@ -40,7 +40,8 @@ class FrameBank {
   /// prefetching thread may call it).
   BankBatch batch(std::vector<int64_t> frames, BatchCapacity expected) const;
   /// b.rows made anew for `cap` (which b fits): the padded batch's atoms' bank rows, their frames
-  /// in the batch, its edges' and its frames' bank rows (the padding rows for padding).
+  /// in the batch, its edges' and its frames' bank rows (the padding rows for padding atoms and
+  /// frames; for a padding edge -1 - the padding atom it joins to itself, padding_edge_ends()).
   void make_rows(BankBatch& b, const BatchCapacity& cap) const;
   /// The padded batch `b` written into `into`'s tensors (made anew where their shapes differ), as
   /// pad_batch(group_batch(concat(b's frames)), b.capacity, rule.pad_length, into) writes it.

@@ -81,8 +81,8 @@ bool fit_capacity(const BatchTensors& b, BatchCapacity& cap) {
     cap.frames = (wanted + 7) / 8 * 8;
   }
   cap.virial = cap.virial || b.any_virial;
-  // Each species' group keeps a free slot: the last atom is always a padding atom, the padding
-  // edges' end.
+  // Each species' group keeps a free slot: a padding atom, for the padding edges to join to itself
+  // (padding_edge_ends()) and the padding frame to hold.
   grow_capacities(b.center_groups, cap.centers, /*spare=*/true);
   grow_capacities(b.edge_groups, cap.edges);
   return !(cap == before);
@@ -98,28 +98,33 @@ void raise_capacity(BatchCapacity& cap, const BatchCapacity& at_least) {
 }
 
 BatchCapacity largest_over_ranks(Communicator& comm, const BatchCapacity& mine) {
-  // Each rank's entries in its own row (frames, virial, the groups' counts, then theirs), summed:
-  // every rank then reads every row.
-  const std::size_t nc = mine.centers.size(), ne = mine.edges.size(), width = 4 + nc + ne;
+  // Each rank's entries in its own row, summed: every rank then reads every row. First the rows'
+  // widths (how many groups: a sum every rank makes as long), then the rows.
+  const std::size_t nc = mine.centers.size(), ne = mine.edges.size(), width = 2 + nc + ne;
   const auto ranks = static_cast<std::size_t>(comm.size()), me = static_cast<std::size_t>(comm.rank());
+  std::vector<double> groups(2 * ranks, 0.0);
+  groups[2 * me] = static_cast<double>(nc), groups[2 * me + 1] = static_cast<double>(ne);
+  comm.allreduce_sum(groups.data(), groups.size());
+  for (std::size_t r = 0; r < ranks; ++r)
+    if (groups[2 * r] != static_cast<double>(nc) || groups[2 * r + 1] != static_cast<double>(ne))
+      throw Error("training.cuda_graph: rank " + std::to_string(r) + "'s batches are grouped otherwise (" +
+                  std::to_string(static_cast<int64_t>(groups[2 * r])) + " species, " +
+                  std::to_string(static_cast<int64_t>(groups[2 * r + 1])) + " nets) than rank " + std::to_string(me) +
+                  "'s (" + std::to_string(nc) + ", " + std::to_string(ne) + "; an internal error)");
   std::vector<double> rows(ranks * width, 0.0);
   double* row = rows.data() + me * width;
   row[0] = static_cast<double>(mine.frames), row[1] = mine.virial ? 1.0 : 0.0;
-  row[2] = static_cast<double>(nc), row[3] = static_cast<double>(ne);
-  std::copy(mine.centers.begin(), mine.centers.end(), row + 4);
-  std::copy(mine.edges.begin(), mine.edges.end(), row + 4 + nc);
+  std::copy(mine.centers.begin(), mine.centers.end(), row + 2);
+  std::copy(mine.edges.begin(), mine.edges.end(), row + 2 + nc);
   comm.allreduce_sum(rows.data(), rows.size());
   BatchCapacity out = mine;
   for (std::size_t r = 0; r < ranks; ++r) {
     const double* theirs = rows.data() + r * width;
-    if (theirs[2] != static_cast<double>(nc) || theirs[3] != static_cast<double>(ne))
-      throw Error("training.cuda_graph: rank " + std::to_string(r) + "'s batches are grouped otherwise than rank " +
-                  std::to_string(me) + "'s (an internal error)");
     BatchCapacity other;
     other.frames = static_cast<int64_t>(theirs[0]);
     other.virial = theirs[1] != 0.0;
-    other.centers.assign(theirs + 4, theirs + 4 + nc);
-    other.edges.assign(theirs + 4 + nc, theirs + width);
+    other.centers.assign(theirs + 2, theirs + 2 + nc);
+    other.edges.assign(theirs + 2 + nc, theirs + width);
     raise_capacity(out, other);
   }
   return out;
@@ -148,7 +153,13 @@ void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_lengt
   // to itself: the padding atoms in turn, as padding_edge_ends() spreads them; fit_capacity keeps
   // a free slot in each species' group).
   const int64_t e_all = cap.n_edges();
-  const std::vector<int64_t> pad_ends = padding_edge_ends(b.center_groups, cap.centers, b.edge_groups, cap.edges);
+  const std::vector<int64_t> ends_of_pads = padding_edge_ends(b.center_groups, cap.centers, b.edge_groups, cap.edges);
+  // On b's device in one copy (from pinned memory, which LibTorch keeps until the copy ran).
+  torch::Tensor pad_ends =
+      torch::from_blob(const_cast<int64_t*>(ends_of_pads.data()), {static_cast<int64_t>(ends_of_pads.size())},
+                       torch::kInt64)
+          .clone();
+  if (i64.device().is_cuda()) pad_ends = pad_ends.pin_memory().to(i64.device(), /*non_blocking=*/true);
   int64_t pad_at = 0;   // the next padding edge's entry in pad_ends
   ensure_shape(into.edge_index, {2, e_all}, i64);
   ensure_shape(into.edge_vectors, {e_all, 3}, b.edge_vectors.options());
@@ -161,8 +172,7 @@ void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_lengt
     const int64_t n = b.edge_groups[e], at = to_edge[e], from = from_edge[e], c = cap.edges[e];
     place(into.edge_index, 1, at, n, ends, from, n, 0.0);
     if (c > n) {
-      const torch::Tensor pad = torch::from_blob(const_cast<int64_t*>(pad_ends.data()) + pad_at, {c - n}, torch::kInt64);
-      into.edge_index.narrow(1, at + n, c - n).copy_(pad.unsqueeze(0).expand({2, c - n}));
+      into.edge_index.narrow(1, at + n, c - n).copy_(pad_ends.narrow(0, pad_at, c - n).unsqueeze(0).expand({2, c - n}));
       pad_at += c - n;
     }
     place(into.edge_vectors, 0, at, c, b.edge_vectors, from, n, 0.0);
@@ -262,8 +272,8 @@ void RecordedStep::run(Run how) {
 // The update half of the step (the gradient sum, clipping, Adam, EMA) run once eagerly and undone,
 // before the first recording: its kernels, and NCCL's connections, are then set up outside the
 // recording. All ranks record their first step together (every rank takes it, on an empty batch
-// where it has no frames), so the sum's collectives match; later recordings are one rank's own and
-// their warm-ups run no collective.
+// where it has no frames), so the sum's collectives match; later recordings (the ranks' agreed
+// capacity grown: all ranks together) run no warm-up collective.
 void RecordedStep::warm_update() {
   for (torch::Tensor& p : *parts_.params)
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);

@@ -5,8 +5,8 @@
 //
 // A graph needs static shapes, so each batch, grouped for forward_grouped() (group_batch), is
 // padded to a capacity (BatchCapacity) and copied into the recorded step's inputs:
-//   - atoms: each species' group padded with atoms of that species that have no edges, in a padding
-//     frame of their own, unlabelled;
+//   - atoms: each species' group padded with atoms of that species that have no real edges, in a
+//     padding frame of their own, unlabelled;
 //   - edges: each embedding net's group padded with edges from a padding atom to itself beyond
 //     the cutoff (rule.pad_length), where every term of se_e2_a and its derivatives is exactly
 //     zero, the padding atoms in turn (padding_edge_ends(): on a GPU, one atom's sums would take
@@ -82,8 +82,8 @@ class AgreedCapacity {
 void raise_capacity(BatchCapacity& cap, const BatchCapacity& at_least);
 
 /// The largest of the ranks' capacities, entry by entry (frames, each group, virials), on every
-/// rank: one host all-reduce of a few numbers. Every rank's groups must be as many (the grouping
-/// rule's; throws mlip::Error otherwise).
+/// rank: two host all-reduces of a few numbers. Every rank's groups must be as many (the grouping
+/// rule's; every rank throws mlip::Error otherwise).
 BatchCapacity largest_over_ranks(Communicator& comm, const BatchCapacity& mine);
 
 /// The grouped batch `b` (group_batch) padded to `cap` (which it fits), written into `into`'s
