@@ -1862,6 +1862,31 @@ TEST(Training, FrameBankGathersWhatPaddingTheGroupedBatchGives) {
   EXPECT_GT(cap.centers[2], 32);
 }
 
+// training.data_on_device with the recorded step, and the frame bank running out of GPU memory
+// while it is built: under auto the training batches are copied per step instead (the log says
+// why); under true an error says what to set; other errors pass on.
+TEST(Training, AFrameBankOutOfGpuMemoryFallsBackUnderAuto) {
+  const std::function<std::unique_ptr<FrameBank>()> out_of_memory = []() -> std::unique_ptr<FrameBank> {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate 2.00 GiB (test)");
+  };
+  std::string why;
+  EXPECT_EQ(bank_or_none(out_of_memory, "auto", "train.yaml", why), nullptr);
+  EXPECT_NE(why.find("training.data_on_device auto: the frame bank ran out of GPU memory"), std::string::npos) << why;
+  EXPECT_NE(why.find("copied to the device per step instead"), std::string::npos) << why;
+  try {
+    bank_or_none(out_of_memory, "true", "train.yaml", why);
+    ADD_FAILURE() << "no error under true";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.yaml: training.data_on_device true: the frame bank ran out of GPU memory"),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("set training.data_on_device auto or false"), std::string::npos) << e.what();
+  }
+  const std::function<std::unique_ptr<FrameBank>()> other = []() -> std::unique_ptr<FrameBank> {
+    throw Error("frame 3: a bad label");
+  };
+  EXPECT_THROW(bank_or_none(other, "auto", "train.yaml", why), Error);
+}
+
 // A rank of `size` whose all-reduces of doubles keep what they were given and add, call after
 // call, `others`' entries (the other ranks' parts of each sum; none past them), for collectives
 // tested in one process.

@@ -99,6 +99,23 @@ DataResidency choose_data_residency(const std::string& setting, const std::strin
                   : DataResidency{true, size + "; the GPU's free memory is unknown"};
 }
 
+std::unique_ptr<FrameBank> bank_or_none(const std::function<std::unique_ptr<FrameBank>()>& build,
+                                        const std::string& setting, const std::string& file, std::string& why) {
+  try {
+    return build();
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+  }
+  const std::string what = "the frame bank ran out of GPU memory while it was built (it holds the training frames and, "
+                           "while it joins them, a second copy of its largest tensor)";
+  if (setting == "true")
+    throw Error(file + ": training.data_on_device true: " + what + ": set training.data_on_device auto or false "
+                "(batches copied per step)");
+  release_cached_memory();   // what the failed bank took
+  why = "training.data_on_device auto: " + what + "; the training batches are copied to the device per step instead";
+  return nullptr;
+}
+
 Trainer::Trainer(Config config, std::string config_text, Communicator& comm)
     : config_(std::move(config)), config_text_(std::move(config_text)), comm_(comm),
       dtype_(torch_dtype(config_.model)),
@@ -261,16 +278,14 @@ void Trainer::setup_model_and_statistics() {
   if (data_on_device_ && recorded_) {
     log(fmt::format("data: building the frame bank on the device from {} training frames (each grouped once)",
                     data_.train->size()));
-    try {
-      bank_ = std::make_unique<FrameBank>(*data_.train, *species_, dtype_, *grouping_, device_);
-    } catch (const std::exception& e) {
-      if (!is_out_of_memory(e)) throw;
-      throw Error(config_.file + ": training.data_on_device: the frame bank ran out of GPU memory while it was built "
-                  "(it holds the training frames and, while it joins them, a second copy of its largest tensor): "
-                  "set training.data_on_device false (batches copied per step)");
-    }
-    log(fmt::format("data: the training frames in one bank on the device ({}), each batch gathered from it into the "
-                    "recorded step's inputs", gib(bank_->bytes())));
+    std::string why;
+    bank_ = bank_or_none([&] { return std::make_unique<FrameBank>(*data_.train, *species_, dtype_, *grouping_, device_); },
+                         config_.data_on_device, config_.file, why);
+    if (bank_)
+      log(fmt::format("data: the training frames in one bank on the device ({}), each batch gathered from it into the "
+                      "recorded step's inputs", gib(bank_->bytes())));
+    else
+      log("WARNING: " + why);
   }
   sampler_ = std::make_unique<Sampler>(*data_.train, config_.batch_frames, config_.batch_atoms, config_.seed,
                                        at::get_num_threads());

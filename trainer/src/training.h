@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -415,6 +416,12 @@ struct DataResidency {
 /// error (mlip::Error naming `file` and both sizes) when it does not fit.
 DataResidency choose_data_residency(const std::string& setting, const std::string& file, bool cuda, bool streamed,
                                     int64_t bytes, std::optional<int64_t> available);
+/// The frame bank `build` makes (training.data_on_device `setting` with the recorded step), or,
+/// where it runs out of GPU memory under auto, none: batches are then copied per step, and `why`
+/// says so for the log. Under true that is an error (mlip::Error naming `file` and what to set);
+/// other errors pass on.
+std::unique_ptr<FrameBank> bank_or_none(const std::function<std::unique_ptr<FrameBank>()>& build,
+                                        const std::string& setting, const std::string& file, std::string& why);
 /// About how many bytes the frames of `frames` take as per-frame tensors on a device: a sample of
 /// up to 64 frames spread over the set, scaled by the atoms of all.
 int64_t resident_bytes(const FrameSource& frames, const SpeciesMap& species, torch::Dtype dtype);
