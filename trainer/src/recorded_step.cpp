@@ -155,10 +155,8 @@ void pad_batch(const BatchTensors& b, const BatchCapacity& cap, double pad_lengt
   const int64_t e_all = cap.n_edges();
   const std::vector<int64_t> ends_of_pads = padding_edge_ends(b.center_groups, cap.centers, b.edge_groups, cap.edges);
   // On b's device in one copy (from pinned memory, which LibTorch keeps until the copy ran).
-  torch::Tensor pad_ends =
-      torch::from_blob(const_cast<int64_t*>(ends_of_pads.data()), {static_cast<int64_t>(ends_of_pads.size())},
-                       torch::kInt64)
-          .clone();
+  torch::Tensor pad_ends = torch::from_blob(const_cast<int64_t*>(ends_of_pads.data()),
+                                            {static_cast<int64_t>(ends_of_pads.size())}, torch::kInt64);
   if (i64.device().is_cuda()) pad_ends = pad_ends.pin_memory().to(i64.device(), /*non_blocking=*/true);
   int64_t pad_at = 0;   // the next padding edge's entry in pad_ends
   ensure_shape(into.edge_index, {2, e_all}, i64);

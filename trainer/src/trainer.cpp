@@ -284,8 +284,10 @@ void Trainer::setup_model_and_statistics() {
     if (bank_)
       log(fmt::format("data: the training frames in one bank on the device ({}), each batch gathered from it into the "
                       "recorded step's inputs", gib(bank_->bytes())));
-    else
+    else if (comm_.is_root())
       log("WARNING: " + why);
+    else   // log() is rank 0's: another rank's fallback is said by that rank
+      std::fprintf(stderr, "mlip-trainer rank %d: WARNING: %s\n", comm_.rank(), why.c_str());
   }
   sampler_ = std::make_unique<Sampler>(*data_.train, config_.batch_frames, config_.batch_atoms, config_.seed,
                                        at::get_num_threads());
@@ -350,8 +352,8 @@ ReadyBatch Trainer::ready_batch(const std::vector<int64_t>& part, const BatchCap
                        grouping_->pad_length, device_);
 }
 
-// Every rank's recorded step grows to the capacity the largest of their batches needs (one host
-// all-reduce of a few numbers a step), so that the ranks record anew together and replay the same
+// Every rank's recorded step grows to the capacity the largest of their batches needs (two host
+// all-reduces of a few numbers a step), so that the ranks record anew together and replay the same
 // shapes: a rank recording alone would keep the others waiting in their replayed all-reduces.
 // The prefetching thread pads later batches for the agreed capacity.
 void Trainer::agree_capacity(const BatchTensors& shape, AgreedCapacity& agreed) {
