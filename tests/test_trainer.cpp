@@ -1916,27 +1916,21 @@ class OtherRanks final : public Communicator {
 };
 
 // training.cuda_graph on several ranks: every rank grows its recorded step to the largest of the
-// ranks' capacities, entry by entry (so that they record anew together and replay one shape);
-// ranks whose batches are grouped otherwise are an error on every rank.
+// ranks' capacities, entry by entry (so that they record anew together and replay one shape), in
+// one all-reduce; ranks whose batches are grouped otherwise are an error on every rank (checked
+// once, at setup).
 TEST(Training, RanksAgreeOnTheLargestCapacity) {
   std::vector<BatchCapacity> caps(3);
   caps[0].frames = 8, caps[0].centers = {32, 0, 64}, caps[0].edges = {320, 0, 96};
   caps[1].frames = 16, caps[1].centers = {64, 32, 0}, caps[1].edges = {96, 640, 0}, caps[1].virial = true;
   caps[2].frames = 8, caps[2].centers = {0, 0, 0}, caps[2].edges = {0, 0, 0};   // a rank with no frames yet
-  // The other ranks' group counts (3 species, 3 nets) in the first sum.
-  const auto groups_of_others = [](int k, int ranks, double species, double nets) {
-    std::vector<double> v(static_cast<std::size_t>(2 * ranks), 0.0);
-    for (int r = 0; r < ranks; ++r)
-      if (r != k) v[static_cast<std::size_t>(2 * r)] = species, v[static_cast<std::size_t>(2 * r + 1)] = nets;
-    return v;
-  };
-  // Each rank's part of the second sum (its row), the other rows left zero.
+  // Each rank's part of the sum (its row), the other rows left zero.
   std::vector<std::vector<double>> part(3);
   for (int k = 0; k < 3; ++k) {
-    OtherRanks alone(k, 3, {groups_of_others(k, 3, 3, 3)});
+    OtherRanks alone(k, 3, {});
     EXPECT_TRUE(largest_over_ranks(alone, caps[static_cast<std::size_t>(k)]) == caps[static_cast<std::size_t>(k)]);
-    ASSERT_EQ(alone.given.size(), 2u);
-    part[static_cast<std::size_t>(k)] = alone.given[1];
+    ASSERT_EQ(alone.given.size(), 1u);
+    part[static_cast<std::size_t>(k)] = alone.given[0];
   }
   BatchCapacity want;
   want.frames = 16, want.centers = {64, 32, 64}, want.edges = {320, 640, 96}, want.virial = true;
@@ -1944,16 +1938,24 @@ TEST(Training, RanksAgreeOnTheLargestCapacity) {
     std::vector<double> others(part[0].size(), 0.0);
     for (int j = 0; j < 3; ++j)
       for (std::size_t i = 0; j != k && i < others.size(); ++i) others[i] += part[static_cast<std::size_t>(j)][i];
-    OtherRanks rank(k, 3, {groups_of_others(k, 3, 3, 3), others});
+    OtherRanks rank(k, 3, {others});
     EXPECT_TRUE(largest_over_ranks(rank, caps[static_cast<std::size_t>(k)]) == want) << "rank " << k;
   }
   BatchCapacity raised = caps[2];
   raise_capacity(raised, caps[0]);
   EXPECT_TRUE(raised == caps[0]);
-  // Rank 1 grouped by another rule (two species, two nets): an error before the rows' sum.
+  // The group counts: the other ranks' (3 species, 3 nets, or another rule's 2 and 2) in the sum.
+  const auto groups_of_others = [](int k, int ranks, double species, double nets) {
+    std::vector<double> v(static_cast<std::size_t>(2 * ranks), 0.0);
+    for (int r = 0; r < ranks; ++r)
+      if (r != k) v[static_cast<std::size_t>(2 * r)] = species, v[static_cast<std::size_t>(2 * r + 1)] = nets;
+    return v;
+  };
+  OtherRanks same(1, 3, {groups_of_others(1, 3, 3, 3)});
+  EXPECT_NO_THROW(check_groups_agree(same, 3, 3));
   OtherRanks mixed(0, 2, {groups_of_others(0, 2, 2, 2)});
   try {
-    largest_over_ranks(mixed, caps[0]);
+    check_groups_agree(mixed, 3, 3);
     ADD_FAILURE() << "no error for ranks grouped otherwise";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1's batches are grouped otherwise (2 species, 2 nets) than rank 0's"),

@@ -97,20 +97,25 @@ void raise_capacity(BatchCapacity& cap, const BatchCapacity& at_least) {
   }
 }
 
-BatchCapacity largest_over_ranks(Communicator& comm, const BatchCapacity& mine) {
-  // Each rank's entries in its own row, summed: every rank then reads every row. First the rows'
-  // widths (how many groups: a sum every rank makes as long), then the rows.
-  const std::size_t nc = mine.centers.size(), ne = mine.edges.size(), width = 2 + nc + ne;
+void check_groups_agree(Communicator& comm, std::size_t centers, std::size_t edges) {
+  // Each rank's counts in its own row of a sum every rank makes as long.
   const auto ranks = static_cast<std::size_t>(comm.size()), me = static_cast<std::size_t>(comm.rank());
   std::vector<double> groups(2 * ranks, 0.0);
-  groups[2 * me] = static_cast<double>(nc), groups[2 * me + 1] = static_cast<double>(ne);
+  groups[2 * me] = static_cast<double>(centers), groups[2 * me + 1] = static_cast<double>(edges);
   comm.allreduce_sum(groups.data(), groups.size());
   for (std::size_t r = 0; r < ranks; ++r)
-    if (groups[2 * r] != static_cast<double>(nc) || groups[2 * r + 1] != static_cast<double>(ne))
+    if (groups[2 * r] != static_cast<double>(centers) || groups[2 * r + 1] != static_cast<double>(edges))
       throw Error("training.cuda_graph: rank " + std::to_string(r) + "'s batches are grouped otherwise (" +
                   std::to_string(static_cast<int64_t>(groups[2 * r])) + " species, " +
                   std::to_string(static_cast<int64_t>(groups[2 * r + 1])) + " nets) than rank " + std::to_string(me) +
-                  "'s (" + std::to_string(nc) + ", " + std::to_string(ne) + "; an internal error)");
+                  "'s (" + std::to_string(centers) + ", " + std::to_string(edges) + "; an internal error)");
+}
+
+BatchCapacity largest_over_ranks(Communicator& comm, const BatchCapacity& mine) {
+  // Each rank's entries in its own row, summed: every rank then reads every row (as wide on every
+  // rank: check_groups_agree).
+  const std::size_t nc = mine.centers.size(), ne = mine.edges.size(), width = 2 + nc + ne;
+  const auto ranks = static_cast<std::size_t>(comm.size()), me = static_cast<std::size_t>(comm.rank());
   std::vector<double> rows(ranks * width, 0.0);
   double* row = rows.data() + me * width;
   row[0] = static_cast<double>(mine.frames), row[1] = mine.virial ? 1.0 : 0.0;

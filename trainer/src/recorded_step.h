@@ -81,9 +81,14 @@ class AgreedCapacity {
 /// Raises each of `cap`'s entries to at least `at_least`'s (frames, each group, virials).
 void raise_capacity(BatchCapacity& cap, const BatchCapacity& at_least);
 
+/// Throws mlip::Error on every rank unless every rank groups its batches into as many groups
+/// (`centers` species, `edges` nets), which largest_over_ranks takes for granted: one host
+/// all-reduce, once at setup.
+void check_groups_agree(Communicator& comm, std::size_t centers, std::size_t edges);
+
 /// The largest of the ranks' capacities, entry by entry (frames, each group, virials), on every
-/// rank: two host all-reduces of a few numbers. Every rank's groups must be as many (the grouping
-/// rule's; every rank throws mlip::Error otherwise).
+/// rank: one host all-reduce of a few numbers. Every rank's groups must be as many
+/// (check_groups_agree).
 BatchCapacity largest_over_ranks(Communicator& comm, const BatchCapacity& mine);
 
 /// The grouped batch `b` (group_batch) padded to `cap` (which it fits), written into `into`'s

@@ -339,6 +339,10 @@ void Trainer::choose_recording() {
   parts.huber_delta = config_.huber_delta;
   parts.rule = *grouping_;
   recorded_ = std::make_unique<RecordedStep>(parts, config_.cuda_graph == "true", device_);
+  // Several ranks agree on the step's capacity before each step (agree_capacity): in rows as wide
+  // on every rank.
+  const auto ns = static_cast<std::size_t>(grouping_->n_species);
+  if (comm_.size() > 1) check_groups_agree(comm_, ns, grouping_->pair_nets ? ns * ns : ns);
   log(config_.cuda_graph == "true"
           ? "training: each step recorded as a CUDA graph and replayed (training.cuda_graph), batches padded to capacities"
           : "training: each step as the recorded one, run eagerly (training.cuda_graph eager)");
@@ -352,8 +356,8 @@ ReadyBatch Trainer::ready_batch(const std::vector<int64_t>& part, const BatchCap
                        grouping_->pad_length, device_);
 }
 
-// Every rank's recorded step grows to the capacity the largest of their batches needs (two host
-// all-reduces of a few numbers a step), so that the ranks record anew together and replay the same
+// Every rank's recorded step grows to the capacity the largest of their batches needs (one host
+// all-reduce of a few numbers a step), so that the ranks record anew together and replay the same
 // shapes: a rank recording alone would keep the others waiting in their replayed all-reduces.
 // The prefetching thread pads later batches for the agreed capacity.
 void Trainer::agree_capacity(const BatchTensors& shape, AgreedCapacity& agreed) {
