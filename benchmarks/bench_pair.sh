@@ -42,6 +42,7 @@
 # to it, and PaiNN's with 'exchange no cuda_graph yes' where the graph is the host's; only: those runs alone; eager: those runs alone with 'cuda_graph eager', the same padded path
 # unrecorded, on any device). GRAPH (host; device: every mlip run with 'graph device', the graph built
 # on the model's device; with CUDA_GRAPH the whole step recorded as one CUDA graph).
+# MLIP_KERNELS (usual; aten or device: the operators' formulation, named in the mlip rows' labels).
 # THREADS (LibTorch threads per rank, OMP_NUM_THREADS; default 1). MD_STEPS ("10k=50 100k=20": MD
 # steps per size instead of the defaults below). SE_E2A (0: no
 # plain se_e2_a float64 rows, for runs of the other rows alone). ROWS_OUT (a file each row is
@@ -258,6 +259,10 @@ GRAPH=${GRAPH:-host}
 if [[ $GRAPH == device ]]; then
   options="$options graph device"
   on="$on, device graph"
+fi
+# the operators' formulation where the environment chooses one (mlip/ops/operators.h's KernelChoice)
+if [[ -n ${MLIP_KERNELS:-} && ${MLIP_KERNELS:-} != usual ]]; then
+  on="$on, $MLIP_KERNELS kernels"
 fi
 
 if [[ -n $CHUNKS ]]; then

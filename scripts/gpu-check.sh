@@ -24,7 +24,8 @@
 #   md_step_graph  se_e2_a's whole step as one CUDA graph ('graph device cuda_graph yes'), the same
 #              four models and sizes, no chunk (its model calls chunked only if memory asks)
 #   profile    where the time goes, under 'timing kernels' / --profile (the runs' times are not
-#              figures): se_e2_a plain, compressed, float32 at 100k atoms with the graph on the GPU
+#              figures): se_e2_a plain, compressed, float32 (also MLIP_KERNELS=aten) at 100k atoms
+#              with the graph on the GPU
 #              and as the whole-step graph, PaiNN and MACE at 10k, training at batch 1, 1 recorded,
 #              16, and MACE; tables in profile.txt
 #   train_gpu  the trainer's GPU test (resume, data on the device, GPU = CPU in float64)
@@ -571,7 +572,7 @@ sizing() {
 # Where the step's time goes (issue 54's profiles): the main models under 'timing kernels'
 # (LibTorch's profiler: each kernel's time, the copies, the host's launches and waits, per force
 # call), se_e2_a plain and compressed, float64 and float32, at 100k atoms with the graph built on
-# the GPU; PaiNN and both MACE models at 10k; training steps of the water se_e2_a example at batch
+# the GPU (plain float32 also on the ATen formulations: tanh_net's device kernel against cuBLAS); PaiNN and both MACE models at 10k; training steps of the water se_e2_a example at batch
 # 1 (also recorded: training.cuda_graph) and 16 and of the MACE example (mlip-trainer --profile). Their times are not figures (the
 # profiler slows the step); the tables go to profile.txt, each run's totals and top kernels to the
 # summary.
@@ -580,10 +581,16 @@ stage_profile() {
   [[ $dry == 1 ]] && device=cpu
   if [[ $dry == 1 ]]; then
     bench_profile profile 120 SIZES=1k MD_STEPS="1k=3" GRAPH=device PAINN=1 PAINN_CHUNKS= || rc=$?
+    bench_profile profile_aten 60 SIZES=1k MD_STEPS="1k=3" GRAPH=device SE_E2A=0 FLOAT32=1 FLOAT32_SIZES=1k \
+      MLIP_KERNELS=aten || rc=$?
     train_profile profile-train-b4 "$repo/examples/configs/water-se_e2_a.yaml" 3 --set data.batch.frames=4 \
       --set data.validation_fraction=0.9 || rc=$?
   else
     bench_profile profile 150 SIZES=100k MD_STEPS="100k=4" GRAPH=device COMPRESSED=1 FLOAT32=1 FLOAT32_SIZES=100k || rc=$?
+    # float32 se_e2_a's embedding nets as matrix products (cuBLAS) against tanh_net's device kernel
+    # (one thread a row, its arrays in local memory) in the run above
+    bench_profile profile_aten 60 SIZES=100k MD_STEPS="100k=4" GRAPH=device SE_E2A=0 FLOAT32=1 FLOAT32_SIZES=100k \
+      MLIP_KERNELS=aten || rc=$?
     bench_profile profile_step 90 SIZES=100k MD_STEPS="100k=4" GRAPH=device CUDA_GRAPH=only SE_E2A=0 COMPRESSED=1 \
       FLOAT32=1 FLOAT32_SIZES=100k || rc=$?
     bench_profile profile_mp 120 SIZES=10k MD_STEPS="10k=5" SE_E2A=0 PAINN=1 PAINN_CHUNKS= MACE=1 || rc=$?
