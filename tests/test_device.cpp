@@ -1123,6 +1123,31 @@ TEST(DeviceGraphGpu, TheGpuBuildsTheCpusGraph) {
   }
 }
 
+// A call whose atoms have no neighbour (an isolated atom; a dilute gas; a chunk of them): the
+// graph's empty arrays may have null pointers, which CUDA's pointer lookup refuses (the graph is
+// wrapped without one). Energies on the GPU equal the CPU's; no forces.
+TEST(DeviceGraphGpu, AGraphOfNoEdgesEvaluates) {
+  if (const std::string why = mlip::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const mlip::testing::TempDir dir("mlip_test_device_no_edges");
+  const std::string path = (dir.path / "model.pt").string();
+  mlip::testing::write_test_model("se_e2_a", path);
+  const mlip::Model cpu = mlip::Model::load(path);
+  const mlip::Model gpu = mlip::Model::load(path, mlip::choose_device("cuda", 0, "test"));
+  const torch::Tensor x = torch::tensor({0.0, 0.0, 0.0, 40.0, 0.0, 0.0}, torch::kFloat64).view({2, 3});
+  const torch::Tensor species = torch::tensor({0, 1}, torch::kInt64);
+  const double cutoff = cpu.info().cutoff;
+  const mlip::DeviceGraph on_cpu = mlip::build_device_graph(x, species, 2, cutoff, 1);
+  const mlip::DeviceGraph on_gpu = mlip::build_device_graph(x.cuda(), species.cuda(), 2, cutoff, 1);
+  ASSERT_EQ(on_gpu.n_edges(), 0);
+  const mlip::ModelOutput a = mlip::evaluate_graph(cpu, on_cpu.view()), b = mlip::evaluate_graph(gpu, on_gpu.view());
+  ASSERT_EQ(b.atom_energy.numel(), 2);
+  EXPECT_TRUE(torch::allclose(b.atom_energy.cpu(), a.atom_energy, 1e-12, 1e-12));
+  mlip::EdgeForceRequest request;
+  request.virial = true;
+  const mlip::EdgeForces f = mlip::edge_forces(on_gpu.view(), b.edge_grad, request);
+  EXPECT_EQ(f.forces.abs().sum().item<double>(), 0.0);
+}
+
 // tanh_net's device kernel (the uncompressed se_e2_a embedding in MD) on the GPU against the CPU:
 // DeePMD's 25-50-100 net, values, dy/dx and the gradient with respect to x.
 TEST(DeviceKernelsGpu, TanhNetEqualsTheCpu) {

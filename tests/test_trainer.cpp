@@ -842,6 +842,19 @@ TEST(GradientReducer, ClipNormScalesOntoTheClipAndLeavesSmallerNormsAlone) {
   }
 }
 
+// CUDA's fused Adam takes gradients with their parameters' strides only: the recorded step's
+// gradients (autograd::grad's, whatever the graph made) are laid out so first.
+TEST(Training, GradientsAreLaidOutAsTheirParameters) {
+  const torch::Tensor param = torch::zeros({4, 3}, torch::kFloat64);
+  const torch::Tensor transposed = torch::randn({3, 4}, torch::kFloat64).t();
+  const torch::Tensor laid = FusedAdam::laid_out_as(transposed, param);
+  EXPECT_EQ(laid.strides(), param.strides());
+  EXPECT_TRUE(torch::equal(laid, transposed));
+  const torch::Tensor plain = torch::randn({4, 3}, torch::kFloat64);
+  EXPECT_TRUE(FusedAdam::laid_out_as(plain, param).is_same(plain));   // no copy where none is needed
+  EXPECT_FALSE(FusedAdam::laid_out_as(torch::Tensor(), param).defined());
+}
+
 // FusedAdam itself against torch::optim's Adam and AdamW (AMSGrad, weight decay), step by step
 // on the same gradients: the same parameters (they moved) and state up to rounding, with the state
 // made and counted as torch::optim does.

@@ -123,6 +123,11 @@ void FusedAdam::launch(const torch::Tensor* lr) {
   }
 }
 
+torch::Tensor FusedAdam::laid_out_as(const torch::Tensor& grad, const torch::Tensor& param) {
+  if (!grad.defined() || (grad.sizes() == param.sizes() && grad.strides() == param.strides())) return grad;
+  return torch::empty_like(param, grad.options()).copy_(grad);
+}
+
 void FusedAdam::advance() {
   for (const torch::Tensor& p : optimizer_.param_groups().at(0).params()) {
     if (!p.grad().defined()) continue;

@@ -38,6 +38,10 @@ class FusedAdam {
   void launch(const torch::Tensor* lr);
   /// The host's step counts (the state's, which checkpoints save) advanced by one.
   void advance();
+  /// `grad` laid out as `param`: itself, or a copy with the parameter's strides. CUDA's fused
+  /// kernels refuse a gradient with other strides; backward() lays gradients out so, but
+  /// autograd::grad (the recorded step's) returns what the graph made (a transpose's, a slice's).
+  static torch::Tensor laid_out_as(const torch::Tensor& grad, const torch::Tensor& param);
 
  private:
   struct Count {

@@ -261,7 +261,7 @@ void RecordedStep::run(Run how) {
                                            /*allow_unused=*/true);
   if (how == Run::warm) return;
   terms_ = terms;
-  for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = FusedAdam::laid_out_as(grads[i], params[i]);
   parts_.reducer->reduce(*parts_.comm);   // one rank: only the gradients of unused parameters made zeros
   if (parts_.grad_clip > 0) parts_.reducer->clip_norm(parts_.grad_clip);
   // In a recording there is nothing to make (record() made it): what would be made here would be

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include <ATen/ops/from_blob.h>
+
 #include "mlip/model/model.h"
 
 namespace mlip::detail {
@@ -16,14 +18,23 @@ bool optimize_graphs_on(const torch::Device& device);
 
 // The graph's arrays as tensors on its device, without a copy. from_blob wants non-const
 // pointers; the tensors are only read (evaluate_module detaches the vectors before asking for
-// their gradient, which does not write them).
+// their gradient, which does not write them). The device is the view's, not asked of CUDA: an
+// empty array's pointer may be null (a graph of no edges), which CUDA's pointer lookup refuses.
 struct GraphTensors {
   torch::Tensor species, edge_index, edge_vectors;
   explicit GraphTensors(const GraphView& g) {
     const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(g.device);
-    species = torch::from_blob(const_cast<int64_t*>(g.species), {g.n_nodes}, i64);
-    edge_index = torch::from_blob(const_cast<int64_t*>(g.edge_index), {2, g.n_edges}, {g.edge_index_stride, 1}, i64);
-    edge_vectors = torch::from_blob(const_cast<double*>(g.edge_vectors), {g.n_edges, 3}, i64.dtype(torch::kFloat64));
+    species = wrap(g.species, {g.n_nodes}, {1}, i64, g.device);
+    edge_index = wrap(g.edge_index, {2, g.n_edges}, {g.edge_index_stride, 1}, i64, g.device);
+    edge_vectors = wrap(g.edge_vectors, {g.n_edges, 3}, {3, 1}, i64.dtype(torch::kFloat64), g.device);
+  }
+  template <class T>
+  static torch::Tensor wrap(const T* data, at::IntArrayRef sizes, at::IntArrayRef strides, const torch::TensorOptions& options,
+                            const torch::Device& device) {
+    at::TensorMaker maker = at::for_blob(const_cast<T*>(data), sizes);
+    maker.strides(strides).options(options);
+    if (device.is_cpu() || device.has_index()) maker.target_device(device);   // else ask where it lives
+    return maker.make_tensor();
   }
 };
 

@@ -75,11 +75,14 @@ __attribute__((visibility("default"))) int mlip_cuda_runs_on(int device) {
 __attribute__((visibility("default"))) int mlip_cuda_memory(int device, int64_t* bytes) {
   try {
     const auto index = static_cast<c10::DeviceIndex>(device);
-    int before = 0;
-    if (cudaGetDevice(&before) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) throw std::runtime_error("no device");
     size_t free = 0, total = 0;
-    const cudaError_t rc = cudaMemGetInfo(&free, &total);
-    cudaSetDevice(before);
+    cudaError_t rc;
+    {
+      // LibTorch's guard: it gives back the thread's device without making a context there
+      // (a plain cudaSetDevice would, on a device the thread never used: GPU 0's memory).
+      const c10::cuda::CUDAGuard guard(index);
+      rc = cudaMemGetInfo(&free, &total);
+    }
     if (rc != cudaSuccess) throw std::runtime_error(std::string("cudaMemGetInfo: ") + cudaGetErrorString(rc));
     constexpr auto all = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
