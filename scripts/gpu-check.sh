@@ -13,7 +13,8 @@
 #   pair_np1   pair_style mlip device cuda against the CPU inside LAMMPS (PairMLIPGpu.*, 1 rank)
 #   train      training frames/s on water (examples/configs/water-se_e2_a.yaml), batch 1, 4, 16, 1
 #              and 16 grouped (training.grouped), and 1 and 16 recorded (training.cuda_graph: batches
-#              from the frame bank), 16 recorded from host batches; MACE on ethanol
+#              from the frame bank), 16 recorded from host batches, 16 recorded with
+#              training.deterministic false; MACE on ethanol
 #   train_accuracy  the same frames (10 epochs of the water example) at batch 1, 4 and 16 with the
 #              step recorded (training.cuda_graph): frames/s against the validation errors they
 #              buy (issue 54: >= 1000 frames/s with errors no worse than at batch 1)
@@ -420,14 +421,16 @@ stage_train() {
   # 1g, 16g: the same batches grouped for forward_grouped() (training.grouped: no waits for sizes);
   # 1r, 16r: the whole step recorded as a CUDA graph (training.cuda_graph; the dry run: eager),
   # batches gathered from the frames kept on the device (the frame bank); 16h: the same with
-  # batches copied from the host (data_on_device false: concat, group_batch and pad_batch)
-  local frames grouped name recorded recording=true resident
+  # batches copied from the host (data_on_device false: concat, group_batch and pad_batch); 16n:
+  # 16r with training.deterministic false (index_add's atomics, not ATen's sort inside the recording)
+  local frames grouped name recorded recording=true resident deterministic
   [[ $dry == 1 ]] && recording=eager
-  for b in 1 4 16 1g 16g 1r 16r 16h; do
-    frames=${b%[grh]} grouped=false recorded=false resident=auto name="batch $frames"
+  for b in 1 4 16 1g 16g 1r 16r 16h 16n; do
+    frames=${b%[grhn]} grouped=false recorded=false resident=auto deterministic=true name="batch $frames"
     [[ $b == *g ]] && grouped=true name="batch $frames, grouped"
     [[ $b == *r ]] && recorded=$recording resident=true name="batch $frames, recorded"
     [[ $b == *h ]] && recorded=$recording resident=false name="batch $frames, recorded, host batches"
+    [[ $b == *n ]] && recorded=$recording resident=true deterministic=false name="batch $frames, recorded, not deterministic"
     if (($(left) < 15)); then
       record "training $name: not run (the budget is spent)"
       rc=1
@@ -437,7 +440,7 @@ stage_train() {
     if run_logged "train-b$b" 120 "$build/bin/mlip-trainer" train "$repo/examples/configs/water-se_e2_a.yaml" --threads 4 \
       --set training.device=$device --set training.epochs=2 --set training.max_minutes=0 --set data.batch.frames=$frames \
       --set training.grouped=$grouped --set training.cuda_graph=$recorded --set training.data_on_device=$resident \
-      --set output.dir="$build/train-b$b" \
+      --set training.deterministic=$deterministic --set output.dir="$build/train-b$b" \
       --set data.cache_dir="$build/cache" --set output.log_every=0 "${extra[@]}"; then
       rate=$(awk '/throughput/ {r = $2} END {print r}' "$logs/train-b$b.log")
       memory=$(grep '^  memory: ' "$logs/train-b$b.log" | tail -1 | sed 's/^  memory: //')
