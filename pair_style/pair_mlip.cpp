@@ -285,7 +285,10 @@ std::string PairMLIP::load_models(const std::vector<std::string> &files)
 
 // On a GPU without 'chunk': calls sized by the free memory, where the memory can be known
 // (libmlip_cuda_ops.so), the model call is not recorded as a CUDA graph (one call of all local atoms)
-// and the model is not exchanging ghost features (its chunks are its own).
+// and the model is not exchanging ghost features (its chunks are its own). A committee's other
+// models take the first model's calls after it (evaluate_chunk), unmeasured: a call split after
+// running out of memory in the first model had added nothing; one that runs out in another model is
+// an error saying to set 'chunk'.
 void PairMLIP::init_sizer(bool wanted)
 {
   impl->sizer.reset();
@@ -295,8 +298,7 @@ void PairMLIP::init_sizer(bool wanted)
   const torch::Device device = impl->model->device();
   impl->gpu_sharing = ranks_sharing_gpu(world, device.is_cuda() ? mlip::gpu_bus_id(std::max<int>(device.index(), 0)) : "",
                                         device.is_cuda() ? mlip::cuda_device_count() : 1);
-  if (!wanted || (options.cuda_graph && !impl->step) || exchanging() || committee_size() > 1 ||
-      !mlip::device_memory(device))
+  if (!wanted || (options.cuda_graph && !impl->step) || exchanging() || !mlip::device_memory(device))
     return;
   impl->sizer = std::make_unique<mlip::ChunkSizer>();
 }
@@ -745,8 +747,13 @@ void PairMLIP::evaluate_graph(int member)
     mlip::reset_peak_memory(m.device());
     before = mlip::device_memory(m.device());
   }
+  const std::string failed = member == 0 || !s.sizer
+                                ? std::string("model evaluation failed")
+                                : fmt::format("committee model '{}' failed in a call of {} local atoms, which the first "
+                                              "model's GPU memory chose (set a smaller 'chunk N' if it ran out)",
+                                              impl->committee.member(member).file, g.n_centers);
   guarded(
-      error, false, "model evaluation failed",
+      error, false, failed,
       [&] { out = member == 0 && s.capture ? s.capture->evaluate(view) : mlip::evaluate_graph(m, view); }, sized);
   if (before)
     if (const auto after = mlip::device_memory(m.device()))

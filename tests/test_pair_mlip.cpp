@@ -1261,6 +1261,12 @@ TEST_F(PairMLIPGpu, CallsSizedByFreeMemoryMatchCpu) {
   expect_gpu_matches(water_setup(150, 59) + "replicate 2 2 2\n", model_path("painn"), "* * O H H", 3);
 }
 
+// A committee on the GPU without 'chunk': the first model's calls sized by the free memory, the
+// others in the same calls; the deviation as the CPU computes it offline.
+TEST_F(PairMLIPGpu, CommitteeMatchesOffline) {
+  expect_deviation_matches_offline({"se_e2_a", "se_e2_a_md", "painn"}, " device cuda", 1.0, 76);
+}
+
 // 'graph device' on the GPU against the host graph on the CPU.
 TEST_F(PairMLIPGpu, DeviceGraphMatchesCpu) {
   expect_gpu_matches(water_setup(150, 61) + "replicate 2 2 2\n", model_path("se_e2_a"), "* * O H H", 3, 1e-8, " graph device");

@@ -676,17 +676,23 @@ TEST(Communication, GpuSharingToldApartByNodeAndBus) {
   GpuSharing s = sharing("node1/0000:1A:00.0", {"node1/0000:1B:00.0", "node2/0000:1A:00.0"});
   EXPECT_EQ(s.on_gpu, 3);
   EXPECT_TRUE(s.every_rank_its_own(3));
-  // two ranks on one GPU of a node
+  EXPECT_EQ(s.with_mine, 1);
+  // two ranks on one GPU of a node (each counts on half its memory: data_on_device)
   s = sharing("node1/0000:1A:00.0", {"node1/0000:1A:00.0", "node2/0000:1A:00.0"});
   EXPECT_EQ(s.on_gpu, 3);
   EXPECT_FALSE(s.every_rank_its_own(3));
+  EXPECT_EQ(s.with_mine, 2);
+  s = sharing("node1/0000:1A:00.0", {"node1/0000:1A:00.0", "node1/0000:1A:00.0"});
+  EXPECT_EQ(s.with_mine, 3);
   // a rank on the CPU; all on the CPU
   s = sharing("node1/0000:1A:00.0", {"", "node2/0000:1A:00.0"});
   EXPECT_EQ(s.on_gpu, 2);
   EXPECT_FALSE(s.every_rank_its_own(3));
+  EXPECT_EQ(s.with_mine, 1);
   s = sharing("", {"", ""});
   EXPECT_EQ(s.on_gpu, 0);
   EXPECT_FALSE(s.every_rank_its_own(3));
+  EXPECT_EQ(s.with_mine, 1);
   // the identity names the device (its PCI bus, or the device where that cannot be read): one
   // node's two GPUs differ, the same GPU asked twice does not
   EXPECT_NE(gpu_identity(torch::Device("cuda:0")), gpu_identity(torch::Device("cuda:1")));

@@ -79,6 +79,7 @@ std::string gpu_identity(const torch::Device& device);
 struct GpuSharing {
   int on_gpu = 0;
   bool distinct = true;
+  int with_mine = 1;   // ranks on this rank's GPU, itself included (1 on the CPU)
   bool every_rank_its_own(int ranks) const { return on_gpu == ranks && distinct; }
 };
 /// GpuSharing of the ranks of `comm`, a collective of all of them; `identity` is gpu_identity()

@@ -214,9 +214,11 @@ GpuSharing gpu_sharing(Communicator& comm, const std::string& identity) {
     ids[static_cast<std::size_t>(comm.rank())] =
         static_cast<double>(std::hash<std::string>{}(identity) & ((uint64_t{1} << 52) - 1)) + 1.0;
   comm.allreduce_sum(ids.data(), ids.size());
+  const double mine = ids[static_cast<std::size_t>(comm.rank())];
+  const int with_mine = mine == 0.0 ? 1 : static_cast<int>(std::count(ids.begin(), ids.end(), mine));
   ids.erase(std::remove(ids.begin(), ids.end(), 0.0), ids.end());
   std::sort(ids.begin(), ids.end());
-  return {static_cast<int>(ids.size()), std::adjacent_find(ids.begin(), ids.end()) == ids.end()};
+  return {static_cast<int>(ids.size()), std::adjacent_find(ids.begin(), ids.end()) == ids.end(), with_mine};
 }
 
 }  // namespace mlip::trainer

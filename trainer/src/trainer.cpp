@@ -398,12 +398,12 @@ void Trainer::choose_where_data_lives() {
                             ? 0
                             : resident_bytes(*data_.train, *species_, dtype_) +
                                   resident_bytes(*data_.validation, *species_, dtype_);
-  // Every rank's figure (-1: unknown), in one collective all ranks reach; ranks that share a GPU
-  // (node-local rank modulo the GPUs) each hold the frames, so each counts on its share.
+  // Every rank's figure (-1: unknown), in collectives all ranks reach; ranks that share a GPU
+  // (told apart by node and PCI bus, as NCCL's choice is) each hold the frames, so each counts on
+  // its share.
+  const int sharing = gpu_sharing(comm_, device_.is_cuda() ? gpu_identity(device_) : std::string()).with_mine;
   std::vector<double> each(static_cast<std::size_t>(comm_.size()), 0.0);
   const auto m = device_memory(device_);
-  const int gpus = std::max(1, cuda_device_count());
-  const int sharing = std::max(1, (comm_.local_size() - 1 - comm_.local_rank() % gpus) / gpus + 1);
   each[static_cast<std::size_t>(comm_.rank())] = m ? static_cast<double>(m->available() / sharing) : -1.0;
   comm_.allreduce_sum(each.data(), each.size());
   std::optional<int64_t> available;
