@@ -36,7 +36,8 @@ check "$out/summary.txt" '^tests test_device \(GPU cases\): [0-9]+ passed, 0 fai
 check "$out/summary.txt" '^forces GPU vs CPU' "the forces line"
 check "$out/summary.txt" '^tests PairMLIPGpu.\* on 1 rank\(s\): 0 passed, 0 failed, [1-9][0-9]* skipped' "PairMLIPGpu on 1 rank, skipped"
 check "$out/summary.txt" '^tests TrainingGpu.\*: 0 passed, 0 failed, [1-9][0-9]* skipped' "TrainingGpu, skipped"
-for b in 1 4 16 "1, grouped" "16, grouped" "1, recorded" "16, recorded" "16, recorded, host batches"; do
+for b in 1 4 16 "1, grouped" "16, grouped" "1, recorded" "16, recorded" "16, recorded, host batches" \
+  "16, recorded, not deterministic"; do
   check "$out/summary.txt" "^training se_e2_a water, batch $b, cpu: [0-9.]+ frames/s \\(second epoch\\); memory: peak resident [0-9.]+ GiB" \
     "training frames/s and memory, batch $b"
 done
@@ -73,6 +74,8 @@ if grep -q '^MD: | mlip mace 128ch' "$out/summary.txt"; then echo "FAILED: the 1
 # the profile stage: each run's table in profile.txt, its totals in the summary
 check "$out/summary.txt" '^profile: mlip se_e2_a f64 on cpu, device graph: wall [0-9.]+ ms per call; host operators' "se_e2_a's profile totals"
 check "$out/summary.txt" '^profile: mlip painn f64 on cpu, device graph: wall [0-9.]+ ms per call' "PaiNN's profile totals"
+check "$out/summary.txt" '^profile: mlip se_e2_a f32 on cpu, device graph, aten kernels: wall [0-9.]+ ms per call' \
+  "the ATen formulations' profile totals (MLIP_KERNELS=aten)"
 check "$out/profile.txt" '^== mlip painn f64 on cpu, device graph, with 1152 atoms' "PaiNN's table heading"
 check "$out/profile.txt" '^ *[0-9.]+ +[0-9.]+% +[0-9.]+  operator aten::' "an operator row in profile.txt"
 check "$out/summary.txt" '^profile: profile-train-b4: wall [0-9.]+ ms per step' "the training profile's totals"

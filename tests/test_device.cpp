@@ -556,6 +556,15 @@ TEST(DeviceMemory, ACallThatRunsOutOfMemoryIsSplitAndEveryCentreEvaluatedOnce) {
                std::runtime_error);
   EXPECT_THROW(mlip::evaluate_within_memory(0, 10, sizer, plenty, [](int64_t, int64_t) { throw_out_of_memory(); }),
                c10::OutOfMemoryError);
+  // An error already reported, whatever it says (LAMMPS's error->one throws its own exception, not
+  // a std::runtime_error, after a committee's first model added its part): not tried again.
+  struct Reported : std::exception {
+    const char* what() const noexcept override { return "ERROR on proc 0: CUDA out of memory. Tried to allocate"; }
+  };
+  int calls = 0;
+  EXPECT_THROW(mlip::evaluate_within_memory(0, 10, sizer, plenty, [&](int64_t, int64_t) { ++calls, throw Reported(); }),
+               Reported);
+  EXPECT_EQ(calls, 1);
 }
 
 // An out-of-memory limit is tried higher after calm calls: a passing error (another process's

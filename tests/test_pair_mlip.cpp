@@ -1261,10 +1261,31 @@ TEST_F(PairMLIPGpu, CallsSizedByFreeMemoryMatchCpu) {
   expect_gpu_matches(water_setup(150, 59) + "replicate 2 2 2\n", model_path("painn"), "* * O H H", 3);
 }
 
-// A committee on the GPU without 'chunk': the first model's calls sized by the free memory, the
-// others in the same calls; the deviation as the CPU computes it offline.
-TEST_F(PairMLIPGpu, CommitteeMatchesOffline) {
-  expect_deviation_matches_offline({"se_e2_a", "se_e2_a_md", "painn"}, " device cuda", 1.0, 76);
+// A committee on the GPU without 'chunk': the first model's calls sized by the free memory (1200
+// local atoms: a first call of 1024, then as many as fit), the others in the same calls; energies,
+// forces and the deviation as on the CPU.
+TEST_F(PairMLIPGpu, CommitteeCallsSizedByFreeMemoryMatchCpu) {
+  const std::string models = model_path("se_e2_a") + " " + model_path("se_e2_a_md") + " " + model_path("painn");
+  const std::string setup = water_setup(150, 76) + "replicate 2 2 2\n";
+  const fs::path dir = fs::temp_directory_path() / "mlip_test_pair";
+  auto deviation = [&](const std::string& device, const std::string& log) {
+    Lammps lmp(log);
+    const std::string out = (dir / fmt::format("committee{}_{}.out", device.empty() ? "cpu" : "gpu", nprocs())).string();
+    ok_lines(lmp, setup + "pair_style mlip " + models + " out_freq 1 out_file " + out + device + "\npair_coeff * * O H H\n" +
+                      "compute dev all pair mlip\nthermo_style custom step pe c_dev[1] c_dev[4]\nrun 2");
+    const auto* v = static_cast<double*>(lammps_extract_compute(lmp.handle(), "dev", LMP_STYLE_GLOBAL, LMP_TYPE_VECTOR));
+    return v == nullptr ? std::vector<double>() : std::vector<double>(v, v + 7);
+  };
+  const std::string gpu_log = (dir / fmt::format("committee_gpu{}.log", nprocs())).string();
+  const std::vector<double> cpu = deviation("", "none"), gpu = deviation(" device cuda", gpu_log);
+  ASSERT_EQ(gpu.size(), 7u);
+  expect_same(gpu, cpu, 1e-8, "compute pair mlip on the GPU");
+  const Snapshot on_cpu = snapshot(false, setup, "pair_style mlip " + models + "\npair_coeff * * O H H", 2);
+  const Snapshot on_gpu = snapshot(false, setup, "pair_style mlip " + models + " device cuda\npair_coeff * * O H H", 2);
+  expect_same_run(on_gpu, on_cpu, 1e-8, true);
+  if (rank() != 0) return;
+  const std::string text = read_text(gpu_log);
+  EXPECT_NE(text.find("local atoms per call sized by the GPU's free memory"), std::string::npos) << text;
 }
 
 // 'graph device' on the GPU against the host graph on the CPU.

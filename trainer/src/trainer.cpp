@@ -399,8 +399,8 @@ void Trainer::choose_where_data_lives() {
                             : resident_bytes(*data_.train, *species_, dtype_) +
                                   resident_bytes(*data_.validation, *species_, dtype_);
   // Every rank's figure (-1: unknown), in collectives all ranks reach; ranks that share a GPU
-  // (told apart by node and PCI bus, as NCCL's choice is) each hold the frames, so each counts on
-  // its share.
+  // (gpu_identity: node and PCI bus; in a build without NCCL node and device, which errs towards
+  // sharing) each hold the frames, so each counts on its share.
   const int sharing = gpu_sharing(comm_, device_.is_cuda() ? gpu_identity(device_) : std::string()).with_mine;
   std::vector<double> each(static_cast<std::size_t>(comm_.size()), 0.0);
   const auto m = device_memory(device_);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <exception>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include <torch/types.h>
@@ -88,9 +89,11 @@ inline int64_t equal_chunk(int64_t n, int64_t chunk) {
 }
 
 /// evaluate(first, last) over centres [first, last) in calls of the sizer's chunk, in order; a call
-/// that runs out of device memory (is_out_of_memory) is split in two and tried again, down to one
-/// centre (then the error is thrown). evaluate must have added nothing when it throws: the retried
-/// call adds it. `available()` gives the bytes free for calls now; `wanted`: the centres of the
+/// that runs out of device memory (is_out_of_memory: LibTorch's errors, std::runtime_error and
+/// mlip::Error) is split in two and tried again, down to one centre (then the error is thrown).
+/// evaluate must have added nothing when it throws such an error: the retried call adds it. Other
+/// exceptions go on whatever they say (LAMMPS's error->one throws its own with the message of an
+/// error it already reported, after something was added). `available()` gives the bytes free for calls now; `wanted`: the centres of the
 /// caller's step, where [first, last) is one of its chunks (ChunkSizer::calm).
 template <class Evaluate, class Available>
 void evaluate_within_memory(int64_t first, int64_t last, ChunkSizer& sizer, Available&& available,
@@ -101,7 +104,8 @@ void evaluate_within_memory(int64_t first, int64_t last, ChunkSizer& sizer, Avai
     try {
       evaluate(begin, end);
     } catch (const std::exception& e) {
-      if (!is_out_of_memory(e) || end - begin == 1) throw;
+      const bool ours = dynamic_cast<const c10::Error*>(&e) != nullptr || dynamic_cast<const std::runtime_error*>(&e) != nullptr;
+      if (!ours || !is_out_of_memory(e) || end - begin == 1) throw;
       sizer.out_of_memory(end - begin);
       release_cached_memory();
       size = std::max<int64_t>(1, (end - begin) / 2);
