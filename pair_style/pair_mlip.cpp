@@ -286,9 +286,7 @@ std::string PairMLIP::load_models(const std::vector<std::string> &files)
 // On a GPU without 'chunk': calls sized by the free memory, where the memory can be known
 // (libmlip_cuda_ops.so), the model call is not recorded as a CUDA graph (one call of all local atoms)
 // and the model is not exchanging ghost features (its chunks are its own). A committee's other
-// models take the first model's calls after it (evaluate_chunk), unmeasured: a call split after
-// running out of memory in the first model had added nothing; one that runs out in another model is
-// an error saying to set 'chunk'.
+// models take the first model's calls after it, unmeasured (evaluate_chunk).
 void PairMLIP::init_sizer(bool wanted)
 {
   impl->sizer.reset();
@@ -590,15 +588,23 @@ void PairMLIP::report_sizing(int64_t limit_before, int64_t centres, int64_t per_
 
 // The centres [first, last) through the model, and through the committee's other models on a
 // step that reports their deviation (each on its own graph where its cutoff or species differ).
+// The committee's outputs are added once every model has run: a call that runs out of GPU memory in
+// any of them has added nothing, and is split and tried again (evaluate_centres).
 void PairMLIP::evaluate_chunk(const int *first, const int *last)
 {
   build_graph(first, last, 0);
-  evaluate_graph(0);
-  if (!deviation_step()) return;
-  for (int m = 1; m < committee_size(); m++) {
-    if (!same_graph(m, impl->graph_member)) build_graph(first, last, m);
-    evaluate_graph(m);
+  if (!deviation_step()) {
+    add_graph_outputs(0, evaluate_graph(0), impl->graph.node_atom);
+    return;
   }
+  std::vector<MlipGraphOutputs> outputs;
+  std::vector<std::vector<int>> node_atoms;   // each model's graph's, which the next may replace
+  for (int m = 0; m < committee_size(); m++) {
+    if (m > 0 && !same_graph(m, impl->graph_member)) build_graph(first, last, m);
+    outputs.push_back(evaluate_graph(m));
+    node_atoms.push_back(impl->graph.node_atom);
+  }
+  for (int m = 0; m < committee_size(); m++) add_graph_outputs(m, outputs[m], node_atoms[m]);
 }
 
 /* ----------------------------------------------------------------------
@@ -726,34 +732,30 @@ void PairMLIP::build_graph(const int *first, const int *last, int member, bool o
 }
 
 /* ----------------------------------------------------------------------
-   evaluate_graph: model call on impl->graph, then energies, forces and virials; member 0 (the
-   model that drives the dynamics) adds them to LAMMPS's, every member to the deviation's sums
+   evaluate_graph: model call on impl->graph, then energies, forces and virials in LAMMPS's units;
+   add_graph_outputs: member 0 (the model that drives the dynamics) adds them to LAMMPS's, every
+   member to the deviation's sums
 ------------------------------------------------------------------------- */
 
-void PairMLIP::evaluate_graph(int member)
+MlipGraphOutputs PairMLIP::evaluate_graph(int member)
 {
   Impl &s = *impl;
   const mlip::ChunkGraph &g = s.graph;
-  if (g.n_centers == 0) return;
+  if (g.n_centers == 0) return {};
 
   check_distances();
   auto t0 = Clock::now();
   const mlip::GraphView view = mlip::graph_view(s.graph);
   mlip::Model &m = *this->member(member).model;
   mlip::ModelOutput out;
-  const bool sized = member == 0 && s.sizer;   // its memory measured; out of memory: split and retried
+  const bool sized = static_cast<bool>(s.sizer);   // out of memory: split and retried; the first model's measured
   std::optional<mlip::DeviceMemory> before;
-  if (sized && s.measure_call()) {
+  if (sized && member == 0 && s.measure_call()) {
     mlip::reset_peak_memory(m.device());
     before = mlip::device_memory(m.device());
   }
-  const std::string failed = member == 0 || !s.sizer
-                                ? std::string("model evaluation failed")
-                                : fmt::format("committee model '{}' failed in a call of {} local atoms, which the first "
-                                              "model's GPU memory chose (set a smaller 'chunk N' if it ran out)",
-                                              impl->committee.member(member).file, g.n_centers);
   guarded(
-      error, false, failed,
+      error, false, "model evaluation failed",
       [&] { out = member == 0 && s.capture ? s.capture->evaluate(view) : mlip::evaluate_graph(m, view); }, sized);
   if (before)
     if (const auto after = mlip::device_memory(m.device()))
@@ -767,10 +769,18 @@ void PairMLIP::evaluate_graph(int member)
   guarded(
       error, false, "forces", [&] { ef = mlip::edge_forces(view, out.edge_grad, request); }, sized);
   to_lammps_units(out, ef);
-  if (member == 0) add_outputs(out.atom_energy.data_ptr<double>(), ef, g.node_atom.data(), g.n_centers);
+  add_time(FORCES, seconds_since(t0));
+  return {std::move(out), std::move(ef), g.n_centers};
+}
+
+void PairMLIP::add_graph_outputs(int member, const MlipGraphOutputs &o, const std::vector<int> &node_atom)
+{
+  if (o.n_centers == 0) return;
+  const auto t0 = Clock::now();
+  const double *energy = o.out.atom_energy.data_ptr<double>();
+  if (member == 0) add_outputs(energy, o.forces, node_atom.data(), o.n_centers);
   if (deviation_step())
-    add_to_deviation(member, g.node_atom.data(), g.n_centers, static_cast<int64_t>(g.node_atom.size()),
-                     out.atom_energy.data_ptr<double>(), ef);
+    add_to_deviation(member, node_atom.data(), o.n_centers, static_cast<int64_t>(node_atom.size()), energy, o.forces);
   add_time(FORCES, seconds_since(t0));
 }
 

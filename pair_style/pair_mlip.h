@@ -33,6 +33,7 @@ struct StepOutput;
 namespace LAMMPS_NS {
 
 class PairCommJob;
+struct MlipGraphOutputs;
 
 // Evaluates a frozen mlip model (TorchScript) on LAMMPS atoms. LibTorch stays out of this
 // header (LAMMPS includes every pair header into force.cpp): its state lives in Impl.
@@ -91,7 +92,8 @@ class PairMLIP : public Pair {
   void evaluate_centres(const int *atoms, int first, int last);
   void evaluate_chunk(const int *first, const int *last);
   void build_graph(const int *first, const int *last, int member, bool one_hop = false);
-  void evaluate_graph(int member);
+  MlipGraphOutputs evaluate_graph(int member);
+  void add_graph_outputs(int member, const MlipGraphOutputs &outputs, const std::vector<int> &node_atom);
   void add_outputs(const double *energy, const mlip::EdgeForces &forces, const int *node_atom, int64_t n_centers);
   // Atoms closer than this (A) mean a broken simulation: an error naming both (with their IDs).
   static constexpr double min_distance = 0.1;

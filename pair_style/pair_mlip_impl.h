@@ -51,6 +51,14 @@ class PairCommJob {
   ~PairCommJob() = default;
 };
 
+// One model's outputs on one chunk's graph, in LAMMPS's units, until they are added
+// (PairMLIP::evaluate_chunk).
+struct MlipGraphOutputs {
+  mlip::ModelOutput out;
+  mlip::EdgeForces forces;
+  int64_t n_centers = 0;   // 0: the graph had no centres, nothing to add
+};
+
 // A model of a committee beyond the first (pair_style mlip m0.pt m1.pt ...): evaluated only on
 // the steps that report the model deviation.
 struct MlipMember {

@@ -391,14 +391,23 @@ stage_device() {
   cat "$logs/device_kernels.log" >>"$logs/device.log"
   record "tests test_device (GPU cases): $(gtest_counts "$logs/device.log")"
   local forces graphs
-  forces=$(grep 'relative difference GPU vs CPU' "$logs/device.log" | grep -v 'CUDA graph\|device kernels' | sed 's/: relative difference GPU vs CPU:/:/' | paste -sd';' -)
+  forces=$(grep 'relative difference GPU vs CPU' "$logs/device.log" | grep -v 'CUDA graph\|device kernels\|^device step' | sed 's/: relative difference GPU vs CPU:/:/' | paste -sd';' -)
   record "forces GPU vs CPU (float64, largest relative difference, limit 1e-8): ${forces:-not measured}"
   graphs=$(grep 'CUDA graph step' "$logs/device.log" | sed 's/relative difference GPU vs CPU: //' | paste -sd';' -)
   record "CUDA graph replays vs CPU (float64): ${graphs:-not measured}"
   local kernels
-  kernels=$(grep 'device kernels .*relative difference' "$logs/device.log" | sed 's/relative difference GPU vs CPU kernels: //' | paste -sd';' -)
+  kernels=$(grep -E 'device kernels[ :].*relative difference' "$logs/device.log" | sed 's/relative difference GPU vs CPU kernels: //' | paste -sd';' -)
   record "operators' device kernels vs CPU kernels (limit 1e-12 float64, 1e-4 float32): ${kernels:-not measured}"
-  record "graph built on the GPU vs the CPU: $(grep -h '^device graph:' "$logs/device.log" | paste -sd';' - || true)"
+  record "graph built on the GPU vs the CPU: $(grep -h '^device graph[^:]*:' "$logs/device.log" | paste -sd';' - || true)"
+  # DeviceStepGpu: each recorded step against the eager one (the largest differences of all), and
+  # what each configuration's last recording took
+  local steps
+  steps=$(grep '^device step (.*relative difference' "$logs/device.log" | awk '{
+      for (i = 1; i < NF; i++) { v = $(i + 1); sub(/,$/, "", v); if ($i == "energies") e = v; if ($i == "forces") f = v; if ($i == "virial") w = v }
+      if (e + 0 > me) me = e + 0; if (f + 0 > mf) mf = f + 0; if (w + 0 > mw) mw = w + 0; n++ }
+    END { if (n) printf "%d steps, largest relative difference: energies %.3g, forces %.3g, virial %.3g", n, me, mf, mw }')
+  record "whole step recorded vs unrecorded on the GPU (limit 1e-10): ${steps:-not measured}"
+  record "whole-step recordings: $(grep -h '^device step (.*the last recording took' "$logs/device.log" | paste -sd';' - || true)"
   record "GPU memory figures: $(grep -h '^device memory:' "$logs/device.log" | paste -sd';' - || true)"
   return $rc
 }
@@ -465,7 +474,9 @@ stage_train_accuracy() {
       continue
     fi
     rm -rf "$build/accuracy-b$b"
-    if run_logged "accuracy-b$b" 100 "$build/bin/mlip-trainer" train "$repo/examples/configs/water-se_e2_a.yaml" \
+    # batch 1: 2880 steps (10 epochs of 288 frames), at the eager step's 18-27 frames/s on the
+    # H100 (docs/gpu.md) more than 100 s
+    if run_logged "accuracy-b$b" 180 "$build/bin/mlip-trainer" train "$repo/examples/configs/water-se_e2_a.yaml" \
       --threads 4 --set training.device=$device --set training.epochs=$epochs --set training.max_minutes=0 \
       --set data.batch.frames=$b --set training.cuda_graph=$recorded --set output.dir="$build/accuracy-b$b" \
       --set data.cache_dir="$build/cache" --set output.log_every=0 "${extra[@]}"; then
@@ -473,7 +484,7 @@ stage_train_accuracy() {
       errors=$(grep -o 'val E .*meV/atom  F [^ ]* meV/A' "$logs/accuracy-b$b.log" | tail -1)
       record "training accuracy, water se_e2_a, batch $b, lr 2e-3, $epochs epochs, recorded ($recorded), $device: ${rate:-?} frames/s (mean of the epochs after the first); last epoch $errors"
     else
-      record "training accuracy, batch $b: failed: $(grep -m1 -iE 'error' "$logs/accuracy-b$b.log" || tail -1 "$logs/accuracy-b$b.log")"
+      record "training accuracy, batch $b: failed after $(grep -c 'val E ' "$logs/accuracy-b$b.log" || true) epoch(s), last $(grep -o 'val E .*meV/atom  F [^ ]* meV/A' "$logs/accuracy-b$b.log" | tail -1): $(grep -m1 -iE 'error' "$logs/accuracy-b$b.log" || tail -1 "$logs/accuracy-b$b.log")"
       rc=1
     fi
   done
@@ -763,7 +774,8 @@ stream_gap() {  # stream_gap MEMORY STREAMED: how far streaming trails, in perce
 }
 stage_stream() {
   local cores pairs seconds=40 gpu_seconds=20 device=cuda i rc=0 pids=() mem=() str=()
-  cores=$(nproc)   # the cores this process may use
+  # the cores this process may use (GNU nproc obeys OMP_NUM_THREADS, which this script sets to 1)
+  cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
   pairs=$((cores / 2 < 4 ? cores / 2 : 4))
   ((pairs < 1)) && pairs=1
   [[ $dry == 1 ]] && seconds=12 gpu_seconds=6 device=cpu pairs=1
@@ -813,8 +825,10 @@ main() {
   fi
   # The stages after env and build, NAME:SECONDS (what each needs), in the usual order; with
   # MLIP_GPU_CHECK_STAGES, those named in the order named (a stage named first runs first).
-  local table=(device:30 pair_np1:30 train:70 train_accuracy:60 md:60 md_device_graph:60 md_step_graph:60
-    profile:90 train_gpu:40 stream:150 pair_np2:30 md_more:40 md_1m:60 md_mace_kernels:60
+  # (from the kept runs' stages.txt where a stage has run: train 117 s, md_more 52-70 s, md_1m 51 s
+  # for half of today's runs)
+  local table=(device:30 pair_np1:30 train:120 train_accuracy:60 md:60 md_device_graph:60 md_step_graph:60
+    profile:90 train_gpu:40 stream:150 pair_np2:30 md_more:90 md_1m:120 md_mace_kernels:60
     "mace:$((dry == 1 ? 120 : 500))")
   local names=() name entry need
   if [[ -n ${MLIP_GPU_CHECK_STAGES:-} ]]; then

@@ -557,7 +557,7 @@ TEST(DeviceMemory, ACallThatRunsOutOfMemoryIsSplitAndEveryCentreEvaluatedOnce) {
   EXPECT_THROW(mlip::evaluate_within_memory(0, 10, sizer, plenty, [](int64_t, int64_t) { throw_out_of_memory(); }),
                c10::OutOfMemoryError);
   // An error already reported, whatever it says (LAMMPS's error->one throws its own exception, not
-  // a std::runtime_error, after a committee's first model added its part): not tried again.
+  // a std::runtime_error, once it has printed the error): not tried again.
   struct Reported : std::exception {
     const char* what() const noexcept override { return "ERROR on proc 0: CUDA out of memory. Tried to allocate"; }
   };

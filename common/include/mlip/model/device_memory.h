@@ -93,7 +93,7 @@ inline int64_t equal_chunk(int64_t n, int64_t chunk) {
 /// mlip::Error) is split in two and tried again, down to one centre (then the error is thrown).
 /// evaluate must have added nothing when it throws such an error: the retried call adds it. Other
 /// exceptions go on whatever they say (LAMMPS's error->one throws its own with the message of an
-/// error it already reported, after something was added). `available()` gives the bytes free for calls now; `wanted`: the centres of the
+/// error it already reported). `available()` gives the bytes free for calls now; `wanted`: the centres of the
 /// caller's step, where [first, last) is one of its chunks (ChunkSizer::calm).
 template <class Evaluate, class Available>
 void evaluate_within_memory(int64_t first, int64_t last, ChunkSizer& sizer, Available&& available,
