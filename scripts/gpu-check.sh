@@ -515,6 +515,7 @@ bench() {
   local device=cuda
   [[ $dry == 1 ]] && device=cpu
   echo "# $name ($*)" >>"$out/md.txt"
+  rm -rf "$logs/lammps-$name"   # a second call on a warm machine: this call's logs only (sizing)
   local rc=0
   run_logged "$name" "$limit" env RANKS=1 CHUNKS= SNAP=0 KOKKOS=0 PAINN=0 FLOAT32=0 COMPRESSED=0 DEVICE=$device \
     WINDOWS=3 RESULTS=none ROWS_OUT="$out/md.txt" LOGS="$logs/lammps-$name" "$@" "$repo/benchmarks/bench_pair.sh" "$build" || rc=$?
@@ -639,7 +640,7 @@ bench_profile() {
   shift 2
   local device=cuda
   [[ $dry == 1 ]] && device=cpu
-  rm -f "$logs/$name-rows.txt"
+  rm -rf "$logs/$name-rows.txt" "$logs/lammps-$name"
   run_logged "$name" "$limit" env RANKS=1 CHUNKS= SNAP=0 KOKKOS=0 PAINN=0 FLOAT32=0 COMPRESSED=0 DEVICE=$device \
     RESULTS=none TIMING=kernels ROWS_OUT="$logs/$name-rows.txt" LOGS="$logs/lammps-$name" "$@" \
     "$repo/benchmarks/bench_pair.sh" "$build" || rc=$?
