@@ -41,8 +41,8 @@ for b in 1 4 16 "1, grouped" "16, grouped" "1, recorded" "16, recorded" "16, rec
   check "$out/summary.txt" "^training se_e2_a water, batch $b, cpu: [0-9.]+ frames/s \\(second epoch\\); memory: peak resident [0-9.]+ GiB" \
     "training frames/s and memory, batch $b"
 done
-for b in 1 4 16; do
-  check "$out/summary.txt" "^training accuracy, water se_e2_a, batch $b, lr 2e-3, 1 epochs, recorded \\(eager\\), cpu: [0-9.?]+ frames/s .*; last epoch val E [0-9.]+ meV/atom  F [0-9.]+ meV/A" \
+for b in "1, lr 2e-3" "4, lr 2e-3" "16, lr 2e-3" "16, lr 8e-3" "32, lr 1.13e-2"; do
+  check "$out/summary.txt" "^training accuracy, water se_e2_a, batch $b, 1 epochs, recorded \\(eager\\), cpu: [0-9.?]+ frames/s .*; last epoch val E [0-9.]+ meV/atom  F [0-9.]+ meV/A" \
     "training accuracy, batch $b"
 done
 check "$out/summary.txt" '^streaming, CPU, 1 pair\(s\) at once, a core each: memory [0-9.]+ \([0-9.]+-[0-9.]+, 1 runs\), streamed [0-9.]+ .*: streamed trails by -?[0-9.]+%' \
