@@ -598,13 +598,17 @@ void PairMLIP::evaluate_chunk(const int *first, const int *last)
     return;
   }
   std::vector<MlipGraphOutputs> outputs;
-  std::vector<std::vector<int>> node_atoms;   // each model's graph's, which the next may replace
+  std::vector<std::vector<int>> node_atoms{impl->graph.node_atom};   // each graph's, as the next replaces it
+  std::vector<std::size_t> graph_of;
   for (int m = 0; m < committee_size(); m++) {
-    if (m > 0 && !same_graph(m, impl->graph_member)) build_graph(first, last, m);
+    if (m > 0 && !same_graph(m, impl->graph_member)) {
+      build_graph(first, last, m);
+      node_atoms.push_back(impl->graph.node_atom);
+    }
+    graph_of.push_back(node_atoms.size() - 1);
     outputs.push_back(evaluate_graph(m));
-    node_atoms.push_back(impl->graph.node_atom);
   }
-  for (int m = 0; m < committee_size(); m++) add_graph_outputs(m, outputs[m], node_atoms[m]);
+  for (int m = 0; m < committee_size(); m++) add_graph_outputs(m, outputs[m], node_atoms[graph_of[m]]);
 }
 
 /* ----------------------------------------------------------------------
@@ -755,7 +759,7 @@ MlipGraphOutputs PairMLIP::evaluate_graph(int member)
     before = mlip::device_memory(m.device());
   }
   guarded(
-      error, false, "model evaluation failed",
+      error, false, member == 0 ? std::string("model evaluation failed") : "committee model '" + impl->committee.member(member).file + "' failed",
       [&] { out = member == 0 && s.capture ? s.capture->evaluate(view) : mlip::evaluate_graph(m, view); }, sized);
   if (before)
     if (const auto after = mlip::device_memory(m.device()))
@@ -769,6 +773,7 @@ MlipGraphOutputs PairMLIP::evaluate_graph(int member)
   guarded(
       error, false, "forces", [&] { ef = mlip::edge_forces(view, out.edge_grad, request); }, sized);
   to_lammps_units(out, ef);
+  out.edge_grad = torch::Tensor();   // not added: its memory free while the committee's others run
   add_time(FORCES, seconds_since(t0));
   return {std::move(out), std::move(ef), g.n_centers};
 }

@@ -16,8 +16,8 @@
 #              from the frame bank), 16 recorded from host batches, 16 recorded with
 #              training.deterministic false; MACE on ethanol
 #   train_accuracy  the same frames (10 epochs of the water example) at batch 1, 4 and 16 with the
-#              step recorded (training.cuda_graph), and at 16 and 32 with the learning rate scaled
-#              by the square root of the batch: frames/s against the validation errors they buy
+#              step recorded (training.cuda_graph), and at 16 and 32 with the learning rate (start
+#              and end) scaled by the square root of the batch: frames/s against the validation errors they buy
 #              (issue 54: >= 1000 frames/s with errors no worse than at batch 1)
 #   md         MD us/atom-step at 10k and 100k water atoms, with and without cuda_graph yes, and
 #              the peak GPU memory of each run (benchmarks/bench_pair.sh)
@@ -405,8 +405,10 @@ stage_device() {
   local steps
   steps=$(grep '^device step (.*relative difference' "$logs/device.log" | awk '{
       for (i = 1; i < NF; i++) { v = $(i + 1); sub(/,$/, "", v); if ($i == "energies") e = v; if ($i == "forces") f = v; if ($i == "virial") w = v }
+      if ((e "" f "" w) !~ /^[0-9.eE+-]+$/) bad++
       if (e + 0 > me) me = e + 0; if (f + 0 > mf) mf = f + 0; if (w + 0 > mw) mw = w + 0; n++ }
-    END { if (n) printf "%d steps, largest relative difference: energies %.3g, forces %.3g, virial %.3g", n, me, mf, mw }')
+    END { if (n) printf "%d steps, largest relative difference: energies %.3g, forces %.3g, virial %.3g%s", n, me, mf, mw,
+                       bad ? sprintf("; %d step(s) with a difference not finite", bad) : "" }')
   record "whole step recorded vs unrecorded on the GPU (limit 1e-10): ${steps:-not measured}"
   record "whole-step recordings: $(grep -h '^device step (.*the last recording took' "$logs/device.log" | paste -sd';' - || true)"
   record "GPU memory figures: $(grep -h '^device memory:' "$logs/device.log" | paste -sd';' - || true)"
@@ -468,14 +470,16 @@ stage_train_accuracy() {
   local entry b lr name rate errors rc=0 device=cuda epochs=10 recorded=true extra=()
   # dry run: the CPU, the recorded step run eagerly, 32 of the 320 frames, one epoch
   [[ $dry == 1 ]] && device=cpu epochs=1 recorded=eager extra=(--set data.validation_fraction=0.9)
-  # BATCH[:LR]: the example's learning rate (2e-3) at batch 1, 4 and 16, then 16 and 32 with it
-  # scaled by the square root of the batch (the rule to try for larger batches on a GPU)
-  for entry in 1 4 16 16:8e-3 32:1.13e-2; do
-    b=${entry%%:*} lr=2e-3
-    [[ $entry == *:* ]] && lr=${entry#*:}
+  # BATCH[:LR:FINAL_LR]: the example's learning rate (2e-3, decaying to 2e-5) at batch 1, 4 and
+  # 16, then 16 and 32 with both scaled by the square root of the batch (the rule to try for larger
+  # batches on a GPU)
+  local final
+  for entry in 1 4 16 16:8e-3:8e-5 32:1.13e-2:1.13e-4; do
+    IFS=: read -r b lr final <<<"$entry"
+    lr=${lr:-2e-3} final=${final:-2e-5}
     name=accuracy-b$b-lr$lr
     if (($(left) < 15)); then
-      record "training accuracy, batch $b, lr $lr: not run (the budget is spent)"
+      record "training accuracy, batch $b, lr $lr to $final: not run (the budget is spent)"
       rc=1
       continue
     fi
@@ -484,13 +488,14 @@ stage_train_accuracy() {
     # H100 (docs/gpu.md) more than 100 s
     if run_logged "$name" 180 "$build/bin/mlip-trainer" train "$repo/examples/configs/water-se_e2_a.yaml" \
       --threads 4 --set training.device=$device --set training.epochs=$epochs --set training.max_minutes=0 \
-      --set data.batch.frames=$b --set training.optimizer.lr=$lr --set training.cuda_graph=$recorded \
+      --set data.batch.frames=$b --set training.optimizer.lr=$lr --set training.lr_schedule.final_lr=$final \
+      --set training.cuda_graph=$recorded \
       --set output.dir="$build/$name" --set data.cache_dir="$build/cache" --set output.log_every=0 "${extra[@]}"; then
       rate=$(awk '/throughput/ {n++; if (n > 1) {s += $2; k++}} END {if (k) printf "%.1f", s / k}' "$logs/$name.log")
       errors=$(grep -o 'val E .*meV/atom  F [^ ]* meV/A' "$logs/$name.log" | tail -1)
-      record "training accuracy, water se_e2_a, batch $b, lr $lr, $epochs epochs, recorded ($recorded), $device: ${rate:-?} frames/s (mean of the epochs after the first); last epoch $errors"
+      record "training accuracy, water se_e2_a, batch $b, lr $lr to $final, $epochs epochs, recorded ($recorded), $device: ${rate:-?} frames/s (mean of the epochs after the first); last epoch $errors"
     else
-      record "training accuracy, batch $b, lr $lr: failed after $(grep -c 'val E ' "$logs/$name.log" || true) epoch(s), last $(grep -o 'val E .*meV/atom  F [^ ]* meV/A' "$logs/$name.log" | tail -1): $(grep -m1 -iE 'error' "$logs/$name.log" || tail -1 "$logs/$name.log")"
+      record "training accuracy, batch $b, lr $lr to $final: failed after $(grep -c 'val E ' "$logs/$name.log" || true) epoch(s), last $(grep -o 'val E .*meV/atom  F [^ ]* meV/A' "$logs/$name.log" | tail -1): $(grep -m1 -iE 'error' "$logs/$name.log" || tail -1 "$logs/$name.log")"
       rc=1
     fi
   done
@@ -834,7 +839,7 @@ main() {
   # MLIP_GPU_CHECK_STAGES, those named in the order named (a stage named first runs first).
   # (from the kept runs' stages.txt where a stage has run: train 117 s, md_more 52-70 s, md_1m 51 s
   # for half of today's runs)
-  local table=(device:30 pair_np1:30 train:120 train_accuracy:60 md:60 md_device_graph:60 md_step_graph:60
+  local table=(device:30 pair_np1:30 train:120 train_accuracy:240 md:60 md_device_graph:60 md_step_graph:60
     profile:90 train_gpu:40 stream:150 pair_np2:30 md_more:90 md_1m:120 md_mace_kernels:60
     "mace:$((dry == 1 ? 120 : 500))")
   local names=() name entry need

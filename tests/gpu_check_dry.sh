@@ -41,7 +41,7 @@ for b in 1 4 16 "1, grouped" "16, grouped" "1, recorded" "16, recorded" "16, rec
   check "$out/summary.txt" "^training se_e2_a water, batch $b, cpu: [0-9.]+ frames/s \\(second epoch\\); memory: peak resident [0-9.]+ GiB" \
     "training frames/s and memory, batch $b"
 done
-for b in "1, lr 2e-3" "4, lr 2e-3" "16, lr 2e-3" "16, lr 8e-3" "32, lr 1.13e-2"; do
+for b in "1, lr 2e-3 to 2e-5" "4, lr 2e-3 to 2e-5" "16, lr 2e-3 to 2e-5" "16, lr 8e-3 to 8e-5" "32, lr 1.13e-2 to 1.13e-4"; do
   check "$out/summary.txt" "^training accuracy, water se_e2_a, batch $b, 1 epochs, recorded \\(eager\\), cpu: [0-9.?]+ frames/s .*; last epoch val E [0-9.]+ meV/atom  F [0-9.]+ meV/A" \
     "training accuracy, batch $b"
 done

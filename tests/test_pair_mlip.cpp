@@ -1280,8 +1280,10 @@ TEST_F(PairMLIPGpu, CommitteeCallsSizedByFreeMemoryMatchCpu) {
   const std::vector<double> cpu = deviation("", "none"), gpu = deviation(" device cuda", gpu_log);
   ASSERT_EQ(gpu.size(), 7u);
   expect_same(gpu, cpu, 1e-8, "compute pair mlip on the GPU");
-  const Snapshot on_cpu = snapshot(false, setup, "pair_style mlip " + models + "\npair_coeff * * O H H", 2);
-  const Snapshot on_gpu = snapshot(false, setup, "pair_style mlip " + models + " device cuda\npair_coeff * * O H H", 2);
+  const std::string quiet = " out_file " + (dir / fmt::format("committee_md_{}.out", nprocs())).string();
+  const Snapshot on_cpu = snapshot(false, setup, "pair_style mlip " + models + quiet + "\npair_coeff * * O H H", 2);
+  const Snapshot on_gpu =
+      snapshot(false, setup, "pair_style mlip " + models + quiet + " device cuda\npair_coeff * * O H H", 2);
   expect_same_run(on_gpu, on_cpu, 1e-8, true);
   if (rank() != 0) return;
   const std::string text = read_text(gpu_log);
