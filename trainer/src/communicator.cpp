@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 
@@ -98,6 +99,14 @@ std::string nccl_unrecordable(int code) {
             patch = code % 100;
   if (std::make_tuple(major, minor, patch) >= std::make_tuple(2, 9, 6)) return {};
   return "the NCCL loaded is " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+std::vector<double> gather_rows(Communicator& comm, const std::vector<double>& mine) {
+  const std::size_t width = mine.size();
+  std::vector<double> rows(static_cast<std::size_t>(comm.size()) * width, 0.0);
+  std::copy(mine.begin(), mine.end(), rows.begin() + static_cast<std::ptrdiff_t>(comm.rank() * width));
+  comm.allreduce_sum(rows.data(), rows.size());
+  return rows;
 }
 
 std::unique_ptr<Communicator> make_mpi_communicator(int* argc, char*** argv) {

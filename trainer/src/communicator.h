@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -46,6 +47,10 @@ class Communicator {
   virtual std::string unrecordable() const { return "these ranks sum over " + name() + ", through the host"; }
   bool is_root() const { return rank() == 0; }
 };
+
+/// Every rank's `mine` (as long on every rank), rank after rank, on every rank: one all-reduce of
+/// a sum in which each rank fills its own row.
+std::vector<double> gather_rows(Communicator& comm, const std::vector<double>& mine);
 
 /// A single process.
 class SerialCommunicator final : public Communicator {

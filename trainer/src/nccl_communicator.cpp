@@ -207,14 +207,10 @@ std::string gpu_identity(const torch::Device& device) {
 }
 
 GpuSharing gpu_sharing(Communicator& comm, const std::string& identity) {
-  // Each rank's identity as a number exact in a double (52 bits of its hash, + 1: 0 is the CPU),
-  // in its own slot, summed: all ranks' at once.
-  std::vector<double> ids(static_cast<std::size_t>(comm.size()), 0.0);
-  if (!identity.empty())
-    ids[static_cast<std::size_t>(comm.rank())] =
-        static_cast<double>(std::hash<std::string>{}(identity) & ((uint64_t{1} << 52) - 1)) + 1.0;
-  comm.allreduce_sum(ids.data(), ids.size());
-  const double mine = ids[static_cast<std::size_t>(comm.rank())];
+  // Each rank's identity as a number exact in a double (52 bits of its hash, + 1: 0 is the CPU).
+  const double mine =
+      identity.empty() ? 0.0 : static_cast<double>(std::hash<std::string>{}(identity) & ((uint64_t{1} << 52) - 1)) + 1.0;
+  std::vector<double> ids = gather_rows(comm, {mine});
   const int with_mine = mine == 0.0 ? 1 : static_cast<int>(std::count(ids.begin(), ids.end(), mine));
   ids.erase(std::remove(ids.begin(), ids.end(), 0.0), ids.end());
   std::sort(ids.begin(), ids.end());

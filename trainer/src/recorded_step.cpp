@@ -98,11 +98,8 @@ void raise_capacity(BatchCapacity& cap, const BatchCapacity& at_least) {
 }
 
 void check_groups_agree(Communicator& comm, std::size_t centers, std::size_t edges) {
-  // Each rank's counts in its own row of a sum every rank makes as long.
   const auto ranks = static_cast<std::size_t>(comm.size()), me = static_cast<std::size_t>(comm.rank());
-  std::vector<double> groups(2 * ranks, 0.0);
-  groups[2 * me] = static_cast<double>(centers), groups[2 * me + 1] = static_cast<double>(edges);
-  comm.allreduce_sum(groups.data(), groups.size());
+  const std::vector<double> groups = gather_rows(comm, {static_cast<double>(centers), static_cast<double>(edges)});
   for (std::size_t r = 0; r < ranks; ++r)
     if (groups[2 * r] != static_cast<double>(centers) || groups[2 * r + 1] != static_cast<double>(edges))
       throw Error("training.cuda_graph: rank " + std::to_string(r) + "'s batches are grouped otherwise (" +
@@ -112,16 +109,13 @@ void check_groups_agree(Communicator& comm, std::size_t centers, std::size_t edg
 }
 
 BatchCapacity largest_over_ranks(Communicator& comm, const BatchCapacity& mine) {
-  // Each rank's entries in its own row, summed: every rank then reads every row (as wide on every
-  // rank: check_groups_agree).
+  // Every rank's entries (rows as wide on every rank: check_groups_agree).
   const std::size_t nc = mine.centers.size(), ne = mine.edges.size(), width = 2 + nc + ne;
-  const auto ranks = static_cast<std::size_t>(comm.size()), me = static_cast<std::size_t>(comm.rank());
-  std::vector<double> rows(ranks * width, 0.0);
-  double* row = rows.data() + me * width;
-  row[0] = static_cast<double>(mine.frames), row[1] = mine.virial ? 1.0 : 0.0;
-  std::copy(mine.centers.begin(), mine.centers.end(), row + 2);
-  std::copy(mine.edges.begin(), mine.edges.end(), row + 2 + nc);
-  comm.allreduce_sum(rows.data(), rows.size());
+  const auto ranks = static_cast<std::size_t>(comm.size());
+  std::vector<double> row = {static_cast<double>(mine.frames), mine.virial ? 1.0 : 0.0};
+  row.insert(row.end(), mine.centers.begin(), mine.centers.end());
+  row.insert(row.end(), mine.edges.begin(), mine.edges.end());
+  const std::vector<double> rows = gather_rows(comm, row);
   BatchCapacity out = mine;
   for (std::size_t r = 0; r < ranks; ++r) {
     const double* theirs = rows.data() + r * width;

@@ -402,10 +402,8 @@ void Trainer::choose_where_data_lives() {
   // (gpu_identity: node and PCI bus; in a build without NCCL node and device, which errs towards
   // sharing) each hold the frames, so each counts on its share.
   const int sharing = gpu_sharing(comm_, device_.is_cuda() ? gpu_identity(device_) : std::string()).with_mine;
-  std::vector<double> each(static_cast<std::size_t>(comm_.size()), 0.0);
   const auto m = device_memory(device_);
-  each[static_cast<std::size_t>(comm_.rank())] = m ? static_cast<double>(m->available() / sharing) : -1.0;
-  comm_.allreduce_sum(each.data(), each.size());
+  const std::vector<double> each = gather_rows(comm_, {m ? static_cast<double>(m->available() / sharing) : -1.0});
   std::optional<int64_t> available;
   if (std::none_of(each.begin(), each.end(), [](double v) { return v < 0; }))
     available = static_cast<int64_t>(*std::min_element(each.begin(), each.end()));
