@@ -286,11 +286,13 @@ std::string PairMLIP::load_models(const std::vector<std::string> &files)
 // On a GPU without 'chunk': calls sized by the free memory, where the memory can be known
 // (libmlip_cuda_ops.so), the model call is not recorded as a CUDA graph (one call of all local atoms)
 // and the model is not exchanging ghost features (its chunks are its own). A committee's other
-// models take the first model's calls after it, unmeasured (evaluate_chunk).
+// models run in the first model's calls on the steps that report the deviation, whose calls are
+// measured and sized apart (evaluate_chunk).
 void PairMLIP::init_sizer(bool wanted)
 {
-  impl->sizer.reset();
-  impl->sizing_reported = false;
+  impl->sizers = {};
+  impl->sizer = nullptr;
+  impl->sizing_reported = {};
   // A collective of all ranks, before any returns: whether a rank sizes its calls is its own
   // (its device, its GPU's memory).
   const torch::Device device = impl->model->device();
@@ -298,7 +300,9 @@ void PairMLIP::init_sizer(bool wanted)
                                         device.is_cuda() ? mlip::cuda_device_count() : 1);
   if (!wanted || (options.cuda_graph && !impl->step) || exchanging() || !mlip::device_memory(device))
     return;
-  impl->sizer = std::make_unique<mlip::ChunkSizer>();
+  impl->sizers[0] = std::make_unique<mlip::ChunkSizer>();
+  if (committee_size() > 1) impl->sizers[1] = std::make_unique<mlip::ChunkSizer>();
+  impl->choose_sizer(false);
 }
 
 int PairMLIP::default_chunk(bool one_call) const
@@ -512,6 +516,7 @@ void PairMLIP::compute(int eflag, int vflag)
 {
   begin_compute(eflag, vflag);
   begin_deviation();
+  impl->choose_sizer(deviation_step());
   if (impl->step) {
     compute_device_step();
   } else if (options.device_graph) {
@@ -573,15 +578,17 @@ int64_t PairMLIP::available_memory() const
 void PairMLIP::report_sizing(int64_t limit_before, int64_t centres, int64_t per_call)
 {
   Impl &s = *impl;
-  const bool first_seen = s.sizer->seen() && !s.sizing_reported;
+  bool &reported = s.sizing_reported[s.committee_sizing() ? 1 : 0];
+  const bool first_seen = s.sizer->seen() && !reported;
   if (comm->me != 0 || (!first_seen && s.sizer->limit() == limit_before)) return;
-  s.sizing_reported = s.sizer->seen();
+  reported = s.sizer->seen();
   const int64_t available = available_memory();
   const std::string measured = s.sizer->seen() ? fmt::format(" take {:.1f} KiB per centre atom ({:.0f} bytes per edge);",
                                                               s.sizer->bytes_per_centre() / 1024.0, s.sizer->bytes_per_edge())
                                                : ":";
-  utils::logmesg(lmp, "pair_style mlip: model calls on the GPU{} {} of {} local atoms per call in {:.2f} GiB available{}\n",
-                 measured, per_call > 0 ? per_call : s.sizer->chunk(centres, available), centres,
+  utils::logmesg(lmp, "pair_style mlip: model calls on the GPU{}{} {} of {} local atoms per call in {:.2f} GiB available{}\n",
+                 s.committee_sizing() ? " of all the committee's models (steps reporting its deviation)" : "", measured,
+                 per_call > 0 ? per_call : s.sizer->chunk(centres, available), centres,
                  static_cast<double>(available) / (1 << 30),
                  s.sizer->limit() > 0 ? fmt::format(" (at most {} after running out of memory)", s.sizer->limit()) : "");
 }
@@ -592,11 +599,27 @@ void PairMLIP::report_sizing(int64_t limit_before, int64_t centres, int64_t per_
 // any of them has added nothing, and is split and tried again (evaluate_centres).
 void PairMLIP::evaluate_chunk(const int *first, const int *last)
 {
-  build_graph(first, last, 0);
-  if (!deviation_step()) {
-    add_graph_outputs(0, evaluate_graph(0), impl->graph.node_atom);
-    return;
+  Impl &s = *impl;
+  const torch::Device device = s.model->device();
+  std::optional<mlip::DeviceMemory> before;   // under the sizer, on the calls it measures: the whole call's peak
+  if (s.measure_call()) {
+    mlip::reset_peak_memory(device);
+    before = mlip::device_memory(device);
   }
+  build_graph(first, last, 0);
+  const int64_t centres = s.graph.n_centers, edges = s.graph.n_edges;
+  if (deviation_step())
+    evaluate_committee(first, last);
+  else
+    add_graph_outputs(0, evaluate_graph(0), s.graph.node_atom);
+  if (before)
+    if (const auto after = mlip::device_memory(device)) s.sizer->observe(centres, edges, after->peak - before->allocated);
+}
+
+// evaluate_chunk on a step that reports the deviation: every model on the centres (each on its
+// own graph where its cutoff or species differ), then every model's outputs added.
+void PairMLIP::evaluate_committee(const int *first, const int *last)
+{
   std::vector<MlipGraphOutputs> outputs;
   std::vector<std::vector<int>> node_atoms{impl->graph.node_atom};   // each graph's, as the next replaces it
   std::vector<std::size_t> graph_of;
@@ -752,18 +775,10 @@ MlipGraphOutputs PairMLIP::evaluate_graph(int member)
   const mlip::GraphView view = mlip::graph_view(s.graph);
   mlip::Model &m = *this->member(member).model;
   mlip::ModelOutput out;
-  const bool sized = static_cast<bool>(s.sizer);   // out of memory: split and retried; the first model's measured
-  std::optional<mlip::DeviceMemory> before;
-  if (sized && member == 0 && s.measure_call()) {
-    mlip::reset_peak_memory(m.device());
-    before = mlip::device_memory(m.device());
-  }
+  const bool sized = s.sizer != nullptr;   // out of memory: split and retried (evaluate_centres)
   guarded(
       error, false, member == 0 ? std::string("model evaluation failed") : "committee model '" + impl->committee.member(member).file + "' failed",
       [&] { out = member == 0 && s.capture ? s.capture->evaluate(view) : mlip::evaluate_graph(m, view); }, sized);
-  if (before)
-    if (const auto after = mlip::device_memory(m.device()))
-      s.sizer->observe(g.n_centers, g.n_edges, after->peak - before->allocated);
   add_time(MODEL, seconds_since(t0));
   t0 = Clock::now();
   mlip::EdgeForceRequest request;
@@ -920,10 +935,12 @@ void PairMLIP::report_timing()
                         "evaluated again after their edges outgrew the capacity, its model calls in {} chunk(s); "
                         "the step's graph and model are counted as model\n",
                    impl->step->recordings(), impl->step->repeats(), impl->step->capacity().chunks);
-  if (impl->sizer && impl->sizer->seen())
-    utils::logmesg(lmp, "pair_style mlip timing: GPU memory of a model call on rank 0: {:.1f} KiB per centre atom, "
-                        "{:.0f} bytes per edge (the most seen)\n",
-                   impl->sizer->bytes_per_centre() / 1024.0, impl->sizer->bytes_per_edge());
+  for (int all_models = 0; all_models < 2; all_models++)
+    if (const mlip::ChunkSizer *sizer = impl->sizers[all_models].get(); sizer && sizer->seen())
+      utils::logmesg(lmp, "pair_style mlip timing: GPU memory of a model call{} on rank 0: {:.1f} KiB per centre atom, "
+                          "{:.0f} bytes per edge (the most seen)\n",
+                     all_models ? " of all the committee's models" : "", sizer->bytes_per_centre() / 1024.0,
+                     sizer->bytes_per_edge());
   report_profile();
 }
 

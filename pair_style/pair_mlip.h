@@ -91,6 +91,7 @@ class PairMLIP : public Pair {
   // member: 0 = the model that drives the dynamics, k > 0 = the committee's k-th other model.
   void evaluate_centres(const int *atoms, int first, int last);
   void evaluate_chunk(const int *first, const int *last);
+  void evaluate_committee(const int *first, const int *last);
   void build_graph(const int *first, const int *last, int member, bool one_hop = false);
   MlipGraphOutputs evaluate_graph(int member);
   void add_graph_outputs(int member, const MlipGraphOutputs &outputs, const std::vector<int> &node_atom);

@@ -23,6 +23,7 @@
 #include "mlip/model/kernel_profile.h"
 #include "mlip/model/model.h"
 
+#include <array>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -195,9 +196,12 @@ struct PairMLIP::Impl {
   // 'cuda_graph yes': the model call recorded as a CUDA graph and replayed (mlip/model/graph_capture.h).
   std::unique_ptr<mlip::GraphCapture> capture;
   // On a GPU without 'chunk N': local atoms per call from the device's free memory and the bytes
-  // the calls were seen to take (mlip/model/device_memory.h); null otherwise.
-  std::unique_ptr<mlip::ChunkSizer> sizer;
-  bool sizing_reported = false;
+  // the calls were seen to take (mlip/model/device_memory.h); null otherwise. A committee's steps
+  // that report its deviation run all of its models in each call, and are sized apart from the
+  // steps of the first model alone: `sizer` is this step's, sizers[1] on those steps, else sizers[0].
+  std::array<std::unique_ptr<mlip::ChunkSizer>, 2> sizers;
+  std::array<bool, 2> sizing_reported{};
+  mlip::ChunkSizer *sizer = nullptr;
   long sized_calls = 0;               // model calls under the sizer (every 64th is measured)
   int gpu_sharing = 1;                // ranks of this node on this rank's GPU (they share its memory)
   // 'graph device': the graph built on the model's device (pair_mlip_device_graph.cpp).
@@ -219,6 +223,8 @@ struct PairMLIP::Impl {
   // Whether this call's memory is measured: until one was, then every 64th (a query of the
   // driver and of LibTorch's allocator is not free on every step).
   bool measure_call() { return sizer && (!sizer->seen() || sized_calls++ % 64 == 0); }
+  void choose_sizer(bool all_models) { sizer = sizers[all_models && sizers[1] ? 1 : 0].get(); }
+  bool committee_sizing() const { return sizer != nullptr && sizer == sizers[1].get(); }
 };
 
 // Comm::forward_comm(Pair *) / reverse_comm(Pair *) since LAMMPS 2022; *_comm_pair before.

@@ -1261,9 +1261,9 @@ TEST_F(PairMLIPGpu, CallsSizedByFreeMemoryMatchCpu) {
   expect_gpu_matches(water_setup(150, 59) + "replicate 2 2 2\n", model_path("painn"), "* * O H H", 3);
 }
 
-// A committee on the GPU without 'chunk': the first model's calls sized by the free memory (1200
-// local atoms: a first call of 1024, then as many as fit), the others in the same calls; energies,
-// forces and the deviation as on the CPU.
+// A committee on the GPU without 'chunk': calls sized by the free memory (1200 local atoms: a first
+// call of 1024, then as many as fit), every model in each call, measured together on the steps
+// that report the deviation; energies, forces and the deviation as on the CPU.
 TEST_F(PairMLIPGpu, CommitteeCallsSizedByFreeMemoryMatchCpu) {
   const std::string models = model_path("se_e2_a") + " " + model_path("se_e2_a_md") + " " + model_path("painn");
   const std::string setup = water_setup(150, 76) + "replicate 2 2 2\n";
@@ -1288,6 +1288,10 @@ TEST_F(PairMLIPGpu, CommitteeCallsSizedByFreeMemoryMatchCpu) {
   if (rank() != 0) return;
   const std::string text = read_text(gpu_log);
   EXPECT_NE(text.find("local atoms per call sized by the GPU's free memory"), std::string::npos) << text;
+  // Every step reports the deviation (out_freq 1): its calls run all three models, measured together.
+  EXPECT_NE(text.find("model calls on the GPU of all the committee's models (steps reporting its deviation) take"),
+            std::string::npos)
+      << text;
 }
 
 // 'graph device' on the GPU against the host graph on the CPU.
