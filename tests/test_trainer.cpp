@@ -715,7 +715,8 @@ TEST(Communication, RecordedAllReducesNeedNccl296) {
 // The collectives' watchdog (NCCL's, with CUDA events as the work): it fails once, with the
 // reason, when the health check reports an error, when the oldest unfinished work is overdue, or
 // when its poller is stuck in a call; finished work never times out and is dropped by the
-// poller; it keeps at most kMostPending, the oldest's clock kept; it stops promptly.
+// poller; work queued behind other work is timed from when that finished; it keeps at most
+// kMostPending, the oldest's clock kept; it stops promptly.
 TEST(Communication, WatchdogEndsAHangingOrFailedCollective) {
   using namespace std::chrono_literals;
   struct Seen {
@@ -765,6 +766,20 @@ TEST(Communication, WatchdogEndsAHangingOrFailedCollective) {
     std::this_thread::sleep_for(50ms);
     EXPECT_EQ(unlimited.pending(), 1u);
     EXPECT_EQ(seen.count(), 0u);
+  }
+  {  // work queued behind other work (a host that ran steps ahead of its GPU): its clock starts
+     // when the work before it is seen finished, not when it was watched
+    Seen seen;
+    std::atomic<bool> first{false}, second{false};
+    CollectiveWatchdog dog(healthy, seen.record(), 1000ms, 5ms);
+    dog.watch("step 1's all-reduces", [&] { return first.load(); });
+    dog.watch("step 2's all-reduces", [&] { return second.load(); });
+    std::this_thread::sleep_for(800ms);
+    first = true;
+    std::this_thread::sleep_for(800ms);   // 1.6 s after it was watched, 0.8 s after the first finished
+    second = true;
+    EXPECT_TRUE(eventually([&] { return dog.pending() == 0; }));
+    EXPECT_EQ(seen.count(), 0u) << (seen.count() ? seen.first() : "");
   }
   {  // an asynchronous error: reported with its reason
     Seen seen;

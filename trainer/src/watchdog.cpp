@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace mlip::trainer {
@@ -55,6 +56,9 @@ void CollectiveWatchdog::poll() {
       lock.lock();
       if (!finished || pending_.empty() || pending_.front().id != id) break;
       pending_.pop_front();
+      // The next piece waited behind this one (one stream): its own clock starts now, so that a
+      // rank whose host ran steps ahead of its GPU does not count their work against the next.
+      if (!pending_.empty()) pending_.front().since = std::max(pending_.front().since, std::chrono::steady_clock::now());
     }
     lock.unlock();
     std::string why = health_();

@@ -36,8 +36,10 @@ class CollectiveWatchdog {
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
 
-  /// Starts the clock on a piece of work, `what` in the message if it times out. Work finishes
-  /// in the order it is watched (one stream). Only the poller asks whether work has finished.
+  /// Watches a piece of work, `what` in the message if it times out. Work finishes in the order
+  /// it is watched (one stream): its clock starts when it is watched or, if later, when the piece
+  /// before it was seen finished (the work queued before it is not its own). Only the poller asks
+  /// whether work has finished.
   /// At most kMostPending are kept: beyond, the newest replaces the last (the oldest's clock,
   /// which a timeout reads, is kept).
   void watch(std::string what, Done done);
