@@ -293,6 +293,7 @@ void PairMLIP::init_sizer(bool wanted)
   impl->sizers = {};
   impl->sizer = nullptr;
   impl->sizing_reported = {};
+  impl->sized_calls = {};
   // A collective of all ranks, before any returns: whether a rank sizes its calls is its own
   // (its device, its GPU's memory).
   const torch::Device device = impl->model->device();

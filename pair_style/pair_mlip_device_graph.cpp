@@ -262,7 +262,7 @@ mlip::StepOutput PairMLIP::evaluate_step(int n, bool atom_virial)
       break;
     } catch (const std::exception &e) {   // guarded() passes on only running out of GPU memory (sized)
       if (!s.sizer || !mlip::is_out_of_memory(e) || tried <= 1)
-        error->one(FLERR, std::string("pair_style mlip: graph device cuda_graph: ") + e.what());
+        error->one(FLERR, std::string("pair_style mlip: graph device cuda_graph: ") + e.what() + mlip::out_of_memory_note(e));
       mlip::release_cached_memory();
       if (!retried_alone) {
         retried_alone = true;

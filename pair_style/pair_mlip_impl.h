@@ -202,7 +202,7 @@ struct PairMLIP::Impl {
   std::array<std::unique_ptr<mlip::ChunkSizer>, 2> sizers;
   std::array<bool, 2> sizing_reported{};
   mlip::ChunkSizer *sizer = nullptr;
-  long sized_calls = 0;               // model calls under the sizer (every 64th is measured)
+  std::array<long, 2> sized_calls{};  // model calls under each sizer (every 64th is measured)
   int gpu_sharing = 1;                // ranks of this node on this rank's GPU (they share its memory)
   // 'graph device': the graph built on the model's device (pair_mlip_device_graph.cpp).
   mlip::DeviceGraph device_graph;
@@ -222,7 +222,7 @@ struct PairMLIP::Impl {
 
   // Whether this call's memory is measured: until one was, then every 64th (a query of the
   // driver and of LibTorch's allocator is not free on every step).
-  bool measure_call() { return sizer && (!sizer->seen() || sized_calls++ % 64 == 0); }
+  bool measure_call() { return sizer && (!sizer->seen() || sized_calls[committee_sizing() ? 1 : 0]++ % 64 == 0); }
   void choose_sizer(bool all_models) { sizer = sizers[all_models && sizers[1] ? 1 : 0].get(); }
   bool committee_sizing() const { return sizer != nullptr && sizer == sizers[1].get(); }
 };
@@ -269,7 +269,7 @@ void guarded(Error *error, bool all_ranks, const std::string &what, F &&body, bo
 // out of GPU memory is this rank's error saying so; any other error as guarded() reports it.
 template <typename F> void sized_calls(Error *error, const std::string &what, F &&body)
 {
-  const auto one_atom = [&](const char *why) {
+  const auto one_atom = [&](const std::string &why) {
     error->one(FLERR, "pair_style mlip: " + what + ": the GPU is out of memory even for calls of one atom: " + why);
   };
   guarded(error, false, what, [&] {
@@ -277,10 +277,10 @@ template <typename F> void sized_calls(Error *error, const std::string &what, F 
       body();
     } catch (const c10::Error &e) {
       if (!mlip::is_out_of_memory(e)) throw;
-      one_atom(e.what_without_backtrace());
+      one_atom(e.what_without_backtrace() + mlip::out_of_memory_note(e));
     } catch (const mlip::Error &e) {
       if (!mlip::is_out_of_memory(e)) throw;
-      one_atom(e.what());
+      one_atom(e.what() + mlip::out_of_memory_note(e));
     }
   });
 }

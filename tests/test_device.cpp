@@ -520,6 +520,34 @@ TEST(DeviceMemory, OutOfMemoryErrorsAreKnownByTypeAndByTorchScriptsMessage) {
   EXPECT_FALSE(mlip::device_memory(torch::kCPU).has_value());   // the CPU has no figures
 }
 
+// A recording's allocation that failed, where max_split_size_mb makes LibTorch's allocator free its
+// cache inside the recording (CUDA refuses): out of memory only under that configuration.
+TEST(DeviceMemory, ARecordingRefusedItsAllocatorsFreeIsOutOfMemoryUnderMaxSplitSize) {
+  const c10::Error refused({"release_block", "CUDACachingAllocator.cpp", 1},
+                           "CUDA error: operation not permitted when stream is capturing");
+  const char* saved[2] = {std::getenv("PYTORCH_ALLOC_CONF"), std::getenv("PYTORCH_CUDA_ALLOC_CONF")};
+  const std::string kept[2] = {saved[0] ? saved[0] : "", saved[1] ? saved[1] : ""};
+  unsetenv("PYTORCH_ALLOC_CONF");
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  EXPECT_FALSE(mlip::is_out_of_memory(refused));   // another call a recording may not make
+  setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True", 1);
+  EXPECT_FALSE(mlip::is_out_of_memory(refused));
+  EXPECT_EQ(mlip::out_of_memory_note(refused), "");
+  setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:False,max_split_size_mb:512", 1);
+  EXPECT_TRUE(mlip::is_out_of_memory(refused));
+  EXPECT_NE(mlip::out_of_memory_note(refused).find("max_split_size_mb"), std::string::npos);
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:128", 1);   // LibTorch's newer name
+  EXPECT_TRUE(mlip::is_out_of_memory(std::runtime_error("CUDA error: operation failed due to a previous error during capture")));
+  EXPECT_FALSE(mlip::is_out_of_memory(std::runtime_error("index out of range")));
+  EXPECT_EQ(mlip::out_of_memory_note(std::runtime_error("CUDA out of memory. Tried to allocate 2.00 GiB")), "");
+  setenv("PYTORCH_ALLOC_CONF", "garbage_collection_threshold:0.6", 1);   // frees before an allocation, not after
+  EXPECT_FALSE(mlip::is_out_of_memory(refused));
+  unsetenv("PYTORCH_ALLOC_CONF");
+  if (saved[0]) setenv("PYTORCH_ALLOC_CONF", kept[0].c_str(), 1);
+  if (saved[1]) setenv("PYTORCH_CUDA_ALLOC_CONF", kept[1].c_str(), 1);
+}
+
 // Calls of at most `chunk` centres, as equal as they can be (the pair style's `chunk` and the sizer's).
 TEST(DeviceMemory, EqualChunks) {
   EXPECT_EQ(mlip::equal_chunk(1152, 1024), 576);

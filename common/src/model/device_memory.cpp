@@ -1,6 +1,7 @@
 #include "mlip/model/device_memory.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include <c10/util/Exception.h>
@@ -12,6 +13,22 @@ namespace mlip {
 namespace {
 
 template <class F> F cuda_function(const char* name) { return reinterpret_cast<F>(detail::cuda_symbol(name)); }
+
+// Whether LibTorch's allocator may give cached blocks back to the driver (cudaFree) when an
+// allocation fails inside a CUDA graph's recording, which a recording may not do: it does with
+// max_split_size_mb in its configuration (pytorch/pytorch#159594).
+bool allocator_frees_while_recording() {
+  for (const char* name : {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"})
+    if (const char* conf = std::getenv(name); conf != nullptr && std::strstr(conf, "max_split_size_mb") != nullptr)
+      return true;
+  return false;
+}
+
+// CUDA's errors for a call a recording may not make, and for the recording it then invalidated.
+bool refused_while_recording(const char* what) {
+  return std::strstr(what, "operation not permitted when stream is capturing") != nullptr ||
+         std::strstr(what, "operation failed due to a previous error during capture") != nullptr;
+}
 
 }  // namespace
 
@@ -46,8 +63,18 @@ bool is_out_of_memory(const std::exception& e) {
   // traceback added (mlip::Error from mlip::evaluate_module); CUDA's own error reads "out of memory"
   // (a kernel launch, cudaErrorMemoryAllocation).
   const char* what = e.what();
-  return std::strstr(what, "CUDA out of memory") != nullptr || std::strstr(what, "CUDA error: out of memory") != nullptr ||
-         std::strstr(what, "launch failed: out of memory") != nullptr;
+  if (std::strstr(what, "CUDA out of memory") != nullptr || std::strstr(what, "CUDA error: out of memory") != nullptr ||
+      std::strstr(what, "launch failed: out of memory") != nullptr)
+    return true;
+  // A recording whose allocation failed, where the allocator then freed its cache (refused).
+  return refused_while_recording(what) && allocator_frees_while_recording();
+}
+
+std::string out_of_memory_note(const std::exception& e) {
+  if (!refused_while_recording(e.what()) || !allocator_frees_while_recording()) return {};
+  return " (max_split_size_mb in PYTORCH_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF makes LibTorch's allocator free "
+         "memory inside a CUDA graph's recording when an allocation fails, which CUDA refuses: this error was taken "
+         "for running out of memory; without that setting the recording would say what it is)";
 }
 
 int64_t ChunkSizer::chunk(int64_t centres, int64_t available) const {

@@ -37,8 +37,14 @@ void reset_peak_memory(const torch::Device& device);
 bool release_cached_memory();
 
 /// Whether `e` is a device out-of-memory error (c10::OutOfMemoryError, a TorchScript error that
-/// carries one's message, as mlip::Error does from inside a model, or CUDA's own).
+/// carries one's message, as mlip::Error does from inside a model, or CUDA's own); also, where
+/// PYTORCH_[CUDA_]ALLOC_CONF sets max_split_size_mb, a CUDA graph's recording refused a call: with
+/// that setting LibTorch's allocator answers a failed allocation by freeing its cache, which a
+/// recording may not do (pytorch/pytorch#159594).
 bool is_out_of_memory(const std::exception& e);
+/// What a user should know of out-of-memory error `e` beyond its message, with a leading space:
+/// that it was such a refused call taken for one; "" for any other.
+std::string out_of_memory_note(const std::exception& e);
 
 /// Centre atoms per model call from the memory a device has and the memory the model's calls were
 /// seen to take: bytes per edge of a call (the most seen, so the estimate errs large) times edges
