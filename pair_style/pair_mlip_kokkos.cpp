@@ -71,6 +71,22 @@ template <class View> void grow(View &view, int n, const char *name)
   if (static_cast<int>(view.extent(0)) < n) view = View(Kokkos::ViewAllocateWithoutInitializing(name), n + n / 4 + 16);
 }
 
+// Whether the edge a -> j is inside the cutoff (cut2: its square), with its vector d in A. The
+// count and the list kernels both ask this, and on a GPU its products and sums are rounded as
+// written (nvcc would otherwise fuse them as it sees fit in each kernel), so that the two agree on
+// a pair at the cutoff: a count that differs from the list would overrun the next source's edges.
+template <class X>
+KOKKOS_INLINE_FUNCTION bool edge_within(const X &x, int a, int j, double to_A, double cut2, double d[3])
+{
+  for (int k = 0; k < 3; k++) d[k] = (x(j, k) - x(a, k)) * to_A;
+#ifdef __CUDA_ARCH__
+  const double r2 = __dadd_rn(__dadd_rn(__dmul_rn(d[0], d[0]), __dmul_rn(d[1], d[1])), __dmul_rn(d[2], d[2]));
+#else
+  const double r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
+#endif
+  return r2 < cut2;
+}
+
 }    // namespace
 
 /* ---------------------------------------------------------------------- */
@@ -304,10 +320,8 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int member, int first, int cou
         if (atom_species(a) >= 0) {
           for (int jj = 0; jj < numneigh(a); jj++) {
             const int j = neighbors(a, jj) & NEIGHMASK;
-            if (atom_species(j) < 0) continue;
-            const double dx = (xv(j, 0) - xv(a, 0)) * to_A, dy = (xv(j, 1) - xv(a, 1)) * to_A,
-                         dz = (xv(j, 2) - xv(a, 2)) * to_A;
-            if (dx * dx + dy * dy + dz * dz >= cut2) continue;
+            double d[3];
+            if (atom_species(j) < 0 || !edge_within(xv, a, j, to_A, cut2, d)) continue;
             n++;
             if (atom_node(j) < 0) reached(j) = 1;
           }
@@ -363,15 +377,11 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int member, int first, int cou
         const int64_t centre = atom_node(a);
         for (int jj = 0; jj < numneigh(a); jj++) {
           const int j = neighbors(a, jj) & NEIGHMASK;
-          if (atom_species(j) < 0) continue;
-          const double dx = (xv(j, 0) - xv(a, 0)) * to_A, dy = (xv(j, 1) - xv(a, 1)) * to_A,
-                       dz = (xv(j, 2) - xv(a, 2)) * to_A;
-          if (dx * dx + dy * dy + dz * dz >= cut2) continue;
+          double d[3];
+          if (atom_species(j) < 0 || !edge_within(xv, a, j, to_A, cut2, d)) continue;
           edge_index(0, e) = centre;
           edge_index(1, e) = atom_node(j);
-          edge_vectors(e, 0) = dx;
-          edge_vectors(e, 1) = dy;
-          edge_vectors(e, 2) = dz;
+          for (int k = 0; k < 3; k++) edge_vectors(e, k) = d[k];
           e++;
         }
       });
