@@ -241,7 +241,11 @@ RecordedStep::RecordedStep(StepParts parts, bool record, const torch::Device& de
 RecordedStep::~RecordedStep() = default;
 
 // The step on input_: its MetricSums terms; unless a warm-up, the gradients set, summed over the
-// ranks and clipped, and the optimiser's and the EMA's steps taken.
+// ranks and clipped, and the optimiser's and the EMA's steps taken. What changes from step to step
+// reaches a recording through tensors filled before each replay (the learning rate lr_, the loss
+// weights in weight_block_, Adam's step counts); the numbers passed here as doubles (huber_delta,
+// grad_clip, ema_decay, Adam's betas) are the recording's for good: none of them may get a schedule
+// unless it becomes such a tensor.
 void RecordedStep::run(Run how) {
   // The batch's indices are made by the trainer and pad_batch: the operators' index checks (a read
   // back each, which a recording cannot hold) are off, and their formulations those a recording
@@ -310,12 +314,18 @@ void RecordedStep::record() {
   ++recordings_;
 }
 
+std::vector<const void*> RecordedStep::input_addresses() const {
+  std::vector<const void*> at;
+  for (auto member : BatchTensors::kTensors) at.push_back((input_.*member).defined() ? (input_.*member).data_ptr() : nullptr);
+  return at;
+}
+
 void RecordedStep::reserve(const BatchCapacity& at_least) {
   BatchCapacity c = capacity_;
   raise_capacity(c, at_least);
   if (c == capacity_) return;
   capacity_ = std::move(c);
-  recorded_ = false;
+  recorded_ = inputs_made_ = false;
 }
 
 bool RecordedStep::fits(const BatchTensors& b) const {
@@ -325,8 +335,15 @@ bool RecordedStep::fits(const BatchTensors& b) const {
 
 torch::Tensor RecordedStep::step(const BatchTensors& shape, const FillInputs& fill, const Prefactors& pre, double normalizer,
                                  double frames, double lr) {
-  if (fit_capacity(shape, capacity_)) recorded_ = false;
+  if (fit_capacity(shape, capacity_)) recorded_ = inputs_made_ = false;
+  const std::vector<const void*> made_at = inputs_made_ ? input_addresses() : std::vector<const void*>();
   fill(capacity_, input_);
+  // A recording reads its inputs where they were when it was made: a fill that made one anew at
+  // the same capacity (another shape or dtype) would have it read freed memory. Checked eager too.
+  if (inputs_made_ && input_addresses() != made_at)
+    throw Error("training.cuda_graph: a batch's tensors were made anew at the same capacity, where a recording reads "
+                "them (a defect of mlip; training.cuda_graph false trains without recording)");
+  inputs_made_ = true;
   {
     torch::NoGradGuard no_grad;  // the inputs of the step
     const torch::Tensor host = torch::empty(

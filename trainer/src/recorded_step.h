@@ -172,6 +172,7 @@ class RecordedStep {
   void run(Run how);
   void record();
   void warm_update();
+  std::vector<const void*> input_addresses() const;   // input_'s tensors' data (null: undefined)
 
   StepParts parts_;
   std::unique_ptr<detail::CudaGraphRecorder> recorder_;   // null: eager
@@ -182,6 +183,7 @@ class RecordedStep {
   torch::Tensor lr_, terms_;
   int64_t recordings_ = 0;
   bool recorded_ = false;
+  bool inputs_made_ = false;             // input_ filled at capacity_ (its tensors stay where they are)
   bool warmed_ = false;                  // warm_update() done
 };
 
