@@ -1253,6 +1253,11 @@ TEST(KernelProfile, HostOperatorsCountedOnceEachByTheirSelfTime) {
   EXPECT_NE(text.find("x: wall "), std::string::npos) << text;
   EXPECT_NE(text.find("aten::mm"), std::string::npos) << text;
   EXPECT_EQ(text.find("GPU busy"), std::string::npos) << text;
+  EXPECT_EQ(text.find("no GPU activity"), std::string::npos) << text;   // none asked for
+  // A GPU profiled without any of its activity (CUPTI unavailable): said, not shown as a CPU's.
+  mlip::ProfileSummary empty_gpu = s;
+  empty_gpu.gpu = true;
+  EXPECT_NE(mlip::format_profile(empty_gpu, "x: ", 5, "call").find("no GPU activity recorded"), std::string::npos);
   // The profiler is free again for the next one.
   mlip::KernelProfile again(torch::kCPU);
   EXPECT_TRUE(again.running());

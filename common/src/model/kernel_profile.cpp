@@ -64,14 +64,20 @@ std::vector<double> self_seconds(const std::vector<const kp::KinetoEvent*>& host
   return self;
 }
 
-ProfileSummary summarise(const std::vector<kp::KinetoEvent>& events, double wall_seconds) {
+ProfileSummary summarise(const std::vector<kp::KinetoEvent>& events, double wall_seconds, bool gpu) {
   ProfileSummary s;
   s.wall_seconds = wall_seconds;
+  s.gpu = gpu;
   std::vector<const kp::KinetoEvent*> host;
   for (const auto& e : events) {
     const char* kind = kind_of(e);
     if (kind && (!std::strcmp(kind, "runtime") || !std::strcmp(kind, "operator"))) host.push_back(&e);
   }
+  // The last host event on a GPU is stop()'s own wait for the GPU: not the profiled work's.
+  const auto last = std::max_element(host.begin(), host.end(), [](const kp::KinetoEvent* a, const kp::KinetoEvent* b) {
+    return a->startNs() < b->startNs();
+  });
+  if (gpu && last != host.end() && !std::strcmp(kind_of(**last), "runtime") && waits((*last)->name())) host.erase(last);
   const std::vector<double> self = self_seconds(host);
   std::map<std::pair<std::string, std::string>, ProfileRow> rows;
   auto add = [&](const char* kind, const std::string& name, double seconds) {
@@ -164,7 +170,7 @@ ProfileSummary KernelProfile::stop() {
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   running_ = false;
   const std::unique_ptr<kp::ProfilerResult> result = kp::disableProfiler();
-  return summarise(result->events(), wall);
+  return summarise(result->events(), wall, device_.is_cuda());
 }
 
 std::string format_profile(const ProfileSummary& s, const std::string& prefix, double per,
@@ -176,6 +182,8 @@ std::string format_profile(const ProfileSummary& s, const std::string& prefix, d
     out += printed("; GPU busy %.3f ms (%.0f%% of the wall: %.1f kernels, copies %.3f ms)", s.gpu_seconds * k,
                    100.0 * s.gpu_seconds / std::max(s.wall_seconds, 1e-12), s.kernels * k / 1e3,
                    (s.seconds("copy") + s.seconds("memset")) * k);
+  else if (s.gpu)
+    out += "; no GPU activity recorded (CUPTI unavailable to LibTorch's profiler?)";
   if (s.launches || s.waits)
     out += printed("; host: %.1f launches, %.1f waits for the GPU taking %.3f ms", s.launches * k / 1e3,
                    s.waits * k / 1e3, s.wait_seconds * k);

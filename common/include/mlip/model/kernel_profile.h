@@ -30,12 +30,14 @@ struct ProfileSummary {
   int64_t launches = 0;           // host calls that launch a kernel
   int64_t waits = 0;              // host calls that wait for the GPU (synchronisations)
   double wait_seconds = 0;
+  bool gpu = false;               // a GPU was profiled (its activity asked for)
   double seconds(const std::string& kind) const;   // the rows of one kind, summed
 };
 
 /// Starts LibTorch's profiler (CPU operators; where `device` is a GPU, its activity too); stop()
 /// ends it. One at a time in a process (LibTorch's profiler is one): a second one is an error. On a
-/// GPU the device is synchronised at start and stop, so that the wall time holds the work in between.
+/// GPU the device is synchronised at start and stop, so that the wall time holds the work in between
+/// (stop()'s wait, the profile's last host event, is not counted among the host's waits).
 class KernelProfile {
  public:
   explicit KernelProfile(const torch::Device& device);
