@@ -286,12 +286,72 @@ def nve_drift(run):
 
 
 def gpu_training(run):
-    """the training lines of the GPU check's summary (one run each)"""
+    """the training lines of the GPU check's summary (one run each; train_accuracy's: accuracy)"""
     out = ["| training run | frames/s |", "|---|---|"]
     for line in (run / "summary.txt").read_text().splitlines():
-        m = re.match(r"training (.*): ([0-9.]+) frames/s", line)
+        m = re.match(r"training (?!accuracy)(.*): ([0-9.]+) frames/s", line)
         if m:
             out.append(f"| {m[1]} | {m[2]} |")
+    return "\n".join(out) + "\n"
+
+
+def gpu_accuracy(run):
+    """the check's train_accuracy lines: frames/s and the last epoch's validation errors per batch
+    and learning rate (one run each)"""
+    out = ["| batch | learning rate | epochs | frames/s | validation E (meV/atom) | validation F (meV/A) |",
+           "|---|---|---|---|---|---|"]
+    for line in (run / "summary.txt").read_text().splitlines():
+        m = re.match(r"training accuracy, .*?batch (\d+), lr ([^ ,]+)(?: to ([^ ,]+))?, (\d+) epochs, .*?: (\S+) frames/s", line)
+        if not m:
+            continue
+        e = re.search(r"val E ([0-9.]+) meV/atom +F ([0-9.]+) meV/A", line)
+        lr = f"{m[2]} to {m[3]}" if m[3] else m[2]
+        out.append(f"| {m[1]} | {lr} | {m[4]} | {m[5]} | {e[1] if e else '-'} | {e[2] if e else '-'} |")
+    return "\n".join(out) + "\n"
+
+
+def gpu_memory(run):
+    """the check's memory lines (sizing in gpu-check.sh): per stage and run, the GPU memory a model
+    call took (the most seen: the end-of-run line, else the largest of the sizer's lines) and the
+    local atoms per call the sizer chose last"""
+    cells = {}
+    for line in (run / "summary.txt").read_text().splitlines():
+        m = re.match(r"memory: (\S+): (\S+): \d+ (.*)", line)
+        if not m:
+            continue
+        c = cells.setdefault((m[1], m[2]), {"kib": [], "edge": [], "per_call": "-"})
+        k = re.search(r"([0-9.]+) KiB per centre atom,? \(?([0-9.]+) bytes per edge", m[3])
+        if k:
+            c["kib"].append(float(k[1]))
+            c["edge"].append(float(k[2]))
+        p = re.search(r" (\d+) of (\d+) local atoms per call", m[3])
+        if p:
+            c["per_call"] = f"{p[1]} of {p[2]}"
+    out = ["| stage | run | KiB per centre atom | bytes per edge | local atoms per call (last) |", "|---|---|---|---|---|"]
+    for (stage, name), c in cells.items():
+        kib = f"{max(c['kib']):.1f}" if c["kib"] else "-"
+        edge = f"{max(c['edge']):.0f}" if c["edge"] else "-"
+        out.append(f"| {stage} | {name} | {kib} | {edge} | {c['per_call']} |")
+    return "\n".join(out) + "\n"
+
+
+def gpu_profile(run):
+    """the check's profile lines: per run, the wall time of a force call or step, the GPU's busy time
+    and share of it, and the host's launches and waits (the profiler slows what it watches: shares,
+    not figures)"""
+    out = ["| run | wall ms | GPU busy ms (share) | kernels | host launches | host waits (ms) | host operators' self ms |",
+           "|---|---|---|---|---|---|---|"]
+    for line in (run / "summary.txt").read_text().splitlines():
+        m = re.match(r"profile: (.+?): wall ([0-9.]+) ms per (\w+)(.*)", line)
+        if not m:
+            continue
+        rest = m[4]
+        g = re.search(r"GPU busy ([0-9.]+) ms \(([0-9]+)% of the wall: ([0-9.]+) kernels", rest)
+        h = re.search(r"host: ([0-9.]+) launches, ([0-9.]+) waits for the GPU taking ([0-9.]+) ms", rest)
+        o = re.search(r"host operators' self time ([0-9.]+) ms", rest)
+        busy = f"{g[1]} ({g[2]}%)" if g else ("none recorded" if "no GPU activity" in rest else "-")
+        out.append(f"| {m[1]} (per {m[3]}) | {m[2]} | {busy} | {g[3] if g else '-'} | {h[1] if h else '-'} | "
+                   f"{f'{h[2]} ({h[3]})' if h else '-'} | {o[1] if o else '-'} |")
     return "\n".join(out) + "\n"
 
 
@@ -487,6 +547,9 @@ KINDS = {
     ("threads-compressed", "speed"): threads,
     ("gpu-check", "md"): gpu_md,
     ("gpu-check", "training"): gpu_training,
+    ("gpu-check", "accuracy"): gpu_accuracy,
+    ("gpu-check", "memory"): gpu_memory,
+    ("gpu-check", "profile"): gpu_profile,
     ("time_to_accuracy", "errors"): time_to_accuracy,
     ("nve_drift", "drift"): nve_drift,
     ("mp_accuracy", "errors"): mp_accuracy,

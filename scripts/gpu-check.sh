@@ -589,10 +589,15 @@ stage_md_1m() {
   return $rc
 }
 
-# sizing NAME: the pair style's lines on the GPU memory its calls took, from bench NAME's logs
+# sizing NAME: the pair style's lines on the GPU memory its calls took, from bench NAME's logs, as
+# "memory: NAME: RUN: COUNT LINE" (RUN: the log's name, bench_pair.sh's row label; COUNT: how
+# often the line came; tables.py's gpu-check memory table reads them)
 sizing() {
-  local line
-  while read -r line; do record "memory: $line"; done < <(grep -rhoE 'model calls on the GPU.*|GPU memory of a model call.*' "$logs/lammps-$1" 2>/dev/null | sort | uniq -c | sed 's/^ *//')
+  local log line
+  for log in "$logs/lammps-$1"/log.*; do
+    [[ -f $log ]] || continue
+    while read -r line; do record "memory: $1: ${log##*/log.}: $line"; done < <(grep -hoE 'model calls on the GPU.*|GPU memory of a model call.*' "$log" | sort | uniq -c | sed 's/^ *//')
+  done
 }
 
 # Where the step's time goes (issue 54's profiles): the main models under 'timing kernels'

@@ -86,6 +86,14 @@ check "$out/summary.txt" '^mace-32ch: \| mlip, 1 rank x 1 thread \| [0-9.]+' "ml
 check "$out/summary.txt" '^mace-32ch: \| mlip \(LAMMPS\), 1 rank x 1 thread \| [0-9.]+' "mlip's MD row"
 check "$out/summary.txt" '^mace-32ch: \| mace-torch \(ASE\), 1 thread \| [0-9.]+' "mace-torch's MD row"
 check "$out/summary.txt" '^total: [0-9]+ s' "the total"
+# benchmarks/tables.py reads the check's files as a kept run (benchmarks/results/gpu-check/RUN)
+kept=$build/tests/gpu-check-dry-tables/gpu-check/dry
+rm -rf "$kept" && mkdir -p "$kept" && cp "$out/summary.txt" "$out/md.txt" "$kept/"
+"$py" "$repo/benchmarks/tables.py" "$kept" >"$kept.tables" || { echo "FAILED: tables.py on the check's files"; fail=1; }
+check "$kept.tables" '^\| 16 \| 8e-3 to 8e-5 \| 1 \| \? \| [0-9.]+ \| [0-9.]+ \|$' "the accuracy table's batch-16 row (one epoch: no rate)"
+check "$kept.tables" '^\| mlip se_e2_a f64 on cpu, device graph \(per call\) \| [0-9.]+ \| - \|' "the profile table's se_e2_a row"
+check "$kept.tables" '^\| mlip se_e2_a f64 on cpu, device graph, CUDA graph eager \| 1152 \| [0-9.]+ \(' "the md table's whole-step row"
+check "$kept.tables" '^<!-- table: gpu-check/dry memory -->' "the memory table (no lines on the CPU)"
 files=$(find "$out" -type f | wc -l)
 if ((files > 8)); then echo "FAILED: $files files in OUT (the device tool returns 8)"; fail=1; fi
 tar -tzf "$out/logs.tar.gz" >"$out.logs-list" || { echo "FAILED: logs.tar.gz does not list"; fail=1; }
