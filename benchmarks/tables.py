@@ -285,13 +285,17 @@ def nve_drift(run):
     return "\n".join(out) + "\n"
 
 
+def summary_matches(run, pattern):
+    """the GPU check's summary lines that start with `pattern` (a regular expression), as matches"""
+    lines = (run / "summary.txt").read_text().splitlines()
+    return [m for m in (re.match(pattern, line) for line in lines) if m]
+
+
 def gpu_training(run):
     """the training lines of the GPU check's summary (one run each; train_accuracy's: accuracy)"""
     out = ["| training run | frames/s |", "|---|---|"]
-    for line in (run / "summary.txt").read_text().splitlines():
-        m = re.match(r"training (?!accuracy)(.*): ([0-9.]+) frames/s", line)
-        if m:
-            out.append(f"| {m[1]} | {m[2]} |")
+    for m in summary_matches(run, r"training (?!accuracy)(.*): ([0-9.]+) frames/s"):
+        out.append(f"| {m[1]} | {m[2]} |")
     return "\n".join(out) + "\n"
 
 
@@ -300,11 +304,9 @@ def gpu_accuracy(run):
     and learning rate (one run each)"""
     out = ["| batch | learning rate | epochs | frames/s | validation E (meV/atom) | validation F (meV/A) |",
            "|---|---|---|---|---|---|"]
-    for line in (run / "summary.txt").read_text().splitlines():
-        m = re.match(r"training accuracy, .*?batch (\d+), lr ([^ ,]+)(?: to ([^ ,]+))?, (\d+) epochs, .*?: (\S+) frames/s", line)
-        if not m:
-            continue
-        e = re.search(r"val E ([0-9.]+) meV/atom +F ([0-9.]+) meV/A", line)
+    pattern = r"training accuracy, .*?batch (\d+), lr ([^ ,]+)(?: to ([^ ,]+))?, (\d+) epochs, .*?: (\S+) frames/s(.*)"
+    for m in summary_matches(run, pattern):
+        e = re.search(r"val E ([0-9.]+) meV/atom +F ([0-9.]+) meV/A", m[6])
         lr = f"{m[2]} to {m[3]}" if m[3] else m[2]
         out.append(f"| {m[1]} | {lr} | {m[4]} | {m[5]} | {e[1] if e else '-'} | {e[2] if e else '-'} |")
     return "\n".join(out) + "\n"
@@ -315,10 +317,7 @@ def gpu_memory(run):
     call took (the most seen: the end-of-run line, else the largest of the sizer's lines) and the
     local atoms per call the sizer chose last"""
     cells = {}
-    for line in (run / "summary.txt").read_text().splitlines():
-        m = re.match(r"memory: (\S+): (\S+): \d+ (.*)", line)
-        if not m:
-            continue
+    for m in summary_matches(run, r"memory: (\S+): (\S+): \d+ (.*)"):
         c = cells.setdefault((m[1], m[2]), {"kib": [], "edge": [], "per_call": "-"})
         k = re.search(r"([0-9.]+) KiB per centre atom,? \(?([0-9.]+) bytes per edge", m[3])
         if k:
@@ -341,10 +340,7 @@ def gpu_profile(run):
     not figures)"""
     out = ["| run | wall ms | GPU busy ms (share) | kernels | host launches | host waits (ms) | host operators' self ms |",
            "|---|---|---|---|---|---|---|"]
-    for line in (run / "summary.txt").read_text().splitlines():
-        m = re.match(r"profile: (.+?): wall ([0-9.]+) ms per (\w+)(.*)", line)
-        if not m:
-            continue
+    for m in summary_matches(run, r"profile: (.+?): wall ([0-9.]+) ms per (\w+)(.*)"):
         rest = m[4]
         g = re.search(r"GPU busy ([0-9.]+) ms \(([0-9]+)% of the wall: ([0-9.]+) kernels", rest)
         h = re.search(r"host: ([0-9.]+) launches, ([0-9.]+) waits for the GPU taking ([0-9.]+) ms", rest)
