@@ -191,7 +191,7 @@ run() {
   local vars=() v
   for v in "$@"; do vars+=(-var "${v%%=*}" "${v#*=}"); done
   [[ $table == md ]] && vars+=(-var windows "$WINDOWS")
-  local log="$work/log.$(echo "$label-$np" | tr -c 'A-Za-z0-9_.-' '_')"
+  local log="$work/log.$(printf '%s' "$label-$np" | tr -c 'A-Za-z0-9_.-' '_')"
   echo "  $label, $np rank(s) ..." >&2
   local rss=() rc=0
   command -v python3 >/dev/null && rss=(python3 "$src/benchmarks/peak_rss.py" "$log.time")

@@ -291,10 +291,16 @@ def summary_matches(run, pattern):
     return [m for m in (re.match(pattern, line) for line in lines) if m]
 
 
+def dry_run(run):
+    """whether a GPU check's folder holds a dry run (on the CPU, small sizes: no GPU figures)"""
+    summary = run / "summary.txt"
+    return summary.is_file() and any(line.startswith("mode: dry run") for line in summary.read_text().splitlines())
+
+
 def gpu_training(run):
     """the training lines of the GPU check's summary (one run each; train_accuracy's: accuracy)"""
     out = ["| training run | frames/s |", "|---|---|"]
-    for m in summary_matches(run, r"training (?!accuracy)(.*): ([0-9.]+) frames/s"):
+    for m in summary_matches(run, r"training (?!accuracy)(.*): (\S+) frames/s"):
         out.append(f"| {m[1]} | {m[2]} |")
     return "\n".join(out) + "\n"
 
@@ -306,19 +312,21 @@ def gpu_accuracy(run):
            "|---|---|---|---|---|---|"]
     pattern = r"training accuracy, .*?batch (\d+), lr ([^ ,]+)(?: to ([^ ,]+))?, (\d+) epochs, .*?: (\S+) frames/s(.*)"
     for m in summary_matches(run, pattern):
-        e = re.search(r"val E ([0-9.]+) meV/atom +F ([0-9.]+) meV/A", m[6])
+        e = re.search(r"val E (\S+) meV/atom +F (\S+) meV/A", m[6])   # also n/a or inf (diverged)
         lr = f"{m[2]} to {m[3]}" if m[3] else m[2]
         out.append(f"| {m[1]} | {lr} | {m[4]} | {m[5]} | {e[1] if e else '-'} | {e[2] if e else '-'} |")
     return "\n".join(out) + "\n"
 
 
 def gpu_memory(run):
-    """the check's memory lines (sizing in gpu-check.sh): per stage and run, the GPU memory a model
-    call took (the most seen: the end-of-run line, else the largest of the sizer's lines) and the
-    local atoms per call the sizer chose last"""
+    """the check's memory lines (sizing in gpu-check.sh, in the order the log has them): per stage
+    and run, the GPU memory a model call took (the most seen: the end-of-run line, else the largest
+    of the sizer's lines) and the local atoms per call the sizer chose last; a committee's lines
+    (all its models in a call) are a row of their own"""
     cells = {}
     for m in summary_matches(run, r"memory: (\S+): (\S+): \d+ (.*)"):
-        c = cells.setdefault((m[1], m[2]), {"kib": [], "edge": [], "per_call": "-"})
+        name = f"{m[2]}, all the committee's models" if "of all the committee's models" in m[3] else m[2]
+        c = cells.setdefault((m[1], name), {"kib": [], "edge": [], "per_call": "-"})
         k = re.search(r"([0-9.]+) KiB per centre atom,? \(?([0-9.]+) bytes per edge", m[3])
         if k:
             c["kib"].append(float(k[1]))
@@ -563,6 +571,8 @@ def make(name, kind):
     run = RESULTS / name
     if not run.is_dir():
         raise SystemExit(f"tables.py: no results folder {run}")
+    if bench == "gpu-check" and dry_run(run):
+        raise SystemExit(f"tables.py: {name} is a dry run of the GPU check (on the CPU, small sizes): no GPU figures for the docs")
     return KINDS[(bench, kind)](run)
 
 
@@ -709,6 +719,8 @@ def main(argv):
     run = pathlib.Path(argv[0]).resolve()
     name = f"{run.parent.name}/{run.name}"
     owner = (run / "benchmark.txt").read_text().strip() if (run / "benchmark.txt").is_file() else run.parent.name
+    if owner == "gpu-check" and dry_run(run):
+        print(f"<!-- {name}: a dry run of the GPU check, on the CPU at small sizes: not GPU figures -->\n")
     for (bench, kind), table in KINDS.items():
         if bench != owner:
             continue

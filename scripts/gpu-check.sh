@@ -535,24 +535,30 @@ bench() {
   return $rc
 }
 stage_md() {
+  local rc=0
   if [[ $dry == 1 ]]; then
     # cuda_graph on the CPU: a failed row, and the PaiNN row after it
-    bench md 240 SIZES=1k MD_STEPS="1k=2" CUDA_GRAPH=1 PAINN=1 PAINN_CHUNKS=
+    bench md 240 SIZES=1k MD_STEPS="1k=2" CUDA_GRAPH=1 PAINN=1 PAINN_CHUNKS= || rc=$?
   else
     # 3 windows of 10 steps at 10k: the random-weight benchmark model brings two atoms within 0.1 A
     # at step 43
-    bench md 300 SIZES="10k 100k" MD_STEPS="10k=10 100k=4" CUDA_GRAPH=1
+    bench md 300 SIZES="10k 100k" MD_STEPS="10k=10 100k=4" CUDA_GRAPH=1 || rc=$?
   fi
+  sizing md
+  return $rc
 }
 # The MD step's graph built on the GPU ('graph device'): se_e2_a plain and compressed in float64 and
 # float32, PaiNN, at 10k and 100k atoms, against the host-graph rows of stage md.
 stage_md_device_graph() {
+  local rc=0
   if [[ $dry == 1 ]]; then
-    bench md_device_graph 240 SIZES=1k MD_STEPS="1k=2" GRAPH=device COMPRESSED=1 PAINN=1 PAINN_CHUNKS=
+    bench md_device_graph 240 SIZES=1k MD_STEPS="1k=2" GRAPH=device COMPRESSED=1 PAINN=1 PAINN_CHUNKS= || rc=$?
   else
     bench md_device_graph 300 SIZES="10k 100k" MD_STEPS="10k=10 100k=4" GRAPH=device COMPRESSED=1 FLOAT32=1 \
-      FLOAT32_SIZES="10k 100k" PAINN=1 PAINN_CHUNKS=
+      FLOAT32_SIZES="10k 100k" PAINN=1 PAINN_CHUNKS= || rc=$?
   fi
+  sizing md_device_graph
+  return $rc
 }
 # The whole step recorded as one CUDA graph (mlip/model/device_step.h), against the rows above; on
 # the CPU (dry) the same path unrecorded ('cuda_graph eager').
@@ -570,11 +576,14 @@ stage_md_step_graph() {
   return $rc
 }
 stage_md_more() {
+  local rc=0
   if [[ $dry == 1 ]]; then
-    bench md_more 240 SIZES=1k MD_STEPS="1k=2" SE_E2A=0 COMPRESSED=1 PAINN=1 PAINN_CHUNKS= MACE=1 MACE_MODELS=32
+    bench md_more 240 SIZES=1k MD_STEPS="1k=2" SE_E2A=0 COMPRESSED=1 PAINN=1 PAINN_CHUNKS= MACE=1 MACE_MODELS=32 || rc=$?
   else
-    bench md_more 240 SIZES=10k MD_STEPS="10k=10" SE_E2A=0 COMPRESSED=1 FLOAT32=1 PAINN=1 PAINN_CHUNKS= CUDA_GRAPH=1 MACE=1
+    bench md_more 240 SIZES=10k MD_STEPS="10k=10" SE_E2A=0 COMPRESSED=1 FLOAT32=1 PAINN=1 PAINN_CHUNKS= CUDA_GRAPH=1 MACE=1 || rc=$?
   fi
+  sizing md_more
+  return $rc
 }
 stage_md_1m() {
   local rc=0
@@ -591,12 +600,14 @@ stage_md_1m() {
 
 # sizing NAME: the pair style's lines on the GPU memory its calls took, from bench NAME's logs, as
 # "memory: NAME: RUN: COUNT LINE" (RUN: the log's name, bench_pair.sh's row label; COUNT: how
-# often the line came; tables.py's gpu-check memory table reads them)
+# often the line came; each line once, in the order it first came: tables.py's gpu-check memory
+# table takes the last sizing as the one the run kept)
 sizing() {
   local log line
   for log in "$logs/lammps-$1"/log.*; do
     [[ -f $log ]] || continue
-    while read -r line; do record "memory: $1: ${log##*/log.}: $line"; done < <(grep -hoE 'model calls on the GPU.*|GPU memory of a model call.*' "$log" | sort | uniq -c | sed 's/^ *//')
+    while read -r line; do record "memory: $1: ${log##*/log.}: $line"; done < <(grep -hoE 'model calls on the GPU.*|GPU memory of a model call.*' "$log" |
+      awk '!seen[$0]++ { order[++n] = $0 } END { for (i = 1; i <= n; i++) print seen[order[i]], order[i] }')
   done
 }
 
@@ -672,7 +683,7 @@ bench_profile() {
   # each row's run and its log (bench_pair.sh names it after the row's label and rank count)
   while IFS='|' read -r _ label _; do
     label=$(echo "$label" | sed 's/^ *//; s/ *$//')
-    log=$logs/lammps-$name/log.$(echo "$label-1" | tr -c 'A-Za-z0-9_.-' '_')
+    log=$logs/lammps-$name/log.$(printf '%s' "$label-1" | tr -c 'A-Za-z0-9_.-' '_')
     [[ -f $log ]] || { record "profile: $label: no log"; rc=1; continue; }
     if ! grep -q '^pair_style mlip kernels: wall' "$log"; then
       record "profile: $label: no profile ($(grep -m1 'ERROR' "$log" | cut -c1-160 || echo 'see the log'))"
