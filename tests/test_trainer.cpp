@@ -407,6 +407,27 @@ TEST_F(FineTuning, AnotherArchitectureOrCutoffIsRefusedListingWhatDiffers) {
   EXPECT_NE(f.find("training.freeze needs training.init_from"), std::string::npos) << f;
 }
 
+// A run whose loss stops being finite (here: a learning rate of 1e300 sends the weights to
+// infinity at the first step) ends with an error that says so, and writes nothing of that epoch:
+// the epoch before it stays the newest checkpoint and best/, with finite weights to resume from.
+TEST(Training, ADivergedRunStopsAndKeepsItsCheckpoints) {
+  TempDir dir("mlip_test_diverged_" + std::to_string(getpid()));
+  const std::string out = (dir.path / "run").string();
+  const std::string config = tiny_config(dir, out, 1);
+  ASSERT_EQ(train_error(config, {}), "no error");
+  const std::string error = train_error(config, {"training.epochs=3", "training.optimizer.lr=1e300"}, /*resume=*/true);
+  EXPECT_NE(error.find("epoch 2, step "), std::string::npos) << error;
+  EXPECT_NE(error.find(" loss is "), std::string::npos) << error;
+  EXPECT_NE(error.find("(the training diverged); nothing of this epoch was saved"), std::string::npos) << error;
+  const fs::path checkpoints = fs::path(out) / "checkpoints";
+  std::vector<std::string> epochs;
+  for (const auto& e : fs::directory_iterator(checkpoints))
+    if (e.path().filename().string().rfind("epoch-", 0) == 0) epochs.push_back(e.path().filename().string());
+  EXPECT_EQ(epochs, std::vector<std::string>{"epoch-000001"});
+  for (const fs::path& d : {checkpoints / "epoch-000001", checkpoints / "best"})
+    for (const torch::Tensor& p : checkpoint_parameters(d)) EXPECT_TRUE(torch::isfinite(p).all().item<bool>()) << d;
+}
+
 // Multi-head fine-tuning (mace-torch's --multiheads_finetuning): a single-head MACE model, then a
 // run with two heads, each data source naming its head (the new data and the replay data of the
 // source's head). Every head starts from the source's readout and energy buffers; the batches mix

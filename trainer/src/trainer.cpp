@@ -634,11 +634,25 @@ void Trainer::log_progress(int64_t steps_per_epoch, const MetricTotals& totals) 
   std::fflush(stdout);
 }
 
+// A run whose loss is no longer finite has diverged: it ends before writing anything of this
+// epoch, so that its checkpoints (best/ among them) keep finite weights to resume from. The sums
+// are the ranks' reduced ones: every rank stops alike.
+void Trainer::stop_if_diverged(const MetricSums& sums, const char* what, int64_t epoch) const {
+  if (std::isfinite(sums.loss)) return;
+  throw Error(fmt::format("epoch {}, step {}: the {} loss is {} (the training diverged); nothing of this epoch was "
+                          "saved, and the checkpoints before it are intact: continue with --resume and a lower "
+                          "training.optimizer.lr, or set training.grad_clip",
+                          epoch, state_.step, what, sums.loss));
+}
+
 // A checkpoint after step `epoch_step` of the epoch (output.checkpoint_every_steps): the epoch's
 // training sums so far, reduced over the ranks, go with it (a resumed run starts from them).
 void Trainer::save_inside_epoch(int64_t epoch_step, const MetricSums& sums) {
   std::vector<double> v = sums.pack();
   comm_.allreduce_sum(v.data(), v.size());
+  MetricSums total;
+  total.unpack(v);
+  stop_if_diverged(total, "training", state_.epoch + 1);
   state_.epoch_step = epoch_step;
   state_.epoch_sums = v;
   state_.elapsed_seconds += since(start_);
@@ -751,7 +765,9 @@ void Trainer::start_outputs() {
 // After an epoch's training steps: validation, schedule, best, log lines, metrics.csv, the
 // checkpoint. Returns false when the run should stop (early stopping, max_minutes).
 bool Trainer::end_epoch(const MetricSums& train) {
+  stop_if_diverged(train, "training", state_.epoch);
   const MetricSums val = validate();
+  stop_if_diverged(val, "validation", state_.epoch);
   state_.elapsed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   start_ = std::chrono::steady_clock::now();
   const double metric = val.frames > 0 ? val.loss / val.frames : train.loss / std::max(train.frames, 1.0);
