@@ -433,14 +433,20 @@ void PairMLIP::init_style()
 
   // A full list: every centre sees all its neighbours, as the model's descriptors need. With
   // message passing, ghosts get lists too (cutghost from init_one) so that messages can be
-  // passed between ghosts.
+  // passed between ghosts. 'graph device' builds its own graph and never reads LAMMPS's: its
+  // list is occasional, built only if asked for (never), so that LAMMPS does not build a list of
+  // every pair on the host at each reneighbouring (at 1M atoms about 2e8 pairs). The ghost shell
+  // still follows the pair cutoff (init_one).
+  const bool occasional = options.device_graph;
 #if MLIP_LAMMPS_NEW_NEIGHBOR_API    // LAMMPS >= 24Mar2022 (see cmake/LammpsVersion.cmake)
-  neighbor->add_request(this, ghostneigh ? NeighConst::REQ_FULL | NeighConst::REQ_GHOST : NeighConst::REQ_FULL);
+  neighbor->add_request(this, (ghostneigh ? NeighConst::REQ_FULL | NeighConst::REQ_GHOST : NeighConst::REQ_FULL) |
+                                  (occasional ? NeighConst::REQ_OCCASIONAL : 0));
 #else
   const int irequest = neighbor->request(this, instance_me);
   neighbor->requests[irequest]->half = 0;
   neighbor->requests[irequest]->full = 1;
   neighbor->requests[irequest]->ghost = ghostneigh;
+  neighbor->requests[irequest]->occasional = occasional ? 1 : 0;
 #endif
 }
 

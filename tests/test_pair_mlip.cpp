@@ -1175,6 +1175,18 @@ TEST(PairMLIP, DeviceGraphEqualsTheHostGraph) {
   EXPECT_NE(excluded.find("graph device builds its own graph and cannot leave out the pairs 'neigh_modify exclude'"),
             std::string::npos) << excluded;
   EXPECT_EQ(run_error(pair), "no error");
+  // LAMMPS builds no neighbour list for graph device (its request is occasional, never built): at
+  // 1M atoms that list would be about 2e8 pairs made on the host at every reneighbouring.
+  for (const bool device : {false, true}) {
+    Lammps lmp;
+    std::istringstream lines(water_setup(20, 64) + "pair_style mlip " + model + (device ? " graph device" : "") +
+                             "\npair_coeff * * O H H\nrun 2");
+    for (std::string line; std::getline(lines, line);) ASSERT_EQ(lmp.command(line), "") << line;
+    const int list = lammps_find_pair_neighlist(lmp.handle(), "mlip", 1, 0, 0);
+    ASSERT_GE(list, 0);
+    if (device) EXPECT_EQ(lammps_neighlist_num_elements(lmp.handle(), list), 0) << "graph device: LAMMPS built a list";
+    else EXPECT_GT(lammps_neighlist_num_elements(lmp.handle(), list), 0) << "graph host: LAMMPS's list, built";
+  }
   // Nor centres only of the group 'neigh_modify include' names.
   const std::string included = run_error(pair + "group oxygen type 1\natom_modify first oxygen\nneigh_modify include oxygen");
   EXPECT_NE(included.find("graph device takes every local atom as a centre, not only the group 'neigh_modify include'"),
