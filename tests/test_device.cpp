@@ -595,6 +595,25 @@ TEST(DeviceMemory, ACallThatRunsOutOfMemoryIsSplitAndEveryCentreEvaluatedOnce) {
   EXPECT_EQ(calls, 1);
 }
 
+// The calls after the first measured one take the measured size: 100000 centres, 40 kB each, in
+// half of 1 GB: one call of 1000 (nothing measured yet), then 99000 in 8 calls of 12375 (at most
+// 12500), not 99 more calls of 1000.
+TEST(DeviceMemory, TheCallsAfterTheFirstMeasuredOneAreSizedByIt) {
+  mlip::ChunkSizer sizer(0.5, 1000);
+  std::vector<int64_t> sizes;
+  int64_t evaluated = 0;
+  auto evaluate = [&](int64_t a, int64_t b) {
+    sizes.push_back(b - a);
+    evaluated += b - a;
+    sizer.observe(b - a, 40 * (b - a), 40000 * (b - a));
+  };
+  mlip::evaluate_within_memory(0, 100000, sizer, [] { return int64_t(1000000000); }, evaluate);
+  std::vector<int64_t> expected(9, 12375);
+  expected[0] = 1000;
+  EXPECT_EQ(sizes, expected);
+  EXPECT_EQ(evaluated, 100000);
+}
+
 // An out-of-memory limit is tried higher after calm calls: a passing error (another process's
 // memory) does not halve every later call for good, and a limit that holds costs few failures.
 namespace {

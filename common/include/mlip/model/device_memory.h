@@ -100,13 +100,16 @@ inline int64_t equal_chunk(int64_t n, int64_t chunk) {
 /// evaluate must have added nothing when it throws such an error: the retried call adds it. Other
 /// exceptions go on whatever they say (LAMMPS's error->one throws its own with the message of an
 /// error it already reported). `available()` gives the bytes free for calls now; `wanted`: the centres of the
-/// caller's step, where [first, last) is one of its chunks (ChunkSizer::calm).
+/// caller's step, where [first, last) is one of its chunks (ChunkSizer::calm). The calls after the
+/// first one the sizer measured are sized anew (before it, calls take its first size: at 1M atoms
+/// the first step would otherwise run in a thousand calls).
 template <class Evaluate, class Available>
 void evaluate_within_memory(int64_t first, int64_t last, ChunkSizer& sizer, Available&& available,
                             Evaluate&& evaluate, int64_t wanted = 0) {
   int64_t size = equal_chunk(last - first, sizer.chunk(last - first, available()));
   for (int64_t begin = first; begin < last;) {
     const int64_t end = std::min(last, begin + size);
+    const bool measured = sizer.seen();
     try {
       evaluate(begin, end);
     } catch (const std::exception& e) {
@@ -119,6 +122,7 @@ void evaluate_within_memory(int64_t first, int64_t last, ChunkSizer& sizer, Avai
     }
     sizer.calm(std::max(wanted, last - first));
     begin = end;
+    if (!measured && sizer.seen() && begin < last) size = equal_chunk(last - begin, sizer.chunk(last - begin, available()));
   }
 }
 
