@@ -418,7 +418,7 @@ TEST(Training, ADivergedRunStopsAndKeepsItsCheckpoints) {
   const std::string error = train_error(config, {"training.epochs=3", "training.optimizer.lr=1e300"}, /*resume=*/true);
   EXPECT_NE(error.find("epoch 2, step "), std::string::npos) << error;
   EXPECT_NE(error.find(" loss is "), std::string::npos) << error;
-  EXPECT_NE(error.find("(the training diverged); nothing of this epoch was saved"), std::string::npos) << error;
+  EXPECT_NE(error.find("(the training diverged); nothing after the last checkpoint was saved"), std::string::npos) << error;
   const fs::path checkpoints = fs::path(out) / "checkpoints";
   std::vector<std::string> epochs;
   for (const auto& e : fs::directory_iterator(checkpoints))
@@ -426,6 +426,14 @@ TEST(Training, ADivergedRunStopsAndKeepsItsCheckpoints) {
   EXPECT_EQ(epochs, std::vector<std::string>{"epoch-000001"});
   for (const fs::path& d : {checkpoints / "epoch-000001", checkpoints / "best"})
     for (const torch::Tensor& p : checkpoint_parameters(d)) EXPECT_TRUE(torch::isfinite(p).all().item<bool>()) << d;
+  // A checkpoint after every step: AdamW's decay (weights times 1 - lr x decay, here -inf) sends the
+  // weights to infinity at the first update, while the loss of that step, made before it, is
+  // finite; the weights' own check keeps that step's checkpoint from being written.
+  const fs::path each_step = dir.path / "each_step";
+  const std::string each = train_error(config, {"training.optimizer={type: adamw, lr: 1e300, weight_decay: 1e10}",
+                                                "output.checkpoint_every_steps=1", "output.dir=" + each_step.string()});
+  EXPECT_NE(each.find("epoch 1, step 1: the model's weights are no longer finite"), std::string::npos) << each;
+  EXPECT_TRUE(!fs::exists(each_step / "checkpoints") || fs::is_empty(each_step / "checkpoints")) << "a checkpoint was written";
 }
 
 // Multi-head fine-tuning (mace-torch's --multiheads_finetuning): a single-head MACE model, then a

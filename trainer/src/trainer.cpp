@@ -634,15 +634,25 @@ void Trainer::log_progress(int64_t steps_per_epoch, const MetricTotals& totals) 
   std::fflush(stdout);
 }
 
-// A run whose loss is no longer finite has diverged: it ends before writing anything of this
-// epoch, so that its checkpoints (best/ among them) keep finite weights to resume from. The sums
-// are the ranks' reduced ones: every rank stops alike.
-void Trainer::stop_if_diverged(const MetricSums& sums, const char* what, int64_t epoch) const {
-  if (std::isfinite(sums.loss)) return;
-  throw Error(fmt::format("epoch {}, step {}: the {} loss is {} (the training diverged); nothing of this epoch was "
-                          "saved, and the checkpoints before it are intact: continue with --resume and a lower "
+// A run whose loss or weights are no longer finite has diverged: it ends before it writes a
+// checkpoint, so that its checkpoints (best/ among them) keep finite weights to resume from. A
+// loss trails the weights by a step (the update after it may be the one that diverged): the
+// weights and the EMA's are checked too, with one read. The sums are the ranks' reduced ones and
+// the weights the same on every rank (the flag is summed all the same): every rank stops alike.
+void Trainer::stop_if_diverged(const MetricSums& sums, const char* what, int64_t epoch) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> finite;
+  for (const auto* weights : {&params_, &ema_})
+    for (const torch::Tensor& p : *weights) finite.push_back(torch::isfinite(p).all());
+  double bad_weights = finite.empty() ? 0.0 : static_cast<double>(!torch::stack(finite).all().item<bool>());
+  comm_.allreduce_sum(&bad_weights, 1);
+  if (std::isfinite(sums.loss) && bad_weights == 0.0) return;
+  const std::string found = std::isfinite(sums.loss) ? "the model's weights are no longer finite"
+                                                     : fmt::format("the {} loss is {}", what, sums.loss);
+  throw Error(fmt::format("epoch {}, step {}: {} (the training diverged); nothing after the last checkpoint was "
+                          "saved, and the checkpoints are intact: continue with --resume and a lower "
                           "training.optimizer.lr, or set training.grad_clip",
-                          epoch, state_.step, what, sums.loss));
+                          epoch, state_.step, found));
 }
 
 // A checkpoint after step `epoch_step` of the epoch (output.checkpoint_every_steps): the epoch's

@@ -342,7 +342,7 @@ class Trainer {
                                               std::function<std::vector<int64_t>(std::size_t)> idx) const;
   void log_progress(int64_t steps_per_epoch, const MetricTotals& sums) const;
   void save_inside_epoch(int64_t epoch_step, const MetricSums& sums);
-  void stop_if_diverged(const MetricSums& sums, const char* what, int64_t epoch) const;
+  void stop_if_diverged(const MetricSums& sums, const char* what, int64_t epoch);
   Communicator& gradient_comm() { return nccl_ ? *nccl_ : comm_; }
   MetricSums train_epoch();
   void start_outputs();
