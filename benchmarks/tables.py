@@ -310,11 +310,12 @@ def gpu_accuracy(run):
     and learning rate (one run each)"""
     out = ["| batch | learning rate | epochs | frames/s | validation E (meV/atom) | validation F (meV/A) |",
            "|---|---|---|---|---|---|"]
-    pattern = r"training accuracy, .*?batch (\d+), lr ([^ ,]+)(?: to ([^ ,]+))?, (\d+) epochs, .*?: (\S+) frames/s(.*)"
+    pattern = r"training accuracy, .*?batch (\d+), lr ([^ ,]+)(?: to ([^ ,]+))?(?:, (\d+) epochs, .*?: (\S+) frames/s|: failed after (\d+) epoch)(.*)"
     for m in summary_matches(run, pattern):
-        e = re.search(r"val E (\S+) meV/atom +F (\S+) meV/A", m[6])   # also n/a or inf (diverged)
+        e = re.search(r"val E (\S+) meV/atom +F (\S+) meV/A", m[7])   # also n/a or inf
         lr = f"{m[2]} to {m[3]}" if m[3] else m[2]
-        out.append(f"| {m[1]} | {lr} | {m[4]} | {m[5]} | {e[1] if e else '-'} | {e[2] if e else '-'} |")
+        epochs, rate = (m[4], m[5]) if m[4] else (m[6], "failed: see the summary")
+        out.append(f"| {m[1]} | {lr} | {epochs} | {rate} | {e[1] if e else '-'} | {e[2] if e else '-'} |")
     return "\n".join(out) + "\n"
 
 

@@ -600,14 +600,14 @@ stage_md_1m() {
 
 # sizing NAME: the pair style's lines on the GPU memory its calls took, from bench NAME's logs, as
 # "memory: NAME: RUN: COUNT LINE" (RUN: the log's name, bench_pair.sh's row label; COUNT: how
-# often the line came; each line once, in the order it first came: tables.py's gpu-check memory
-# table takes the last sizing as the one the run kept)
+# often the line came; each line once, in the order of its last coming: tables.py's gpu-check
+# memory table takes the last sizing as the one the run kept)
 sizing() {
   local log line
   for log in "$logs/lammps-$1"/log.*; do
     [[ -f $log ]] || continue
     while read -r line; do record "memory: $1: ${log##*/log.}: $line"; done < <(grep -hoE 'model calls on the GPU.*|GPU memory of a model call.*' "$log" |
-      awk '!seen[$0]++ { order[++n] = $0 } END { for (i = 1; i <= n; i++) print seen[order[i]], order[i] }')
+      awk '{ count[$0]++; last[$0] = NR } END { for (l in count) print last[l], count[l], l }' | sort -n | cut -d' ' -f2-)
   done
 }
 
