@@ -531,19 +531,9 @@ void PairMLIP::compute(int eflag, int vflag)
   } else if (exchanging()) {
     compute_exchanging();
   } else if (layers > 1) {
-    // Each chunk brings its own (L-1)-hop halo of complete neighbourhoods; compact chunks keep
-    // the halo, which is evaluated again by every chunk that needs it, small.
-    Impl &s = *impl;
-    const int64_t limit = s.sizer ? s.sizer->limit() : 0;
-    const auto t0 = Clock::now();
-    s.order.assign(list->ilist, list->ilist + list->inum);
-    const double *const *x = atom->x;
-    const int chunk = s.sizer ? static_cast<int>(s.sizer->chunk(list->inum, available_memory())) : options.chunk;
-    mlip::split_compact(s.order, chunk, [x](int i) { return x[i]; }, s.chunk_end);
-    add_time(GRAPH, seconds_since(t0));
-    for (std::size_t c = 0; c < s.chunk_end.size(); c++)
-      evaluate_centres(s.order.data(), c == 0 ? 0 : s.chunk_end[c - 1], s.chunk_end[c]);
-    if (s.sizer) report_sizing(limit, list->inum);
+    const int64_t limit = impl->sizer ? impl->sizer->limit() : 0;
+    evaluate_compact_chunks();
+    if (impl->sizer) report_sizing(limit, list->inum);
   } else {
     const int64_t limit = impl->sizer ? impl->sizer->limit() : 0;
     evaluate_centres(list->ilist, 0, list->inum);
@@ -551,6 +541,38 @@ void PairMLIP::compute(int eflag, int vflag)
   }
   end_deviation();
   end_compute();
+}
+
+// Message-passing models with a halo of layers x cutoff: each chunk brings its own (L-1)-hop halo
+// of complete neighbourhoods; compact chunks keep the halo, which is evaluated again by every
+// chunk that needs it, small. Sized by the free memory, the atoms after the sizer's first
+// measured call are split anew by its measure (before it, chunks take the sizer's first size).
+void PairMLIP::evaluate_compact_chunks()
+{
+  Impl &s = *impl;
+  const double *const *x = atom->x;
+  const auto position = [x](int i) { return x[i]; };
+  const auto split_from = [&](int first) {
+    const auto t0 = Clock::now();
+    const int rest = list->inum - first;
+    const int chunk = s.sizer ? static_cast<int>(s.sizer->chunk(rest, available_memory())) : options.chunk;
+    std::vector<int> atoms(s.order.begin() + first, s.order.end()), ends;
+    mlip::split_compact(atoms, chunk, position, ends);
+    std::copy(atoms.begin(), atoms.end(), s.order.begin() + first);
+    for (const int end : ends) s.chunk_end.push_back(first + end);
+    add_time(GRAPH, seconds_since(t0));
+  };
+  s.order.assign(list->ilist, list->ilist + list->inum);
+  s.chunk_end.clear();
+  split_from(0);
+  for (std::size_t c = 0; c < s.chunk_end.size(); c++) {
+    const bool measured = !s.sizer || s.sizer->seen();
+    evaluate_centres(s.order.data(), c == 0 ? 0 : s.chunk_end[c - 1], s.chunk_end[c]);
+    if (!measured && s.sizer->seen() && c + 1 < s.chunk_end.size()) {
+      s.chunk_end.resize(c + 1);
+      split_from(s.chunk_end[c]);
+    }
+  }
 }
 
 // The centres atoms[first, last) in calls of at most 'chunk' atoms, of equal size (1152 atoms in

@@ -90,6 +90,7 @@ class PairMLIP : public Pair {
   std::vector<int> map_types(const mlip::Model &model, const std::string &file, char **elements);
   // member: 0 = the model that drives the dynamics, k > 0 = the committee's k-th other model.
   void evaluate_centres(const int *atoms, int first, int last);
+  void evaluate_compact_chunks();
   void evaluate_chunk(const int *first, const int *last);
   void evaluate_committee(const int *first, const int *last);
   void build_graph(const int *first, const int *last, int member, bool one_hop = false);
