@@ -351,16 +351,23 @@ void PairMLIPKokkos<DeviceType>::evaluate_sources(int member, int first, int cou
     n_nodes = n_centers + n_new;
   }
 
-  // 4. Edge offsets (exclusive scan of the counts), then the edges themselves.
-  int n_edges = 0;
+  // 4. Edge offsets (exclusive scan of the counts), then the edges themselves. The sum in 64
+  // bits: a call's edges (and their capacity, a quarter more) must fit the int offsets.
+  int64_t edges_in_call = 0;
   Kokkos::parallel_scan(
       Range(0, count),
-      KOKKOS_LAMBDA(int s, int &update, const bool final) {
+      KOKKOS_LAMBDA(int s, int64_t &update, const bool final) {
         const int n = offset(s);
-        if (final) offset(s) = update;
+        if (final) offset(s) = static_cast<int>(update);
         update += n;
       },
-      n_edges);
+      edges_in_call);
+  constexpr int64_t most_edges = (int64_t(1) << 31) / 5 * 4 - 64;
+  if (edges_in_call > most_edges)
+    error->one(FLERR, fmt::format("pair_style mlip/kk: a model call of {} atoms has {} edges, more than its edge list "
+                                  "can index ({}): run on more ranks, or give a smaller 'chunk' where calls are chunked",
+                                  count, edges_in_call, most_edges));
+  const int n_edges = static_cast<int>(edges_in_call);
   if (static_cast<int>(d_edge_vectors.extent(0)) < n_edges) {
     const int capacity = n_edges + n_edges / 4 + 64;
     d_edge_index = decltype(d_edge_index)(Kokkos::ViewAllocateWithoutInitializing("mlip/kk:edge_index"), 2, capacity);
