@@ -100,6 +100,14 @@ TEST(Config, ErrorsNameFileLineAndKey) {
   EXPECT_TRUE(has(error_of(nested), "unknown key 'data.batch.frame'"));
   const std::string bad_opt = dir.file("opt.yaml", std::string(kMinimal) + "training:\n  optimizer: {type: sgd}\n");
   EXPECT_TRUE(has(error_of(bad_opt), "training.optimizer.type must be adam or adamw"));
+  const std::string bad_lr = dir.file("lr.yaml", std::string(kMinimal) + "training:\n  optimizer:\n    lr: -1.0e-3\n");
+  EXPECT_TRUE(has(error_of(bad_lr), "lr.yaml:9: training.optimizer.lr must be positive and finite, not -0.001"));
+  EXPECT_TRUE(has(error_of(bad_lr, {"training.optimizer.lr=.nan"}), "training.optimizer.lr must be positive and finite"));
+  EXPECT_TRUE(has(error_of(bad_lr, {"training.optimizer.lr=1e300", "model.dtype=float32"}),
+                  "training.optimizer.lr must be positive and finite in float32 (model.dtype)"));
+  EXPECT_EQ(error_of(bad_lr, {"training.optimizer.lr=1e300"}), "no error");   // float64 holds it
+  EXPECT_TRUE(has(error_of(bad_lr, {"training.optimizer.lr=1e-3", "training.optimizer.weight_decay=-1"}),
+                  "training.optimizer.weight_decay must be >= 0 and finite, not -1"));
   const std::string syntax = dir.file("syntax.yaml", "model: [unclosed\n");
   EXPECT_TRUE(has(error_of(syntax), "syntax.yaml:"));
   EXPECT_TRUE(has(error_of(typo, {"nokey"}), "expected key.subkey=value"));

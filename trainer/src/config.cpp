@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -372,6 +373,17 @@ static void read_optimization(Section& training, Config& c) {
   if (c.optimizer != "adam" && c.optimizer != "adamw") {
     opt.fail(opt.node()["type"], "training.optimizer.type must be adam or adamw, not '" + c.optimizer + "'");
   }
+  // A rate of 0 or below trains nothing or climbs the loss; one above float32's range is infinite
+  // in a float32 model's optimiser (LibTorch's error would not name the key).
+  const double most = c.model.dtype == "float32" ? std::numeric_limits<float>::max() : std::numeric_limits<double>::max();
+  const auto text = [](double x) { return (std::ostringstream() << x).str(); };
+  if (!(c.lr > 0 && c.lr <= most))
+    opt.fail(opt.node()["lr"], "training.optimizer.lr must be positive and finite" +
+                                   std::string(c.model.dtype == "float32" ? " in float32 (model.dtype)" : "") + ", not " +
+                                   text(c.lr));
+  if (!(c.weight_decay >= 0 && c.weight_decay <= most))
+    opt.fail(opt.node()["weight_decay"], "training.optimizer.weight_decay must be >= 0 and finite, not " +
+                                             text(c.weight_decay));
   Section sched = training.section("lr_schedule");
   c.schedule.type = sched.get<std::string>("type", c.schedule.type);
   c.schedule.final_lr = sched.get<double>("final_lr", c.schedule.final_lr);
