@@ -94,6 +94,8 @@ check "$kept.tables" '^\| 16 \| 8e-3 to 8e-5 \| 1 \| \? \| [0-9.]+ \| [0-9.]+ \|
 check "$kept.tables" '^\| mlip se_e2_a f64 on cpu, device graph \(per call\) \| [0-9.]+ \| - \|' "the profile table's se_e2_a row"
 check "$kept.tables" '^\| mlip se_e2_a f64 on cpu, device graph, CUDA graph eager \| 1152 \| [0-9.]+ \(' "the md table's whole-step row"
 check "$kept.tables" '^<!-- table: gpu-check/dry memory -->' "the memory table (no lines on the CPU)"
+check "$kept.tables" '^<!-- gpu-check/dry: a dry run of the GPU check, on the CPU at small sizes: not GPU figures -->' \
+  "the tables labelled as a dry run's"
 files=$(find "$out" -type f | wc -l)
 if ((files > 8)); then echo "FAILED: $files files in OUT (the device tool returns 8)"; fail=1; fi
 tar -tzf "$out/logs.tar.gz" >"$out.logs-list" || { echo "FAILED: logs.tar.gz does not list"; fail=1; }
