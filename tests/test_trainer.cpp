@@ -30,6 +30,7 @@
 #include "support/temp_dir.h"
 #include "mlip/data/io.h"
 #include "frame_bank.h"
+#include "prefetch.h"
 #include "recorded_step.h"
 #include "training.h"
 #include "watchdog.h"
@@ -2034,6 +2035,30 @@ TEST(Training, RanksAgreeOnTheLargestCapacity) {
         << e.what();
   }
   EXPECT_EQ(mixed.given.size(), 1u);
+}
+
+// The prefetching thread's operators run as a team of one, beside the step's threads, which keep
+// their count, as do threads started later: a team as large as the step's would stall it on cores
+// its threads fill (mlip/model/runtime.h, use_one_thread_here).
+TEST(Training, ThePrefetchingThreadRunsItsOperatorsOnOneThread) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  if (at::get_num_threads() != 2) GTEST_SKIP() << "this LibTorch runs its operators on one thread";
+  std::vector<int> seen;   // written by the prefetching thread, read after it is joined
+  {
+    BatchPrefetcher batches(3, [](std::size_t k) { return std::vector<int64_t>{static_cast<int64_t>(k)}; },
+                            [&seen](const std::vector<int64_t>&) {
+                              seen.push_back(at::get_num_threads());
+                              return BatchTensors{};
+                            }, /*depth=*/2);
+    for (int k = 0; k < 3; ++k) batches.next();
+  }
+  EXPECT_EQ(seen, std::vector<int>(3, 1));
+  EXPECT_EQ(at::get_num_threads(), 2);
+  int later = 0;
+  std::thread([&later] { later = at::get_num_threads(); }).join();
+  EXPECT_EQ(later, 2);
+  at::set_num_threads(before);
 }
 
 // What the bank is for: a 16-frame batch gathered from it takes a few operators (on a GPU each a

@@ -8,6 +8,7 @@
 
 #include "recorded_step.h"
 #include "mlip/error.h"
+#include "mlip/model/runtime.h"
 
 namespace mlip::trainer {
 
@@ -30,6 +31,7 @@ Prefetcher<Batch>::~Prefetcher() {
 template <class Batch>
 void Prefetcher<Batch>::run() {
   try {
+    use_one_thread_here();   // beside the step's threads, not a second team of as many
     std::optional<c10::DeviceGuard> on_device;
     if (device_.is_cuda()) on_device.emplace(device_);
     for (std::size_t k = 0; k < count_; ++k) {

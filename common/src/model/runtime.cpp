@@ -1,5 +1,6 @@
 #include "mlip/model/runtime.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/Version.h>
 
 #include <cstdlib>
@@ -9,6 +10,9 @@
 #endif
 #if defined(__linux__)
 #include <sys/resource.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
 #endif
 
 namespace mlip {
@@ -39,6 +43,15 @@ bool keep_freed_memory() {
          mallopt(M_TOP_PAD, 256 << 20) == 1;
 #else
   return false;
+#endif
+}
+
+void use_one_thread_here() {
+  // ATen sets a thread's team size at its first use of the thread (from the process's count):
+  // that first, so that it does not undo the next line.
+  (void)at::get_num_threads();
+#ifdef _OPENMP
+  omp_set_num_threads(1);   // this thread's own setting (OpenMP's nthreads-var is per thread)
 #endif
 }
 

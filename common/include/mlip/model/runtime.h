@@ -31,6 +31,15 @@ std::string cpu_capability();
 /// MALLOC_TRIM_THRESHOLD_, or the C library is not glibc.
 bool keep_freed_memory();
 
+/// Gives the calling thread a team of one for LibTorch's CPU operators, leaving every other
+/// thread's count as it was. For background threads beside a step that has the cores (the
+/// trainer's batch prefetching): ATen gives each new thread the process's count, so their
+/// operators start a second OpenMP team of that size, and on cores the step's team fills, each
+/// time the OS runs one of them, a thread of the step's team waits at its barrier: training on 2
+/// threads of 2 cores ran at less than half the speed (docs/benchmarks.md, "Speed and memory
+/// across the stacks"). Where mlip was built without OpenMP, it does nothing.
+void use_one_thread_here();
+
 /// The most resident memory this process has had, in bytes (getrusage; -1 where the platform does
 /// not report it).
 int64_t peak_resident_bytes();
