@@ -56,8 +56,8 @@ if [[ $quick == 1 ]]; then
   md_steps=200
 fi
 rm -rf "$out/train"
-# Data parallel over all cores, one LibTorch thread per rank: 2 ranks train 1.8x faster than one
-# rank with 2 threads here (benchmarks/bench_train.sh).
+# Data parallel over all cores, one LibTorch thread per rank: here 2 ranks train faster than one
+# rank with 2 threads (docs/benchmarks.md, "Speed and memory across the stacks").
 mpirun --oversubscribe -np "$ranks" "$trainer" train examples/configs/water-demo.yaml "${train_args[@]}" --threads 1 2>&1 |
   tee "$out/train.log"
 model="$out/train/model.pt"
