@@ -345,9 +345,12 @@ void PairMLIP::log_settings(const std::string &device_note, bool one_call, bool 
   if (malloc_tuned)
     utils::logmesg(lmp, "pair_style mlip: malloc keeps freed memory (mmap threshold 1 GiB, no trimming) "
                         "so that model buffers are reused between steps\n");
-  if (impl->model->device().is_cpu())
+  if (impl->model->device().is_cpu()) {
     utils::logmesg(lmp, "pair_style mlip: LibTorch CPU kernels {} (ATEN_CPU_CAPABILITY), {} thread(s) per rank\n",
                    mlip::cpu_capability(), at::get_num_threads());
+    if (const std::string note = mlip::threads_beyond_cores(at::get_num_threads()); !note.empty())
+      error->warning(FLERR, "pair_style mlip: " + note + " (LibTorch's threads: OMP_NUM_THREADS)");
+  }
   if (exchanging())
     utils::logmesg(lmp, "pair_style mlip: ghost exchange in chunks of at most {} local atoms{}\n", options.chunk,
                    default_note);

@@ -22,6 +22,7 @@
 #include "config.h"
 #include "mlip/model/device.h"
 #include "mlip/model/kernel_profile.h"
+#include "mlip/model/runtime.h"
 #include "mlip/error.h"
 #include "support/gpu.h"
 #include "support/reference.h"
@@ -748,6 +749,28 @@ TEST(Communication, RecordedAllReducesNeedNccl296) {
   EXPECT_EQ(nccl_unrecordable(2708), "the NCCL loaded is 2.7.8");
   const SerialCommunicator serial;
   EXPECT_EQ(serial.unrecordable(), "these ranks sum over serial, through the host");
+}
+
+// --threads' default: each rank's share of the CPUs its affinity has, each CPU divided among the
+// node's ranks that may run on it (mlip::fair_threads); the warning where threads outnumber them.
+TEST(Communication, DefaultThreadsAreARanksShareOfItsCores) {
+  EXPECT_EQ(fair_threads({0}, {1, 1}), 1);                      // mpirun's default: a core a rank
+  EXPECT_EQ(fair_threads({4, 5, 6, 7}, std::vector<int>(8, 1)), 4);   // --map-by slot:PE=4
+  EXPECT_EQ(fair_threads({0, 1, 2, 3}, std::vector<int>(4, 2)), 2);   // 2 unbound ranks on 4 cores
+  EXPECT_EQ(fair_threads({0, 1}, {3, 3}), 1);                   // more ranks than cores: still 1
+  std::vector<int> cpuset(64, 0);                                // a container's 4 of 64 CPUs, 2 ranks
+  for (int c = 8; c < 12; ++c) cpuset[static_cast<std::size_t>(c)] = 2;
+  EXPECT_EQ(fair_threads({8, 9, 10, 11}, cpuset), 2);
+  EXPECT_EQ(fair_threads({0, 1, 2}, {}), 3);                    // one process: its CPUs
+  const std::size_t cores = affinity_cpus().size();
+  ASSERT_GT(cores, 0u) << "this Linux reports no CPU affinity";
+  EXPECT_EQ(default_threads(SerialCommunicator{}), static_cast<int>(cores));
+  EXPECT_EQ(threads_beyond_cores(static_cast<int>(cores)), "");
+  const std::string note = threads_beyond_cores(static_cast<int>(cores) + 1);
+  EXPECT_NE(note.find(std::to_string(cores + 1) + " LibTorch threads, but this process may run on " +
+                      std::to_string(cores) + " core(s)"),
+            std::string::npos)
+      << note;
 }
 
 // The collectives' watchdog (NCCL's, with CUDA events as the work): it fails once, with the

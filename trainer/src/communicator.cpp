@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include "mlip/error.h"
+#include "mlip/model/runtime.h"
 
 namespace mlip::trainer {
 namespace {
@@ -45,6 +47,7 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "Comm_split_type");
     check(MPI_Comm_rank(node, &local_rank_), "Comm_rank");
     check(MPI_Comm_size(node, &local_size_), "Comm_size");
+    count_ranks_on_cpus(node);
     MPI_Comm_free(&node);
   }
   ~MpiCommunicator() override {
@@ -56,6 +59,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
+  std::vector<int> ranks_on_cpus() const override { return ranks_on_cpus_; }
   std::string name() const override { return "mpi"; }
   void allreduce_sum(torch::Tensor& t) override {
     if (size_ == 1) return;
@@ -86,11 +90,30 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // Each CPU's count of the node's ranks whose affinity has it: one sum over the node's ranks of
+  // each one's 0/1 per CPU (every rank's vector as long: the largest CPU number any of them has).
+  void count_ranks_on_cpus(MPI_Comm node) {
+    const std::vector<int> mine = affinity_cpus();
+    int cpus = mine.empty() ? 0 : mine.back() + 1;
+    check(MPI_Allreduce(MPI_IN_PLACE, &cpus, 1, MPI_INT, MPI_MAX, node), "Allreduce");
+    if (cpus == 0) return;
+    ranks_on_cpus_.assign(static_cast<std::size_t>(cpus), 0);
+    for (int c : mine) ranks_on_cpus_[static_cast<std::size_t>(c)] = 1;
+    check(MPI_Allreduce(MPI_IN_PLACE, ranks_on_cpus_.data(), cpus, MPI_INT, MPI_SUM, node), "Allreduce");
+  }
+
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::vector<int> ranks_on_cpus_;
   bool owns_ = false;
 };
 
 }  // namespace
+
+int default_threads(const Communicator& comm) {
+  const std::vector<int> mine = affinity_cpus();
+  if (!mine.empty()) return fair_threads(mine, comm.ranks_on_cpus());
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, comm.local_size()));
+}
 
 std::string nccl_unrecordable(int code) {
   // NCCL_VERSION_CODE: major*1000 + minor*100 + patch before 2.9, major*10000 + minor*100 + patch since.

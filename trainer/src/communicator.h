@@ -23,6 +23,9 @@ class Communicator {
   virtual int local_rank() const { return rank(); }
   /// How many of this job's ranks run on this node.
   virtual int local_size() const { return 1; }
+  /// How many of this node's ranks may run on each CPU (index: the CPU's number), from their CPU
+  /// affinities (mlip::fair_threads); empty where unknown, as for a single process (each CPU 1).
+  virtual std::vector<int> ranks_on_cpus() const { return {}; }
   /// "serial", "mpi" or "nccl", for logs.
   virtual std::string name() const = 0;
   /// In-place sum over ranks of a contiguous float32/float64 tensor. The MPI backend reduces
@@ -51,6 +54,10 @@ class Communicator {
 /// Every rank's `mine` (as long on every rank), rank after rank, on every rank: one all-reduce of
 /// a sum in which each rank fills its own row.
 std::vector<double> gather_rows(Communicator& comm, const std::vector<double>& mine);
+
+/// LibTorch threads per rank where --threads is not given: mlip::fair_threads of this rank's CPU
+/// affinity among the node's ranks; where the affinity is unknown, the node's cores over its ranks.
+int default_threads(const Communicator& comm);
 
 /// A single process.
 class SerialCommunicator final : public Communicator {

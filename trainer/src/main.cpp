@@ -231,7 +231,8 @@ int main(int argc, char** argv) {
                     "Profile N optimiser steps after the first two (LibTorch's profiler, rank 0): the GPU's kernels "
                     "and copies, the host's launches, waits and operators, per step, in the log")
       ->check(CLI::PositiveNumber);
-  train->add_option("--threads", threads, "LibTorch threads per rank (default: cores / ranks)");
+  train->add_option("--threads", threads, "LibTorch threads per rank (default: the cores the rank may run on, its CPU affinity, each shared "
+                  "with the node's other ranks that may run on it)");
   int committee = 1;
   train->add_option("--committee", committee,
                     "Train K models differing only in seeds, into output.dir/model-0..K-1 (for model deviation)")
@@ -343,8 +344,10 @@ int main(int argc, char** argv) {
   std::unique_ptr<Communicator> comm;
   try {
     comm = make_mpi_communicator(&argc, &argv);
-    if (threads <= 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->size());
+    if (threads <= 0) threads = default_threads(*comm);
     at::set_num_threads(threads);
+    if (const std::string note = threads_beyond_cores(threads); !note.empty() && comm->is_root())
+      std::fprintf(stderr, "mlip-trainer: WARNING: %s\n", note.c_str());
     if (*train && committee > 1) return run_committee(*comm, config_path, overrides, resume, stop_after, committee);
     if (*train) return run_train(*comm, config_path, overrides, resume, stop_after, profile);
     if (*dev) return run_deviation(devi_inputs, devi);

@@ -1,7 +1,5 @@
 #include "prefetch.h"
 
-#include <sched.h>
-
 #include <optional>
 
 #include <c10/core/DeviceGuard.h>
@@ -83,14 +81,5 @@ Batch Prefetcher<Batch>::next() {
 
 template class Prefetcher<BatchTensors>;
 template class Prefetcher<ReadyBatch>;
-
-std::size_t cores_available() {
-#ifdef CPU_COUNT
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<std::size_t>(CPU_COUNT(&set));
-#endif
-  return 0;
-}
 
 }  // namespace mlip::trainer

@@ -55,8 +55,4 @@ template <class Batch> class Prefetcher {
 
 using BatchPrefetcher = Prefetcher<BatchTensors>;
 
-/// The cores this process may run on (its CPU affinity), 0 where that is unknown. Prefetching
-/// hides reading and neighbour lists behind the step only where a core is left for its thread.
-std::size_t cores_available();
-
 }  // namespace mlip::trainer

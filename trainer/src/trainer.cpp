@@ -157,8 +157,9 @@ void Trainer::setup_device() {
       log("communication: gradients over MPI, not NCCL: some ranks share a GPU or run on the CPU");
     }
   }
-  log(fmt::format("device: rank 0 on {}{}; gradients summed by {} in buckets of <= {} MB{}", note,
-                  comm_.size() > 1 ? " (each rank: its node-local rank's GPU)" : "", gradient_comm().name(), config_.bucket_mb,
+  log(fmt::format("device: rank 0 on {}{}, {} LibTorch CPU thread(s) a rank; gradients summed by {} in buckets of <= {} MB{}",
+                  note, comm_.size() > 1 ? " (each rank: its node-local rank's GPU)" : "", at::get_num_threads(),
+                  gradient_comm().name(), config_.bucket_mb,
                   device_.is_cuda() ? fmt::format("; TF32 {}, deterministic kernels {}, sums in {}",
                                                   config_.tf32 ? "on" : "off", config_.deterministic ? "on" : "off",
                                                   config_.accumulate_dtype)
@@ -199,7 +200,7 @@ std::string Trainer::checkpoint_dir() const { return (fs::path(config_.output_di
 void Trainer::setup_model_and_statistics() {
   data_ = load_data(config_, [this](const std::string& s) { log(s); });
   log(fmt::format("data: {} training and {} validation frames", data_.train->size(), data_.validation->size()));
-  const std::size_t cores = cores_available();
+  const std::size_t cores = affinity_cpus().size();   // prefetching hides reading only where a core is left for it
   if (data_.train->streamed() && config_.prefetch > 0 && cores > 0 && cores <= static_cast<std::size_t>(at::get_num_threads())) {
     log(fmt::format("data: rank 0 may run on {} core(s) (its CPU affinity), as many as its LibTorch threads: the prefetching "
                     "thread shares them, so reading and neighbour lists add to each step (Open MPI binds a rank to one core "

@@ -4,11 +4,13 @@
 #include <ATen/Version.h>
 
 #include <cstdlib>
+#include <string>
 
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 #if defined(__linux__)
+#include <sched.h>
 #include <sys/resource.h>
 #endif
 #ifdef _OPENMP
@@ -53,6 +55,36 @@ void use_one_thread_here() {
 #ifdef _OPENMP
   omp_set_num_threads(1);   // this thread's own setting (OpenMP's nthreads-var is per thread)
 #endif
+}
+
+std::vector<int> affinity_cpus() {
+  std::vector<int> cpus;
+#if defined(__linux__) && defined(CPU_ISSET)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+#endif
+  return cpus;
+}
+
+int fair_threads(const std::vector<int>& mine, const std::vector<int>& ranks_on) {
+  double share = 0;
+  for (int c : mine) {
+    const int n = c >= 0 && static_cast<std::size_t>(c) < ranks_on.size() ? ranks_on[static_cast<std::size_t>(c)] : 1;
+    share += 1.0 / (n > 0 ? n : 1);
+  }
+  return share < 1 ? 1 : static_cast<int>(share + 1e-9);
+}
+
+std::string threads_beyond_cores(int threads) {
+  const std::size_t cores = affinity_cpus().size();
+  if (cores == 0 || static_cast<std::size_t>(threads) <= cores) return {};
+  return std::to_string(threads) + " LibTorch threads, but this process may run on " + std::to_string(cores) +
+         " core(s) (its CPU affinity: Open MPI binds a rank to one core by default), so they take turns and each "
+         "step waits: give each rank as many cores (mpirun --map-by slot:PE=" + std::to_string(threads) +
+         ", or --bind-to none), or fewer threads";
 }
 
 int64_t peak_resident_bytes() {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace mlip {
 
@@ -39,6 +40,22 @@ bool keep_freed_memory();
 /// threads of 2 cores ran at less than half the speed (docs/benchmarks.md, "Speed and memory
 /// across the stacks"). Where mlip was built without OpenMP, it does nothing.
 void use_one_thread_here();
+
+/// The CPUs this process may run on (its CPU affinity: what mpirun's binding, srun's
+/// --cpu-bind, taskset or a container's cpuset left it), in order; empty where that is unknown.
+std::vector<int> affinity_cpus();
+
+/// LibTorch threads for a rank that may run on `mine` (affinity_cpus()), where `ranks_on[c]` of
+/// the node's ranks may run on CPU c (this one included): its share of each of its CPUs, summed,
+/// rounded down, at least 1. A rank bound to its own cores gets them all (Open MPI binds a rank to
+/// one core by default: 1 thread; `--map-by slot:PE=4`: 4), unbound ranks split the node's. More
+/// threads than that put two of a step's team on a core, and the team waits for the slower: in
+/// this project's measurements, slower than 1 thread.
+int fair_threads(const std::vector<int>& mine, const std::vector<int>& ranks_on);
+
+/// "" when `threads` LibTorch threads fit the CPUs this process may run on, else a note saying
+/// they do not and how to give a rank more cores.
+std::string threads_beyond_cores(int threads);
 
 /// The most resident memory this process has had, in bytes (getrusage; -1 where the platform does
 /// not report it).
