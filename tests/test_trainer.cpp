@@ -23,6 +23,7 @@
 #include "mlip/model/device.h"
 #include "mlip/model/kernel_profile.h"
 #include "mlip/model/runtime.h"
+#include "mlip/ops/activation.h"
 #include "mlip/error.h"
 #include "support/gpu.h"
 #include "support/reference.h"
@@ -754,21 +755,26 @@ TEST(Communication, RecordedAllReducesNeedNccl296) {
 // --threads' default: each rank's share of the CPUs its affinity has, each CPU divided among the
 // node's ranks that may run on it (mlip::fair_threads); the warning where threads outnumber them.
 TEST(Communication, DefaultThreadsAreARanksShareOfItsCores) {
-  EXPECT_EQ(fair_threads({0}, {1, 1}), 1);                      // mpirun's default: a core a rank
-  EXPECT_EQ(fair_threads({4, 5, 6, 7}, std::vector<int>(8, 1)), 4);   // --map-by slot:PE=4
-  EXPECT_EQ(fair_threads({0, 1, 2, 3}, std::vector<int>(4, 2)), 2);   // 2 unbound ranks on 4 cores
-  EXPECT_EQ(fair_threads({0, 1}, {3, 3}), 1);                   // more ranks than cores: still 1
-  std::vector<int> cpuset(64, 0);                                // a container's 4 of 64 CPUs, 2 ranks
-  for (int c = 8; c < 12; ++c) cpuset[static_cast<std::size_t>(c)] = 2;
-  EXPECT_EQ(fair_threads({8, 9, 10, 11}, cpuset), 2);
-  EXPECT_EQ(fair_threads({0, 1, 2}, {}), 3);                    // one process: its CPUs
-  const std::size_t cores = affinity_cpus().size();
-  ASSERT_GT(cores, 0u) << "this Linux reports no CPU affinity";
-  EXPECT_EQ(default_threads(SerialCommunicator{}), static_cast<int>(cores));
-  EXPECT_EQ(threads_beyond_cores(static_cast<int>(cores)), "");
-  const std::string note = threads_beyond_cores(static_cast<int>(cores) + 1);
-  EXPECT_NE(note.find(std::to_string(cores + 1) + " LibTorch threads, but this process may run on " +
-                      std::to_string(cores) + " core(s)"),
+  const auto on = [](std::vector<int> cpus, int cores) { return CpuAffinity{std::move(cpus), cores}; };
+  EXPECT_EQ(fair_threads(on({0}, 1), {1, 1}), 1);                              // bound to a core each
+  EXPECT_EQ(fair_threads(on({4, 5, 6, 7}, 4), std::vector<int>(8, 1)), 4);      // --map-by slot:PE=4
+  EXPECT_EQ(fair_threads(on({0, 1, 2, 3}, 4), std::vector<int>(4, 2)), 2);      // 2 unbound ranks, 4 cores
+  EXPECT_EQ(fair_threads(on({0, 1}, 2), {3, 3}), 1);                            // more ranks than cores: 1
+  std::vector<int> cpuset(64, 0);                                                // a container's 4 of 64
+  for (int c = 8; c < 12; ++c) cpuset[static_cast<std::size_t>(c)] = 2;          // CPUs, 2 unbound ranks
+  EXPECT_EQ(fair_threads(on({8, 9, 10, 11}, 4), cpuset), 2);
+  EXPECT_EQ(fair_threads(on({0, 1, 2}, 3), {}), 3);                             // one process: its CPUs
+  EXPECT_EQ(fair_threads(on({0, 64}, 1), std::vector<int>(128, 1)), 1);         // a core's 2 hyperthreads
+  EXPECT_EQ(fair_threads(on({0, 1, 2, 3}, 2), std::vector<int>(4, 2)), 1);      // 2 ranks, 2 cores x 2
+  const CpuAffinity here = cpu_affinity();
+  if (here.cpus.empty()) GTEST_SKIP() << "the CPU affinity is unknown here (or OpenMP binds threads itself)";
+  ASSERT_GE(here.cores, 1);
+  ASSERT_LE(here.cores, static_cast<int>(here.cpus.size()));
+  EXPECT_EQ(default_threads(SerialCommunicator{}), here.cores);
+  EXPECT_EQ(threads_beyond_cores(here.cores), "");
+  const std::string note = threads_beyond_cores(here.cores + 1);
+  EXPECT_NE(note.find(std::to_string(here.cores + 1) + " LibTorch threads, but this process may run on " +
+                      std::to_string(here.cores) + " core(s)"),
             std::string::npos)
       << note;
 }
@@ -2060,17 +2066,22 @@ TEST(Training, RanksAgreeOnTheLargestCapacity) {
   EXPECT_EQ(mixed.given.size(), 1u);
 }
 
-// The prefetching thread's operators run as a team of one, beside the step's threads, which keep
-// their count, as do threads started later: a team as large as the step's would stall it on cores
-// its threads fill (mlip/model/runtime.h, use_one_thread_here).
+// The prefetching thread's operators run as a team of one on the CPU, beside the step's threads,
+// which keep their count, as do threads started later: a team as large as the step's would stall
+// it on cores its threads fill (mlip/model/runtime.h, use_one_thread_here).
 TEST(Training, ThePrefetchingThreadRunsItsOperatorsOnOneThread) {
+  bool openmp = false;   // whether mlip can set a thread's own count (built with OpenMP)
+  std::thread([&openmp] { openmp = use_one_thread_here(); }).join();
+  if (!openmp) GTEST_SKIP() << "mlip was built without OpenMP: its background threads keep LibTorch's count";
   const int before = at::get_num_threads();
   at::set_num_threads(2);
-  if (at::get_num_threads() != 2) GTEST_SKIP() << "this LibTorch runs its operators on one thread";
   std::vector<int> seen;   // written by the prefetching thread, read after it is joined
   {
     BatchPrefetcher batches(3, [](std::size_t k) { return std::vector<int64_t>{static_cast<int64_t>(k)}; },
                             [&seen](const std::vector<int64_t>&) {
+                              // an operator of mlip's first (its files' parallel_for: their own
+                              // first-use flag, whose setup must not undo the thread's count)
+                              (void)scaled_silu(torch::ones({64}, torch::kFloat64), 1.0);
                               seen.push_back(at::get_num_threads());
                               return BatchTensors{};
                             }, /*depth=*/2);

@@ -93,7 +93,7 @@ class MpiCommunicator final : public Communicator {
   // Each CPU's count of the node's ranks whose affinity has it: one sum over the node's ranks of
   // each one's 0/1 per CPU (every rank's vector as long: the largest CPU number any of them has).
   void count_ranks_on_cpus(MPI_Comm node) {
-    const std::vector<int> mine = affinity_cpus();
+    const std::vector<int> mine = cpu_affinity().cpus;
     int cpus = mine.empty() ? 0 : mine.back() + 1;
     check(MPI_Allreduce(MPI_IN_PLACE, &cpus, 1, MPI_INT, MPI_MAX, node), "Allreduce");
     if (cpus == 0) return;
@@ -110,8 +110,8 @@ class MpiCommunicator final : public Communicator {
 }  // namespace
 
 int default_threads(const Communicator& comm) {
-  const std::vector<int> mine = affinity_cpus();
-  if (!mine.empty()) return fair_threads(mine, comm.ranks_on_cpus());
+  const CpuAffinity mine = cpu_affinity();
+  if (!mine.cpus.empty()) return fair_threads(mine, comm.ranks_on_cpus());
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, comm.local_size()));
 }
 

@@ -29,7 +29,9 @@ Prefetcher<Batch>::~Prefetcher() {
 template <class Batch>
 void Prefetcher<Batch>::run() {
   try {
-    use_one_thread_here();   // beside the step's threads, not a second team of as many
+    // On the CPU, beside the step's threads, not a second team of as many. On a GPU the step
+    // leaves the cores to this thread, which keeps ATen's count (never measured either way).
+    if (device_.is_cpu()) use_one_thread_here();
     std::optional<c10::DeviceGuard> on_device;
     if (device_.is_cuda()) on_device.emplace(device_);
     for (std::size_t k = 0; k < count_; ++k) {

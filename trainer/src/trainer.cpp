@@ -200,7 +200,7 @@ std::string Trainer::checkpoint_dir() const { return (fs::path(config_.output_di
 void Trainer::setup_model_and_statistics() {
   data_ = load_data(config_, [this](const std::string& s) { log(s); });
   log(fmt::format("data: {} training and {} validation frames", data_.train->size(), data_.validation->size()));
-  const std::size_t cores = affinity_cpus().size();   // prefetching hides reading only where a core is left for it
+  const auto cores = static_cast<std::size_t>(cpu_affinity().cores);   // prefetching hides reading only where a core is left
   if (data_.train->streamed() && config_.prefetch > 0 && cores > 0 && cores <= static_cast<std::size_t>(at::get_num_threads())) {
     log(fmt::format("data: rank 0 may run on {} core(s) (its CPU affinity), as many as its LibTorch threads: the prefetching "
                     "thread shares them, so reading and neighbour lists add to each step (Open MPI binds a rank to one core "

@@ -3,8 +3,12 @@
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <fstream>
+#include <set>
 #include <string>
+#include <utility>
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -48,42 +52,82 @@ bool keep_freed_memory() {
 #endif
 }
 
-void use_one_thread_here() {
-  // ATen sets a thread's team size at its first use of the thread (from the process's count):
-  // that first, so that it does not undo the next line.
+bool use_one_thread_here() {
+  // ATen sets a thread's team size at its first use of the thread, from the process's count, and
+  // marks it done in a per-thread flag of which LibTorch and mlip's own files (those built with
+  // OpenMP, as this one) each hold a copy: both first, so that neither undoes the next line.
   (void)at::get_num_threads();
+  at::internal::lazy_init_num_threads();
 #ifdef _OPENMP
   omp_set_num_threads(1);   // this thread's own setting (OpenMP's nthreads-var is per thread)
+  return true;
+#else
+  return false;
 #endif
 }
 
-std::vector<int> affinity_cpus() {
-  std::vector<int> cpus;
-#if defined(__linux__) && defined(CPU_ISSET)
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-#endif
-  return cpus;
+namespace {
+
+// Whether OpenMP binds threads itself: it then binds the process's first thread to one place when
+// it loads, and the process's affinity reads as that place.
+bool openmp_binds_threads() {
+  const char* bind = std::getenv("OMP_PROC_BIND");
+  if (bind && std::string(bind) != "false" && std::string(bind) != "FALSE") return true;
+  return std::getenv("OMP_PLACES") || std::getenv("GOMP_CPU_AFFINITY");
 }
 
-int fair_threads(const std::vector<int>& mine, const std::vector<int>& ranks_on) {
-  double share = 0;
-  for (int c : mine) {
+// The physical cores among `cpus` (their core and package in sysfs); cpus.size() where unknown.
+int physical_cores(const std::vector<int>& cpus) {
+  std::set<std::pair<long, long>> cores;
+  for (int c : cpus) {
+    const std::string at = "/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/";
+    long core = -1, package = -1;
+    std::ifstream(at + "core_id") >> core;
+    std::ifstream(at + "physical_package_id") >> package;
+    if (core < 0 || package < 0) return static_cast<int>(cpus.size());
+    cores.emplace(package, core);
+  }
+  return static_cast<int>(cores.size());
+}
+
+}  // namespace
+
+CpuAffinity cpu_affinity() {
+  CpuAffinity a;
+#if defined(__linux__) && defined(CPU_ALLOC)
+  if (openmp_binds_threads()) return a;
+  for (int n = 1024; n <= (1 << 20); n *= 2) {   // sets of more CPUs than the kernel's are refused
+    cpu_set_t* set = CPU_ALLOC(n);
+    const std::size_t bytes = CPU_ALLOC_SIZE(n);
+    CPU_ZERO_S(bytes, set);
+    const int rc = sched_getaffinity(0, bytes, set);
+    if (rc == 0)
+      for (int c = 0; c < n; ++c)
+        if (CPU_ISSET_S(c, bytes, set)) a.cpus.push_back(c);
+    CPU_FREE(set);
+    if (rc == 0 || errno != EINVAL) break;
+  }
+  a.cores = physical_cores(a.cpus);
+#endif
+  return a;
+}
+
+int fair_threads(const CpuAffinity& mine, const std::vector<int>& ranks_on) {
+  double share = 0;   // in logical CPUs
+  for (int c : mine.cpus) {
     const int n = c >= 0 && static_cast<std::size_t>(c) < ranks_on.size() ? ranks_on[static_cast<std::size_t>(c)] : 1;
     share += 1.0 / (n > 0 ? n : 1);
   }
+  if (!mine.cpus.empty()) share *= static_cast<double>(mine.cores) / static_cast<double>(mine.cpus.size());
   return share < 1 ? 1 : static_cast<int>(share + 1e-9);
 }
 
 std::string threads_beyond_cores(int threads) {
-  const std::size_t cores = affinity_cpus().size();
-  if (cores == 0 || static_cast<std::size_t>(threads) <= cores) return {};
+  const int cores = cpu_affinity().cores;
+  if (cores == 0 || threads <= cores) return {};
   return std::to_string(threads) + " LibTorch threads, but this process may run on " + std::to_string(cores) +
-         " core(s) (its CPU affinity: Open MPI binds a rank to one core by default), so they take turns and each "
-         "step waits: give each rank as many cores (mpirun --map-by slot:PE=" + std::to_string(threads) +
+         " core(s) (its CPU affinity: mpirun binds each rank to a core or a socket by default), so they take turns "
+         "and each step waits: give each rank as many cores (mpirun --map-by slot:PE=" + std::to_string(threads) +
          ", or --bind-to none), or fewer threads";
 }
 

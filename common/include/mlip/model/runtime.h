@@ -34,27 +34,34 @@ bool keep_freed_memory();
 
 /// Gives the calling thread a team of one for LibTorch's CPU operators, leaving every other
 /// thread's count as it was. For background threads beside a step that has the cores (the
-/// trainer's batch prefetching): ATen gives each new thread the process's count, so their
-/// operators start a second OpenMP team of that size, and on cores the step's team fills, each
-/// time the OS runs one of them, a thread of the step's team waits at its barrier: training on 2
-/// threads of 2 cores ran at less than half the speed (docs/benchmarks.md, "Speed and memory
-/// across the stacks"). Where mlip was built without OpenMP, it does nothing.
-void use_one_thread_here();
+/// trainer's batch prefetching on the CPU): ATen gives each new thread the process's count, so
+/// their operators start a second OpenMP team of that size, and on cores the step's team fills,
+/// each time the OS runs one of them, a thread of the step's team waits at its barrier: training
+/// on 2 threads of 2 cores ran at less than half the speed (docs/benchmarks.md, "Speed and memory
+/// across the stacks"). Returns false, doing nothing, where mlip was built without OpenMP.
+bool use_one_thread_here();
 
 /// The CPUs this process may run on (its CPU affinity: what mpirun's binding, srun's
-/// --cpu-bind, taskset or a container's cpuset left it), in order; empty where that is unknown.
-std::vector<int> affinity_cpus();
+/// --cpu-bind, taskset or a container's cpuset left it), in order, and the physical cores among
+/// them (hyperthreads of a core count once). Empty (no CPUs, 0 cores) where that is unknown, and
+/// where OpenMP binds threads itself (OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY set): the
+/// affinity then reads as its first thread's place, not the process's.
+struct CpuAffinity {
+  std::vector<int> cpus;
+  int cores = 0;
+};
+CpuAffinity cpu_affinity();
 
-/// LibTorch threads for a rank that may run on `mine` (affinity_cpus()), where `ranks_on[c]` of
-/// the node's ranks may run on CPU c (this one included): its share of each of its CPUs, summed,
-/// rounded down, at least 1. A rank bound to its own cores gets them all (Open MPI binds a rank to
-/// one core by default: 1 thread; `--map-by slot:PE=4`: 4), unbound ranks split the node's. More
-/// threads than that put two of a step's team on a core, and the team waits for the slower: in
-/// this project's measurements, slower than 1 thread.
-int fair_threads(const std::vector<int>& mine, const std::vector<int>& ranks_on);
+/// LibTorch threads for a rank that may run on `mine`, where `ranks_on[c]` of the node's ranks
+/// may run on CPU c (this one included; CPUs beyond it: 1): its share of each of its CPUs, summed,
+/// in physical cores, rounded down, at least 1. A rank bound to its own cores gets them all
+/// (mpirun's binding of a rank to a core: 1 thread; `--map-by slot:PE=4`: 4), unbound ranks split
+/// the node's. More threads than that put two of a step's team on a core, and the team waits for
+/// the slower: in this project's measurements, slower than 1 thread.
+int fair_threads(const CpuAffinity& mine, const std::vector<int>& ranks_on);
 
-/// "" when `threads` LibTorch threads fit the CPUs this process may run on, else a note saying
-/// they do not and how to give a rank more cores.
+/// "" when `threads` LibTorch threads fit the cores this process may run on (or those are
+/// unknown), else a note saying they do not and how to give a rank more cores.
 std::string threads_beyond_cores(int threads);
 
 /// The most resident memory this process has had, in bytes (getrusage; -1 where the platform does
