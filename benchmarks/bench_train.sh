@@ -80,4 +80,6 @@ printf '%-34s %10.2f %22s\n' "Python loop, 1 thread" "$p1" "-"
 printf '%-34s %10.2f %22s\n' "Python loop, 2 threads" "$p2" "-"
 awk -v a="$f2" -v b="$f1" -v c="$f1t2" -v p="$p1" -v q="$p2" -v f="$f1" 'BEGIN {
   printf "2 ranks / 1 rank x 1 thread: %.2fx (target >= 1.8x); 2 ranks / 1 rank x 2 threads: %.2fx\n", a / b, a / c;
+  # below 1: a second thread slows the step (as the prefetching thread did before f32e8cc)
+  printf "1 rank x 2 threads / 1 rank x 1 thread: %.2fx (below 1: the second thread slows training)\n", c / b;
   printf "mlip-trainer / Python loop: %.2fx at 1 thread, %.2fx at 2 threads (2 threads: 1 rank x 2 threads)\n", f / p, c / q }'
