@@ -203,8 +203,8 @@ void Trainer::setup_model_and_statistics() {
   const auto cores = static_cast<std::size_t>(cpu_affinity().cores);   // prefetching hides reading only where a core is left
   if (data_.train->streamed() && config_.prefetch > 0 && cores > 0 && cores <= static_cast<std::size_t>(at::get_num_threads())) {
     log(fmt::format("data: rank 0 may run on {} core(s) (its CPU affinity), as many as its LibTorch threads: the prefetching "
-                    "thread shares them, so reading and neighbour lists add to each step (Open MPI binds a rank to one core "
-                    "by default; mpirun --bind-to none, or --map-by slot:PE=N for N cores a rank, leaves it one)", cores));
+                    "thread shares them, so reading and neighbour lists add to each step (Open MPI binds a rank to a core "
+                    "by default, to a socket beyond 2 ranks; mpirun --bind-to none, or --map-by slot:PE=N for N cores a rank, leaves it one)", cores));
   }
   species_ = std::make_unique<SpeciesMap>(config_.model.species);
   warn_about_data();
