@@ -199,8 +199,9 @@ void PairMLIP::evaluate_device_chunk(const mlip::DeviceGraphBuilder &cells, int6
 
 // 'graph device cuda_graph yes|eager': the whole step with static shapes, recorded as one CUDA
 // graph (mlip/model/device_step.h), its model calls in chunks where memory asks; results per atom,
-// one copy back. The timing parts: the step
-// as model, the host's sums into LAMMPS's arrays as forces.
+// one copy back. The timing parts: the host's staging (the species here and the step's own:
+// mlip::StepOutput::host_seconds) as graph, the rest of the step (the device's work, the copies and
+// the waits for them) as model, the host's sums into LAMMPS's arrays as forces.
 void PairMLIP::compute_device_step()
 {
   Impl &s = *impl;
@@ -208,8 +209,12 @@ void PairMLIP::compute_device_step()
   const int n = atom->nlocal + atom->nghost;
   s.atom_species.resize(static_cast<std::size_t>(n));
   for (int i = 0; i < n; i++) s.atom_species[i] = type_species[atom->type[i]];
+  const double species_seconds = seconds_since(t0);
+  t0 = Clock::now();
   const mlip::StepOutput step = evaluate_step(n, vflag_atom || cvflag_atom);
-  add_time(MODEL, seconds_since(t0));
+  const double step_seconds = seconds_since(t0);
+  add_time(GRAPH, species_seconds + step.host_seconds);
+  add_time(MODEL, std::max(0.0, step_seconds - step.host_seconds));
   t0 = Clock::now();
   if (step.shortest < min_distance) {   // rare: the device graph of the same atoms names them
     const torch::Tensor x = torch::from_blob(atom->x[0], {n, 3}, torch::kFloat64) * (1.0 / distance_unit);

@@ -624,6 +624,28 @@ TEST(PairMLIP, TimingReportAfterRun) {
   }
 }
 
+// With the whole step on the device ('graph device cuda_graph'), `graph` is the host's staging of
+// its inputs and `model` the rest of the step: both are timed (their sum is the step's).
+TEST(PairMLIP, TimingOfTheWholeStepSplitsTheHostsStaging) {
+  const std::string log = (fs::temp_directory_path() / "mlip_test_pair" / fmt::format("timing_step{}.log", nprocs())).string();
+  {
+    Lammps lmp(log);
+    setup_system(lmp, random_system(Box{}, 40, 1.0, 38), Box{},
+                 "pair_style mlip " + model_path("se_e2_a") + " graph device cuda_graph eager timing yes");
+    lmp.ok("fix 1 all nve");
+    lmp.ok("run 3");
+  }
+  if (rank() != 0) return;
+  const std::string text = read_text(log);
+  const std::size_t at = text.find("us/atom-step (rank average): graph ");
+  ASSERT_NE(at, std::string::npos) << text;
+  double graph = 0, model = 0;
+  ASSERT_EQ(std::sscanf(text.c_str() + at, "us/atom-step (rank average): graph %lf, model %lf", &graph, &model), 2) << text;
+  EXPECT_GT(graph, 0.0) << text;
+  EXPECT_GT(model, 0.0) << text;
+  EXPECT_NE(text.find("graph is the host's staging of the step's inputs"), std::string::npos) << text;
+}
+
 // `timing kernels` also profiles a run's steps but its first (rank 0) and prints the table; a run
 // of one step has nothing profiled and says so; a longer run stops the profiler after 50 calls
 // (it keeps every event: a whole MD run would fill the memory) and prints the table once.

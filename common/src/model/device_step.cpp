@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -38,6 +39,10 @@ template <class T> std::vector<int64_t> most_per_net(const T* count, int64_t chu
 
 // The chunk of local atom i of n_local in `chunks` equal ranges.
 int64_t chunk_of_atom(int64_t i, int64_t chunks, int64_t n_local) { return i * chunks / n_local; }
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 }  // namespace
 
@@ -395,7 +400,9 @@ StepOutput DeviceStep::evaluate(const double* positions, double scale, const int
 
 StepOutput DeviceStep::attempt(const double* positions, double scale, const int64_t* species, int64_t n,
                                int64_t n_local, bool atom_virial, int64_t chunk_atoms) {
+  auto t0 = std::chrono::steady_clock::now();
   const std::array<double, 6> box = stage(positions, scale, species, n, n_local, chunk_atoms);
+  double host = seconds_since(t0);
   const bool eager = !recorder_ || atom_virial;
   bool staged = false;
   for (;;) {
@@ -407,9 +414,15 @@ StepOutput DeviceStep::attempt(const double* positions, double scale, const int6
       staged = false;
     }
     Buffers& b = *b_;
-    if (b.centers == 0) return nothing_to_evaluate(n, n_local, atom_virial);
+    if (b.centers == 0) {
+      StepOutput none = nothing_to_evaluate(n, n_local, atom_virial);
+      none.host_seconds = host;
+      return none;
+    }
     if (!staged) {   // the slots of this capacity
+      t0 = std::chrono::steady_clock::now();
       stage_inputs(positions, scale, species, n, n_local, box.data(), box.data() + 3);
+      host += seconds_since(t0);
       b.real.copy_(b.host_real, /*non_blocking=*/true);
       b.index.copy_(b.host_index, /*non_blocking=*/true);
       staged = true;
@@ -434,6 +447,7 @@ StepOutput DeviceStep::attempt(const double* positions, double scale, const int6
       continue;
     }
     check_tables(out.shortest);
+    out.host_seconds = host;
     return out;
   }
 }

@@ -61,6 +61,8 @@ struct StepOutput {
   double shortest = std::numeric_limits<double>::infinity();   // the shortest edge (Å)
   int64_t n_edges = 0;
   std::vector<int64_t> counts;   // edges per embedding net: the most of any chunk
+  double host_seconds = 0;       // the host's staging (checks, bounding box, grid, slots, pinned inputs)
+                                 // in this call, repeats included: the host's part besides its waits
 };
 
 /// A recording's memory on a GPU: the peak bytes LibTorch's allocator gave it beyond what was in
