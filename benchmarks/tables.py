@@ -144,6 +144,16 @@ def pair_md(run):
                 col_name=lambda c: f"{c[0]}, {c[1]} rank{'s' if c[1] != '1' else ''}")
 
 
+def pair_split(run):
+    """where each run's step went (us/atom-step): the whole step, LAMMPS outside the pair style, and
+    the pair style's own parts (`timing yes`); one column each, one row per run, size and ranks"""
+    parts = (("us_per_atom_step", "total"), ("non_pair", "LAMMPS (non-pair)"), ("graph", "graph"),
+             ("model", "model"), ("forces", "forces"))
+    rows = [{"run": f"{r['potential']}, {r['size']}, {r['ranks']} rank{'s' if r['ranks'] != '1' else ''}",
+             "part": name, "value": r[field]} for r in pair_rows(run) for field, name in parts]
+    return grid(rows, "run", ("part",), "value")
+
+
 def pair_memory(run):
     rows = [r for r in pair_rows(run) if r["ranks"] == "1"]
     return grid(rows, "potential", ("size",), "peak_rss_mib", col_name=lambda c: f"{c[0]}, MiB")
@@ -549,6 +559,7 @@ KINDS = {
     ("bench_deepmd", "train"): deepmd_train,
     ("bench_pair", "md"): pair_md,
     ("bench_pair", "memory"): pair_memory,
+    ("bench_pair", "split"): pair_split,
     ("threads-compressed", "speed"): threads,
     ("gpu-check", "md"): gpu_md,
     ("gpu-check", "training"): gpu_training,

@@ -104,3 +104,15 @@ figure("gpu-h100-graph-saving-10k", H100)(graph_saving)
 def _(run):
     h200 = md_row(run.__class__(H200), "mlip se_e2_a f64 on cuda", 10368)[4]
     return f"{g(md_row(run, 'mlip se_e2_a f64 on cuda', 10368)[4])} against {us(h200)}"
+
+
+HOST_CPU = "bench_pair/2026-12-01-8e2e1d0"
+
+
+@figure("cpu-whole-step-host-share-of-target", HOST_CPU)
+def _(run):
+    """the host's parts of compressed se_e2_a float32's whole step at 100k atoms (on this project's
+    CPU machine) against issue 54's 0.5 us/atom-step target for that model"""
+    name = "mlip se_e2_a f32 compressed, device graph, CUDA graph eager"
+    graph, forces = (run.med("md", field, potential=name) for field in ("graph", "forces"))
+    return f"{g(graph + forces, 2)} us/atom-step, {100 * (graph + forces) / 0.5:.0f}%"

@@ -43,12 +43,15 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "Comm_rank");
     check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "Comm_size");
-    MPI_Comm node;
+    MPI_Comm node = MPI_COMM_NULL;
     check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node), "Comm_split_type");
+    const struct Freed {   // also where a check below throws
+      MPI_Comm* comm;
+      ~Freed() { MPI_Comm_free(comm); }
+    } freed{&node};
     check(MPI_Comm_rank(node, &local_rank_), "Comm_rank");
     check(MPI_Comm_size(node, &local_size_), "Comm_size");
     count_ranks_on_cpus(node);
-    MPI_Comm_free(&node);
   }
   ~MpiCommunicator() override {
     int finalized = 0;

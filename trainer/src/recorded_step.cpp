@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_foreach_mul.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/autograd.h>
 
 #include "mlip/error.h"
@@ -365,8 +366,20 @@ torch::Tensor RecordedStep::step(const BatchTensors& shape, const FillInputs& fi
   }
   if (!recorded_) record();
   recorder_->replay_now();
+  bound_replays_ahead();
   parts_.adam->advance();
   return terms_;
+}
+
+// The host waits for the replay kReplaysAhead steps back before it goes on: at most that many
+// are queued, with their batches' pinned blocks.
+void RecordedStep::bound_replays_ahead() {
+  const torch::Device device = weight_block_.device();
+  replays_.emplace_back(device.type());
+  replays_.back().record(c10::impl::getDeviceGuardImpl(device.type())->getStream(device));
+  if (replays_.size() <= kReplaysAhead) return;
+  replays_.front().synchronize();
+  replays_.pop_front();
 }
 
 }  // namespace mlip::trainer

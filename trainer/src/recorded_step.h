@@ -28,11 +28,14 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include <c10/core/Event.h>
 
 #include "fused_adam.h"
 #include "gradient_reducer.h"
@@ -173,9 +176,17 @@ class RecordedStep {
   void record();
   void warm_update();
   std::vector<const void*> input_addresses() const;   // input_'s tensors' data (null: undefined)
+  void bound_replays_ahead();
+
+  /// The most replays the host queues ahead of the GPU: each holds its batch's pinned host blocks
+  /// (LibTorch's host allocator keeps them until their copies ran), which would otherwise grow with
+  /// every step the host is ahead, up to the driver's queue (many hundreds). A few keep the GPU fed
+  /// (the host's part of a recorded step is far shorter than a replay).
+  static constexpr std::size_t kReplaysAhead = 3;
 
   StepParts parts_;
   std::unique_ptr<detail::CudaGraphRecorder> recorder_;   // null: eager
+  std::deque<c10::Event> replays_;                        // each queued replay's end, oldest first
   BatchCapacity capacity_;
   BatchTensors input_;
   LossWeights weights_;                  // views of weight_block_

@@ -14,6 +14,9 @@
 #include <cstdio>
 
 #include <fcntl.h>
+#if defined(__linux__)
+#include <sched.h>
+#endif
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -395,10 +398,24 @@ void shortest_pairs(const Structure& s, std::map<std::pair<int, int>, double>& o
 
 void PackStats::add(const Structure& s) { add_all({&s}); }
 
+namespace {
+
+// The CPUs this process may run on (its affinity: a batch job's cores, not the node's), or the
+// machine's where that is unknown (more than 1024 CPUs, not Linux).
+std::size_t usable_cpus() {
+#if defined(__linux__)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<std::size_t>(CPU_COUNT(&set));
+#endif
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
 void PackStats::add_all(const std::vector<const Structure*>& frames) {
   for (const Structure* s : frames) add_counts(*s);
   // Shortest distances: each thread its share of the frames, then the smallest of each pair.
-  const std::size_t n_threads = std::clamp<std::size_t>(frames.size() / 8, 1, std::max(1u, std::thread::hardware_concurrency()));
+  const std::size_t n_threads = std::clamp<std::size_t>(frames.size() / 8, 1, usable_cpus());
   std::vector<std::map<std::pair<int, int>, double>> found(n_threads);
   std::vector<std::exception_ptr> failed(n_threads);
   auto work = [&](std::size_t t) {
