@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 #include <torch/autograd.h>
+#include <ATen/ops/_foreach_mul.h>
 
 #include "checkpoint.h"
 #include "communicator.h"
@@ -2145,6 +2146,28 @@ TEST(Training, FrameBankGathersABatchInFewOperators) {
 // trained 3 epochs (batches of 2 frames and a last one of 1, EMA, clipping) ends with the
 // parameters of the plain grouped step with the same fused Adam; what cannot be recorded is
 // refused with the reason.
+// The recorded step sets each parameter's .grad from autograd::grad, whose backward of a sum
+// passes one tensor on to each term: each parameter must get its own, or clipping (an in-place
+// scaling of each gradient) scales a shared one twice. Distinct gradients are not copied.
+TEST(Training, EachParameterGetsItsOwnGradient) {
+  torch::Tensor a = torch::ones({3}, torch::kFloat64).requires_grad_(), b = torch::ones({3}, torch::kFloat64).requires_grad_();
+  std::vector<torch::Tensor> params{a, b};
+  const torch::Tensor w = torch::full({3}, 2.0, torch::kFloat64);   // a gradient laid out as the parameters (not expanded)
+  std::vector<torch::Tensor> grads = torch::autograd::grad({((a + b) * w).sum()}, params);
+  if (grads[0].data_ptr() != grads[1].data_ptr()) std::printf("note: this LibTorch gave the terms of a sum distinct gradients\n");
+  grads[1] = grads[0];   // the case guarded against, whatever this LibTorch's autograd does
+  set_gradients(params, grads);
+  EXPECT_NE(a.grad().data_ptr(), b.grad().data_ptr());
+  at::_foreach_mul_(std::vector<torch::Tensor>{a.grad(), b.grad()}, torch::full({}, 0.5, torch::kFloat64));
+  EXPECT_TRUE(torch::equal(a.grad(), torch::ones({3}, torch::kFloat64))) << a.grad();
+  EXPECT_TRUE(torch::equal(b.grad(), torch::ones({3}, torch::kFloat64))) << b.grad();
+
+  std::vector<torch::Tensor> apart = torch::autograd::grad({(a * a).sum() + (3.0 * b).sum()}, params);
+  set_gradients(params, apart);
+  EXPECT_EQ(a.grad().data_ptr(), apart[0].data_ptr());
+  EXPECT_EQ(b.grad().data_ptr(), apart[1].data_ptr());
+}
+
 TEST(Training, RecordedStepTrainsAsThePlainStep) {
   TempDir dir("mlip_test_recorded_step");
   SerialCommunicator comm;

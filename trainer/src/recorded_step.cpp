@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <unordered_set>
 
 #include <fmt/format.h>
 #include <ATen/ops/_foreach_add.h>
@@ -260,7 +261,7 @@ void RecordedStep::run(Run how) {
                                            /*allow_unused=*/true);
   if (how == Run::warm) return;
   terms_ = terms;
-  for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = FusedAdam::laid_out_as(grads[i], params[i]);
+  set_gradients(params, grads);
   parts_.reducer->reduce(*parts_.comm);   // one rank: only the gradients of unused parameters made zeros
   if (parts_.grad_clip > 0) parts_.reducer->clip_norm(parts_.grad_clip);
   // In a recording there is nothing to make (record() made it): what would be made here would be
@@ -313,6 +314,15 @@ void RecordedStep::record() {
   }
   recorded_ = true;
   ++recordings_;
+}
+
+void set_gradients(std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads) {
+  std::unordered_set<const void*> taken;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor g = FusedAdam::laid_out_as(grads[i], params[i]);
+    if (g.defined() && !taken.insert(g.data_ptr()).second) g = g.clone();
+    params[i].mutable_grad() = g;
+  }
 }
 
 std::vector<const void*> RecordedStep::input_addresses() const {

@@ -140,6 +140,12 @@ struct StepParts {
   GroupingRule rule;
 };
 
+/// Each parameter's .grad set to its gradient in `grads` (autograd::grad's, in the parameters'
+/// order), laid out as the parameter, and its own: autograd may give two parameters one tensor (a
+/// sum's backward passes its gradient on to each term), which clipping, an in-place scaling of
+/// each, would then scale twice.
+void set_gradients(std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads);
+
 /// The parameters' exponential moving average: ema = decay ema + (1 - decay) p, on their device.
 void update_ema(std::vector<torch::Tensor>& ema, const std::vector<torch::Tensor>& params, double decay);
 
