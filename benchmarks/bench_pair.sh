@@ -30,6 +30,9 @@
 # PAINN (1: also the message-passing model, PaiNN with default hyperparameters - 64 features,
 # 2 layers, rc 5 A, "painn_water64" - at every size but 1m, default chunk; and PAINN_CHUNKS
 # ("16 64 128 256 all") scanned on the 1k box, 1 rank; "all": one model call per step).
+# PAINN_TARGET (0; 1: also issue 54's PaiNN, 32 features, 3 layers, rc 5 A, float32, random weights,
+# "painn_water32_l3", at the same sizes and steps as PAINN's but steps of 0.1 fs, labelled
+# "painn 32f 3L f32").
 # MACE (0; 1: also two MACE models at every size but 1m, random weights, rc 5 A: mace-torch's defaults but 32
 # channels and max_L 1 in float64 - bench_mace.sh's model - and 128 channels, max_L 2 in float32;
 # MACE_MODELS ("32 128") picks among them).
@@ -78,6 +81,7 @@ FLOAT32_SIZES=${FLOAT32_SIZES:-10k}
 KOKKOS=${KOKKOS:-1}
 SNAP=${SNAP:-1}
 PAINN=${PAINN:-1}
+PAINN_TARGET=${PAINN_TARGET:-0}
 MACE=${MACE:-0}
 MACE_MODELS=" ${MACE_MODELS:-32 128} "
 COMPRESSED=${COMPRESSED:-1}
@@ -115,6 +119,7 @@ cd "$work"
 "$inputs" model se_e2_a_water64 water64.pt
 "$inputs" model se_e2_a_water32 water32.pt
 [[ $PAINN == 1 ]] && "$inputs" model painn_water64 painn64.pt
+[[ $PAINN_TARGET == 1 ]] && "$inputs" model painn_water32_l3 painn32f3l.pt
 if [[ $MACE == 1 ]]; then
   "$inputs" model 'mace@5:{"num_channels":32,"max_L":1,"max_ell":3,"correlation":3}' mace32ch.pt
   "$inputs" model 'mace@5:{"num_channels":128,"max_L":2,"max_ell":3,"correlation":3}/f32' mace128ch.pt
@@ -334,6 +339,12 @@ for size in $SIZES; do
         run "mlip painn f64$on, halo, CUDA graph" "$np" in.mlip "data=water-$size.data" model=painn64.pt \
           "options=$options exchange no cuda_graph yes" "steps=${painn_steps[$size]}"
       fi
+    fi
+    if [[ $PAINN_TARGET == 1 && -n ${painn_steps[$size]:-} ]]; then
+      # its random weights (3 layers) bring two atoms together in about 25 steps of 0.5 fs: 0.1 fs
+      # (water_md_input's dt; the step's cost does not depend on it)
+      run "mlip painn 32f 3L f32$on" "$np" in.mlip "data=water-$size.data" model=painn32f3l.pt "options=$options" \
+        "steps=${painn_steps[$size]}" dt=0.0001
     fi
     if [[ $MACE == 1 && -n ${painn_steps[$size]:-} ]]; then
       [[ $MACE_MODELS == *" 32 "* ]] && run "mlip mace 32ch L1 f64$on" "$np" in.mlip "data=water-$size.data" \

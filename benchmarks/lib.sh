@@ -80,7 +80,8 @@ us_per_atom_step() {
 
 # water_md_input FILE: the NVE water input the MD benchmarks share, with the variables data
 # (a LAMMPS data file of O H water), load (a LAMMPS command before pair_style, such as
-# "plugin load ..."; the no-op default of water_md_vars), pair (the pair_style arguments) and steps
+# "plugin load ..."; the no-op default of water_md_vars), pair (the pair_style arguments), steps and
+# dt (the timestep in ps, 0.0005 unless given)
 water_md_input() {
   cat > "$1" <<'EOF'
 units        metal
@@ -96,7 +97,8 @@ pair_coeff   * * O H
 neighbor     1.0 bin
 neigh_modify every 1 delay 0 check yes
 velocity     all create 300.0 4928459 loop geom
-timestep     0.0005
+variable     dt index 0.0005
+timestep     ${dt}
 fix          1 all nve
 thermo       100
 run          ${steps}

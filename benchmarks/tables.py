@@ -196,6 +196,84 @@ def gpu_md(run):
     return "\n".join(out) + "\n"
 
 
+def gpu_md_medians(run):
+    """the GPU check's MD runs as (stage, run, atoms, median us/atom-step or None, the last row's
+    cells), a run's timing windows taken together"""
+    groups = {}
+    for r in gpu_md_rows(run):
+        groups.setdefault((r["stage"], r["run"], r["atoms"]), []).append(r)
+    return [(stage, name, atoms, summary([r["us"] for r in rs])[1], rs[-1]["cells"])
+            for (stage, name, atoms), rs in groups.items()]
+
+
+# Issue 54's MD targets: (what, pattern of the runs' names, fewest atoms, most atoms, the most
+# us/atom-step). Patterns are bench_pair.sh's labels on a GPU (" on cuda", then the path).
+GPU_MD_TARGETS = (
+    ("se_e2_a compressed float64, >= 100k atoms", r"mlip se_e2_a f64 compressed on cuda", 1e5, None, 1.0),
+    ("se_e2_a compressed float32, >= 100k atoms", r"mlip se_e2_a f32 compressed on cuda", 1e5, None, 0.5),
+    ("se_e2_a compressed float64, 10k atoms", r"mlip se_e2_a f64 compressed on cuda", 9e3, 2e4, 2.0),
+    ("se_e2_a compressed float32, 10k atoms", r"mlip se_e2_a f32 compressed on cuda", 9e3, 2e4, 2.0),
+    ("se_e2_a float32, >= 100k atoms", r"mlip se_e2_a f32 on cuda", 1e5, None, 2.0),
+    ("PaiNN 32 features, 3 layers, float32, >= 100k atoms", r"mlip painn 32f 3L f32 on cuda", 1e5, None, 3.0),
+)
+
+
+def gpu_targets(run):
+    """issue 54's targets against a GPU check: for each, the fastest run that measured it (the
+    median of its windows), or that none did"""
+    runs = gpu_md_medians(run)
+    out = ["| target | goal | best measured | run (stage) | met |", "|---|---|---|---|---|"]
+
+    def in_range(atoms, lo, hi):
+        return atoms.isdigit() and int(atoms) >= lo and (hi is None or int(atoms) <= hi)
+
+    for what, pattern, lo, hi, goal in GPU_MD_TARGETS:
+        found = [r for r in runs if re.match(pattern, r[1]) and in_range(r[2], lo, hi) and r[3] is not None]
+        if not found:
+            out.append(f"| {what} | <= {goal} us/atom-step | not measured | - | - |")
+            continue
+        stage, name, atoms, us, _ = min(found, key=lambda r: r[3])
+        out.append(f"| {what} | <= {goal} us/atom-step | {us:.3g} | {name}, {atoms} atoms ({stage}) | "
+                   f"{'yes' if us <= goal else 'no'} |")
+    # the host's share: the whole step's host parts (graph, forces) of the pair time
+    whole = [r for r in runs if "device graph, CUDA graph" in r[1] and "CUDA graph eager" not in r[1]
+             and in_range(r[2], 1e5, None) and r[3] is not None]
+    shares = []
+    for stage, name, atoms, us, c in whole:
+        try:
+            graph, model, forces = (float(x) for x in c[6:9])
+        except ValueError:
+            continue
+        shares.append((100 * (graph + forces) / (graph + model + forces), name, atoms, stage))
+    if shares:
+        share, name, atoms, stage = min(shares)
+        out.append(f"| host share of the pair time (whole step on the GPU), >= 100k atoms | <= 10% | {share:.1f}% | "
+                   f"{name}, {atoms} atoms ({stage}) | {'yes' if share <= 10 else 'no'} |")
+    else:
+        out.append("| host share of the pair time (whole step on the GPU), >= 100k atoms | <= 10% | not measured | - | - |")
+    # about a million atoms in float32 with no chunk, within an 80 GB card's memory
+    million = [r for r in runs if re.match(r"mlip se_e2_a f32", r[1]) and ", chunk" not in r[1] and in_range(r[2], 9e5, None)]
+    if million:
+        stage, name, atoms, us, c = million[-1]
+        mib = float(c[10]) if c[10].replace(".", "", 1).isdigit() else None
+        fits = us is not None and mib is not None and mib * 2**20 <= 80e9
+        measured = f"{us:.3g} us/atom-step, {mib:.0f} MiB" if us is not None and mib is not None else "failed"
+        out.append(f"| about 1M water atoms, float32, no chunk | runs, peak <= 80 GB | {measured} | {name}, {atoms} atoms "
+                   f"({stage}) | {'yes' if fits else 'no'} |")
+    else:
+        out.append("| about 1M water atoms, float32, no chunk | runs, peak <= 80 GB | not measured | - | - |")
+    rates = [(float(m[2]), m[1]) for m in summary_matches(run, r"training (?!accuracy)(se_e2_a water.*): ([0-9.]+) frames/s")]
+    rates += [(float(m[2]), f"accuracy run, batch {m[1]}")
+              for m in summary_matches(run, r"training accuracy, .*?batch (\d+), .*?: ([0-9.]+) frames/s")]
+    if rates:
+        rate, name = max(rates)
+        out.append(f"| training se_e2_a water (validation errors: the accuracy table) | >= 1000 frames/s | {rate:g} | "
+                   f"{name} | {'yes' if rate >= 1000 else 'no'} |")
+    else:
+        out.append("| training se_e2_a water | >= 1000 frames/s | not measured | - | - |")
+    return "\n".join(out) + "\n"
+
+
 def summary_rows(rows, key, columns):
     """one row per distinct key(r), in order of appearance: the key's cells, then for each
     (field, digits[, missing]) of columns the summary of that field over the key's rows"""
@@ -566,6 +644,7 @@ KINDS = {
     ("gpu-check", "accuracy"): gpu_accuracy,
     ("gpu-check", "memory"): gpu_memory,
     ("gpu-check", "profile"): gpu_profile,
+    ("gpu-check", "targets"): gpu_targets,
     ("time_to_accuracy", "errors"): time_to_accuracy,
     ("nve_drift", "drift"): nve_drift,
     ("mp_accuracy", "errors"): mp_accuracy,

@@ -94,6 +94,9 @@ check "$kept.tables" '^\| 16 \| 8e-3 to 8e-5 \| 1 \| \? \| [0-9.]+ \| [0-9.]+ \|
 check "$kept.tables" '^\| mlip se_e2_a f64 on cpu, device graph \(per call\) \| [0-9.]+ \| - \|' "the profile table's se_e2_a row"
 check "$kept.tables" '^\| mlip se_e2_a f64 on cpu, device graph, CUDA graph eager \| 1152 \| [0-9.]+ \(' "the md table's whole-step row"
 check "$kept.tables" '^<!-- table: gpu-check/dry memory -->' "the memory table (no lines on the CPU)"
+check "$kept.tables" '^\| mlip painn 32f 3L f32 on cpu, device graph \| 1152 \| [0-9.]+' "the md table's row of issue 54's PaiNN"
+check "$kept.tables" '^\| PaiNN 32 features, 3 layers, float32, >= 100k atoms \| <= 3.0 us/atom-step \| not measured \|' \
+  "the targets table (nothing measured at these sizes on the CPU)"
 check "$kept.tables" '^<!-- gpu-check/dry: a dry run of the GPU check, on the CPU at small sizes: not GPU figures -->' \
   "the tables labelled as a dry run's"
 files=$(find "$out" -type f | wc -l)

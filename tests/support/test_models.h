@@ -19,6 +19,8 @@
 //   painn_water64      PaiNN with default hyperparameters (64 features, 2 layers, 16 radial
 //                      functions), rc 5, O H, random weights, float64: the message-passing benchmark
 //   painn_water64_l3   the same with 3 layers (halo against ghost exchange)
+//   painn_water32_l3   issue 54's PaiNN: 32 features, 3 layers, rc 5, O H, float32, random
+//                      weights, energies scaled by 1e-3 (so that MD keeps its atoms apart)
 //   ARCH@CUTOFF[:HYPERPARAMETERS][/f32]  any architecture, O H, random weights, float64 (or 32)
 #pragma once
 
@@ -125,6 +127,15 @@ inline void write_test_model(const std::string& name, const std::string& path) {
   } else if (name == "painn_water64" || name == "painn_water64_l3") {
     const nlohmann::json hp = name == "painn_water64" ? nlohmann::json::object() : nlohmann::json{{"layers", 3}};
     BuiltModel b = build_test_model("painn", 5.0, hp, torch::kFloat64, 2, {"O", "H"});
+    export_frozen(b.module, b.metadata, path);
+  } else if (name == "painn_water32_l3") {
+    // Random weights of 3 layers give forces that push atoms out of a water box within a few MD
+    // steps of 0.5 fs: its energies scaled by 1e-3 (the cost does not depend on the weights).
+    BuiltModel b = build_test_model("painn", 5.0, {{"features", 32}, {"layers", 3}}, torch::kFloat32, 2, {"O", "H"});
+    {
+      torch::NoGradGuard no_grad;
+      b.module.attr("energy_scale").toTensor().mul_(1e-3);
+    }
     export_frozen(b.module, b.metadata, path);
   } else if (name.find('@') != std::string::npos) {
     // ARCH@CUTOFF[:JSON-hyperparameters][/f32], O H, random weights (benchmarks' variants), e.g.
