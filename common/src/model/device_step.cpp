@@ -218,11 +218,12 @@ void DeviceStep::resize() {
 namespace {
 
 // The cell list over the staged atoms and each centre's edges per net: `cursor` (atoms, species)
-// each centre's first place, in its chunk, in the net of each neighbour species, `totals`
+// each centre's first place, in its chunk, in the net of each neighbour species, `cursor_end` its
+// places' end (cursor plus the count), `totals`
 // (chunks, nets) the edges of each chunk's nets; the cell list's tensors are kept with them while
 // the kernels that read them are queued.
 struct EdgeCounts {
-  torch::Tensor by_cell, cell_first, cursor, totals;
+  torch::Tensor by_cell, cell_first, cursor, cursor_end, totals;
 };
 
 EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
@@ -246,6 +247,7 @@ EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
   };
   if (!rule.pair_nets) {
     c.cursor = in_chunk(count);
+    c.cursor_end = c.cursor + count;
     c.totals = torch::zeros({b.chunks, ns}, count.options()).index_add_(0, b.chunk_of, count);
     return c;
   }
@@ -257,6 +259,7 @@ EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
     const torch::Tensor of_t = count * mine;
     c.cursor.add_(in_chunk(of_t) * mine);
   }
+  c.cursor_end = c.cursor + count;
   const torch::Tensor net = (b.chunk_of * ns + b.species.clamp_min(0)).mul(ns).unsqueeze(1) +
                             torch::arange(ns, count.options()).unsqueeze(0);   // (atoms, ns): each count's net
   c.totals = torch::zeros({b.chunks * ns * ns}, count.options())
@@ -295,7 +298,8 @@ std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
   detail::run_elements(
       kernels::GraphListGrouped<double>{b.grid, b.slot.data_ptr<int64_t>(), rule_.n_species, b.nets, b.centers,
                                         rule_.pair_nets, b.net_first.data_ptr<int64_t>(), b.chunk_of.data_ptr<int64_t>(),
-                                        b.edges, counts.cursor.data_ptr<int64_t>(), ends, ends + all,
+                                        b.edges, counts.cursor.data_ptr<int64_t>(),
+                                        counts.cursor_end.data_ptr<int64_t>(), ends, ends + all,
                                         vectors.data_ptr<double>()},
       b.atoms, device);
   // Sums onto the atoms, a row more: where padding centres go.

@@ -179,8 +179,10 @@ template <typename T> struct GraphCountBySpecies {
 // chunk: each chunk has its nets at the same places; cursor: i's first place within its chunk in
 // each net its edges go to, by neighbour species, advanced here: only thread i touches row i),
 // unless that is past the net's capacity (net_first[g + 1]):
-// then it is dropped, and the counts tell the caller. Neighbour node of atom j: first_atom_node + j;
-// elements (n).
+// then it is dropped, and the counts tell the caller. Never past i's own places either
+// (cursor_end: cursor plus GraphCountBySpecies's count), so that a listing that found more
+// neighbours than the count did cannot write into the next centre's (on a GPU, a race).
+// Neighbour node of atom j: first_atom_node + j; elements (n).
 template <typename T> struct GraphListGrouped {
   static constexpr Kernel id = Kernel::GraphListGrouped;
   CellGrid<T> o;
@@ -191,14 +193,18 @@ template <typename T> struct GraphListGrouped {
   const int64_t* chunk_of;    // (n)
   int64_t chunk_edges;
   int64_t* cursor;            // (n, n_species)
+  const int64_t* cursor_end;  // (n, n_species)
   int64_t *center, *neighbor; // (E) each
   T* vectors;                 // (E, 3)
   MLIP_HD void operator()(int64_t i) const {
     if (slot[i] < 0) return;
     int64_t* at = cursor + i * n_species;
+    const int64_t* stop = cursor_end + i * n_species;
     const int64_t row = pair_nets ? o.species[i] * n_species : 0, base = chunk_of[i] * chunk_edges;
     o.for_each_neighbor(i, [&](int64_t j, T dx, T dy, T dz) {
-      const int64_t g = row + o.species[j], place = net_first[g] + at[o.species[j]]++;
+      const int64_t s = o.species[j];
+      if (at[s] >= stop[s]) return false;
+      const int64_t g = row + s, place = net_first[g] + at[s]++;
       if (place < net_first[g + 1]) {
         const int64_t k = base + place;
         center[k] = slot[i];
