@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
+#include <ATen/Context.h>
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_foreach_mul.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -308,9 +309,16 @@ void RecordedStep::record() {
     recorder_->record([this] { run(Run::warm); }, [this] { run(Run::capture); });
   } catch (const std::exception& e) {   // mlip's, or LibTorch's (out of memory, a wait inside the capture)
     const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+    // ATen's deterministic index_add (an index_put_ with a sort) checks its indices; LibTorch
+    // builds whose check reads them back to the host cannot record it.
+    const std::string deterministic = at::globalContext().deterministicAlgorithms()
+                                          ? " (or training.deterministic false, whose index_add does not sort nor check "
+                                            "its indices; some LibTorch builds read that check back, which a recording "
+                                            "cannot hold)"
+                                          : "";
     throw Error(std::string("training.cuda_graph true: the training step could not be recorded as a CUDA graph (") +
                 (torch_error ? torch_error->what_without_backtrace() : e.what()) +
-                "); training.cuda_graph false trains without recording it");
+                "); training.cuda_graph false trains without recording it" + deterministic);
   }
   recorded_ = true;
   ++recordings_;
