@@ -2,6 +2,7 @@
 // evaluation path on a GPU. Without a GPU the GPU cases are skipped with a "no GPU" line; the
 // choice logic and the loading of LibTorch's CUDA backend run on every machine.
 #include <gtest/gtest.h>
+#include <thread>
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -1282,6 +1283,26 @@ TEST(KernelProfile, HostOperatorsCountedOnceEachByTheirSelfTime) {
   EXPECT_TRUE(again.running());
   (void)again.stop();
   EXPECT_FALSE(again.running());
+}
+
+// The profile is of the thread that started it (and of the threads that take on its state, as
+// autograd's do): a thread beside it, such as the trainer's prefetching thread, has its operators
+// left out, so that they never read as the step's host time. LibTorch's choice, checked here
+// because the step tables rely on it. (The CUDA calls that CUPTI records are process-wide.)
+TEST(KernelProfile, OperatorsOfAThreadBesideAreLeftOut) {
+  const torch::Tensor a = torch::rand({64, 64}, torch::kFloat64);
+  mlip::ProfileSummary s;
+  {
+    mlip::KernelProfile profile(torch::kCPU);
+    std::thread beside([&] {
+      for (int i = 0; i < 5; ++i) (void)a.cumsum(0);
+    });
+    beside.join();
+    for (int i = 0; i < 5; ++i) (void)a.exp();
+    s = profile.stop();
+  }
+  EXPECT_NE(profile_row(s, "operator", "aten::exp"), nullptr);
+  EXPECT_EQ(profile_row(s, "operator", "aten::cumsum"), nullptr);
 }
 
 TEST(KernelProfileGpu, KernelsCopiesLaunchesAndWaits) {
