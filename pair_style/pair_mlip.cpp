@@ -965,8 +965,9 @@ void PairMLIP::report_timing()
   if (impl->step)
     utils::logmesg(lmp, "pair_style mlip timing: the whole step recorded {} time(s) on rank 0 so far, {} step(s) "
                         "evaluated again after their edges outgrew the capacity, its model calls in {} chunk(s); "
-                        "graph is the host's staging of the step's inputs, model the rest of the step (its cell "
-                        "list, edges, model and forces on the device, the copies and waits)\n",
+                        "graph is the host's own part (staging the inputs, unpacking the results), model the rest of "
+                        "the step (its cell list, edges, model and forces on the device, the launches, copies and "
+                        "waits)\n",
                    impl->step->recordings(), impl->step->repeats(), impl->step->capacity().chunks);
   for (int all_models = 0; all_models < 2; all_models++)
     if (const mlip::ChunkSizer *sizer = impl->sizers[all_models].get(); sizer && sizer->seen())

@@ -199,9 +199,9 @@ void PairMLIP::evaluate_device_chunk(const mlip::DeviceGraphBuilder &cells, int6
 
 // 'graph device cuda_graph yes|eager': the whole step with static shapes, recorded as one CUDA
 // graph (mlip/model/device_step.h), its model calls in chunks where memory asks; results per atom,
-// one copy back. The timing parts: the host's staging (the species here and the step's own:
-// mlip::StepOutput::host_seconds) as graph, the rest of the step (the device's work, the copies and
-// the waits for them) as model, the host's sums into LAMMPS's arrays as forces.
+// one copy back. The timing parts: the host's own work (the species here, the step's staging and
+// unpacking: mlip::StepOutput::host_seconds) as graph, the rest of the step (the device's work, the
+// launches, copies and waits) as model, the host's sums into LAMMPS's arrays as forces.
 void PairMLIP::compute_device_step()
 {
   Impl &s = *impl;

@@ -529,7 +529,7 @@ bench() {
   echo "# $name ($*)" >>"$out/md.txt"
   rm -rf "$logs/lammps-$name"   # a second call on a warm machine: this call's logs only (sizing)
   local rc=0
-  run_logged "$name" "$limit" env RANKS=1 CHUNKS= SNAP=0 KOKKOS=0 PAINN=0 FLOAT32=0 COMPRESSED=0 DEVICE=$device \
+  run_logged "$name" "$limit" env RANKS=1 CHUNKS= SNAP=0 KOKKOS=0 PAINN=0 PAINN_TARGET=0 FLOAT32=0 COMPRESSED=0 DEVICE=$device \
     WINDOWS=3 RESULTS=none ROWS_OUT="$out/md.txt" LOGS="$logs/lammps-$name" "$@" "$repo/benchmarks/bench_pair.sh" "$build" || rc=$?
   local row
   while read -r row; do record "MD: $row"; done < <(awk -v mark="# $name (" 'index($0, mark) == 1 { on = 1; next } /^# / { on = 0 } on' "$out/md.txt")
@@ -679,7 +679,7 @@ bench_profile() {
   [[ $dry == 1 ]] && device=cpu
   (($(left) < 15)) && { record "profile: $name: not run (the budget is spent)"; return 1; }
   rm -rf "$logs/$name-rows.txt" "$logs/lammps-$name"
-  run_logged "$name" "$limit" env RANKS=1 CHUNKS= SNAP=0 KOKKOS=0 PAINN=0 FLOAT32=0 COMPRESSED=0 DEVICE=$device \
+  run_logged "$name" "$limit" env RANKS=1 CHUNKS= SNAP=0 KOKKOS=0 PAINN=0 PAINN_TARGET=0 FLOAT32=0 COMPRESSED=0 DEVICE=$device \
     RESULTS=none TIMING=kernels ROWS_OUT="$logs/$name-rows.txt" LOGS="$logs/lammps-$name" "$@" \
     "$repo/benchmarks/bench_pair.sh" "$build" || rc=$?
   # each row's run and its log (bench_pair.sh names it after the row's label and rank count)
@@ -867,7 +867,7 @@ main() {
   # MLIP_GPU_CHECK_STAGES, those named in the order named (a stage named first runs first).
   # (from the kept runs' stages.txt where a stage has run: train 117 s, md_more 52-70 s, md_1m 51 s
   # for half of today's runs)
-  # md_device_graph and md_step_graph (7 and 6 rows of 3 windows) and profile (11 LAMMPS runs and 4
+  # md_device_graph and md_step_graph (9 and 6 runs of 3 windows) and profile (11 LAMMPS runs and 4
   # trainer runs) have not run yet: their needs are estimates from the md stage's 10 s a run.
   local table=(device:30 pair_np1:30 train:120 train_accuracy:240 md:60 md_device_graph:110 md_step_graph:90
     profile:200 train_gpu:40 stream:150 pair_np2:30 md_more:90 md_1m:120 md_mace_kernels:60

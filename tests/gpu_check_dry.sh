@@ -95,10 +95,28 @@ check "$kept.tables" '^\| mlip se_e2_a f64 on cpu, device graph \(per call\) \| 
 check "$kept.tables" '^\| mlip se_e2_a f64 on cpu, device graph, CUDA graph eager \| 1152 \| [0-9.]+ \(' "the md table's whole-step row"
 check "$kept.tables" '^<!-- table: gpu-check/dry memory -->' "the memory table (no lines on the CPU)"
 check "$kept.tables" '^\| mlip painn 32f 3L f32 on cpu, device graph \| 1152 \| [0-9.]+' "the md table's row of issue 54's PaiNN"
-check "$kept.tables" '^\| PaiNN 32 features, 3 layers, float32, >= 100k atoms \| <= 3.0 us/atom-step \| not measured \|' \
+check "$kept.tables" '^\| PaiNN 32 features, 3 layers, float32, 100k atoms or more \| <= 3.0 us/atom-step \| not measured \|' \
   "the targets table (nothing measured at these sizes on the CPU)"
 check "$kept.tables" '^<!-- gpu-check/dry: a dry run of the GPU check, on the CPU at small sizes: not GPU figures -->' \
   "the tables labelled as a dry run's"
+# the targets table on made-up GPU rows: the 100k box (98304 atoms) counts as 100k, a run's
+# windows are taken together, a million atoms within an 80 GB card's memory
+made=$build/tests/gpu-check-dry-tables/gpu-check/made-up
+rm -rf "$made" && mkdir -p "$made"
+printf '%s\n' 'mode: GPU' 'training se_e2_a water, batch 16, recorded, cuda: 1200.5 frames/s (second epoch)' >"$made/summary.txt"
+{
+  echo '# md_step_graph SIZES="10k 100k"'
+  for t in 0.45 0.47 0.46; do echo "| mlip se_e2_a f32 compressed on cuda, device graph, CUDA graph | 98304 | 1 | 4 | $t | 0.01 | 0.03 | 0.4 | 0.01 | 2000 | 30000 |"; done
+  echo '# md_1m SIZES="100k 1m"'
+  echo '| mlip se_e2_a f32 on cuda | 998784 | 1 | 1 | 1.9 | 0.01 | 0.2 | 1.5 | 0.2 | 9000 | 70000 |'
+} >"$made/md.txt"
+"$py" "$repo/benchmarks/tables.py" "$made" >"$made.tables" || { echo "FAILED: tables.py on made-up rows"; fail=1; }
+check "$made.tables" '^\| se_e2_a compressed float32, 100k atoms or more \| <= 0.5 us/atom-step \| 0.46 \| .*98304 atoms \(md_step_graph\) \| yes \|$' \
+  "the targets table's 100k row (98304 atoms, the median of 3 windows)"
+check "$made.tables" '^\| host share of the pair time .* \| 9.1% \| .* \| yes \|$' "the targets table's host share"
+check "$made.tables" '^\| about 1M water atoms, float32, no chunk \| .* \| 1.9 us/atom-step, 70000 MiB \| .* \| yes \|$' \
+  "the targets table's million atoms"
+check "$made.tables" '^\| training se_e2_a water .* \| 1200.5 \| .* \| yes \|$' "the targets table's training rate"
 files=$(find "$out" -type f | wc -l)
 if ((files > 8)); then echo "FAILED: $files files in OUT (the device tool returns 8)"; fail=1; fi
 tar -tzf "$out/logs.tar.gz" >"$out.logs-list" || { echo "FAILED: logs.tar.gz does not list"; fail=1; }

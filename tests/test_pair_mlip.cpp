@@ -624,8 +624,8 @@ TEST(PairMLIP, TimingReportAfterRun) {
   }
 }
 
-// With the whole step on the device ('graph device cuda_graph'), `graph` is the host's staging of
-// its inputs and `model` the rest of the step: both are timed (their sum is the step's).
+// With the whole step on the device ('graph device cuda_graph'), `graph` is the host's own part
+// (staging the inputs, unpacking the results) and `model` the rest of the step: both are timed.
 TEST(PairMLIP, TimingOfTheWholeStepSplitsTheHostsStaging) {
   const std::string log = (fs::temp_directory_path() / "mlip_test_pair" / fmt::format("timing_step{}.log", nprocs())).string();
   {
@@ -643,7 +643,8 @@ TEST(PairMLIP, TimingOfTheWholeStepSplitsTheHostsStaging) {
   ASSERT_EQ(std::sscanf(text.c_str() + at, "us/atom-step (rank average): graph %lf, model %lf", &graph, &model), 2) << text;
   EXPECT_GT(graph, 0.0) << text;
   EXPECT_GT(model, 0.0) << text;
-  EXPECT_NE(text.find("graph is the host's staging of the step's inputs"), std::string::npos) << text;
+  EXPECT_NE(text.find("graph is the host's own part (staging the inputs, unpacking the results)"), std::string::npos)
+      << text;
 }
 
 // `timing kernels` also profiles a run's steps but its first (rank 0) and prints the table; a run

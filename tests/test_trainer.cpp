@@ -2142,10 +2142,6 @@ TEST(Training, FrameBankGathersABatchInFewOperators) {
   }
 }
 
-// training.cuda_graph eager (the recorded step run unrecorded, as ctest can): the tiny problem
-// trained 3 epochs (batches of 2 frames and a last one of 1, EMA, clipping) ends with the
-// parameters of the plain grouped step with the same fused Adam; what cannot be recorded is
-// refused with the reason.
 // The recorded step sets each parameter's .grad from autograd::grad, whose backward of a sum
 // passes one tensor on to each term: each parameter must get its own, or clipping (an in-place
 // scaling of each gradient) scales a shared one twice. Distinct gradients are not copied.
@@ -2168,6 +2164,10 @@ TEST(Training, EachParameterGetsItsOwnGradient) {
   EXPECT_EQ(b.grad().data_ptr(), apart[1].data_ptr());
 }
 
+// training.cuda_graph eager (the recorded step run unrecorded, as ctest can): the tiny problem
+// trained 3 epochs (batches of 2 frames and a last one of 1, EMA, clipping) ends with the
+// parameters of the plain grouped step with the same fused Adam; what cannot be recorded is
+// refused with the reason.
 TEST(Training, RecordedStepTrainsAsThePlainStep) {
   TempDir dir("mlip_test_recorded_step");
   SerialCommunicator comm;

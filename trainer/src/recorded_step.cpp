@@ -312,7 +312,7 @@ void RecordedStep::record() {
     // ATen's deterministic index_add (an index_put_ with a sort) checks its indices; LibTorch
     // builds whose check reads them back to the host cannot record it.
     const std::string deterministic = at::globalContext().deterministicAlgorithms()
-                                          ? " (or training.deterministic false, whose index_add does not sort nor check "
+                                          ? " (or training.deterministic false, whose index_add neither sorts nor checks "
                                             "its indices; some LibTorch builds read that check back, which a recording "
                                             "cannot hold)"
                                           : "";

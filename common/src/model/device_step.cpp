@@ -356,9 +356,11 @@ bool DeviceStep::fit_edges(const std::vector<int64_t>& counts) {
   return grown;
 }
 
-StepOutput DeviceStep::results(const std::pair<torch::Tensor, torch::Tensor>& run, int64_t n, int64_t n_local) const {
+StepOutput DeviceStep::results(const std::pair<torch::Tensor, torch::Tensor>& run, int64_t n, int64_t n_local,
+                               double* host_seconds) const {
   const Buffers& b = *b_;
-  const torch::Tensor p = run.first.cpu();
+  const torch::Tensor p = run.first.cpu();   // the wait for the device, and the copy back
+  const auto t0 = std::chrono::steady_clock::now();   // from here the host's
   const int64_t N = b.atoms;
   StepOutput out;
   out.forces = p.narrow(0, 0, 3 * n).view({n, 3}).clone();
@@ -369,6 +371,7 @@ StepOutput DeviceStep::results(const std::pair<torch::Tensor, torch::Tensor>& ru
   out.counts = most_per_net(counts, b.chunks, b.nets);
   out.n_edges = static_cast<int64_t>(std::accumulate(counts, counts + b.chunks * b.nets, 0.0));
   if (run.second.defined()) out.atom_virial = run.second.narrow(0, 0, n).cpu();
+  *host_seconds += seconds_since(t0);
   return out;
 }
 
@@ -445,7 +448,7 @@ StepOutput DeviceStep::attempt(const double* positions, double scale, const int6
       recorder_->replay_now();
       done = b.recorded;
     }
-    StepOutput out = results(done, n, n_local);
+    StepOutput out = results(done, n, n_local, &host);
     if (fit_edges(out.counts)) {
       ++repeats_;   // edges were dropped: the step again at the new capacity
       continue;

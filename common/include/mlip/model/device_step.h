@@ -61,8 +61,9 @@ struct StepOutput {
   double shortest = std::numeric_limits<double>::infinity();   // the shortest edge (Å)
   int64_t n_edges = 0;
   std::vector<int64_t> counts;   // edges per embedding net: the most of any chunk
-  double host_seconds = 0;       // the host's staging (checks, bounding box, grid, slots, pinned inputs)
-                                 // in this call, repeats included: the host's part besides its waits
+  double host_seconds = 0;       // the host's part in this call, repeats included: the staging (checks,
+                                 // bounding box, grid, slots, pinned inputs) and the unpacking of the
+                                 // results after their copy back; not its launches, waits and copies
 };
 
 /// A recording's memory on a GPU: the peak bytes LibTorch's allocator gave it beyond what was in
@@ -141,7 +142,9 @@ class DeviceStep {
   };
   void run_chunk(const torch::Tensor& edge_index, const torch::Tensor& vectors, const torch::Tensor& species,
                  const torch::Tensor& centre_atom, const Sums& sums);
-  StepOutput results(const std::pair<torch::Tensor, torch::Tensor>& run, int64_t n, int64_t n_local) const;
+  /// The results unpacked; the host's time after the copy back added to `host_seconds`.
+  StepOutput results(const std::pair<torch::Tensor, torch::Tensor>& run, int64_t n, int64_t n_local,
+                     double* host_seconds) const;
   bool fit_edges(const std::vector<int64_t>& counts);
   void check_tables(double shortest) const;
 
