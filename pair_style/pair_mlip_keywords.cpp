@@ -65,7 +65,8 @@ const std::vector<Keyword> &keywords()
       {"timing", "yes|no|kernels", "no",
        "after each run, where the pair time went (graph, model, forces; µs/atom-step) and the peak memory (on a "
        "GPU each part's queued work is waited for before its time is taken, so that a part's kernels count in that "
-       "part: with `graph device`, this adds a wait or two a call); "
+       "part: with `graph device`, this adds a wait or two a call; with `graph device cuda_graph`, graph is the host's own "
+       "part of the step and model the rest, [gpu.md](gpu.md)); "
        "`kernels` also profiles the run's force calls after its first, at most 50 (LibTorch's profiler, rank 0; it "
        "keeps every event until it stops): the GPU's kernels and "
        "copies, the host's launches, waits and operators, per force call ([gpu.md](gpu.md))",
