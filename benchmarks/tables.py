@@ -182,15 +182,20 @@ def gpu_md_rows(run):
     return rows
 
 
+def gpu_md_groups(run):
+    """the GPU check's MD rows by (stage, run, atoms): a run's timing windows together"""
+    groups = {}
+    for r in gpu_md_rows(run):
+        groups.setdefault((r["stage"], r["run"], r["atoms"]), []).append(r)
+    return groups
+
+
 def gpu_md(run):
     """the MD rows of the GPU check: a run's timing windows (bench_pair.sh's WINDOWS, a row each)
     as the median (min-max) of its us/atom-step and the peak GPU memory of its process; a run of
     one window (the checks before 2026-11-29) as its row"""
-    groups = {}
-    for r in gpu_md_rows(run):
-        groups.setdefault((r["stage"], r["run"], r["atoms"]), []).append(r)
     out = ["| run | atoms | us/atom-step | peak GPU MiB |", "|---|---|---|---|"]
-    for (_, name, atoms), rs in groups.items():
+    for (_, name, atoms), rs in gpu_md_groups(run).items():
         us = rs[0]["us"] if len(rs) == 1 else summary([r["us"] for r in rs], 4)[0]
         out.append(f"| {name} | {atoms} | {us} | {rs[-1]['gpu']} |")
     return "\n".join(out) + "\n"
@@ -200,11 +205,8 @@ def gpu_md_medians(run):
     """the GPU check's MD runs as (stage, run, atoms, median us/atom-step or None, median cells):
     a run's timing windows taken together, each numeric cell their median (a run's own row where
     it has one window or failed)"""
-    groups = {}
-    for r in gpu_md_rows(run):
-        groups.setdefault((r["stage"], r["run"], r["atoms"]), []).append(r)
     out = []
-    for (stage, name, atoms), rs in groups.items():
+    for (stage, name, atoms), rs in gpu_md_groups(run).items():
         cells = [summary([r["cells"][k] for r in rs])[1] if k >= 4 else rs[-1]["cells"][k]
                  for k in range(len(rs[-1]["cells"]))]
         out.append((stage, name, atoms, summary([r["us"] for r in rs])[1], cells))

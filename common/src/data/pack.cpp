@@ -14,9 +14,6 @@
 #include <cstdio>
 
 #include <fcntl.h>
-#if defined(__linux__)
-#include <sched.h>
-#endif
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -26,6 +23,7 @@
 #include "mlip/data/elements.h"
 #include "mlip/data/file_io.h"
 #include "mlip/error.h"
+#include "mlip/system/cpu_affinity.h"
 #include "mlip/graph/neighbor_list.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the pack format is little-endian, as this code");
@@ -398,24 +396,15 @@ void shortest_pairs(const Structure& s, std::map<std::pair<int, int>, double>& o
 
 void PackStats::add(const Structure& s) { add_all({&s}); }
 
-namespace {
-
-// The CPUs this process may run on (its affinity: a batch job's cores, not the node's), or the
-// machine's where that is unknown (more than 1024 CPUs, not Linux).
-std::size_t usable_cpus() {
-#if defined(__linux__)
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<std::size_t>(CPU_COUNT(&set));
-#endif
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
-}  // namespace
-
 void PackStats::add_all(const std::vector<const Structure*>& frames) {
   for (const Structure* s : frames) add_counts(*s);
   // Shortest distances: each thread its share of the frames, then the smallest of each pair.
-  const std::size_t n_threads = std::clamp<std::size_t>(frames.size() / 8, 1, usable_cpus());
+  // As many as the CPUs this process may run on (a batch job's, not the node's), read once.
+  static const std::size_t cpus = [] {
+    const std::size_t affinity = cpu_affinity().cpus.size();
+    return affinity > 0 ? affinity : std::max<std::size_t>(1, std::thread::hardware_concurrency());
+  }();
+  const std::size_t n_threads = std::clamp<std::size_t>(frames.size() / 8, 1, cpus);
   std::vector<std::map<std::pair<int, int>, double>> found(n_threads);
   std::vector<std::exception_ptr> failed(n_threads);
   auto work = [&](std::size_t t) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "mlip/system/cpu_affinity.h"   // CpuAffinity, cpu_affinity()
+
 namespace mlip {
 
 /// Asks for ATen's AVX512 kernels when the CPU has AVX512 F/VL/BW/DQ and ATEN_CPU_CAPABILITY is
@@ -41,16 +43,6 @@ bool keep_freed_memory();
 /// across the stacks"). Returns false, doing nothing, where mlip was built without OpenMP.
 bool use_one_thread_here();
 
-/// The CPUs this process may run on (its CPU affinity: what mpirun's binding, srun's
-/// --cpu-bind, taskset or a container's cpuset left it), in order, and the physical cores among
-/// them (hyperthreads of a core count once). Empty (no CPUs, 0 cores) where that is unknown, and
-/// where OpenMP binds threads itself (OMP_PROC_BIND, OMP_PLACES or GOMP_CPU_AFFINITY set): the
-/// affinity then reads as its first thread's place, not the process's.
-struct CpuAffinity {
-  std::vector<int> cpus;
-  int cores = 0;
-};
-CpuAffinity cpu_affinity();
 
 /// LibTorch threads for a rank that may run on `mine`, where `ranks_on[c]` of the node's ranks
 /// may run on CPU c (this one included; CPUs beyond it: 1): its share of each of its CPUs, summed,
