@@ -106,7 +106,7 @@ def _(run):
     return f"{g(md_row(run, 'mlip se_e2_a f64 on cuda', 10368)[4])} against {us(h200)}"
 
 
-HOST_CPU = "bench_pair/2026-12-01-18d72c9"
+HOST_CPU = "bench_pair/2026-12-01-0a5d4ce"
 
 
 @figure("cpu-whole-step-host-share-of-target", HOST_CPU)
