@@ -7,8 +7,11 @@
 #   e.g. benchmarks/compare_stacks.sh 2.11=build 2.15=build-2.15
 #        benchmarks/compare_stacks.sh before=../old/build now=build   (old: git worktree + scripts/build.sh)
 #
-# STAGES ("potentials train pair") picks the stages; ROUNDS (3): each round runs every stage for
+# STAGES ("potentials train pair") picks the stages; ROUNDS (4): each round runs every stage for
 # every build, in the order given (even rounds: the reverse order), before the next round begins.
+# Keep ROUNDS even, so that each build runs first as often as second: on these machines the second
+# of two runs of a stage was often the slower (run 2026-12-01-e8ffefa, 3 rounds: MD on 1 rank, each
+# build slower in every round it ran second).
 #   potentials: bench_potentials, se_e2_a and PaiNN, float64, 1536 water atoms, 1 thread.
 #   train: benchmarks/bench_train.sh with PYTHON=0: mlip-trainer frames/s (1 rank x 1 thread,
 #          1 rank x 2 threads, 2 ranks x 1 thread; water se_e2_a float32, batch 2).
@@ -85,7 +88,7 @@ last=${*: -1}
 inputs=$(realpath "${INPUTS:-${last#*=}/bin/mlip_test_inputs}")
 uptime
 specs=("$@")
-for round in $(seq "${ROUNDS:-3}"); do
+for round in $(seq "${ROUNDS:-4}"); do
   order=("${specs[@]}")
   # even rounds in the reverse order: a build is not always the one that runs first
   ((round % 2 == 1)) || for ((k = 0; k < ${#specs[@]}; ++k)); do order[k]=${specs[${#specs[@]} - 1 - k]}; done

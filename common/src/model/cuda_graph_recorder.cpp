@@ -66,9 +66,11 @@ void enter_side(Recorder& r) {
   c10::cuda::setCurrentCUDAStream(r.side);
 }
 
+// The caller's stream current again first: a synchronize that throws (an earlier kernel's fault)
+// must not leave the side stream current for the caller's later work.
 void leave_side(Recorder& r) {
-  r.side.synchronize();
   c10::cuda::setCurrentCUDAStream(r.caller);
+  r.side.synchronize();
 }
 
 // After a recording that failed to begin or to end (CUDA invalidated it: a call a capture may not
