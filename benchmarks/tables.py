@@ -309,9 +309,19 @@ def summary_rows(rows, key, columns):
     return out
 
 
+def round_ratios(rows, key, build, first):
+    """build's figure over the first build's, round by round (the rounds both measured)"""
+    def by_round(b):
+        return {r["round"]: float(r["value"]) for r in rows
+                if (r["stage"], r["run"], r["unit"]) == key and r["build"] == b and r["value"] not in ("", "nan")}
+    mine, ref = by_round(build), by_round(first)
+    return [mine[k] / ref[k] for k in mine if k in ref and ref[k] > 0]
+
+
 def compare_builds(run):
     """compare_stacks.sh: a row per figure (stage, run), a column per build (in the order given):
-    median (min-max) over the rounds, and each build's median over the first build's"""
+    median (min-max) over the rounds, each build's median over the first build's, and the range of
+    its per-round ratios to the first build (the two ran in the same round, one after the other)"""
     rows = read_tsv(run / "rows.tsv")
     builds = list(dict.fromkeys(r["build"] for r in rows))
     out = ["| stage | run | unit | " + " | ".join(builds) + " |", "|---|---|---|" + "---|" * len(builds)]
@@ -323,6 +333,9 @@ def compare_builds(run):
                 ref = med
             elif med is not None and ref:
                 text += f" **{med / ref:.2f}x**"
+                ratios = round_ratios(rows, key, b, builds[0])
+                if len(ratios) > 1:
+                    text += f" (rounds {min(ratios):.2f}-{max(ratios):.2f})"
             cells.append(text)
         out.append("| " + " | ".join([*key, *cells]) + " |")
     return "\n".join(out) + "\n"

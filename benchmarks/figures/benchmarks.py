@@ -166,3 +166,58 @@ def _(run):
 @figure("gpu-h100-train-b16", "gpu-check/2026-11-27-fae0881")
 def _(run):
     return g(float(run.match("summary.txt", r"^training se_e2_a water, batch 16, cuda: ([0-9.]+) frames/s")))
+
+
+CMP_LATEST = "compare_stacks/2026-12-01-e8a03f9"
+
+
+def cmp_series(run, build, stage, name):
+    """one build's figure of one compare_stacks row, round by round"""
+    return {r["round"]: float(r["value"]) for r in run.rows("rows", build=build, stage=stage, run=name)}
+
+
+def cmp_slowdown(run, stage, name):
+    """the newer build's median over the older's, as a slowdown (frames/s inverted), and its rounds'"""
+    old, new = cmp_series(run, "4c6c2fa", stage, name), cmp_series(run, "e8a03f9", stage, name)
+    per_round = [new[k] / old[k] for k in new if k in old]
+    whole = statistics.median(new.values()) / statistics.median(old.values())
+    if stage == "train":
+        return 1 / whole, [1 / x for x in per_round]
+    return whole, per_round
+
+
+@figure("cmp-e8a03f9-worst", CMP_LATEST)
+def _(run):
+    keys = dict.fromkeys((r["stage"], r["run"]) for r in run.rows("rows"))
+    worst = max(cmp_slowdown(run, stage, name)[0] for stage, name in keys)
+    return f"{g(100 * (worst - 1), 1)}%"
+
+
+@figure("cmp-e8a03f9-train-2-ranks", CMP_LATEST)
+def _(run):
+    old, new = (cmp_series(run, b, "train", "2 ranks x 1 thread") for b in ("4c6c2fa", "e8a03f9"))
+    rounds = [new[k] / old[k] for k in new]
+    return f"{statistics.median(new.values()) / statistics.median(old.values()):.2f}x, rounds {min(rounds):.2f}-{max(rounds):.2f}"
+
+
+@figure("cmp-e8a03f9-slower-every-round", CMP_LATEST)
+def _(run):
+    keys = list(dict.fromkeys((r["stage"], r["run"]) for r in run.rows("rows")))
+    slower = [k for k in keys if min(cmp_slowdown(run, *k)[1]) > 1]
+    return f"{len(slower) or 'none'} of the {len(keys)} rows"
+
+
+@figure("cmp-e8a03f9-train-2-threads", CMP_LATEST)
+def _(run):
+    old, new = (cmp_series(run, b, "train", "1 rank x 2 threads") for b in ("4c6c2fa", "e8a03f9"))
+    return f"{statistics.median(new.values()) / statistics.median(old.values()):.2f}x"
+
+
+@figure("cmp-e8ffefa-pair-1-rank", "compare_stacks/2026-12-01-e8ffefa")
+def _(run):
+    names = [n for n in dict.fromkeys(r["run"] for r in run.rows("rows", stage="pair")) if n.endswith(", 1 rank")]
+    slower = []
+    for name in names:
+        old, new = (cmp_series(run, b, "pair", name) for b in ("4c6c2fa", "e8ffefa"))
+        slower.append(100 * (statistics.median(new.values()) / statistics.median(old.values()) - 1))
+    return f"{min(slower):.0f}-{max(slower):.0f}%"
