@@ -87,5 +87,9 @@ if [[ -n $results ]]; then
   # what the checkout holds after the demo: the torch venv, LAMMPS's source, the build
   { printf 'path\tbytes\n'; (cd "$here" && du -sb third_party/* "$(basename "$build")" 2>/dev/null | awk '{ print $2 "\t" $1; s += $1 } END { printf "total\t%.0f\n", s }'); } >"$results/disk.tsv"
   grep -E '^epoch [0-9]+/|throughput' "$out/train.log" >"$results/logs/train-epochs.log" || true
+  # the trainer's lines before its first step (device, threads, data) and LAMMPS's whole log (its
+  # settings, threads, timing breakdown): what a later run's different figures are read against
+  sed -n '1,/^  epoch /p' "$out/train.log" | sed '$d' >"$results/logs/train-start.log" || true
+  cp "$out/md.log" "$results/logs/md.log"
   grep -E 'Loop time|Performance|^Step|^ +[0-9]+ +[-0-9.]+ ' "$out/md.log" >"$results/logs/md-thermo.log" || true
 fi

@@ -43,7 +43,8 @@ def _(run):
     return f"{g(run.med('memory', 'peak_rss_mib', ranks=2))} MiB"
 
 
-DEMO = "demo/2026-11-27-42b84d7"
+DEMO = "demo/2026-12-01-921a4fb"
+DEMO_FRESH = "demo/2026-11-27-42b84d7"   # the set-up on a fresh machine (setup.tsv, NOTE.md)
 
 
 def demo_value(run, key):
@@ -108,7 +109,7 @@ def _(run):
     return f"{float(run.rows('disk', path='total')[0]['bytes']) / 1e9:.1f} GB"
 
 
-@figure("demo-setup-fresh", DEMO)
+@figure("demo-setup-fresh", DEMO_FRESH)
 def _(run):
     parts = [(r["step"].split("/")[-1], float(r["seconds"]) / 60) for r in run.rows("setup")]
     each = ", ".join(f"{step} {minutes:.1f}" for step, minutes in parts)
@@ -221,3 +222,23 @@ def _(run):
         old, new = (cmp_series(run, b, "pair", name) for b in ("4c6c2fa", "e8ffefa"))
         slower.append(100 * (statistics.median(new.values()) / statistics.median(old.values()) - 1))
     return f"{min(slower):.0f}-{max(slower):.0f}%"
+
+
+@figure("demo-before-md-speed", DEMO_FRESH)
+def _(run):
+    return f"{g(demo_value(run, 'md_us_per_atom_step'))} us/atom-step"
+
+
+@figure("demo-before-val-force", DEMO_FRESH)
+def _(run):
+    return f"{demo_value(run, 'val_force_rmse_mev_a'):.1f} meV/Å"
+
+
+@figure("demo-before-epochs", DEMO_FRESH)
+def _(run):
+    return f"{demo_value(run, 'epochs'):.0f} epochs"
+
+
+@figure("demo-epochs", DEMO)
+def _(run):
+    return f"{demo_value(run, 'epochs'):.0f}"

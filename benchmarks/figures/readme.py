@@ -19,7 +19,7 @@ def _(run):
     return ratio(md(run, "DeePMD-kit TF f64 compressed"), md(run, "mlip se_e2_a f64 compressed"), 2)
 
 
-@figure("readme-demo-after-setup", "demo/2026-11-27-42b84d7")
+@figure("readme-demo-after-setup", "demo/2026-12-01-921a4fb")
 def _(run):
     phases = {r["phase"]: float(r["seconds"]) for r in run.rows("phases")}
     return f"{(phases['total'] - phases['setup']) / 60:.1f} min"
