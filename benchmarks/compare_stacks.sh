@@ -9,7 +9,7 @@
 #
 # STAGES ("potentials train pair") picks the stages; ROUNDS (4): each round runs every stage for
 # every build, in the order given (even rounds: the reverse order), before the next round begins.
-# Keep ROUNDS even, so that each build runs first as often as second: on these machines the second
+# Keep ROUNDS even, so that of two builds each runs first as often as second: on these machines the second
 # of two runs of a stage was often the slower (run 2026-12-01-e8ffefa, 3 rounds: MD on 1 rank, each
 # build slower in every round it ran second).
 #   potentials: bench_potentials, se_e2_a and PaiNN, float64, 1536 water atoms, 1 thread.

@@ -31,6 +31,7 @@ there was more than one. No figure is typed by hand. --check also fails where
 Code (fenced, indented, `inline`), link targets and HTML comments are not prose. Standard
 library only.
 """
+import math
 import csv
 import pathlib
 import re
@@ -309,11 +310,20 @@ def summary_rows(rows, key, columns):
     return out
 
 
+def finite(text):
+    """text as a finite number, or None (a failed run's "failed", "", nan)"""
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None
+
+
 def round_ratios(rows, key, build, first):
     """build's figure over the first build's, round by round (the rounds both measured)"""
     def by_round(b):
-        return {r["round"]: float(r["value"]) for r in rows
-                if (r["stage"], r["run"], r["unit"]) == key and r["build"] == b and r["value"] not in ("", "nan")}
+        values = {r["round"]: finite(r["value"]) for r in rows if (r["stage"], r["run"], r["unit"]) == key and r["build"] == b}
+        return {k: v for k, v in values.items() if v is not None}
     mine, ref = by_round(build), by_round(first)
     return [mine[k] / ref[k] for k in mine if k in ref and ref[k] > 0]
 

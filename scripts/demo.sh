@@ -10,8 +10,8 @@
 # Output: runs/demo/ (MLIP_DEMO_DIR). MLIP_DEMO_QUICK=1: a shortened run for CI (1 epoch, 200 MD
 # steps; the physics checks are printed but not enforced). MLIP_DEMO_SKIP_SETUP=1: skip step 1.
 # Each step's seconds go to runs/demo/phases.tsv; MLIP_DEMO_KEEP=1 keeps the run (phases, summary,
-# the epoch lines and LAMMPS's loop lines) under benchmarks/results/demo/<date>-<commit>/, where
-# the README's figures of the demo come from.
+# the trainer's opening and epoch lines, LAMMPS's log) under benchmarks/results/demo/<date>-<commit>/,
+# where the README's figures of the demo come from.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MLIP_BUILD_DIR:-$here/build}"
@@ -89,7 +89,7 @@ if [[ -n $results ]]; then
   grep -E '^epoch [0-9]+/|throughput' "$out/train.log" >"$results/logs/train-epochs.log" || true
   # the trainer's lines before its first step (device, threads, data) and LAMMPS's whole log (its
   # settings, threads, timing breakdown): what a later run's different figures are read against
-  sed -n '1,/^  epoch /p' "$out/train.log" | sed '$d' >"$results/logs/train-start.log" || true
+  awk '/^ *epoch [0-9]/ { exit } { print }' "$out/train.log" >"$results/logs/train-start.log" || true
   cp "$out/md.log" "$results/logs/md.log"
   grep -E 'Loop time|Performance|^Step|^ +[0-9]+ +[-0-9.]+ ' "$out/md.log" >"$results/logs/md-thermo.log" || true
 fi

@@ -1,6 +1,8 @@
 """Figures of docs/benchmarks.md (its first part: up to "Data sets larger than memory")."""
 import statistics
 
+import tables
+
 from figures import figure, g, percent, ratio
 
 FINE_TUNING = "fine_tuning/2026-11-26-f78c933"
@@ -174,7 +176,8 @@ CMP_LATEST = "compare_stacks/2026-12-01-e8a03f9"
 
 def cmp_series(run, build, stage, name):
     """one build's figure of one compare_stacks row, round by round"""
-    return {r["round"]: float(r["value"]) for r in run.rows("rows", build=build, stage=stage, run=name)}
+    values = {r["round"]: tables.finite(r["value"]) for r in run.rows("rows", build=build, stage=stage, run=name)}
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def cmp_slowdown(run, stage, name):
@@ -191,13 +194,13 @@ def cmp_slowdown(run, stage, name):
 def _(run):
     keys = dict.fromkeys((r["stage"], r["run"]) for r in run.rows("rows"))
     worst = max(cmp_slowdown(run, stage, name)[0] for stage, name in keys)
-    return f"{g(100 * (worst - 1), 1)}%"
+    return f"{g(100 * (worst - 1), 2)}%"
 
 
 @figure("cmp-e8a03f9-train-2-ranks", CMP_LATEST)
 def _(run):
     old, new = (cmp_series(run, b, "train", "2 ranks x 1 thread") for b in ("4c6c2fa", "e8a03f9"))
-    rounds = [new[k] / old[k] for k in new]
+    rounds = [new[k] / old[k] for k in new if k in old]
     return f"{statistics.median(new.values()) / statistics.median(old.values()):.2f}x, rounds {min(rounds):.2f}-{max(rounds):.2f}"
 
 
