@@ -63,6 +63,17 @@ with tempfile.TemporaryDirectory() as d:
     tables.fresh_figures("<!--fig nosuch-->1<!--/fig-->", "doc", errors)
     expect("unknown figure", len(errors), 1)
 
+# compare_stacks' table: each build's ratio to the first, and the range of its ratios round by
+# round (paired by round; a failed round, written "failed", is left out, not an error)
+with tempfile.TemporaryDirectory() as d:
+    run = pathlib.Path(d)
+    (run / "rows.tsv").write_text("build\tround\tstage\trun\tvalue\tunit\n"
+                                  "old\t1\tpair\tx\t10\tus\nnew\t1\tpair\tx\t12\tus\n"
+                                  "new\t2\tpair\tx\t9\tus\nold\t2\tpair\tx\t10\tus\n"
+                                  "old\t3\tpair\tx\tfailed\tus\nnew\t3\tpair\tx\t30\tus\n")
+    row = [line for line in tables.compare_builds(run).splitlines() if line.startswith("| pair")]
+    expect("compare table", row, ["| pair | x | us | 10 (10-10), 1 failed | 12 (9-30) **1.20x** (rounds 0.90-1.20) |"])
+
 if failures:
     print("docs_check:\n  " + "\n  ".join(failures))
     sys.exit(1)
