@@ -445,7 +445,7 @@ TEST_P(MessagePassingPath, StaysExactAfterAtomsMove) {
 // pair_coeff * * O H NULL: atoms of type 3 are not seen by the model at all. LAMMPS needs
 // coefficients for every type pair, so the NULL type gets them from pair_style zero under
 // hybrid/overlay; the mlip energy and forces must be those of the structure without type 3.
-void expect_null_type_ignored(const std::string& model, unsigned seed) {
+void expect_null_type_ignored(const std::string& model, unsigned seed, const std::string& keywords = "") {
   const Structure s = random_system(Box{}, 70, 1.0, seed);
   Structure kept;
   kept.cell = s.cell;
@@ -462,7 +462,7 @@ void expect_null_type_ignored(const std::string& model, unsigned seed) {
   }
   ASSERT_GT(n_null, 10);
   Lammps lmp;
-  setup_system(lmp, s, Box{}, "pair_style hybrid/overlay mlip " + model + " zero 4.0", "* * mlip O H NULL",
+  setup_system(lmp, s, Box{}, "pair_style hybrid/overlay mlip " + model + keywords + " zero 4.0", "* * mlip O H NULL",
                kSmallSkin);
   lmp.ok("pair_coeff * * zero");
   lmp.ok("compute pe all pe/atom");
@@ -499,6 +499,15 @@ void expect_null_type_ignored(const std::string& model, unsigned seed) {
 TEST(PairMLIP, NullTypeIsIgnoredLocalModel) { expect_null_type_ignored(model_path("se_e2_a"), 36); }
 
 TEST(PairMLIP, NullTypeIsIgnoredMessagePassingModel) { expect_null_type_ignored(model_path("painn"), 37); }
+
+// The same with the graph built by the model's device (here the CPU), and with the whole step
+// (cells, edges, model, forces; in one chunk and in several) that a CUDA graph records.
+TEST(PairMLIP, NullTypeIsIgnoredByTheDeviceGraphAndTheWholeStep) {
+  for (const std::string keywords : {" graph device", " graph device cuda_graph eager", " graph device cuda_graph eager chunk 20"}) {
+    SCOPED_TRACE(keywords);
+    expect_null_type_ignored(model_path("se_e2_a"), 38, keywords);
+  }
+}
 
 // NVE energy conservation of a water-like O/H system: 108 atoms, 2/3 of them H (masses 1.008
 // and 15.999), at water's number density (0.1 / A^3, fcc lattice a = 3.47 A, where the pressure
