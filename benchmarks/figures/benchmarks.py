@@ -80,9 +80,6 @@ def _(run):
     return f"{demo_value(run, 'val_energy_rmse_mev_atom'):.2f} meV/atom"
 
 
-@figure("demo-val-force", DEMO)
-def _(run):
-    return f"{demo_value(run, 'val_force_rmse_mev_a'):.1f} meV/Å"
 
 
 @figure("demo-md-speed", DEMO)
@@ -174,57 +171,67 @@ def _(run):
 CMP_LATEST = "compare_stacks/2026-12-01-e8a03f9"
 
 
-def cmp_series(run, build, stage, name):
-    """one build's figure of one compare_stacks row, round by round"""
-    values = {r["round"]: tables.finite(r["value"]) for r in run.rows("rows", build=build, stage=stage, run=name)}
-    return {k: v for k, v in values.items() if v is not None}
+def cmp_ratios(run, stage, name, slowdown=True):
+    """a compare_stacks row: the second build's median over the first's, and its ratios round by
+    round (rounds both builds measured); as a slowdown (frames/s inverted) unless asked not to"""
+    first, second = list(dict.fromkeys(r["build"] for r in run.rows("rows")))[:2]
 
-
-def cmp_slowdown(run, stage, name):
-    """the newer build's median over the older's, as a slowdown (frames/s inverted), and its rounds'"""
-    old, new = cmp_series(run, "4c6c2fa", stage, name), cmp_series(run, "e8a03f9", stage, name)
-    per_round = [new[k] / old[k] for k in new if k in old]
+    def series(build):
+        values = {r["round"]: tables.finite(r["value"]) for r in run.rows("rows", build=build, stage=stage, run=name)}
+        return {k: v for k, v in values.items() if v is not None}
+    old, new = series(first), series(second)
     whole = statistics.median(new.values()) / statistics.median(old.values())
-    if stage == "train":
-        return 1 / whole, [1 / x for x in per_round]
-    return whole, per_round
+    rounds = [new[k] / old[k] for k in new if k in old]
+    if slowdown and stage == "train":
+        return 1 / whole, [1 / x for x in rounds]
+    return whole, rounds
+
+
+def cmp_rows(run, stage=None):
+    return list(dict.fromkeys((r["stage"], r["run"]) for r in run.rows("rows") if stage in (None, r["stage"])))
 
 
 @figure("cmp-e8a03f9-worst", CMP_LATEST)
 def _(run):
-    keys = dict.fromkeys((r["stage"], r["run"]) for r in run.rows("rows"))
-    worst = max(cmp_slowdown(run, stage, name)[0] for stage, name in keys)
+    worst = max(cmp_ratios(run, *k)[0] for k in cmp_rows(run))
     return f"{g(100 * (worst - 1), 2)}%"
 
 
 @figure("cmp-e8a03f9-train-2-ranks", CMP_LATEST)
 def _(run):
-    old, new = (cmp_series(run, b, "train", "2 ranks x 1 thread") for b in ("4c6c2fa", "e8a03f9"))
-    rounds = [new[k] / old[k] for k in new if k in old]
-    return f"{statistics.median(new.values()) / statistics.median(old.values()):.2f}x, rounds {min(rounds):.2f}-{max(rounds):.2f}"
+    whole, rounds = cmp_ratios(run, "train", "2 ranks x 1 thread", slowdown=False)
+    return f"{whole:.2f}x, rounds {min(rounds):.2f}-{max(rounds):.2f}"
 
 
 @figure("cmp-e8a03f9-slower-every-round", CMP_LATEST)
 def _(run):
-    keys = list(dict.fromkeys((r["stage"], r["run"]) for r in run.rows("rows")))
-    slower = [k for k in keys if min(cmp_slowdown(run, *k)[1]) > 1]
+    keys = cmp_rows(run)
+    slower = [k for k in keys if min(cmp_ratios(run, *k)[1]) > 1]
     return f"{len(slower) or 'none'} of the {len(keys)} rows"
 
 
 @figure("cmp-e8a03f9-train-2-threads", CMP_LATEST)
 def _(run):
-    old, new = (cmp_series(run, b, "train", "1 rank x 2 threads") for b in ("4c6c2fa", "e8a03f9"))
-    return f"{statistics.median(new.values()) / statistics.median(old.values()):.2f}x"
+    return f"{cmp_ratios(run, 'train', '1 rank x 2 threads', slowdown=False)[0]:.2f}x"
 
 
 @figure("cmp-e8ffefa-pair-1-rank", "compare_stacks/2026-12-01-e8ffefa")
 def _(run):
-    names = [n for n in dict.fromkeys(r["run"] for r in run.rows("rows", stage="pair")) if n.endswith(", 1 rank")]
-    slower = []
-    for name in names:
-        old, new = (cmp_series(run, b, "pair", name) for b in ("4c6c2fa", "e8ffefa"))
-        slower.append(100 * (statistics.median(new.values()) / statistics.median(old.values()) - 1))
+    slower = [100 * (cmp_ratios(run, *k)[0] - 1) for k in cmp_rows(run, "pair") if k[1].endswith(", 1 rank")]
     return f"{min(slower):.0f}-{max(slower):.0f}%"
+
+
+def demo_force(run):
+    return f"{demo_value(run, 'val_force_rmse_mev_a'):.1f} meV/Å"
+
+
+def demo_epochs(run):
+    return f"{demo_value(run, 'epochs'):.0f}"
+
+
+figure("demo-val-force", DEMO)(demo_force)
+figure("demo-before-val-force", DEMO_FRESH)(demo_force)
+figure("demo-epochs", DEMO)(demo_epochs)
 
 
 @figure("demo-before-md-speed", DEMO_FRESH)
@@ -232,16 +239,6 @@ def _(run):
     return f"{g(demo_value(run, 'md_us_per_atom_step'))} us/atom-step"
 
 
-@figure("demo-before-val-force", DEMO_FRESH)
-def _(run):
-    return f"{demo_value(run, 'val_force_rmse_mev_a'):.1f} meV/Å"
-
-
 @figure("demo-before-epochs", DEMO_FRESH)
 def _(run):
-    return f"{demo_value(run, 'epochs'):.0f} epochs"
-
-
-@figure("demo-epochs", DEMO)
-def _(run):
-    return f"{demo_value(run, 'epochs'):.0f}"
+    return f"{demo_epochs(run)} epochs"
