@@ -31,8 +31,8 @@ there was more than one. No figure is typed by hand. --check also fails where
 Code (fenced, indented, `inline`), link targets and HTML comments are not prose. Standard
 library only.
 """
-import math
 import csv
+import math
 import pathlib
 import re
 import statistics

@@ -173,15 +173,15 @@ CMP_LATEST = "compare_stacks/2026-12-01-e8a03f9"
 
 def cmp_ratios(run, stage, name, slowdown=True):
     """a compare_stacks row: the second build's median over the first's, and its ratios round by
-    round (rounds both builds measured); as a slowdown (frames/s inverted) unless asked not to"""
+    round (tables.round_ratios, the table's range); as a slowdown (frames/s inverted) unless asked not to"""
+    rows = run.rows("rows", stage=stage, run=name)
     first, second = list(dict.fromkeys(r["build"] for r in run.rows("rows")))[:2]
+    key = (stage, name, rows[0]["unit"])
 
-    def series(build):
-        values = {r["round"]: tables.finite(r["value"]) for r in run.rows("rows", build=build, stage=stage, run=name)}
-        return {k: v for k, v in values.items() if v is not None}
-    old, new = series(first), series(second)
-    whole = statistics.median(new.values()) / statistics.median(old.values())
-    rounds = [new[k] / old[k] for k in new if k in old]
+    def median(build):
+        return statistics.median(x for x in (tables.finite(r["value"]) for r in rows if r["build"] == build) if x is not None)
+    whole = median(second) / median(first)
+    rounds = tables.round_ratios(rows, key, second, first)
     if slowdown and stage == "train":
         return 1 / whole, [1 / x for x in rounds]
     return whole, rounds
