@@ -242,3 +242,33 @@ def _(run):
 @figure("demo-before-epochs", DEMO_FRESH)
 def _(run):
     return f"{demo_epochs(run)} epochs"
+
+
+TTA = "time_to_accuracy/2026-12-01-a2ac8da"
+TTA_MLIP = "mlip-trainer, 1 process x 2 threads"
+TTA_RECIPE = "mlip-trainer, its recipe, 2 ranks x 1 thread"
+TTA_DEEPMD = "DeePMD-kit TF, its example, 1 process x 2 threads"
+
+
+def tta(run, field, code, way="same model"):
+    return run.med("rows", field, way=way, code=code)
+
+
+@figure("tta-same-steps", TTA)
+def _(run):
+    return ratio(tta(run, "steps", TTA_MLIP), tta(run, "steps", TTA_DEEPMD))
+
+
+@figure("tta-same-energy", TTA)
+def _(run):
+    return f"{g(tta(run, 'energy_rmse_mev_atom', TTA_MLIP))} against {g(tta(run, 'energy_rmse_mev_atom', TTA_DEEPMD))} meV/atom"
+
+
+@figure("tta-same-force", TTA)
+def _(run):
+    return f"{g(tta(run, 'force_rmse_mev_a', TTA_MLIP))} against {g(tta(run, 'force_rmse_mev_a', TTA_DEEPMD))} meV/Å"
+
+
+@figure("tta-recipe-force", TTA)
+def _(run):
+    return ratio(tta(run, "force_rmse_mev_a", TTA_RECIPE, "own recipe"), tta(run, "force_rmse_mev_a", TTA_DEEPMD, "own recipe"))
