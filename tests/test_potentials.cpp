@@ -51,7 +51,8 @@ using testing::evaluate_reference;
 const std::vector<KernelChoice> kKernelPaths = {KernelChoice::usual, KernelChoice::device_kernels};
 
 struct Case {
-  std::string architecture;  // or "se_e2_a_two_side": se_e2_a with type_one_side: false; "mace_nonlinear":
+  std::string architecture;  // or "se_e2_a_two_side": se_e2_a with type_one_side: false; "..._sel": with sel
+                             // (DeePMD-kit's shifted environment, empty slots counted); "mace_nonlinear":
                              // MACE-MH's shape (non-linear blocks, edge irreps, Agnesi, envelope deferred);
                              // "mace_heads": three heads, forward() the second's
   torch::Dtype dtype;
@@ -82,7 +83,8 @@ BuiltModel build(const Case& c, uint64_t seed = 7, int layers = 2) {
   if (se) {
     spec.hyperparameters = {{"embedding", {8, 16}}, {"axis_neurons", 4}, {"fitting", {16, 16}},
                             {"rcut_smth", 2.0}, {"neighbor_norm", 10.0}};
-    if (c.architecture == "se_e2_a_two_side") spec.hyperparameters["type_one_side"] = false;
+    if (c.architecture.find("two_side") != std::string::npos) spec.hyperparameters["type_one_side"] = false;
+    if (c.architecture.find("_sel") != std::string::npos) spec.hyperparameters["sel"] = {23, 17};
   } else if (mace) {
     spec.hyperparameters = {{"num_channels", 4}, {"max_L", 1},          {"max_ell", 2},
                             {"correlation", 3},  {"num_interactions", layers}, {"radial_MLP", {8}},
@@ -116,6 +118,7 @@ BuiltModel build(const Case& c, uint64_t seed = 7, int layers = 2) {
   }
   if (se) {
     built.module.attr("env_std").toTensor().copy_(torch::tensor({{0.3, 0.2}, {0.25, 0.15}}));
+    if (built.module.hasattr("env_avg")) built.module.attr("env_avg").toTensor().copy_(torch::tensor({0.08, 0.11}));
   }
   if (c.architecture == "mace_nonlinear")  // the learnt density in play (beta 0 at first)
     for (int t = 0; t < layers; ++t) built.module.attr("l" + std::to_string(t) + "_beta").toTensor().fill_(0.7 + t);
@@ -1513,6 +1516,7 @@ TEST_P(Compression, MatchesTheUncompressedModel) {
 
 INSTANTIATE_TEST_SUITE_P(SeE2A, Compression,
                          ::testing::Values(Case{"se_e2_a", torch::kFloat64}, Case{"se_e2_a_two_side", torch::kFloat64},
+                                           Case{"se_e2_a_sel", torch::kFloat64}, Case{"se_e2_a_sel_two_side", torch::kFloat32},
                                            Case{"se_e2_a", torch::kFloat64, true}, Case{"se_e2_a", torch::kFloat32}),
                          case_name);
 
@@ -1588,6 +1592,7 @@ TEST_P(Grouped, EqualsThePlainForward) {
 
 INSTANTIATE_TEST_SUITE_P(SeE2A, Grouped,
                          ::testing::Values(Case{"se_e2_a", torch::kFloat64}, Case{"se_e2_a_two_side", torch::kFloat64},
+                                           Case{"se_e2_a_sel_two_side", torch::kFloat64},
                                            Case{"se_e2_a", torch::kFloat64, true}, Case{"se_e2_a", torch::kFloat32}),
                          case_name);
 
@@ -1818,18 +1823,33 @@ std::vector<double> se_e2_a_direct(const BuiltModel& built, const Structure& s) 
   std::vector<int64_t> type(s.size());
   for (std::size_t i = 0; i < s.size(); ++i) type[i] = built.metadata.species_index(element_symbol(s.numbers[i]));
   const NeighborList nl = build_neighbor_list(s, rc);
+  // With sel (DeePMD-kit's layout): every centre has sel[t] slots for neighbours of species t;
+  // neighbours fill some, the others stay empty (s = 0); every slot enters as (s - avg) / std_r.
+  const std::vector<int64_t> sel = hp.value("sel", std::vector<int64_t>{});
+  const torch::Tensor env_avg = sel.empty() ? torch::zeros({ns}, torch::kFloat64) : param("env_avg");
   std::vector<std::vector<double>> t(s.size(), std::vector<double>(4 * m1, 0.0));  // T_i, 4 x M1
+  auto add_slot = [&](int64_t i, int64_t j_type, double sr, const Vec3& dir) {
+    const double sd_r = env_std[type[i]][0].item<double>(), sd_a = env_std[type[i]][1].item<double>();
+    const double x = (sr - env_avg[type[i]].item<double>()) / sd_r;
+    const double env[4] = {x, sr * dir[0] / sd_a, sr * dir[1] / sd_a, sr * dir[2] / sd_a};
+    const std::vector<double> g = mlp({x}, "emb", emb, one_side ? j_type : type[i] * ns + j_type);
+    for (int k = 0; k < 4; ++k)
+      for (int64_t m = 0; m < m1; ++m) t[i][k * m1 + m] += inv_norm * env[k] * g[m];
+  };
+  std::vector<std::vector<int64_t>> filled(s.size(), std::vector<int64_t>(ns, 0));
   for (std::size_t e = 0; e < nl.size(); ++e) {
     const int64_t i = nl.centers[e], j = nl.neighbors[e];
     const Vec3& v = nl.vectors[e];
     const double r = norm(v), u = std::clamp((r - rs) / (rc - rs), 0.0, 1.0);
-    const double sw = u * u * u * (-6 * u * u + 15 * u - 10) + 1, sr = sw / r;
-    const double sd_r = env_std[type[i]][0].item<double>(), sd_a = env_std[type[i]][1].item<double>();
-    const double env[4] = {sr / sd_r, sr * v[0] / (r * sd_a), sr * v[1] / (r * sd_a), sr * v[2] / (r * sd_a)};
-    const std::vector<double> g = mlp({sr / sd_r}, "emb", emb, one_side ? type[j] : type[i] * ns + type[j]);
-    for (int k = 0; k < 4; ++k)
-      for (int64_t m = 0; m < m1; ++m) t[i][k * m1 + m] += inv_norm * env[k] * g[m];
+    const double sw = u * u * u * (-6 * u * u + 15 * u - 10) + 1;
+    add_slot(i, type[j], sw / r, {v[0] / r, v[1] / r, v[2] / r});
+    ++filled[i][type[j]];
   }
+  for (std::size_t i = 0; i < s.size() && !sel.empty(); ++i)
+    for (int64_t tj = 0; tj < ns; ++tj) {
+      EXPECT_LE(filled[i][tj], sel[tj]) << "the test's structure must fit the slots";
+      for (int64_t k = filled[i][tj]; k < sel[tj]; ++k) add_slot(static_cast<int64_t>(i), tj, 0.0, {0, 0, 0});
+    }
   std::vector<double> energy(s.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
     std::vector<double> d(m1 * axis, 0.0);  // D = T^T T[:, :axis]
@@ -1845,7 +1865,7 @@ std::vector<double> se_e2_a_direct(const BuiltModel& built, const Structure& s) 
 }
 
 TEST(SeE2A, MatchesItsFormulasEvaluatedDirectly) {
-  for (const std::string arch : {"se_e2_a", "se_e2_a_two_side"}) {
+  for (const std::string arch : {"se_e2_a", "se_e2_a_two_side", "se_e2_a_sel", "se_e2_a_sel_two_side"}) {
     for (const torch::Dtype dtype : {torch::kFloat64, torch::kFloat32}) {
       SCOPED_TRACE(arch + (dtype == torch::kFloat32 ? " float32" : " float64"));
       const BuiltModel built = build(Case{arch, dtype});
@@ -1877,6 +1897,14 @@ TEST(Potentials, BadHyperparametersAreNamed) {
   }
   spec.hyperparameters = {{"axis_neurons", "four"}};
   EXPECT_THROW(build_model(spec), Error);
+  spec.hyperparameters = {{"sel", {46}}};   // one count for two species
+  try {
+    build_model(spec);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("se_e2_a: hyperparameter 'sel' needs one count per species (2)"), std::string::npos)
+        << e.what();
+  }
   spec.hyperparameters = nlohmann::json::object();
   spec.architecture = "allegro";
   try {
@@ -1981,6 +2009,7 @@ INSTANTIATE_TEST_SUITE_P(AllModels, Potential,
                                            Case{"painn", torch::kFloat64}, Case{"painn", torch::kFloat32},
                                            Case{"se_e2_a", torch::kFloat64, true},
                                            Case{"se_e2_a_two_side", torch::kFloat64},
+                                           Case{"se_e2_a_sel", torch::kFloat64}, Case{"se_e2_a_sel_two_side", torch::kFloat32},
                                            Case{"painn", torch::kFloat32, true},
                                            Case{"mace", torch::kFloat64}, Case{"mace", torch::kFloat32},
                                            Case{"mace_nonlinear", torch::kFloat64}, Case{"mace_heads", torch::kFloat64}),

@@ -5,8 +5,9 @@
 // the model's own embedding() method). On [x_k, x_k+1] the table holds the quintic with those
 // six values at both ends, so the tabulated G is C2 and its error falls as h^6; the grid is
 // halved until the largest error at the quarter points of every bin is below the tolerance.
-// The grid starts at x = 0 (a neighbour at the cutoff) and ends at the largest input any pair
-// of species gives at options.min_distance; the operator refuses inputs beyond it.
+// The grid starts at x0, the smallest input of a neighbour at the cutoff (0, or with `sel`
+// -avg/std_r: the operator gets x - x0), and ends at the largest input any pair of species gives
+// at options.min_distance; the operator refuses inputs beyond it.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -36,18 +37,20 @@ void require_compressible(const torch::jit::Module& base, const ModelMetadata& m
   }
 }
 
-// The largest embedding input of a neighbour at distance r, over all centre and neighbour
-// species (s(r)/r falls with r, so this is the table's upper end for distances >= r).
-double largest_input(const torch::jit::Module& base, int64_t n_species, double r, torch::Dtype dtype) {
+// The largest (or smallest) embedding input of a neighbour at distance r, over all centre and
+// neighbour species (s(r)/r falls with r: at min_distance the table's upper end, at the cutoff its
+// lower end).
+double extreme_input(const torch::jit::Module& base, int64_t n_species, double r, torch::Dtype dtype, bool largest) {
   torch::jit::Module m = base;   // get_method is not const; the module is shared, not copied
-  double x = 0.0;
+  double x = largest ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
   for (int64_t c = 0; c < n_species; ++c) {
     for (int64_t n = 0; n < n_species; ++n) {
       const torch::Tensor species = torch::tensor({c, n}, torch::kInt64);
       const torch::Tensor edge_index = torch::tensor({int64_t{0}, int64_t{1}}, torch::kInt64).reshape({2, 1});
       const torch::Tensor vectors = torch::tensor({r, 0.0, 0.0}, torch::dtype(dtype)).reshape({1, 3});
       const auto out = m.get_method("environment")({species, edge_index, vectors}).toTuple();
-      x = std::max(x, out->elements()[0].toTensor()[0].item<double>());
+      const double v = out->elements()[0].toTensor()[0].item<double>();
+      x = largest ? std::max(x, v) : std::min(x, v);
     }
   }
   return x;
@@ -98,11 +101,11 @@ torch::Tensor hermite_table(const Samples& s, double h) {
 // Largest |tabulated - exact| over the quarter points of every bin, relative to max |G|. It
 // bounds the error of G; forces use dG/dx, whose error is one order of h larger (h^5) and is
 // checked by the tests against the uncompressed model's forces, not here.
-double table_error(const torch::jit::Module& base, const torch::Tensor& table, double h) {
+double table_error(const torch::jit::Module& base, const torch::Tensor& table, double x0, double h) {
   const int64_t n_nets = table.size(0), bins = table.size(1);
   double err = 0.0, scale = 1e-300;
   for (double q : {0.25, 0.5, 0.75}) {
-    const torch::Tensor x = (torch::arange(bins, torch::kFloat64) + q).to(table.scalar_type()) * h;
+    const torch::Tensor x = (x0 + (torch::arange(bins, torch::kFloat64) + q) * h).to(table.scalar_type());
     const torch::Tensor exact = sample(base, x, n_nets, false).g;   // (nets, bins, M)
     torch::Tensor poly = table.select(2, 5);
     for (int64_t p = 4; p >= 0; --p) poly = table.select(2, p) + q * poly;
@@ -114,27 +117,32 @@ double table_error(const torch::jit::Module& base, const torch::Tensor& table, d
 
 // forward() and, where the base model has them, forward_grouped() (mlip/model/grouped_graph.h): the
 // table takes every edge at once, so only the energies see the grouping.
-const char* kCompressedSums = R"(
+// With `sel`, the table starts at x0 and the empty slots' part is added (se_e2_a.cpp's padding()).
+std::string compressed_sums(bool shifted) {
+  return std::string(R"(
     radial, env, net = self.base.environment(species, edge_index, edge_vectors)
-    t_sum = mlip_ops.tabulated_contraction(radial, env, edge_index[0], net, self.table, self.table_step,
-                                           self.table_r_min, n_centers)
-)";
+    t_sum = mlip_ops.tabulated_contraction(radial)") + (shifted ? " - self.table_x0" : "") + R"(, env, edge_index[0], net, self.table,
+                                           self.table_step, self.table_r_min, n_centers)
+)" + (shifted ? "    t_sum = t_sum + self.base.padding(species, edge_index[0], net, n_centers)\n" : "");
+}
 
-torch::jit::Module compressed_module(const torch::jit::Module& base, const torch::Tensor& table, double step,
-                                     double r_min) {
+torch::jit::Module compressed_module(const torch::jit::Module& base, const torch::Tensor& table, double x0,
+                                     double step, double r_min) {
+  const bool shifted = base.find_method("padding").has_value();
   torch::jit::Module m("__torch__.mlip.SeE2ACompressed");
   m.register_attribute("training", c10::BoolType::get(), false);
   m.register_module("base", base.clone());
   m.register_buffer("table", table);
   m.register_attribute("table_step", c10::FloatType::get(), step);
   m.register_attribute("table_r_min", c10::FloatType::get(), r_min);
+  if (shifted) m.register_attribute("table_x0", c10::FloatType::get(), x0);
   const bool repulsion = base.find_method("repulsion").has_value();
   std::string source = "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int)"
-                       " -> Tensor:" + std::string(kCompressedSums) + "    return self.base.energies(species, t_sum, n_centers)" +
+                       " -> Tensor:" + compressed_sums(shifted) + "    return self.base.energies(species, t_sum, n_centers)" +
                        (repulsion ? " + self.base.repulsion(species, edge_index, edge_vectors, n_centers)\n" : "\n");
   if (base.find_method("energies_grouped")) {
     source += "\ndef forward_grouped(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int, "
-              "center_groups: List[int], edge_groups: List[int]) -> Tensor:" + std::string(kCompressedSums) +
+              "center_groups: List[int], edge_groups: List[int]) -> Tensor:" + compressed_sums(shifted) +
               "    return self.base.energies_grouped(species, t_sum, center_groups)" +
               (repulsion ? " + self.base.repulsion_all_edges(species, edge_index, edge_vectors, n_centers)\n" : "\n");
   }
@@ -169,29 +177,30 @@ torch::jit::Module compress_model(const torch::jit::Module& base, ModelMetadata&
   const torch::Dtype dtype = metadata.torch_dtype();
   const auto ns = static_cast<int64_t>(metadata.species.size());
   const int64_t n_nets = metadata.hyperparameters.value("type_one_side", true) ? ns : ns * ns;
-  const double x_max = largest_input(base, ns, r_min, dtype);
+  const double x_max = extreme_input(base, ns, r_min, dtype, true);
+  const double x0 = base.find_method("padding") ? extreme_input(base, ns, metadata.cutoff, dtype, false) : 0.0;
   const double eps = dtype == torch::kFloat32 ? 1.2e-7 : 2.2e-16;
   const double tolerance = std::max(options.tolerance, 100 * eps);
   torch::Tensor table;
   double step = 0.0, error = std::numeric_limits<double>::infinity();
   for (int64_t bins = 64; bins <= options.max_bins && error > tolerance; bins *= 2) {
-    step = x_max / static_cast<double>(bins);
-    const torch::Tensor grid = (torch::arange(bins + 1, torch::kFloat64) * step).to(dtype);
+    step = (x_max - x0) / static_cast<double>(bins);
+    const torch::Tensor grid = (x0 + torch::arange(bins + 1, torch::kFloat64) * step).to(dtype);
     table = hermite_table(sample(base, grid, n_nets, true), step);
-    error = table_error(base, table, step);
+    error = table_error(base, table, x0, step);
   }
   if (error > tolerance) {
     throw Error(c10::str("compress: ", table.size(1), " bins per net leave a table error of ", error,
                          " (relative), above the tolerance ", tolerance,
                          "; a larger --min-distance shortens the table"));
   }
-  metadata.hyperparameters["compression"] = {{"min_distance", r_min}, {"bins", table.size(1)}, {"step", step},
+  metadata.hyperparameters["compression"] = {{"min_distance", r_min}, {"bins", table.size(1)}, {"step", step}, {"x0", x0},
                                              {"max_error", error}, {"tolerance", tolerance}};
   if (report != nullptr) {
     *report = CompressReport{r_min, step, error, table.size(1), n_nets, table.size(3),
                              static_cast<double>(table.numel() * table.element_size()) / (1 << 20)};
   }
-  return compressed_module(base, table, step, r_min);
+  return compressed_module(base, table, x0, step, r_min);
 }
 
 }  // namespace mlip

@@ -58,7 +58,7 @@ void export_frozen(const torch::jit::Module& module, const ModelMetadata& metada
   // forward_heads, and a message-passing model's parts (mp_*: mlip/model/message_passing.h)
   // stay callable on the frozen model.
   std::vector<std::string> preserved;
-  for (const char* method : {"environment", "embedding", "energies", "repulsion", "forward_grouped",
+  for (const char* method : {"environment", "embedding", "padding", "energies", "repulsion", "forward_grouped",
                              "energies_grouped", "repulsion_all_edges", "forward_heads",
                              "forward_grouped_heads"})
     if (copy.find_method(method)) preserved.emplace_back(method);

@@ -13,13 +13,26 @@
 // a neighbour reaches the cutoff. The environment is only scaled (not shifted) by its statistics,
 // for the same reason: a shift would make an edge's contribution jump as it leaves the cutoff.
 //
+// With `sel` (per neighbour species, DeePMD-kit's meaning), the environment is shifted as
+// DeePMD-kit shifts it: each centre has sel_t slots per neighbour species t, its neighbours fill
+// some, the rest are empty (s = 0), and every slot's radial entry is (s - avg)/std_r, the mean and
+// spread over all slots, empty ones included (per centre species). With b = -avg/std_r, an empty
+// slot's entry, and G_t(b) its features,
+//   T_i = (1/neighbor_norm) [ sum_j env_ij (x) G_ij + sum_t (sel_t - n_it) [b, 0, 0, 0] (x) G_t(b) ]
+// (n_it: i's neighbours of species t), which is still smooth: a neighbour at the cutoff has
+// env = [b, 0, 0, 0] and the input b, the empty slot it becomes. Edges beyond the cutoff (padding)
+// count as neighbours and cancel in the same way; n_it > sel_t is allowed (DeePMD-kit would drop
+// the farthest). The embedding input is then (s - avg)/std_r, as in DeePMD-kit.
+//
 // Hyperparameters (defaults): rcut_smth (0.5 rc), embedding ([25, 50, 100]), axis_neurons (16),
 // fitting ([240, 240, 240]), type_one_side (true: one embedding net per neighbour species, as
 // DeePMD-kit's option of that name; false: one per (centre, neighbour) species pair, ns^2 nets for
 // the same cost per edge and more freedom, e.g. for O-H versus H-H), neighbor_norm (0: set from data as the mean neighbour count, which
-// keeps T_i O(1) whatever the density; 100 until statistics are fitted).
+// keeps T_i O(1) whatever the density; 100 until statistics are fitted; with sel, 0 means sum(sel)),
+// sel ([]: no shift; one count per species: the shifted environment above).
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <sstream>
 
 #include "builder.h"
@@ -96,6 +109,33 @@ std::string tanh_net_residual(const std::vector<int64_t>& widths) {
   return out + "]";
 }
 
+// padding(): the empty slots' part of T with `sel` (the header's formula), (n_centers, 4, M1),
+// only the radial row: b_i sum_t (slots_t - n_it) G_t(b_i) over the embedding nets t, b_i =
+// -avg/std_r of i's species, n_it its edges evaluated by net t (`net`, per edge) and slots_t the
+// sel of net t's neighbour species where t is a net of i's species (0 otherwise). Counting by the
+// net that evaluated an edge, not by its ends' species, keeps a padding edge (beyond the cutoff,
+// in any group: mlip/model/grouped_graph.h) cancelling its own term exactly.
+void padding_method(std::ostringstream& src, int64_t ns, bool one_side, int64_t m1) {
+  const std::string n = std::to_string(ns), m = std::to_string(m1), nets = std::to_string(one_side ? ns : ns * ns);
+  src << "def padding(self, species: Tensor, center: Tensor, net: Tensor, n_centers: int) -> Tensor:\n"
+      << "    cs = species[:n_centers]\n"
+      << "    one = torch.ones([net.size(0)], dtype=self.env_sel.dtype, device=net.device)\n"
+      << "    counts = torch.zeros([n_centers * " << nets << "], dtype=one.dtype, device=net.device)"
+      << ".index_add(0, center * " << nets << " + net, one).view(n_centers, " << nets << ")\n"
+      << "    slots = " << (one_side ? "self.env_sel.unsqueeze(0).expand(" + n + ", " + n + ")"
+                                   : "torch.kron(torch.eye(" + n + ", dtype=one.dtype, device=net.device), self.env_sel.unsqueeze(0))")
+      << "\n"
+      << "    b = -self.env_avg / self.env_std[:, 0]\n"
+      << "    g: List[Tensor] = []\n"
+      << "    for c in range(" << n << "):\n"
+      << "        for t in range(" << nets << "):\n"
+      << "            g.append(self.embedding(b[c].reshape([1, 1]), t))\n"
+      << "    g_empty = torch.cat(g).view(" << n << ", " << nets << ", " << m << ")\n"
+      << "    empty = slots.index_select(0, cs) - counts\n"
+      << "    row = b[cs].unsqueeze(1) * torch.bmm(empty.unsqueeze(1), g_empty.index_select(0, cs)).squeeze(1)\n"
+      << "    return torch.cat([row.unsqueeze(1), torch.zeros([n_centers, 3, " << m << "], dtype=row.dtype, device=row.device)], 1)\n\n";
+}
+
 }  // namespace
 
 BuiltModel build_se_e2_a(const ModelSpec& spec) {
@@ -107,6 +147,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   const auto fitting = hp.get<std::vector<int64_t>>("fitting", {240, 240, 240});
   const double neighbor_norm = hp.get<double>("neighbor_norm", 0.0);
   const bool one_side = hp.get<bool>("type_one_side", true);
+  const auto sel = hp.get<std::vector<int64_t>>("sel", {});
   const nlohmann::json resolved = hp.finish();
   if (!(rcut_smth >= 0.0 && rcut_smth < rc)) hp.fail("rcut_smth", "must be in [0, cutoff)");
   if (embedding.empty()) hp.fail("embedding", "needs at least one layer");
@@ -115,8 +156,14 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   const int64_t m1 = embedding.back();
   if (axis < 1 || axis > m1) hp.fail("axis_neurons", "must be in [1, last embedding width]");
   if (neighbor_norm < 0.0) hp.fail("neighbor_norm", "must be positive (or 0: from data)");
-
   const int64_t ns = static_cast<int64_t>(spec.species.size());
+  if (!sel.empty() && static_cast<int64_t>(sel.size()) != ns)
+    hp.fail("sel", "needs one count per species (" + std::to_string(ns) + "), in the order of model.species");
+  for (auto n : sel) if (n < 0) hp.fail("sel", "counts must not be negative");
+  const bool shifted = !sel.empty();
+  const double sel_total = static_cast<double>(std::accumulate(sel.begin(), sel.end(), int64_t{0}));
+  if (shifted && neighbor_norm == 0.0 && sel_total == 0.0) hp.fail("sel", "sums to 0: give neighbor_norm");
+
   detail::ModuleBuilder b("SeE2A", torch_dtype(spec), spec.seed);
   const int64_t n_emb = one_side ? ns : ns * ns;  // embedding nets
   std::vector<int64_t> emb_widths = {1};
@@ -141,7 +188,12 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   b.normal("fit_w" + out_l, {ns, last, 1}, 1.0 / std::sqrt(double(last + 1)), SpeciesAxes::species);
   b.constant("fit_b" + out_l, {ns, 1}, 0.0, SpeciesAxes::species);
   b.buffer("env_std", torch::ones({ns, 2}), SpeciesAxes::species);   // [radial, angular] per centre species, from data
-  b.buffer("inv_neighbor_norm", torch::full({1}, 1.0 / (neighbor_norm > 0 ? neighbor_norm : 100.0)));
+  const double norm = neighbor_norm > 0 ? neighbor_norm : shifted ? sel_total : 100.0;
+  b.buffer("inv_neighbor_norm", torch::full({1}, 1.0 / norm));
+  if (shifted) {
+    b.buffer("env_avg", torch::zeros({ns}), SpeciesAxes::species);   // radial mean per centre species, from data
+    b.buffer("env_sel", torch::tensor(sel, torch::kFloat64), SpeciesAxes::species);
+  }
   detail::add_energy_buffers(b, ns);
   b.float_attribute("cutoff", rc);
   b.float_attribute("rcut_smth", rcut_smth);
@@ -157,7 +209,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    u = torch.clamp((r - self.rcut_smth) / (self.cutoff - self.rcut_smth), 0.0, 1.0)\n"
       << "    s = (u * u * u * (-6.0 * u * u + 15.0 * u - 10.0) + 1.0) / r\n"
       << "    std = self.env_std[species[center]]\n"
-      << "    radial = s / std[:, 0]\n"
+      << (shifted ? "    radial = (s - self.env_avg[species[center]]) / std[:, 0]\n" : "    radial = s / std[:, 0]\n")
       << "    angular = (s / (r * std[:, 1])).unsqueeze(1) * edge_vectors\n"
       << "    env = torch.cat([radial.unsqueeze(1), angular], 1)\n"
       << (one_side ? "    net = species[neighbor]\n"
@@ -169,6 +221,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   src << "    return x\n\n"
       << "def embedding(self, x: Tensor, t: int) -> Tensor:\n"
       << "    return self.embedding_raw(x, t) * " << num(g.a) << " - " << num(g.c) << "\n\n";
+  if (shifted) padding_method(src, ns, one_side, m1);
   // Per-atom energies from T_i = sum_j env_ij (x) G_ij (n_centers, 4, M1), species by species:
   // energies() picks each species' centres (nonzero: a size known only on the device),
   // energies_grouped() takes them as consecutive groups of sizes known on the host (the static
@@ -230,6 +283,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "        g, g_dx = mlip_ops.tanh_net(radial.index_select(0, idx), " << tanh_net_params(emb_widths)
       << ", " << tanh_net_residual(emb_widths) << ")\n"
       << "        t_sum = t_sum + mlip_ops.edge_outer_sum(env.index_select(0, idx), g, center.index_select(0, idx), n_centers)\n"
+      << (shifted ? "    t_sum = t_sum + self.padding(species, center, net, n_centers)\n" : "")
       << "    return self.energies(species, t_sum, n_centers)"
       << (repulsion.empty() ? "" : " + self.repulsion(species, edge_index, edge_vectors, n_centers)") << "\n";
 
@@ -240,12 +294,16 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    radial, env, net = self.environment(species, edge_index, edge_vectors)\n"
       << "    t_sum = torch.zeros([n_centers, 4, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
       << "    start = 0\n"
+      << (shifted ? "    group_net: List[Tensor] = []\n" : "")
       << "    for t in range(" << n_emb << "):\n"
       << "        n = edge_groups[t]\n"
+      // the net that evaluates each edge here is its group's (padding edges' too): padding() counts by it
+      << (shifted ? "        group_net.append(torch.full([n], t, dtype=center.dtype, device=center.device))\n" : "")
       << "        g, g_dx = mlip_ops.tanh_net(radial.narrow(0, start, n), " << tanh_net_params(emb_widths) << ", "
       << tanh_net_residual(emb_widths) << ")\n"
       << "        t_sum = t_sum + mlip_ops.edge_outer_sum(env.narrow(0, start, n), g, center.narrow(0, start, n), n_centers)\n"
       << "        start = start + n\n"
+      << (shifted ? "    t_sum = t_sum + self.padding(species, center, torch.cat(group_net), n_centers)\n" : "")
       << "    return self.energies_grouped(species, t_sum, center_groups)"
       << (repulsion.empty() ? "" : " + self.repulsion_all_edges(species, edge_index, edge_vectors, n_centers)") << "\n";
   return b.finish(src.str(), spec, "se_e2_a", 0, resolved);
@@ -254,12 +312,18 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
 void fit_se_e2_a_statistics(BuiltModel& model, const std::vector<const Frame*>& frames) {
   // The same environment as forward() computes (kept in step with it): s = sw(r)/r.
   const double rc = model.metadata.cutoff;
-  const double rs = model.metadata.hyperparameters.at("rcut_smth").get<double>();
+  const nlohmann::json& hp = model.metadata.hyperparameters;
+  const double rs = hp.at("rcut_smth").get<double>();
+  const auto sel = hp.value("sel", std::vector<int64_t>{});
   const SpeciesMap species(model.metadata.species);
   const std::size_t ns = model.metadata.species.size();
-  std::vector<double> sum_r(ns, 0.0), sum_a(ns, 0.0), count(ns, 0.0);
+  // Per centre species: sums of s, s^2, the angular entries s x/r (over the 3) and their squares.
+  std::vector<double> sum_r(ns, 0.0), sum_r2(ns, 0.0), sum_a(ns, 0.0), sum_a2(ns, 0.0), count(ns, 0.0), centers(ns, 0.0);
+  double edges = 0;
   for (const Frame* f : frames) {
     const Structure& st = f->structure;
+    for (std::size_t i = 0; i < st.size(); ++i) centers[static_cast<std::size_t>(species.index(st.numbers[i], st.origin))] += 1;
+    edges += static_cast<double>(f->num_edges());
     for (std::size_t e = 0; e < f->num_edges(); ++e) {
       const int i = f->centers[e];
       const Vec3 r = f->edge_vector(e);
@@ -267,25 +331,39 @@ void fit_se_e2_a_statistics(BuiltModel& model, const std::vector<const Frame*>& 
       const double u = std::clamp((len - rs) / (rc - rs), 0.0, 1.0);
       const double s = (u * u * u * (-6.0 * u * u + 15.0 * u - 10.0) + 1.0) / len;
       const auto t = static_cast<std::size_t>(species.index(st.numbers[i], st.origin));
-      sum_r[t] += s * s;
-      sum_a[t] += s * s / 3.0;  // mean over the three components of s r/|r|
+      sum_r[t] += s;
+      sum_r2[t] += s * s;
+      sum_a[t] += s * (r[0] + r[1] + r[2]) / (3.0 * len);
+      sum_a2[t] += s * s / 3.0;  // mean over the three components of s r/|r|
       count[t] += 1.0;
     }
   }
   torch::NoGradGuard no_grad;  // setting buffers, not evaluating
-  double edges = 0, centers = 0;
-  for (const Frame* f : frames) {
-    edges += static_cast<double>(f->num_edges());
-    centers += static_cast<double>(f->structure.size());
-  }
-  if (model.metadata.hyperparameters.at("neighbor_norm").get<double>() == 0.0 && edges > 0) {
-    model.module.attr("inv_neighbor_norm").toTensor().fill_(centers / edges);
+  double all_centers = 0;
+  for (double c : centers) all_centers += c;
+  if (hp.at("neighbor_norm").get<double>() == 0.0 && sel.empty() && edges > 0) {
+    model.module.attr("inv_neighbor_norm").toTensor().fill_(all_centers / edges);
   }
   torch::Tensor env_std = model.module.attr("env_std").toTensor();
+  if (sel.empty()) {
+    for (std::size_t t = 0; t < ns; ++t) {
+      if (count[t] == 0) continue;  // species absent from these frames: keep 1
+      env_std[t][0] = std::max(std::sqrt(sum_r2[t] / count[t]), 1e-6);
+      env_std[t][1] = std::max(std::sqrt(sum_a2[t] / count[t]), 1e-6);
+    }
+    return;
+  }
+  // DeePMD-kit's statistics: over all sum(sel) slots of each centre, the empty ones (zeros)
+  // included; standard deviations below 0.01 are raised to it, as there.
+  torch::Tensor env_avg = model.module.attr("env_avg").toTensor();
+  const double slots = static_cast<double>(std::accumulate(sel.begin(), sel.end(), int64_t{0}));
   for (std::size_t t = 0; t < ns; ++t) {
-    if (count[t] == 0) continue;  // species absent from these frames: keep 1
-    env_std[t][0] = std::max(std::sqrt(sum_r[t] / count[t]), 1e-6);
-    env_std[t][1] = std::max(std::sqrt(sum_a[t] / count[t]), 1e-6);
+    const double n = centers[t] * slots;
+    if (n == 0) continue;  // species absent from these frames: keep 0 and 1
+    const double avg = sum_r[t] / n, avg_a = sum_a[t] / n;
+    env_avg[t] = avg;
+    env_std[t][0] = std::max(std::sqrt(std::max(sum_r2[t] / n - avg * avg, 0.0)), 1e-2);
+    env_std[t][1] = std::max(std::sqrt(std::max(sum_a2[t] / n - avg_a * avg_a, 0.0)), 1e-2);
   }
 }
 
