@@ -244,7 +244,8 @@ def _(run):
     return f"{demo_epochs(run)} epochs"
 
 
-TTA = "time_to_accuracy/2026-12-01-a2ac8da"
+TTA = "time_to_accuracy/2026-12-01-3a3da7b"
+TTA_OLD = "time_to_accuracy/2026-12-01-a2ac8da"
 TTA_MLIP = "mlip-trainer, 1 process x 2 threads"
 TTA_RECIPE = "mlip-trainer, its recipe, 2 ranks x 1 thread"
 TTA_DEEPMD = "DeePMD-kit TF, its example, 1 process x 2 threads"
@@ -272,3 +273,13 @@ def _(run):
 @figure("tta-recipe-force", TTA)
 def _(run):
     return ratio(tta(run, "force_rmse_mev_a", TTA_RECIPE, "own recipe"), tta(run, "force_rmse_mev_a", TTA_DEEPMD, "own recipe"))
+
+
+@figure("tta-noshift-force", TTA)
+def _(run):
+    return ratio(tta(run, "force_rmse_mev_a", TTA_MLIP, "same model, no shift"), tta(run, "force_rmse_mev_a", TTA_MLIP))
+
+
+@figure("tta-old-force", TTA_OLD)
+def _(run):
+    return f"{g(tta(run, 'force_rmse_mev_a', TTA_MLIP))} against {g(tta(run, 'force_rmse_mev_a', TTA_DEEPMD))} meV/Å"
