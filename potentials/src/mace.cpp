@@ -755,7 +755,7 @@ BuiltModel build_mace(const ModelSpec& spec) {
   detail::ModuleBuilder b("MACE", torch_dtype(spec), spec.seed);
   b.normal("embedding_w", {s.N * s.C}, 1.0);
   b.species_layout("embedding_w", {s.N, s.C}, 0, /*per_sqrt_species=*/true);
-  b.buffer("avg_num_neighbors", torch::full({1}, avg > 0 ? avg : 1.0));
+  b.buffer("avg_num_neighbors", torch::full({1}, avg > 0 ? avg : 1.0, torch::kFloat64));
   detail::add_energy_buffers(b, s.N, int64_t(s.heads.size()));
   b.float_attribute("cutoff", spec.cutoff);
 

@@ -74,7 +74,7 @@ BuiltModel build_painn(const ModelSpec& spec) {
   linear("out1", f, f / 2);
   linear("out2", f / 2, 1);
   detail::add_energy_buffers(b, ns);
-  b.buffer("inv_neighbor_norm", torch::full({1}, 1.0 / (neighbor_norm > 0 ? neighbor_norm : 1.0)));
+  b.buffer("inv_neighbor_norm", torch::full({1}, 1.0 / (neighbor_norm > 0 ? neighbor_norm : 1.0), torch::kFloat64));
   b.float_attribute("cutoff", spec.cutoff);
 
   // The model in parts (mlip/model/message_passing.h): mp_edges (radial terms of the edges), mp_embed
