@@ -1884,6 +1884,67 @@ TEST(SeE2A, MatchesItsFormulasEvaluatedDirectly) {
   }
 }
 
+// sel "auto": DeePMD-kit's rule (1.1 x the most neighbours of each species a centre has, rounded up
+// to a multiple of 4) from the statistics' frames, then DeePMD-kit's statistics over all those slots.
+TEST(SeE2A, AutoSelAndItsStatistics) {
+  const std::vector<Structure> structures = {sample(2), sample(3), sample(4)};
+  std::vector<Frame> frames;
+  for (const auto& s : structures) frames.push_back(make_frame(s, kCutoff));
+  std::vector<const Frame*> ptrs;
+  for (const auto& f : frames) ptrs.push_back(&f);
+  // By hand, from independent neighbour lists: H is species 0, O species 1.
+  const double rs = 2.0;
+  std::vector<int64_t> most(2, 0);
+  std::vector<double> centers(2, 0), sum_s(2, 0), sum_s2(2, 0);
+  for (const auto& s : structures) {
+    const NeighborList nl = build_neighbor_list(s, kCutoff);
+    std::vector<std::array<int64_t, 2>> count(s.size(), {0, 0});
+    for (std::size_t i = 0; i < s.size(); ++i) centers[s.numbers[i] == 8] += 1;
+    for (std::size_t e = 0; e < nl.size(); ++e) {
+      const int64_t i = nl.centers[e], j = nl.neighbors[e];
+      const int64_t tj = s.numbers[j] == 8, ti = s.numbers[i] == 8;
+      most[tj] = std::max(most[tj], ++count[i][tj]);
+      const double r = norm(nl.vectors[e]), u = std::clamp((r - rs) / (kCutoff - rs), 0.0, 1.0);
+      const double sr = (u * u * u * (-6 * u * u + 15 * u - 10) + 1) / r;
+      sum_s[ti] += sr;
+      sum_s2[ti] += sr * sr;
+    }
+  }
+  ASSERT_GT(most[0], 4);
+  ASSERT_GT(most[1], 2);
+  for (const auto& [given, ratio] : {std::pair<std::string, double>{"auto", 1.1}, {"auto:2", 2.0}}) {
+    SCOPED_TRACE(given);
+    ModelSpec spec;
+    spec.architecture = "se_e2_a";
+    spec.species = {"H", "O"};
+    spec.cutoff = kCutoff;
+    spec.seed = 3;
+    spec.hyperparameters = {{"embedding", {8, 16}}, {"axis_neurons", 4}, {"fitting", {16, 16}}, {"rcut_smth", rs}, {"sel", given}};
+    BuiltModel automatic = build_model(spec);
+    fit_descriptor_statistics(automatic, ptrs);
+    std::vector<int64_t> want(2);
+    for (int t = 0; t < 2; ++t) want[t] = 4 * static_cast<int64_t>(std::ceil(most[t] * ratio / 4.0 - 1e-9));
+    EXPECT_EQ(automatic.metadata.hyperparameters.at("sel").get<std::vector<int64_t>>(), want);
+    const auto buffer = [&](const BuiltModel& b, const char* name) { return b.module.attr(name).toTensor(); };
+    const double slots = static_cast<double>(want[0] + want[1]);
+    EXPECT_EQ(buffer(automatic, "env_sel")[1].item<double>(), static_cast<double>(want[1]));
+    EXPECT_NEAR(buffer(automatic, "inv_neighbor_norm")[0].item<double>(), 1.0 / slots, 1e-15);
+    for (int t = 0; t < 2; ++t) {   // mean and spread over every slot, the empty ones (s = 0) included
+      const double n = centers[t] * slots, avg = sum_s[t] / n;
+      EXPECT_NEAR(buffer(automatic, "env_avg")[t].item<double>(), avg, 1e-12) << t;
+      EXPECT_NEAR(buffer(automatic, "env_std")[t][0].item<double>(), std::max(std::sqrt(sum_s2[t] / n - avg * avg), 1e-2), 1e-12) << t;
+    }
+    // The same model as one given those counts.
+    spec.hyperparameters["sel"] = want;
+    BuiltModel explicit_sel = build_model(spec);
+    fit_descriptor_statistics(explicit_sel, ptrs);
+    const Model a(automatic.module, automatic.metadata, torch::kCPU), b(explicit_sel.module, explicit_sel.metadata, torch::kCPU);
+    const auto ea = evaluate_reference(a, structures[0]), eb = evaluate_reference(b, structures[0]);
+    EXPECT_EQ(ea.energy, eb.energy);
+    EXPECT_EQ(ea.forces, eb.forces);
+  }
+}
+
 TEST(Potentials, BadHyperparametersAreNamed) {
   ModelSpec spec;
   spec.architecture = "se_e2_a";
@@ -1904,6 +1965,16 @@ TEST(Potentials, BadHyperparametersAreNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("se_e2_a: hyperparameter 'sel' needs one count per species (2)"), std::string::npos)
         << e.what();
+  }
+  for (const char* bad : {"auto:0", "auto:x", "most"}) {
+    spec.hyperparameters = {{"sel", bad}};
+    try {
+      build_model(spec);
+      FAIL() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("hyperparameter 'sel' must be a count per species, \"auto\" or \"auto:R\""),
+                std::string::npos) << e.what();
+    }
   }
   spec.hyperparameters = nlohmann::json::object();
   spec.architecture = "allegro";

@@ -29,7 +29,9 @@
 // DeePMD-kit's option of that name; false: one per (centre, neighbour) species pair, ns^2 nets for
 // the same cost per edge and more freedom, e.g. for O-H versus H-H), neighbor_norm (0: set from data as the mean neighbour count, which
 // keeps T_i O(1) whatever the density; 100 until statistics are fitted; with sel, 0 means sum(sel)),
-// sel ([]: no shift; one count per species: the shifted environment above).
+// sel ([]: no shift; one count per species: the shifted environment above; "auto" or "auto:R":
+// DeePMD-kit's rule, R (1.1) times the most neighbours of each species a centre has in the
+// statistics' frames, rounded up to a multiple of 4, set with the statistics).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -136,6 +138,38 @@ void padding_method(std::ostringstream& src, int64_t ns, bool one_side, int64_t 
       << "    return torch.cat([row.unsqueeze(1), torch.zeros([n_centers, 3, " << m << "], dtype=row.dtype, device=row.device)], 1)\n\n";
 }
 
+// `sel` as given: a count per species, or "auto[:R]" (R > 0, 1.1 by default; 0 returned for a list).
+double auto_sel_ratio(const nlohmann::json& sel, const detail::HyperParameters& hp) {
+  if (!sel.is_string()) return 0.0;
+  const std::string text = sel.get<std::string>();
+  if (text == "auto") return 1.1;
+  if (text.rfind("auto:", 0) == 0) {
+    char* end = nullptr;
+    const double r = std::strtod(text.c_str() + 5, &end);
+    if (end != text.c_str() + 5 && *end == '\0' && r > 0.0 && std::isfinite(r)) return r;
+  }
+  hp.fail("sel", "must be a count per species, \"auto\" or \"auto:R\" with R > 0 (got \"" + text + "\")");
+}
+
+// The most neighbours of each species a centre has in `frames`, times `ratio`, rounded up to a
+// multiple of 4 (DeePMD-kit's "auto").
+std::vector<int64_t> auto_sel(const std::vector<const Frame*>& frames, const SpeciesMap& species, std::size_t ns,
+                              double ratio) {
+  std::vector<int64_t> most(ns, 0);
+  for (const Frame* f : frames) {
+    const Structure& st = f->structure;
+    std::vector<int64_t> counts(st.size() * ns, 0);
+    for (std::size_t e = 0; e < f->num_edges(); ++e) {
+      const auto t = static_cast<std::size_t>(species.index(st.numbers[f->neighbors[e]], st.origin));
+      const int64_t n = ++counts[static_cast<std::size_t>(f->centers[e]) * ns + t];
+      most[t] = std::max(most[t], n);
+    }
+  }
+  std::vector<int64_t> sel(ns);
+  for (std::size_t t = 0; t < ns; ++t) sel[t] = 4 * static_cast<int64_t>(std::ceil(static_cast<double>(most[t]) * ratio / 4.0 - 1e-9));
+  return sel;
+}
+
 }  // namespace
 
 BuiltModel build_se_e2_a(const ModelSpec& spec) {
@@ -147,7 +181,16 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   const auto fitting = hp.get<std::vector<int64_t>>("fitting", {240, 240, 240});
   const double neighbor_norm = hp.get<double>("neighbor_norm", 0.0);
   const bool one_side = hp.get<bool>("type_one_side", true);
-  const auto sel = hp.get<std::vector<int64_t>>("sel", {});
+  const auto sel_given = hp.get<nlohmann::json>("sel", nlohmann::json::array());
+  const bool sel_auto = auto_sel_ratio(sel_given, hp) > 0.0;
+  std::vector<int64_t> sel;
+  if (!sel_auto) {
+    try {
+      sel = sel_given.get<std::vector<int64_t>>();
+    } catch (const nlohmann::json::exception&) {
+      hp.fail("sel", "must be a count per species, \"auto\" or \"auto:R\" (got " + sel_given.dump() + ")");
+    }
+  }
   const nlohmann::json resolved = hp.finish();
   if (!(rcut_smth >= 0.0 && rcut_smth < rc)) hp.fail("rcut_smth", "must be in [0, cutoff)");
   if (embedding.empty()) hp.fail("embedding", "needs at least one layer");
@@ -160,9 +203,9 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   if (!sel.empty() && static_cast<int64_t>(sel.size()) != ns)
     hp.fail("sel", "needs one count per species (" + std::to_string(ns) + "), in the order of model.species");
   for (auto n : sel) if (n < 0) hp.fail("sel", "counts must not be negative");
-  const bool shifted = !sel.empty();
+  const bool shifted = !sel.empty() || sel_auto;   // with "auto", the counts come with the statistics
   const double sel_total = static_cast<double>(std::accumulate(sel.begin(), sel.end(), int64_t{0}));
-  if (shifted && neighbor_norm == 0.0 && sel_total == 0.0) hp.fail("sel", "sums to 0: give neighbor_norm");
+  if (!sel.empty() && neighbor_norm == 0.0 && sel_total == 0.0) hp.fail("sel", "sums to 0: give neighbor_norm");
 
   detail::ModuleBuilder b("SeE2A", torch_dtype(spec), spec.seed);
   const int64_t n_emb = one_side ? ns : ns * ns;  // embedding nets
@@ -188,11 +231,12 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   b.normal("fit_w" + out_l, {ns, last, 1}, 1.0 / std::sqrt(double(last + 1)), SpeciesAxes::species);
   b.constant("fit_b" + out_l, {ns, 1}, 0.0, SpeciesAxes::species);
   b.buffer("env_std", torch::ones({ns, 2}), SpeciesAxes::species);   // [radial, angular] per centre species, from data
-  const double norm = neighbor_norm > 0 ? neighbor_norm : shifted ? sel_total : 100.0;
-  b.buffer("inv_neighbor_norm", torch::full({1}, 1.0 / norm));
+  const double norm = neighbor_norm > 0 ? neighbor_norm : !sel.empty() ? sel_total : 100.0;
+  b.buffer("inv_neighbor_norm", torch::full({1}, 1.0 / norm, torch::kFloat64));
   if (shifted) {
     b.buffer("env_avg", torch::zeros({ns}), SpeciesAxes::species);   // radial mean per centre species, from data
-    b.buffer("env_sel", torch::tensor(sel, torch::kFloat64), SpeciesAxes::species);
+    b.buffer("env_sel", sel_auto ? torch::zeros({ns}, torch::kFloat64) : torch::tensor(sel, torch::kFloat64),
+             SpeciesAxes::species);
   }
   detail::add_energy_buffers(b, ns);
   b.float_attribute("cutoff", rc);
@@ -309,7 +353,30 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   return b.finish(src.str(), spec, "se_e2_a", 0, resolved);
 }
 
+namespace {
+
+// sel: "auto[:R]" becomes its counts from `frames`: in the metadata, env_sel and, with
+// neighbor_norm 0, the norm (their sum).
+void resolve_auto_sel(BuiltModel& model, const std::vector<const Frame*>& frames) {
+  nlohmann::json& hp = model.metadata.hyperparameters;
+  if (!hp.contains("sel") || !hp.at("sel").is_string()) return;
+  const double ratio = auto_sel_ratio(hp.at("sel"), detail::HyperParameters(hp, "se_e2_a"));
+  const std::size_t ns = model.metadata.species.size();
+  const std::vector<int64_t> sel = auto_sel(frames, SpeciesMap(model.metadata.species), ns, ratio);
+  const int64_t total = std::accumulate(sel.begin(), sel.end(), int64_t{0});
+  if (total == 0)
+    throw Error("se_e2_a: hyperparameter 'sel' \"auto\": the statistics' frames have no neighbours within the cutoff; give sel");
+  hp["sel"] = sel;
+  torch::NoGradGuard no_grad;  // setting buffers
+  model.module.attr("env_sel").toTensor().copy_(torch::tensor(sel, torch::kFloat64));
+  if (hp.at("neighbor_norm").get<double>() == 0.0)
+    model.module.attr("inv_neighbor_norm").toTensor().fill_(1.0 / static_cast<double>(total));
+}
+
+}  // namespace
+
 void fit_se_e2_a_statistics(BuiltModel& model, const std::vector<const Frame*>& frames) {
+  resolve_auto_sel(model, frames);
   // The same environment as forward() computes (kept in step with it): s = sw(r)/r.
   const double rc = model.metadata.cutoff;
   const nlohmann::json& hp = model.metadata.hyperparameters;

@@ -224,6 +224,10 @@ void Trainer::setup_model_and_statistics() {
   std::iota(first.begin(), first.end(), 0);
   std::vector<Frame> storage;
   fit_descriptor_statistics(model_, data_.train->frames(first, storage));
+  const nlohmann::json& given = config_.model.hyperparameters;
+  if (given.is_object() && given.contains("sel") && given.at("sel").is_string())
+    log(fmt::format("statistics: sel {} ({}, from the first {} training frames)", model_.metadata.hyperparameters.at("sel").dump(),
+                    given.at("sel").get<std::string>(), first.size()));
   if (config_.model.repulsion != "none") {
     fit_repulsion(model_, shortest);
     std::string radii;
