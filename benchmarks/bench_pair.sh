@@ -36,6 +36,9 @@
 # MACE (0; 1: also two MACE models at every size but 1m, random weights, rc 5 A: mace-torch's defaults but 32
 # channels and max_L 1 in float64 - bench_mace.sh's model - and 128 channels, max_L 2 in float32;
 # MACE_MODELS ("32 128") picks among them).
+# SEL (0; 1: also se_e2_a float64 with DeePMD-kit's water sel [46, 92] - the shifted environment,
+# its empty slots added by padding() - next to each float64 run, and compressed where COMPRESSED;
+# random weights and unfitted statistics, 'se_e2_a@6:{"sel":[46,92]}').
 # COMPRESSED_SCAN (1: the chunk scan runs the compressed model; needs COMPRESSED=1).
 # COMPRESSED (1: also the compressed se_e2_a, `mlip-trainer compress`, tables down to 0.3 A, next
 # to each float64 run, and in float32 where FLOAT32 runs).
@@ -85,6 +88,7 @@ PAINN_TARGET=${PAINN_TARGET:-0}
 MACE=${MACE:-0}
 MACE_MODELS=" ${MACE_MODELS:-32 128} "
 COMPRESSED=${COMPRESSED:-1}
+SEL=${SEL:-0}
 PAINN_CHUNKS=${PAINN_CHUNKS-"16 64 128 256 all"}
 REPEATS=${REPEATS:-1}
 WINDOWS=${WINDOWS:-1}
@@ -119,6 +123,7 @@ cd "$work"
 "$inputs" model se_e2_a_water64 water64.pt
 "$inputs" model se_e2_a_water32 water32.pt
 [[ $PAINN == 1 ]] && "$inputs" model painn_water64 painn64.pt
+[[ $SEL == 1 ]] && "$inputs" model 'se_e2_a@6:{"sel":[46,92]}' water64sel.pt
 [[ $PAINN_TARGET == 1 ]] && "$inputs" model painn_water32_l3 painn32f3l.pt
 if [[ $MACE == 1 ]]; then
   "$inputs" model 'mace@5:{"num_channels":32,"max_L":1,"max_ell":3,"correlation":3}' mace32ch.pt
@@ -128,6 +133,7 @@ if [[ $COMPRESSED == 1 ]]; then
   for p in 64 32; do
     "$build/bin/mlip-trainer" compress water$p.pt -o water${p}c.pt --min-distance 0.3 >&2
   done
+  if [[ $SEL == 1 ]]; then "$build/bin/mlip-trainer" compress water64sel.pt -o water64selc.pt --min-distance 0.3 >&2; fi
 fi
 [[ $SNAP == 1 ]] && cp "$snap_dir"/W_2940_2017_2.snap "$snap_dir"/W_2940_2017_2.snapcoeff "$snap_dir"/W_2940_2017_2.snapparam .
 
@@ -315,6 +321,14 @@ for size in $SIZES; do
       if [[ $COMPRESSED == 1 ]]; then
         run "mlip se_e2_a f64 compressed$on$g" "$np" in.mlip "data=water-$size.data" model=water64c.pt \
           "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
+      fi
+      if [[ $SEL == 1 ]]; then
+        run "mlip se_e2_a f64 sel$on$g" "$np" in.mlip "data=water-$size.data" model=water64sel.pt \
+          "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
+        if [[ $COMPRESSED == 1 ]]; then
+          run "mlip se_e2_a f64 sel compressed$on$g" "$np" in.mlip "data=water-$size.data" model=water64selc.pt \
+            "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
+        fi
       fi
       if [[ $FLOAT32 == 1 && " $FLOAT32_SIZES " == *" $size "* ]]; then
         run "mlip se_e2_a f32$on$g" "$np" in.mlip "data=water-$size.data" model=water32.pt \
