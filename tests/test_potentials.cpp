@@ -1884,8 +1884,8 @@ TEST(SeE2A, MatchesItsFormulasEvaluatedDirectly) {
   }
 }
 
-// sel "auto": DeePMD-kit's rule (1.1 x the most neighbours of each species a centre has, rounded up
-// to a multiple of 4) from the statistics' frames, then DeePMD-kit's statistics over all those slots.
+// sel "auto": DeePMD-kit's rule (1.1 x the most neighbours of each species a centre has, its integer
+// part rounded up to a multiple of 4) from the statistics' frames, then DeePMD-kit's statistics over all those slots.
 TEST(SeE2A, AutoSelAndItsStatistics) {
   const std::vector<Structure> structures = {sample(2), sample(3), sample(4)};
   std::vector<Frame> frames;
@@ -1923,7 +1923,7 @@ TEST(SeE2A, AutoSelAndItsStatistics) {
     BuiltModel automatic = build_model(spec);
     fit_descriptor_statistics(automatic, ptrs);
     std::vector<int64_t> want(2);
-    for (int t = 0; t < 2; ++t) want[t] = 4 * static_cast<int64_t>(std::ceil(most[t] * ratio / 4.0 - 1e-9));
+    for (int t = 0; t < 2; ++t) want[t] = 4 * ((static_cast<int64_t>(most[t] * ratio) + 3) / 4);
     EXPECT_EQ(automatic.metadata.hyperparameters.at("sel").get<std::vector<int64_t>>(), want);
     const auto buffer = [&](const BuiltModel& b, const char* name) { return b.module.attr(name).toTensor(); };
     const double slots = static_cast<double>(want[0] + want[1]);

@@ -31,7 +31,7 @@
 // keeps T_i O(1) whatever the density; 100 until statistics are fitted; with sel, 0 means sum(sel)),
 // sel ([]: no shift; one count per species: the shifted environment above; "auto" or "auto:R":
 // DeePMD-kit's rule, R (1.1) times the most neighbours of each species a centre has in the
-// statistics' frames, rounded up to a multiple of 4, set with the statistics).
+// statistics' frames, its integer part rounded up to a multiple of 4, set with the statistics).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -151,8 +151,8 @@ double auto_sel_ratio(const nlohmann::json& sel, const detail::HyperParameters& 
   hp.fail("sel", "must be a count per species, \"auto\" or \"auto:R\" with R > 0 (got \"" + text + "\")");
 }
 
-// The most neighbours of each species a centre has in `frames`, times `ratio`, rounded up to a
-// multiple of 4 (DeePMD-kit's "auto").
+// The most neighbours of each species a centre has in `frames`, times `ratio`, its integer part
+// rounded up to a multiple of 4 (DeePMD-kit's "auto").
 std::vector<int64_t> auto_sel(const std::vector<const Frame*>& frames, const SpeciesMap& species, std::size_t ns,
                               double ratio) {
   std::vector<int64_t> most(ns, 0);
@@ -166,7 +166,7 @@ std::vector<int64_t> auto_sel(const std::vector<const Frame*>& frames, const Spe
     }
   }
   std::vector<int64_t> sel(ns);
-  for (std::size_t t = 0; t < ns; ++t) sel[t] = 4 * static_cast<int64_t>(std::ceil(static_cast<double>(most[t]) * ratio / 4.0 - 1e-9));
+  for (std::size_t t = 0; t < ns; ++t) sel[t] = 4 * ((static_cast<int64_t>(static_cast<double>(most[t]) * ratio) + 3) / 4);
   return sel;
 }
 
