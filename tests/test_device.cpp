@@ -7,6 +7,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/cuda.h>
+#include <torch/jit.h>
 
 #include <ATen/Context.h>
 
@@ -32,6 +33,7 @@
 #include "mlip/model/device_memory.h"
 #include "mlip/error.h"
 #include "mlip/model/graph_capture.h"
+#include "mlip/model/host_reads.h"
 #include "mlip/model/kernel_profile.h"
 #include "mlip/model/model.h"
 #include "mlip/ops/activation.h"
@@ -1015,6 +1017,66 @@ TEST(DeviceStep, BadInputAndEmptySteps) {
   EXPECT_EQ(apart.forces.abs().sum().item<double>(), 0.0);
   EXPECT_EQ(apart.atom_energy.numel(), 2);
   EXPECT_THROW(mlip::DeviceStep(m, m.info().cutoff, /*record=*/true), mlip::Error);   // not on a GPU
+}
+
+// Its backward reads a device value back (as a recorded backward must not).
+struct ReadsBackInBackward : torch::autograd::Function<ReadsBackInBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* /*ctx*/, const torch::Tensor& x) { return x * 2.0; }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* /*ctx*/,
+                                                 torch::autograd::variable_list g) {
+    return {g[0] * g[0].sum().item<double>()};
+  }
+};
+
+// What a CUDA graph cannot record is seen on the CPU: an operator that reads a device value back
+// (an item(), nonzero, ...), directly, inside another operator, in TorchScript and in a backward,
+// named with what it ran inside; work that reads nothing back passes. ctest sets
+// MLIP_CHECK_RECORDABLE=1, so every eager run of a recorded path in these tests is watched too.
+TEST(RecordableScope, NamesAnOperatorThatReadsTheDeviceBack) {
+  if (!mlip::recordable_checks_on()) GTEST_SKIP() << "MLIP_CHECK_RECORDABLE=1 is not set (ctest sets it)";
+  const torch::Tensor x = torch::arange(6, torch::kFloat64).reshape({2, 3});
+  const auto message = [](const std::function<void()>& work) {
+    mlip::RecordableScope scope("the work");
+    work();
+    try {
+      scope.done();
+    } catch (const mlip::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message([&] { (x * 2).index_select(0, torch::tensor({1})).sum(0).cumsum(0); }), "");
+  EXPECT_NE(message([&] { (void)x.sum().item<double>(); }).find("the work reads a device value back to the host (aten::item)"),
+            std::string::npos);
+  EXPECT_NE(message([&] { (void)x.index({x > 2.0}); }).find("aten::nonzero"), std::string::npos);
+  EXPECT_NE(message([&] { (void)torch::repeat_interleave(torch::tensor({1, 2})); }).find("aten::repeat_interleave"),
+            std::string::npos);
+  EXPECT_EQ(message([&] { (void)torch::repeat_interleave(torch::tensor({1, 2}), 3); }), "");   // output size given
+  // one_hot checks its classes on the host off CUDA only, where num_classes is given
+  EXPECT_EQ(message([&] { (void)torch::one_hot(torch::tensor({0, 2}), 3); }), "");
+  EXPECT_NE(message([&] { (void)torch::one_hot(torch::tensor({0, 2})); }).find("(aten::one_hot > aten::item)"), std::string::npos)
+      << message([&] { (void)torch::one_hot(torch::tensor({0, 2})); });
+  auto cu = torch::jit::compile(R"(
+def scaled(x: Tensor) -> Tensor:
+    return x * int(x.sum())
+)");
+  EXPECT_NE(message([&] { cu->run_method("scaled", x); }).find("(scaled > aten::item)"), std::string::npos)
+      << message([&] { cu->run_method("scaled", x); });
+  // A backward (on this thread, as autograd runs CPU tensors'): named with its node.
+  const torch::Tensor w = x.clone().requires_grad_(true);
+  EXPECT_EQ(message([&] { torch::autograd::grad({(w * w).sum()}, {w}); }), "");
+  const std::string in_backward = message([&] { torch::autograd::grad({ReadsBackInBackward::apply(w).sum()}, {w}); });
+  EXPECT_NE(in_backward.find("ReadsBackInBackward"), std::string::npos) << in_backward;
+  EXPECT_NE(in_backward.find("ReadsBackInBackward> > aten::item)"), std::string::npos) << in_backward;
+  // A scope inside another watches nothing of its own; after done() nothing is watched.
+  mlip::RecordableScope outer("outer");
+  {
+    mlip::RecordableScope inner("inner");
+    (void)x.sum().item<double>();
+    EXPECT_NO_THROW(inner.done());
+  }
+  EXPECT_THROW(outer.done(), mlip::Error);
+  EXPECT_EQ(message([] {}), "");
 }
 
 // A GPU runs a kernel's elements in any order and at once, the CPU's loop in order: every device

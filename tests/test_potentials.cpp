@@ -1580,6 +1580,11 @@ TEST_P(Grouped, EqualsThePlainForward) {
         ASSERT_EQ(b.edge_grad.sizes(), a.edge_grad.sizes());
         EXPECT_LE(max_rel_difference(a.atom_energy, b.atom_energy), f32 ? 1e-5 : 1e-12) << m.info().architecture;
         EXPECT_LE(max_rel_difference(a.edge_grad, b.edge_grad), f32 ? 1e-4 : 1e-11) << m.info().architecture;
+        // on the ATen formulations, as a GPU records the call (reading nothing back: MLIP_CHECK_RECORDABLE)
+        const KernelChoiceScope aten(KernelChoice::aten);
+        const ModelOutput r = eager.evaluate(g.view);
+        EXPECT_LE(max_rel_difference(a.atom_energy, r.atom_energy), f32 ? 1e-5 : 1e-12) << m.info().architecture;
+        EXPECT_LE(max_rel_difference(a.edge_grad, r.edge_grad), f32 ? 1e-4 : 1e-11) << m.info().architecture;
       }
       // Other configurations of the same 192 water atoms fit in the first one's capacities.
       if (k == 3) first_water = eager.capacity();

@@ -14,6 +14,7 @@
 
 #include "mlip/error.h"
 #include "mlip/model/cuda_graph_recorder.h"
+#include "mlip/model/host_reads.h"
 #include "mlip/ops/operators.h"
 
 namespace mlip::trainer {
@@ -254,13 +255,14 @@ void RecordedStep::run(Run how) {
   // back each, which a recording cannot hold) are off, and their formulations those a recording
   // takes, in warm-up runs and eager steps alike (`eager` runs the recorded step unrecorded).
   const DeviceWorkRecorded as_recorded;
+  RecordableScope recordable("training.cuda_graph: the recorded training step");
   std::vector<torch::Tensor>& params = *parts_.params;
   const Prediction p = predict(*parts_.module, input_, /*create_graph=*/true, parts_.accumulate);
   torch::Tensor terms;
   const torch::Tensor loss = loss_terms(p, input_, weights_, parts_.loss, parts_.huber_delta, &terms);
   const auto grads = torch::autograd::grad({loss}, params, {}, /*retain_graph=*/false, /*create_graph=*/false,
                                            /*allow_unused=*/true);
-  if (how == Run::warm) return;
+  if (how == Run::warm) return recordable.done();
   terms_ = terms;
   set_gradients(params, grads);
   parts_.reducer->reduce(*parts_.comm);   // one rank: only the gradients of unused parameters made zeros
@@ -271,6 +273,7 @@ void RecordedStep::run(Run how) {
     throw Error("training.cuda_graph: the optimiser's state was made inside a recording (an internal error)");
   parts_.adam->launch(&lr_);
   if (!parts_.ema->empty()) update_ema(*parts_.ema, params, parts_.ema_decay);
+  recordable.done();
 }
 
 // The update half of the step (the gradient sum, clipping, Adam, EMA) run once eagerly and undone,

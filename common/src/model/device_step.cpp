@@ -15,6 +15,7 @@
 #include "mlip/model/cuda_graph_recorder.h"
 #include "mlip/error.h"
 #include "mlip/model/device_memory.h"
+#include "mlip/model/host_reads.h"
 #include "mlip/ops/operators.h"
 
 namespace mlip {
@@ -273,6 +274,7 @@ EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
 // The device's part (what a CUDA graph records): cells, edges, the model chunk by chunk, forces
 // onto the atoms.
 std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
+  RecordableScope recordable("graph device cuda_graph: the whole MD step");
   // The operators' device reads (index bounds, the compressed tables' range) off, recorded or not,
   // so that eager steps run the operators a recording runs: the indices are made in range here,
   // positions were checked finite on the host, and the shortest edge comes back with the results
@@ -312,9 +314,12 @@ std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
               b.centre_atom[k], {forces, energy, virial, node_virial});
   const torch::Tensor shortest2 = all > 0 ? vectors.square().sum(1).amin().view({1})
                                           : torch::full({1}, INFINITY, vectors.options());
-  return {torch::cat({forces.narrow(0, 0, b.atoms).flatten(), energy.narrow(0, 0, b.atoms), virial, shortest2,
-                      counts.totals.flatten().to(torch::kFloat64)}),
-          atom_virial ? node_virial.narrow(0, 0, b.atoms) : torch::Tensor()};
+  std::pair<torch::Tensor, torch::Tensor> out{
+      torch::cat({forces.narrow(0, 0, b.atoms).flatten(), energy.narrow(0, 0, b.atoms), virial, shortest2,
+                  counts.totals.flatten().to(torch::kFloat64)}),
+      atom_virial ? node_virial.narrow(0, 0, b.atoms) : torch::Tensor()};
+  recordable.done();
+  return out;
 }
 
 // One chunk's model call and forces, added to the step's sums (their memory free for the next).

@@ -5,6 +5,7 @@
 
 #include "mlip/model/cuda_graph_recorder.h"
 #include "mlip/error.h"
+#include "mlip/model/host_reads.h"
 #include "model_internal.h"
 
 namespace mlip {
@@ -62,7 +63,10 @@ ModelOutput GraphCapture::evaluate(const GraphView& graph) {
     // Unrecorded (eager), as a recording would run it: the operators' device value checks off
     // (group_graph checked the indices), and on a GPU their ATen formulations.
     const DeviceWorkRecorded as_recorded;
-    return evaluate_grouped(*model_, grouped_, graph.n_centers, true);
+    RecordableScope recordable("cuda_graph: the recorded model call");
+    ModelOutput out = evaluate_grouped(*model_, grouped_, graph.n_centers, true);
+    recordable.done();
+    return out;
   }
   if (grown || !recorded_) {
     recorded_ = false;
