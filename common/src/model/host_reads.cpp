@@ -104,23 +104,21 @@ RecordableScope::RecordableScope(const char* what) {
   current = watch_.get();
 }
 
-RecordableScope::~RecordableScope() {
-  if (!watch_) return;
-  at::removeCallback(watch_->handle);
-  current = nullptr;
-}
+RecordableScope::~RecordableScope() { stop(); }
 
-std::string RecordableScope::first_host_read() const { return watch_ ? watch_->first : std::string(); }
-
-void RecordableScope::done() {
+void RecordableScope::stop() noexcept {
   if (!watch_) return;
-  const std::string first = watch_->first;
-  const char* what = watch_->what;
   at::removeCallback(watch_->handle);
   current = nullptr;
   watch_.reset();
+}
+
+void RecordableScope::done() {
+  if (!watch_) return;
+  const std::string first = watch_->first, what = watch_->what;
+  stop();
   if (!first.empty())
-    throw Error(std::string(what) + " reads a device value back to the host (" + first +
+    throw Error(what + " reads a device value back to the host (" + first +
                 "), which waits for the GPU: a CUDA graph cannot record it (MLIP_CHECK_RECORDABLE=1; a defect of mlip)");
 }
 

@@ -8,8 +8,9 @@
 // RecordFunction callbacks: autograd's backward of CPU tensors runs there too) and, with
 // MLIP_CHECK_RECORDABLE=1 in the environment (ctest sets it), done() throws an mlip::Error naming
 // the first such operator and those it ran inside: the defect a GPU reports only when it records.
-// Not seen: copies to the host (.cpu(), .to()), which are no copies on the CPU, and reads that a
-// CPU kernel makes where its GPU kernel would not (none is exempted: each is named).
+// Not seen: copies to the host (.cpu(), .to()), which are no copies on the CPU, and reads of
+// CUDA-only branches. Reads that a CPU kernel makes where its CUDA kernel does not (one_hot with
+// num_classes, the fused Adam) are not counted: host_reads.cpp names them.
 #pragma once
 
 #include <memory>
@@ -29,15 +30,13 @@ class RecordableScope {
   RecordableScope(const RecordableScope&) = delete;
   RecordableScope& operator=(const RecordableScope&) = delete;
 
-  /// The first operator that read the device back since the scope began, with those it ran inside
-  /// ("" if none, or if the scope watches nothing).
-  std::string first_host_read() const;
   /// Throws mlip::Error if an operator read the device back (the watch ends either way).
   void done();
 
   struct Watch;   // host_reads.cpp's
 
  private:
+  void stop() noexcept;
   std::unique_ptr<Watch> watch_;   // null: watching nothing
 };
 
