@@ -47,6 +47,8 @@ set(lammps_args
   -DPKG_PLUGIN=on
   -DPKG_MOLECULE=on
   -DPKG_ML-SNAP=on
+  # mlip's core as this project compiled it (common/CMakeLists.txt: not compiled a second time)
+  -DMLIP_PREBUILT_OBJECTS=${PROJECT_BINARY_DIR}/mlip-objects.cmake
 )
 # The same LibTorch as the rest of mlip (cmake/MlipTorch.cmake); both settings are passed, one
 # empty, so that a switch replaces what the sub-build cached.
@@ -121,6 +123,7 @@ ExternalProject_Add(lammps
   BINARY_DIR ${MLIP_LAMMPS_BINARY_DIR}
   CMAKE_GENERATOR ${CMAKE_GENERATOR}
   CMAKE_ARGS ${lammps_args}
+  DEPENDS mlip_core mlip_model
   LIST_SEPARATOR |
   BUILD_COMMAND ${CMAKE_COMMAND} --build ${MLIP_LAMMPS_BINARY_DIR} --target ${lammps_targets} -j ${MLIP_LAMMPS_JOBS}
   BUILD_ALWAYS ON

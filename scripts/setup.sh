@@ -6,7 +6,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${MLIP_BUILD_DIR:-$here/build}"
 echo "== [1/3] dependencies"
 "$here/scripts/install-deps.sh"
-echo "== [2/3] build (LAMMPS takes ~6 min on 2 cores the first time; ccache makes rebuilds fast)"
+echo "== [2/3] build (mlip and LAMMPS: most of a first set-up, docs/benchmarks.md; ccache makes rebuilds fast)"
 "$here/scripts/build.sh"
 echo "== [3/3] check"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
