@@ -430,7 +430,8 @@ stage_pair_np2() { pair_tests 2; }
 # The dry run's training data: the first of the water example's three systems (80 frames), 32 of
 # them trained on and 48 held out; the 288 frames held out of all 320 took most of each run's
 # time in validation.
-dry_water=(--set "data.train=[{path: $repo/data/water-deepmd/data_0}]" --set data.validation_fraction=0.6)
+dry_water_system=$repo/data/water-deepmd/data_0 dry_holdout=(--set data.validation_fraction=0.6)
+dry_water=(--set "data.train=[{path: $dry_water_system}]" "${dry_holdout[@]}")
 stage_train() {
   local b rate memory rc=0 device=cuda extra=()
   # dry run: the CPU and 32 frames (dry_water) so that it takes seconds
@@ -787,7 +788,7 @@ stream_run() {
   local name=$1 seconds=$2 device=$3 data=$4 core=${5:-} pin=() extra=()
   # dry run: 32 of the 80 frames of the first water system (the rest held out; dry_water), so
   # that a run of seconds has epochs
-  [[ $dry == 1 ]] && extra=(--set data.validation_fraction=0.6)
+  [[ $dry == 1 ]] && extra=("${dry_holdout[@]}")
   [[ -n $core ]] && pin=("$py" -c 'import os, sys
 os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[int(sys.argv[1])]})
 os.execvp(sys.argv[2], sys.argv[2:])' "$core")
@@ -824,7 +825,7 @@ stage_stream() {
   pairs=$((cores / 2 < 4 ? cores / 2 : 4))
   ((pairs < 1)) && pairs=1
   local water=$repo/data/water-deepmd
-  [[ $dry == 1 ]] && seconds=10 gpu_seconds=5 device=cpu pairs=1 water=$repo/data/water-deepmd/data_0
+  [[ $dry == 1 ]] && seconds=10 gpu_seconds=5 device=cpu pairs=1 water=$dry_water_system
   mkdir -p "$build/stream"
   rm -rf "$build/stream/water.pack"
   run_logged stream-pack 60 "$build/bin/mlip-trainer" pack "$water" -o "$build/stream/water.pack" || return 1
