@@ -1147,7 +1147,8 @@ TEST(DeviceKernels, ResultsDoNotDependOnTheElementsOrder) {
 // The recorded step (one CUDA graph: cells, edges, model, forces) on the GPU against the eager step
 // on the CPU, float64, plain and compressed se_e2_a (its atoms spread to stay within the tables), with
 // the operators' device kernels (the step's choice on a GPU) and their ATen formulations: moved atoms
-// replay the recording; more atoms and a denser box record anew.
+// replay the recording, also after a step with per-atom virials (unrecorded); more atoms and a denser
+// box record anew.
 TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
   if (const std::string why = mlip::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const mlip::testing::TempDir dir("mlip_test_device_step_gpu");
@@ -1161,10 +1162,22 @@ TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
       for (double& v : a.x) v *= s * squeeze;
       return a;
     };
-    const std::vector<std::pair<const char*, Atoms>> steps = {{"first", atoms(3000, 30.0, 9, 1.0)},
-                                                              {"again", atoms(3000, 30.0, 9, 1.0)},
-                                                              {"more atoms", atoms(4000, 33.0, 10, 1.0)},
-                                                              {"denser", atoms(3000, 30.0, 9, 0.9)}};
+    // The first atoms each moved by up to 0.01 Å along each axis: within the recording's capacities,
+    // so a replay must read the new positions (a stale input or a value fixed at recording would
+    // give the first step's results).
+    const auto moved = [&](unsigned seed) {
+      Atoms a = atoms(3000, 30.0, 9, 1.0);
+      std::mt19937 rng(seed);
+      std::uniform_real_distribution<double> u(-0.01, 0.01);
+      for (double& v : a.x) v += u(rng);
+      return a;
+    };
+    // Steps: a name, the atoms, and whether per-atom virials are asked (a dump step: run unrecorded
+    // between two replays, which must still replay the recording).
+    const std::vector<std::tuple<const char*, Atoms, bool>> steps = {
+        {"first", atoms(3000, 30.0, 9, 1.0), false}, {"moved", moved(1), false},
+        {"per-atom virials", moved(2), true},        {"moved after it", moved(3), false},
+        {"more atoms", atoms(4000, 33.0, 10, 1.0), false}, {"denser", atoms(3000, 30.0, 9, 0.9), false}};
     mlip::DeviceStep eager(cpu, cpu.info().cutoff, false);
     // Device kernels (in one chunk and in chunks of at most 700 local atoms) and ATen formulations.
     for (const auto& [choice, chunk] : {std::pair{mlip::KernelChoice::usual, int64_t{0}},
@@ -1177,12 +1190,13 @@ TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
       int64_t told = 0;   // before_recording's calls: one before each recording
       recorded.before_recording([&] { ++told; });
       std::vector<int64_t> recordings;
-      for (const auto& [step, a] : steps) {
+      for (const auto& [step, a, per_atom] : steps) {
         const int64_t n = static_cast<int64_t>(a.species.size()), n_local = n * 2 / 3;
-        const mlip::StepOutput c = eager.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, false);
-        const mlip::StepOutput g = recorded.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, false, chunk);
+        const mlip::StepOutput c = eager.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, per_atom);
+        const mlip::StepOutput g = recorded.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, per_atom, chunk);
         const double de = relative(g.atom_energy, c.atom_energy), df = relative(g.forces, c.forces),
                      dv = relative(g.virial, c.virial);
+        if (per_atom) EXPECT_LE(relative(g.atom_virial, c.atom_virial), 1e-10) << what << ", " << step;
         std::printf("device step (%s, %s): %lld atoms, %lld edges, recorded %lld time(s), %lld repeat(s); relative "
                     "difference GPU vs CPU: energies %.3g, forces %.3g, virial %.3g\n",
                     what.c_str(), step, static_cast<long long>(n), static_cast<long long>(g.n_edges),
@@ -1199,14 +1213,14 @@ TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
                   what.c_str(), static_cast<double>(recorded.memory().bytes) / (1 << 20),
                   static_cast<long long>(recorded.memory().centres), static_cast<long long>(recorded.memory().edges));
       EXPECT_EQ(recordings[0], 1) << what;
-      EXPECT_EQ(recordings[1], 1) << what << ": the same atoms were recorded anew";
-      EXPECT_GT(recordings[3], recordings[1]) << what;
+      EXPECT_EQ(recordings[3], 1) << what << ": moved atoms (and a dump step) were recorded anew";
+      EXPECT_GT(recordings[5], recordings[3]) << what;
       EXPECT_EQ(told, recorded.recordings()) << what;
       EXPECT_EQ(recorded.measurements(), recorded.recordings()) << what;
       // The same step eager on the GPU ('cuda_graph eager'): its first step at each capacity
       // measured as a recording is, so that the pair style can size it.
       mlip::DeviceStep unrecorded(gpu, gpu.info().cutoff, false);
-      const Atoms& a = steps[0].second;
+      const Atoms& a = std::get<1>(steps[0]);
       const int64_t n = static_cast<int64_t>(a.species.size());
       for (int k = 0; k < 2; ++k) unrecorded.evaluate(a.x.data(), 1.0, a.species.data(), n, n * 2 / 3, false, chunk);
       EXPECT_EQ(unrecorded.measurements(), 1 + unrecorded.repeats()) << what;   // one per capacity

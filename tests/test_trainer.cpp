@@ -1082,8 +1082,8 @@ TEST(TrainingGpu, ResumeDataPathsAndCpuAgreement) {
 }
 
 // training.cuda_graph true on a GPU: the recorded step's replays follow the same step run eagerly
-// (the code path the CPU tests check), a run stopped and resumed (recorded anew) follows the run
-// without a stop, batches copied from the host follow those gathered from the frame bank (the
+// (the code path the CPU tests check), a run stopped and resumed (recorded anew at the capacities its
+// checkpoint kept) ends bitwise as the run without a stop, batches copied from the host follow those gathered from the frame bank (the
 // frames on the GPU), and all stay within rounding of the plain grouped step (the recorded step
 // reads the learning rate as float32).
 TEST(TrainingGpu, RecordedStepFollowsTheEagerStep) {
@@ -1115,7 +1115,8 @@ TEST(TrainingGpu, RecordedStepFollowsTheEagerStep) {
     const double scale = plain[i].abs().max().item<double>();
     EXPECT_LE((recorded[i] - eager[i]).abs().max().item<double>(), 1e-12 * scale) << "recorded vs eager, parameter " << i;
     EXPECT_LE((recorded[i] - host[i]).abs().max().item<double>(), 1e-12 * scale) << "bank vs host batches, parameter " << i;
-    EXPECT_LE((recorded[i] - resumed[i]).abs().max().item<double>(), 1e-12 * scale) << "resumed, parameter " << i;
+    // the resumed run pads to the capacities its checkpoint kept: the same shapes, the same bits
+    EXPECT_TRUE(torch::equal(recorded[i], resumed[i])) << "resumed, parameter " << i;
     EXPECT_LE((recorded[i] - plain[i]).abs().max().item<double>(), 1e-6 * scale) << "recorded vs plain, parameter " << i;
   }
 }
@@ -2218,6 +2219,42 @@ TEST(Training, RecordedStepTrainsAsThePlainStep) {
     c.model.architecture = "painn";
     c.model.hyperparameters = {{"features", 4}, {"layers", 2}, {"radial_basis", 4}};
   }, "training.cuda_graph needs a model with forward_grouped()");
+}
+
+// training.cuda_graph: a run stopped and resumed pads its batches to the capacities the checkpoint
+// kept (state.json's batch_capacity), not to ones grown anew from the first batches after it, so that
+// it ends bitwise as the run that was not stopped (eager here, as on a GPU the recorded step: other
+// padded shapes give the matrix products' sums another rounding).
+TEST(Checkpoint, RecordedStepResumesAtItsCapacities) {
+  TempDir dir("mlip_test_recorded_resume");
+  SerialCommunicator comm;
+  const auto config = [&](const std::string& out) {
+    Config c = read_config(tiny_config(dir, (dir.path / out).string(), 3));
+    c.cuda_graph = "eager";
+    c.fused = "true";
+    c.grad_clip = 0.05;
+    return c;
+  };
+  Trainer full(config("full"), "", comm);
+  full.run(false);
+  Trainer first(config("split"), "", comm);
+  first.run(false, /*stop_after_epochs=*/2);
+  const auto saved = nlohmann::json::parse(std::ifstream(dir.path / "split" / "checkpoints" / "epoch-000002" / "state.json"));
+  ASSERT_TRUE(saved.contains("batch_capacity"));
+  EXPECT_EQ(saved["batch_capacity"]["frames"].get<int64_t>(), first.step_capacity()->frames);
+  EXPECT_EQ(saved["batch_capacity"]["edges"].get<std::vector<int64_t>>(), first.step_capacity()->edges);
+  Trainer resumed(config("split"), "", comm);
+  ::testing::internal::CaptureStdout();
+  resumed.run(true);
+  const std::string printed = ::testing::internal::GetCapturedStdout();
+  // The checkpoint's capacities hold every batch of the last epoch: the resumed step never grows.
+  EXPECT_EQ(printed.find("training.cuda_graph: step"), std::string::npos) << printed;
+  ASSERT_NE(resumed.step_capacity(), nullptr);
+  EXPECT_TRUE(*resumed.step_capacity() == *full.step_capacity());
+  const auto a = checkpoint_parameters(dir.path / "full" / "checkpoints" / "epoch-000003");
+  const auto b = checkpoint_parameters(dir.path / "split" / "checkpoints" / "epoch-000003");
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "parameter " << i;
 }
 
 }  // namespace

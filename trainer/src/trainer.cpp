@@ -353,6 +353,8 @@ void Trainer::choose_recording() {
           : "training: each step as the recorded one, run eagerly (training.cuda_graph eager)");
 }
 
+const BatchCapacity* Trainer::step_capacity() const { return recorded_ ? &recorded_->capacity() : nullptr; }
+
 // Training frames `part` made ready for the recorded step for the capacity `expected` (grown by
 // them): gathered from the frame bank, or built, grouped and padded on the host (any thread).
 ReadyBatch Trainer::ready_batch(const std::vector<int64_t>& part, const BatchCapacity& expected) const {

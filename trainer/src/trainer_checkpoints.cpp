@@ -12,6 +12,7 @@
 #include "checkpoint.h"
 #include "mlip/error.h"
 #include "mlip/data/file_io.h"
+#include "recorded_step.h"
 #include "training.h"
 
 namespace mlip::trainer {
@@ -66,7 +67,12 @@ void Trainer::save_checkpoint(bool best) {
                              {"metadata", model_.metadata.to_json()},
                              {"model_settings", model_settings(config_)},
                              {"config", config_text_}};
-  ck::write_file(tmp / "state.json", st.dump(2));
+  nlohmann::json state = st;
+  if (recorded_) {   // training.cuda_graph: the padded shapes the next step takes (restore_capacity)
+    const BatchCapacity& c = recorded_->capacity();
+    state["batch_capacity"] = {{"frames", c.frames}, {"centers", c.centers}, {"edges", c.edges}, {"virial", c.virial}};
+  }
+  ck::write_file(tmp / "state.json", state.dump(2));
   ck::fault_point("state.json", -1);
   ck::seal(tmp);
   ck::fault_point("sealed", -1);
@@ -172,6 +178,25 @@ void Trainer::load_checkpoint(const std::string& dir) {
   }
   state_.epoch_sums = st.value("epoch_sums", std::vector<double>{});
   schedule_->restore(st.contains("schedule") ? st["schedule"] : nlohmann::json());
+  if (recorded_ && st.contains("batch_capacity")) restore_capacity(st["batch_capacity"], dir);
+}
+
+// training.cuda_graph: the recorded step resumes at the capacities it had when the checkpoint was
+// written, so that its batches are padded to the same shapes as in the run that was not stopped
+// (the matrix products' sums run over the padded rows: other shapes, other rounding). A checkpoint
+// of another grouping (other species or nets) is not used, saying so.
+void Trainer::restore_capacity(const nlohmann::json& saved, const std::string& dir) {
+  BatchCapacity c;
+  c.frames = saved.at("frames").get<int64_t>();
+  c.centers = saved.at("centers").get<std::vector<int64_t>>();
+  c.edges = saved.at("edges").get<std::vector<int64_t>>();
+  c.virial = saved.at("virial").get<bool>();
+  const auto species = static_cast<std::size_t>(grouping_->n_species);
+  if (c.centers.size() != species || c.edges.size() != (grouping_->pair_nets ? species * species : species)) {
+    log(dir + ": its recorded step's capacities are of another grouping; the step grows its own from the batches");
+    return;
+  }
+  recorded_->reserve(c);
 }
 
 std::string Trainer::newest_intact_checkpoint() {

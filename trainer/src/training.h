@@ -322,6 +322,8 @@ class Trainer {
   const StepTimes& last_epoch_times() const { return times_; }
   BuiltModel& model() { return model_; }
   const torch::Device& device() const { return device_; }
+  /// training.cuda_graph: the recorded step's capacities (nullptr without it).
+  const BatchCapacity* step_capacity() const;
 
  private:
   void setup_device();
@@ -355,6 +357,7 @@ class Trainer {
   void save_checkpoint(bool best);
   void update_best(const std::filesystem::path& epoch_dir);
   void load_checkpoint(const std::string& dir);
+  void restore_capacity(const nlohmann::json& saved, const std::string& dir);
   std::string newest_intact_checkpoint();
   void repair_after_resume(const std::string& resumed_from);
   void trim_metrics() const;
