@@ -368,5 +368,8 @@ if has_part accuracy; then
 fi
 
 echo "== results: $results" >&2
-for t in train md memory accuracy; do [[ -f $results/$t.tsv ]] && column -t "$results/$t.tsv" >&2; done
+# (column is util-linux's: a machine without it gets the tab-separated rows as they are)
+for t in train md memory accuracy; do
+  [[ -f $results/$t.tsv ]] && { column -t "$results/$t.tsv" 2>/dev/null || cat "$results/$t.tsv"; } >&2
+done
 (( ${md_failed:-0} == 0 )) || { echo "bench_mace: an MD run failed (its row says so)" >&2; exit 1; }

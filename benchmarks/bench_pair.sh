@@ -16,7 +16,7 @@
 # scatter; us/atom-step averaged over ranks), the peak resident memory of the largest rank (the
 # largest ru_maxrss among mpirun's descendants, as GNU time's %M reports it, read with python3's
 # getrusage: benchmarks/peak_rss.py; "-" without python3) and, with DEVICE, the peak GPU memory
-# in use (nvidia-smi sampled every 100 ms; "-" without it). A run that fails gives a row saying so
+# in use (nvidia-smi sampled every 100 ms, less what was in use before the run; "-" without it). A run that fails gives a row saying so
 # with LAMMPS's ERROR line, and the script goes on; it exits 1 at the end if any run failed.
 #
 # Environment: SIZES ("1k 10k 100k"), RANKS ("1 2"), CHUNKS ("64 256 1024 4096": scanned on the
@@ -206,6 +206,11 @@ run() {
   echo "  $label, $np rank(s) ..." >&2
   local rss=() rc=0
   command -v python3 >/dev/null && rss=(python3 "$src/benchmarks/peak_rss.py" "$log.time")
+  # what the GPU had in use before the run (another process's, as gpu-check.sh's md_1m holds the
+  # memory beyond an 80 GB card's) is not the run's
+  local gpu_base=0
+  [[ -n $DEVICE ]] && command -v nvidia-smi >/dev/null &&
+    gpu_base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9)
   gpu_sampler "$log.gpu" &
   local sampler=$!
   local bind=()
@@ -218,7 +223,7 @@ run() {
   if [[ -n $LOGS ]]; then cp "$log" "$LOGS/" 2>/dev/null || true; fi
   keep_log "$log" "$(basename "$log")-r$rep"
   local gpu_mib=""
-  [[ -s $log.gpu ]] && gpu_mib=$(sort -n "$log.gpu" | tail -1)
+  [[ -s $log.gpu ]] && gpu_mib=$(($(sort -n "$log.gpu" | tail -1 | tr -dc 0-9) - ${gpu_base:-0}))
   if ((rc != 0)); then
     failed=1
     echo "bench_pair.sh: $label on $np rank(s) failed: $(grep -m1 'ERROR' "$log" || tail -n1 "$log")" >&2
