@@ -19,9 +19,11 @@
 
    With 'device cuda' (or auto, when a GPU is visible) the model runs on the rank's GPU (the
    node-local rank modulo the visible GPUs, mlip/model/device.h): the graph is built on the host and
-   copied once per model call, energies and edge gradients come back once, and by default all
-   local atoms are one chunk, so that is once per step. 'cuda_graph yes' records that call as a
-   CUDA graph, on a graph grouped and padded to static sizes (mlip/model/graph_capture.h), and replays it.
+   copied once per model call, energies and edge gradients come back once, and by default the
+   calls are sized by the GPU's free memory (all local atoms in one where they fit, so once per
+   step). 'cuda_graph yes' records that call as a CUDA graph, on a graph grouped and padded to
+   static sizes (mlip/model/graph_capture.h), and replays it for each call (the chunks of a step
+   share the recording, padded to the largest).
 ------------------------------------------------------------------------- */
 
 #include "pair_mlip.h"
@@ -229,7 +231,7 @@ void PairMLIP::settings(int narg, char **arg)
     options.exchange = mlip_pair::Options::Exchange::no;
   impl->exchange.init(options.exchange, *impl->model, model_file, committee_size() > 1,
                       kokkosable && execution_space == Device);
-  init_cuda_graph(one_call, chunk_given);
+  init_cuda_graph(one_call);
   init_device_graph();
   impl->step_chunk = chunk_given ? options.chunk : 0;
   if (!chunk_given) options.chunk = options.device_graph ? default_chunk_gpu : default_chunk(one_call);
@@ -284,8 +286,9 @@ std::string PairMLIP::load_models(const std::vector<std::string> &files)
 }
 
 // On a GPU without 'chunk': calls sized by the free memory, where the memory can be known
-// (libmlip_cuda_ops.so), the model call is not recorded as a CUDA graph (one call of all local atoms)
-// and the model is not exchanging ghost features (its chunks are its own). A committee's other
+// (libmlip_cuda_ops.so) and the model is not exchanging ghost features (its chunks are its own);
+// with 'cuda_graph yes' the recording is made at the size of the calls, and made again smaller
+// when one runs out of memory (GraphCapture forgets a failed call's capacity). A committee's other
 // models run in the first model's calls on the steps that report the deviation, whose calls are
 // measured and sized apart (evaluate_chunk).
 void PairMLIP::init_sizer(bool wanted)
@@ -299,7 +302,7 @@ void PairMLIP::init_sizer(bool wanted)
   const torch::Device device = impl->model->device();
   impl->gpu_sharing = ranks_sharing_gpu(world, device.is_cuda() ? mlip::gpu_bus_id(std::max<int>(device.index(), 0)) : "",
                                         device.is_cuda() ? mlip::cuda_device_count() : 1);
-  if (!wanted || (options.cuda_graph && !impl->step) || exchanging() || !mlip::device_memory(device))
+  if (!wanted || exchanging() || !mlip::device_memory(device))
     return;
   impl->sizers[0] = std::make_unique<mlip::ChunkSizer>();
   if (committee_size() > 1) impl->sizers[1] = std::make_unique<mlip::ChunkSizer>();
@@ -893,11 +896,11 @@ void PairMLIP::close_atoms_error(int i, int j, double r)
 }
 
 /* ----------------------------------------------------------------------
-   init_cuda_graph: 'cuda_graph yes' needs the model on a GPU, one model call per step, a model
+   init_cuda_graph: 'cuda_graph yes' needs the model on a GPU, a model
    with static shapes (forward_grouped) and the plain (not Kokkos) style
 ------------------------------------------------------------------------- */
 
-void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
+void PairMLIP::init_cuda_graph(bool one_call)
 {
   impl->capture.reset();
   impl->step.reset();
@@ -906,9 +909,6 @@ void PairMLIP::init_cuda_graph(bool one_call, bool chunk_given)
   if (kokkosable) error->all(FLERR, "pair_style mlip: cuda_graph yes is for pair_style mlip, not its Kokkos variant");
   if (record && !one_call)   // this rank's device: one rank may have fallen back to the CPU
     error->one(FLERR, "pair_style mlip: cuda_graph yes needs the model on a GPU ('device cuda')");
-  if (chunk_given && !options.device_graph)
-    error->all(FLERR, "pair_style mlip: cuda_graph yes records one model call with all local atoms: drop 'chunk' "
-                      "(or add 'graph device': the whole step recorded, its model calls in chunks)");
   if (exchanging()) error->all(FLERR, "pair_style mlip: cuda_graph yes cannot record the ghost exchange");
   if (options.device_graph) {
     guarded(error, true, "cuda_graph with graph device",

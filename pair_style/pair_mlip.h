@@ -125,7 +125,7 @@ class PairMLIP : public Pair {
                         const mlip::EdgeForces &forces);
   void end_deviation();
 
-  void init_cuda_graph(bool one_call, bool chunk_given);
+  void init_cuda_graph(bool one_call);
   // Message passing by per-layer ghost exchange (pair_mlip_exchange.cpp): a one-cutoff ghost
   // shell, features forward-communicated between layers, their gradients reverse-communicated.
   void compute_exchanging();

@@ -54,9 +54,10 @@ const std::vector<Keyword> &keywords()
   static const std::vector<Keyword> table = {
       {"chunk", "N",
        "64 (local models), 1024 (compressed se_e2_a), 128 (message passing, ghost exchange or halo); on a GPU sized "
-       "by the free memory ([gpu.md](gpu.md)), all local atoms with `cuda_graph yes` or the ghost exchange (with "
-       "`graph device cuda_graph yes`: all in the first recording, then sized by the free memory from what it "
-       "took); with `graph device` on the CPU, all local atoms",
+       "by the free memory ([gpu.md](gpu.md)), with `cuda_graph yes` too (recorded at the calls' size, and again "
+       "smaller when a recording runs out of memory; with `graph device cuda_graph yes`: all in the first "
+       "recording, then sized by the free memory from what it took), all local atoms with the ghost exchange; "
+       "with `graph device` on the CPU, all local atoms",
        "most local atoms per model call: bounds the memory of a call", false,
        [](const std::string &v, Options &o) { o.chunk = positive_int("chunk", v); }},
       {"head", "NAME", "the file's (`head`)",
@@ -84,8 +85,10 @@ const std::vector<Keyword> &keywords()
        "with `device cuda`: record the model call (forward and forces) as a CUDA graph and replay it each step, on a "
        "graph grouped and padded to static sizes (+10%, multiples of 32; recorded anew when outgrown); with "
        "`graph device` the whole step (cell list, edges, model, forces) as one. se_e2_a models (plain or compressed), "
-       "and message-passing models' (PaiNN, MACE) model call with its halo (`exchange no`; not their whole step); not with the ghost exchange or `mlip/kk`, nor with `chunk` unless `graph device` (then the recorded "
-       "step makes its model calls in chunks). `eager`: the same padded path run without "
+       "and message-passing models' (PaiNN, MACE) model call with its halo (`exchange no`; not their whole step); "
+       "not with the ghost exchange or `mlip/kk`. Several calls a step (`chunk`, or calls sized by the free memory) "
+       "replay one recording, padded to the largest; with `graph device` the recorded step makes its model calls in "
+       "chunks. `eager`: the same padded path run without "
        "recording, on any device (to tell a recording's fault from the model's)",
        false,
        [](const std::string &v, Options &o) {

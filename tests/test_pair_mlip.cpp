@@ -1243,12 +1243,13 @@ TEST(PairMLIP, DeviceGraphEqualsTheHostGraph) {
 // 'cuda_graph eager': the padded paths a CUDA graph records, run without recording (here on the
 // CPU): with 'graph device' the whole step (mlip/model/device_step.h: cells, edges grouped by net,
 // model, forces onto the atoms), else the model call on the grouped graph; both equal the host
-// graph's step, over a few steps of MD with per-atom energies and virials; PaiNN's and MACE's model
-// call too (message passing, the halo in the grouped graph), but not their whole step: an error says so.
+// graph's step, over a few steps of MD with per-atom energies and virials, in one call a step and in
+// calls of at most 'chunk' atoms; PaiNN's and MACE's model call too (message passing, the halo in the
+// grouped graph), but not their whole step: an error says so.
 TEST(PairMLIP, CudaGraphEagerEqualsTheHostGraph) {
   // The whole step in one chunk and in chunks of at most 25 local atoms (several per rank).
   for (const std::string keywords : {" graph device cuda_graph eager", " graph device cuda_graph eager chunk 25",
-                                     " cuda_graph eager"}) {
+                                     " cuda_graph eager", " cuda_graph eager chunk 25"}) {
     for (const auto& [model, setup, coeff] :
          {std::tuple{model_path("se_e2_a"), water_setup(80, 60), "* * O H H"},
           std::tuple{model_path("se_e2_a_md_compressed"), ta_setup, "* * O"},
@@ -1269,10 +1270,12 @@ TEST(PairMLIP, CudaGraphEagerEqualsTheHostGraph) {
     const Snapshot eager = snapshot(false, water_setup(80, 60), pair_style + " cuda_graph eager\npair_coeff * * O H H", 3);
     expect_same_run(eager, host, 1e-10, true);
   }
+  // In calls of at most 25 local atoms, each with its halo, through the one grouped capacity.
+  const std::string painn_chunks = "pair_style mlip " + model_path("painn") + " exchange no";
+  expect_same_run(snapshot(false, water_setup(80, 60), painn_chunks + " cuda_graph eager chunk 25\npair_coeff * * O H H", 3),
+                  snapshot(false, water_setup(80, 60), painn_chunks + "\npair_coeff * * O H H", 3), 1e-10, true);
   const std::string painn = error_of("pair_style mlip " + model_path("painn") + " graph device cuda_graph eager", "* * O H H");
   EXPECT_NE(painn.find("is built for local models (se_e2_a)"), std::string::npos) << painn;
-  const std::string chunked = error_of("pair_style mlip " + model_path("se_e2_a") + " cuda_graph eager chunk 25", "* * O H H");
-  EXPECT_NE(chunked.find("or add 'graph device'"), std::string::npos) << chunked;
   const std::string value = error_of("pair_style mlip " + model_path("se_e2_a") + " cuda_graph maybe", "* * O H H");
   EXPECT_NE(value.find("keyword 'cuda_graph' must be 'yes', 'no' or 'eager', not 'maybe'"), std::string::npos) << value;
 }
@@ -1392,6 +1395,19 @@ TEST_F(PairMLIPGpu, CudaGraphMatchesCpu) {
   expect_gpu_matches(water_setup(80, 52), model_path("painn"), "* * O H H", 3, 1e-8, " exchange no cuda_graph yes");
   expect_gpu_matches(water_setup(80, 52), model_path("mace"), "* * O H H", 3, 1e-8, " exchange no cuda_graph yes");
   expect_gpu_matches(water_setup(80, 52), model_path("mace_heads") + " head c", "* * O H H", 3, 1e-8,
+                     " exchange no cuda_graph yes");
+}
+
+// 'cuda_graph yes' in several calls a step, which share one recording (padded to the largest):
+// of at most 'chunk' atoms, and without 'chunk' sized by the free memory (1200 local atoms: a first
+// call of 1024 recorded, the rest replayed in it, then all of them in one, recorded anew).
+TEST_F(PairMLIPGpu, CudaGraphInChunksMatchesCpu) {
+  expect_gpu_matches(water_setup(80, 52), model_path("se_e2_a") + " chunk 25", "* * O H H", 3, 1e-8, " cuda_graph yes");
+  expect_gpu_matches(water_setup(150, 58) + "replicate 2 2 2\n", model_path("se_e2_a"), "* * O H H", 3, 1e-8,
+                     " cuda_graph yes");
+  expect_gpu_matches(water_setup(80, 52), model_path("painn") + " chunk 25", "* * O H H", 3, 1e-8,
+                     " exchange no cuda_graph yes");
+  expect_gpu_matches(water_setup(150, 59) + "replicate 2 2 2\n", model_path("painn"), "* * O H H", 3, 1e-8,
                      " exchange no cuda_graph yes");
 }
 

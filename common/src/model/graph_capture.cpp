@@ -58,6 +58,21 @@ void GraphCapture::record() {
 }
 
 ModelOutput GraphCapture::evaluate(const GraphView& graph) {
+  try {
+    return attempt(graph);
+  } catch (...) {
+    // Nothing half-made is kept (a recording or inputs that ran out of GPU memory): the next call,
+    // smaller where the caller splits it (the pair style's sizer), records at its own size.
+    output_ = ModelOutput{};
+    input_ = ModelInput{};
+    capacity_ = GroupCapacity{};
+    recorded_ = false;
+    if (recorder_) recorder_->drop_quietly();
+    throw;
+  }
+}
+
+ModelOutput GraphCapture::attempt(const GraphView& graph) {
   const bool grown = group_graph(graph, rule_, capacity_, grouped_);
   if (!recorder_ || grouped_.n_centers() == 0) {
     // Unrecorded (eager), as a recording would run it: the operators' device value checks off

@@ -3,8 +3,8 @@
 //
 // The graph is grouped and padded on the host (mlip/model/grouped_graph.h: static shapes, padding
 // policy), copied into the recorded call's input tensors and replayed; a graph that outgrows its
-// capacities is recorded anew. Models without forward_grouped() (message-passing models) cannot
-// be recorded: GraphCapture says so when it is made.
+// capacities is recorded anew. Several calls a step (chunks) replay the one recording, padded to
+// the largest; a call that fails (out of GPU memory) leaves no recording or capacity behind.
 //
 // Recording needs LibTorch's CUDA libraries, which mlip does not link (mlip/model/device.h): they come
 // with libmlip_cuda_graph.so, built beside mlip when LibTorch is a CUDA build and loaded here
@@ -36,6 +36,8 @@ class GraphCapture {
   GraphCapture& operator=(const GraphCapture&) = delete;
 
   /// Energies and dE/dr of every edge of `graph` (host memory), in its order, float64 on the CPU.
+  /// A call that fails (as one that runs out of GPU memory) leaves no recording and no capacity:
+  /// the next records at its own graph's size.
   ModelOutput evaluate(const GraphView& graph);
 
   /// `f` runs before each recording (none when eager), e.g. to stop a profiler: a capture is not
@@ -46,6 +48,7 @@ class GraphCapture {
   const GroupCapacity& capacity() const { return capacity_; }
 
  private:
+  ModelOutput attempt(const GraphView& graph);
   void record();
   void copy_inputs();
 
