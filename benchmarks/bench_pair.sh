@@ -210,7 +210,7 @@ run() {
   # memory beyond an 80 GB card's) is not the run's
   local gpu_base=0
   [[ -n $DEVICE ]] && command -v nvidia-smi >/dev/null &&
-    gpu_base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9)
+    gpu_base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9 || true)
   gpu_sampler "$log.gpu" &
   local sampler=$!
   local bind=()
@@ -223,7 +223,8 @@ run() {
   if [[ -n $LOGS ]]; then cp "$log" "$LOGS/" 2>/dev/null || true; fi
   keep_log "$log" "$(basename "$log")-r$rep"
   local gpu_mib=""
-  [[ -s $log.gpu ]] && gpu_mib=$(($(sort -n "$log.gpu" | tail -1 | tr -dc 0-9) - ${gpu_base:-0}))
+  [[ -s $log.gpu ]] && gpu_mib=$(sort -n "$log.gpu" | tail -1 | tr -dc 0-9 || true)
+  [[ -n $gpu_mib ]] && gpu_mib=$((gpu_mib - ${gpu_base:-0}))
   if ((rc != 0)); then
     failed=1
     echo "bench_pair.sh: $label on $np rank(s) failed: $(grep -m1 'ERROR' "$log" || tail -n1 "$log")" >&2

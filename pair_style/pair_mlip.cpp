@@ -638,6 +638,9 @@ void PairMLIP::evaluate_chunk(const int *first, const int *last)
   const torch::Device device = s.model->device();
   std::optional<mlip::DeviceMemory> before;   // under the sizer, on the calls it measures: the whole call's peak
   if (s.measure_call()) {
+    // A sizer's first measure is of a recording: a replay allocates next to nothing (as when the
+    // other sizer's calls, a committee's, recorded a capacity this call fits in)
+    if (s.capture && !s.sizer->seen()) s.capture->forget();
     mlip::reset_peak_memory(device);
     before = mlip::device_memory(device);
   }

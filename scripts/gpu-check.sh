@@ -618,24 +618,28 @@ stage_md_1m() {
   # Issue 54: a million atoms in float32 on one 80 GB card with no chunk. On a larger card a
   # process holds what an H100 80GB (81559 MiB) does not have, so that the pair style sizes its
   # calls by what such a card would leave free (bench_pair.sh's GPU column is the run's own).
-  local total hold=0 holder=""
-  total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9)
-  ((${total:-0} > 81559)) && hold=$((total - 81559))
-  if ((hold > 0)); then
-    # (it lets go when this script ends, however it ends: its parent is gone)
+  local total holder=""
+  total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9 || true)
+  if ((${total:-0} > 81559)); then
+    # what is free beyond 81559 MiB once its own context is made (the runs' contexts then take their
+    # share of the 81559 MiB, as on an idle 80 GB card); it lets go when this script ends, however
+    # it ends (its parent is gone)
     "$py" -c 'import os, sys, time, torch
-x = torch.empty(int(sys.argv[1]) << 20, dtype=torch.uint8, device="cuda")
-print("holding", sys.argv[1], "MiB", flush=True)
-while os.getppid() == int(sys.argv[2]): time.sleep(1)' "$hold" $$ >"$logs/md_1m-hold.log" 2>&1 &
+torch.cuda.init()
+free, total = torch.cuda.mem_get_info()
+hold = free - (81559 << 20)
+x = torch.empty(max(hold, 0), dtype=torch.uint8, device="cuda")
+print("holding", hold >> 20, "MiB of the", total >> 20, "MiB card", flush=True)
+while os.getppid() == int(sys.argv[1]): time.sleep(1)' $$ >"$logs/md_1m-hold.log" 2>&1 &
     holder=$!
     local i
     for ((i = 0; i < 120; ++i)); do grep -q '^holding' "$logs/md_1m-hold.log" && break; kill -0 "$holder" 2>/dev/null || break; sleep 1; done
     if ! grep -q '^holding' "$logs/md_1m-hold.log"; then
-      record "md_1m: could not hold $hold MiB of the $total MiB card: $(tail -1 "$logs/md_1m-hold.log")"
+      record "md_1m: could not hold the memory beyond 81559 MiB of the $total MiB card: $(tail -1 "$logs/md_1m-hold.log")"
       kill "$holder" 2>/dev/null
       return 1
     fi
-    record "md_1m: $hold MiB of the $total MiB card held by another process: the runs have an 80 GB card's memory"
+    record "md_1m: another process $(cat "$logs/md_1m-hold.log"): the runs have an 80 GB card's memory free"
   fi
   # No chunk: the pair style sizes its calls by the GPU's free memory and the bytes its first call
   # took (one call of all 100k float64 atoms took 93 GB on the H200). The graph on the GPU (float64

@@ -233,6 +233,39 @@ TEST(GraphCaptureGpu, ReplaysEqualTheCpu) {
   EXPECT_EQ(recordings[2], recordings[0]) << "moved atoms were recorded anew";
   EXPECT_EQ(recordings[3], recordings[2] + 1) << "a system twice as large was not recorded anew";
   EXPECT_EQ(told, capture.recordings());
+  // A smaller call (the pair style's chunks) replays the larger recording; after forget() it is
+  // recorded anew at its own size.
+  const Structure small = random_water_box(9, 1, 0.02);
+  const testing::StructureGraph graph(cpu, small);
+  const ModelOutput a = evaluate_graph(cpu, graph.view());
+  for (const bool forget : {false, true}) {
+    if (forget) capture.forget();
+    const ModelOutput b = capture.evaluate(graph.view());
+    EXPECT_LE((a.edge_grad - b.edge_grad).abs().max().item<double>() / a.edge_grad.abs().max().item<double>(), 1e-8);
+    EXPECT_EQ(capture.recordings(), recordings[4] + (forget ? 1 : 0)) << (forget ? "after forget()" : "the smaller call");
+  }
+}
+
+// forget() (the pair style's first measured call, a failed call): the next call's capacity is its
+// own, not the larger one held before (unrecorded here, on the CPU: the same grouping).
+TEST(GraphCapture, ForgetStartsAtTheNextCallsSize) {
+  const testing::TempDir dir("mlip_test_graph_capture_forget");
+  const std::string path = (dir.path / "model.pt").string();
+  testing::write_test_model("se_e2_a", path);
+  const Model cpu = Model::load(path);
+  GraphCapture capture(cpu, /*record=*/false);
+  const testing::StructureGraph large(cpu, random_water_box(1, 2, 0.0)), small(cpu, random_water_box(2, 1, 0.0));
+  const auto edges = [&] { return std::accumulate(capture.capacity().edges.begin(), capture.capacity().edges.end(), int64_t{0}); };
+  capture.evaluate(large.view());
+  const int64_t held = edges();
+  capture.evaluate(small.view());
+  EXPECT_EQ(edges(), held) << "a smaller call shrank the capacity";
+  capture.forget();
+  EXPECT_EQ(edges(), 0);
+  const ModelOutput a = evaluate_graph(cpu, small.view()), b = capture.evaluate(small.view());
+  EXPECT_GT(edges(), 0);
+  EXPECT_LT(edges(), held) << "after forget() the smaller call kept the larger capacity";
+  EXPECT_TRUE(torch::allclose(a.edge_grad, b.edge_grad, 1e-12, 1e-14));
 }
 
 // A recording that CUDA invalidates (here by a read back to the host inside it) is an error, and

@@ -63,13 +63,17 @@ ModelOutput GraphCapture::evaluate(const GraphView& graph) {
   } catch (...) {
     // Nothing half-made is kept (a recording or inputs that ran out of GPU memory): the next call,
     // smaller where the caller splits it (the pair style's sizer), records at its own size.
-    output_ = ModelOutput{};
-    input_ = ModelInput{};
-    capacity_ = GroupCapacity{};
-    recorded_ = false;
-    if (recorder_) recorder_->drop_quietly();
+    forget();
     throw;
   }
+}
+
+void GraphCapture::forget() noexcept {
+  if (recorder_) recorder_->drop_quietly();
+  output_ = ModelOutput{};
+  input_ = ModelInput{};
+  capacity_ = GroupCapacity{};
+  recorded_ = false;
 }
 
 ModelOutput GraphCapture::attempt(const GraphView& graph) {

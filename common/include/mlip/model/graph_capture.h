@@ -40,6 +40,9 @@ class GraphCapture {
   /// the next records at its own graph's size.
   ModelOutput evaluate(const GraphView& graph);
 
+  /// Drops the recording and its capacity: the next call records at its own graph's size.
+  void forget() noexcept;
+
   /// `f` runs before each recording (none when eager), e.g. to stop a profiler: a capture is not
   /// profiled.
   void before_recording(std::function<void()> f);
