@@ -618,24 +618,24 @@ stage_md_1m() {
   # Issue 54: a million atoms in float32 on one 80 GB card with no chunk. On a larger card a
   # process holds what an H100 80GB (81559 MiB) does not have, so that the pair style sizes its
   # calls by what such a card would leave free (bench_pair.sh's GPU column is the run's own).
-  local total holder=""
+  local card=81559 total holder=""   # MiB: an H100 80GB HBM3 (tables.py's CARD_80GB_MIB)
   total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -dc 0-9 || true)
-  if ((${total:-0} > 81559)); then
-    # what is free beyond 81559 MiB once its own context is made (the runs' contexts then take their
-    # share of the 81559 MiB, as on an idle 80 GB card); it lets go when this script ends, however
-    # it ends (its parent is gone)
+  if ((${total:-0} > card)); then
+    # what is free beyond the card's MiB once its own context is made (the runs' contexts then
+    # take their share of them, as on an idle 80 GB card); it lets go when this script ends,
+    # however it ends (its parent is gone)
     "$py" -c 'import os, sys, time, torch
 torch.cuda.init()
 free, total = torch.cuda.mem_get_info()
-hold = free - (81559 << 20)
+hold = free - (int(sys.argv[2]) << 20)
 x = torch.empty(max(hold, 0), dtype=torch.uint8, device="cuda")
 print("holding", hold >> 20, "MiB of the", total >> 20, "MiB card", flush=True)
-while os.getppid() == int(sys.argv[1]): time.sleep(1)' $$ >"$logs/md_1m-hold.log" 2>&1 &
+while os.getppid() == int(sys.argv[1]): time.sleep(1)' $$ "$card" >"$logs/md_1m-hold.log" 2>&1 &
     holder=$!
     local i
     for ((i = 0; i < 120; ++i)); do grep -q '^holding' "$logs/md_1m-hold.log" && break; kill -0 "$holder" 2>/dev/null || break; sleep 1; done
     if ! grep -q '^holding' "$logs/md_1m-hold.log"; then
-      record "md_1m: could not hold the memory beyond 81559 MiB of the $total MiB card: $(tail -1 "$logs/md_1m-hold.log")"
+      record "md_1m: could not hold the memory beyond $card MiB of the $total MiB card: $(tail -1 "$logs/md_1m-hold.log")"
       kill "$holder" 2>/dev/null
       return 1
     fi
@@ -673,8 +673,7 @@ sizing() {
 # profiler slows the step); the tables go to profile.txt, each run's totals and top kernels to the
 # summary.
 stage_profile() {
-  local rc=0 device=cuda
-  [[ $dry == 1 ]] && device=cpu
+  local rc=0
   if [[ $dry == 1 ]]; then
     bench_profile profile 120 SIZES=1k MD_STEPS="1k=3" GRAPH=device PAINN=1 PAINN_CHUNKS= || rc=$?
     bench_profile profile_aten 60 SIZES=1k MD_STEPS="1k=3" GRAPH=device SE_E2A=0 FLOAT32=1 FLOAT32_SIZES=1k \
@@ -941,8 +940,9 @@ main() {
   # 10 s a run; train 74-117 s when it had 5 trainer runs; md_more 52-70 s; md_1m 37-51 s), else
   # estimates at 10 s a LAMMPS run: md_device_graph 10 runs, md_step_graph 8, profile 13 under the
   # profiler, md_1m 3 at a million atoms; train now 9 trainer runs and MACE's. The first call
-  # (docs/gpu.md) fits device to md_1m in a budget of 560 s, the second train_accuracy to train_gpu. A stage whose rows
-  # reach $OUT as they are measured may start on less than it needs: the budget cuts its last run.
+  # (docs/gpu.md) fits device to md_1m in a budget of 560 s, the second train_accuracy to
+  # train_gpu. A stage whose rows reach $OUT as they are measured may start on less than it needs:
+  # the budget cuts its last run.
   # The order: issue 54's MD targets and their profile first, then training's.
   local table=(device:40 pair_np1:30 md_device_graph:130 md_step_graph:100 profile:180 md_1m:80
     train_accuracy:240 train:180 profile_train:60 train_gpu:40 md:60 stream:150 pair_np2:30 md_more:90 md_mace_kernels:60
