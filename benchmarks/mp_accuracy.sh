@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Water accuracy of the 3-layer equivariant message-passing model against se_e2_a at the same
-# cutoff (5 A), each trained for the same wall time on the same 2 MPI ranks, one after the other.
+# Water accuracy of the message-passing models (PaiNN, MACE) against se_e2_a at the same cutoff
+# (5 A), each trained for the same wall time on the same 2 MPI ranks, one after the other.
 #
 #   benchmarks/mp_accuracy.sh [BUILD_DIR]          (default: <repo>/build)
 #
@@ -8,13 +8,15 @@
 # rate schedule), trained on data/water-deepmd/data_0 and data_1 (240 frames; 10% of them for
 # the trainer's validation); the architecture block is all that differs:
 #   se_e2_a  the demo's (embedding 16-32-64, axis 8, fitting 120x3);
-#   painn    PaiNN with FEATURES features (32), 3 layers, 8 radial functions.
+#   painn    PaiNN with FEATURES features (32), 3 layers, 8 radial functions;
+#   mace     MACE as examples/configs/ethanol-mace.yaml (32 channels, max_L 1, max_ell 3,
+#            correlation 3, 2 interactions), with the demo's optimiser and loss, not mace-torch's.
 # Reported: best validation errors and `mlip-trainer test` on data_2 (80 frames neither saw),
 # steps trained, and the MD cost of each model (pair_style mlip, us/atom-step, 1 rank, 1536 atoms),
 # each repeated REPEATS times, the models taking turns.
 # Results: benchmarks/results/mp_accuracy/<date>-<commit>/ (lib.sh): rows.tsv, logs/ (training,
 # metrics.csv, test and MD logs of every repeat); the docs' table: benchmarks/tables.py.
-# Environment: MINUTES (7), FEATURES (32), MODELS ("se_e2_a painn"), REPEATS (3), KEEP, RESULTS.
+# Environment: MINUTES (7), FEATURES (32), MODELS ("se_e2_a painn mace"), REPEATS (3), KEEP, RESULTS.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 bench_init mp_accuracy "${1:-}" mlip-trainer
@@ -32,14 +34,22 @@ config() {
       -e "s|dir: runs/demo/train|dir: $work/$1|" -e "s|cache_dir: .*|cache_dir: $work/cache|" \
       -e "s|log_every: .*|log_every: 0|" "$src/examples/configs/water-demo.yaml" > "$1.yaml"
 }
+# hyperparameters NAME ARCHITECTURE LINE...: NAME.yaml with the architecture and these
+# hyperparameter lines in place of the demo's (the lines after 'hyperparameters:').
+hyperparameters() {
+  local name=$1 arch=$2
+  shift 2
+  config "$name"
+  awk -v a="$arch" -v h="$(printf '%s\n' "$@")" '
+    /^  architecture:/ { print "  architecture: " a; next }
+    /^  hyperparameters:/ { print; print h; skip = 1; next }
+    skip && /^    / { next }
+    { skip = 0; print }' "$name.yaml" > "$name.tmp" && mv "$name.tmp" "$name.yaml"
+}
 config se_e2_a
-config painn
-# PaiNN's hyperparameters in place of se_e2_a's (the 6 lines after 'hyperparameters:').
-awk -v f="$features" '
-  /^  architecture:/ { print "  architecture: painn"; next }
-  /^  hyperparameters:/ { print; print "    features: " f; print "    layers: 3"; print "    radial_basis: 8"; skip = 1; next }
-  skip && /^    / { next }
-  { skip = 0; print }' painn.yaml > painn.tmp && mv painn.tmp painn.yaml
+hyperparameters painn painn "    features: $features" "    layers: 3" "    radial_basis: 8"
+hyperparameters mace mace "    num_channels: 32" "    max_L: 1" "    max_ell: 3" "    correlation: 3" \
+  "    num_interactions: 2"
 
 best() { awk -F, -v c="$2" 'NR > 1 && ($c < b || b == "") { b = $c } END { printf "%.3f", 1e3 * b }' "$1/metrics.csv"; }
 steps() { awk -F, 'END { print $2 }' "$1/metrics.csv"; }
@@ -73,7 +83,7 @@ md_cost() {
 # The models take turns, so that a slow spell of this shared machine falls on both.
 row model repeat steps val_e_mev_atom val_f_mev_a test_e_mev_atom test_f_mev_a md_us_per_atom_step
 for rep in $(seq "$REPEATS"); do
-  for name in ${MODELS:-se_e2_a painn}; do
+  for name in ${MODELS:-se_e2_a painn mace}; do
     echo "== repeat $rep of $REPEATS: $name" >&2
     rm -rf "$name"
     mpirun --oversubscribe -np 2 "$trainer" train "$name.yaml" --threads 1 > "$name.log" 2>&1 ||
@@ -87,6 +97,7 @@ for rep in $(seq "$REPEATS"); do
     keep_log "$name.md.log" "$name-$rep-md.log"
     label=$name; [[ $name == painn ]] && label="PaiNN, $features features, 3 layers, 8 radial functions"
     [[ $name == se_e2_a ]] && label="se_e2_a (the demo's: embedding 16-32-64, fitting 120x3)"
+    [[ $name == mace ]] && label="MACE, 32 channels, max_L 1, correlation 3, 2 interactions"
     row "$label" "$rep" "$(steps "$name")" "$(best "$name" 7)" "$(best "$name" 8)" "$test_e" "$test_f" "$md"
   done
 done
