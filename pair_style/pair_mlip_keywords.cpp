@@ -106,7 +106,7 @@ const std::vector<Keyword> &keywords()
          if (v != "host" && v != "device") bad_value("graph", v, "'host' or 'device'");
          o.device_graph = v == "device";
        }},
-      {"exchange", "yes|no", "yes for models that define their layers (PaiNN written by this version), else no",
+      {"exchange", "yes|no", "yes for models that define their layers (PaiNN and MACE written by this version), else no",
        "message-passing models: exchange the ghosts' features between layers instead of a halo of layers x cutoff",
        false,
        [](const std::string &v, Options &o) {

@@ -1450,14 +1450,18 @@ TEST_F(PairMLIPKokkos, NullTypeMatchesMlip) {
 }
 
 TEST_F(PairMLIPKokkos, MessagePassingModelMatchesMlip) {
-  expect_kokkos_matches(water_setup(80, 35), "pair_style {} " + model_path("painn") + " exchange no\npair_coeff * * O H H");
+  for (const char* name : {"painn", "mace"}) {
+    SCOPED_TRACE(name);
+    expect_kokkos_matches(water_setup(80, 35),
+                          fmt::format("pair_style {{}} {} exchange no\npair_coeff * * O H H", model_path(name)));
+  }
 }
 
 // Ghost exchange in mlip/kk: the graph from its Kokkos kernels, the features exchanged between
-// layers as in mlip (which matches the single-process reference: PairMLIP.GhostExchange*); L = 2
-// and 3, chunks of 7 and 64, empty subdomains on 4 ranks.
+// layers as in mlip (which matches the single-process reference: PairMLIP.GhostExchange*); PaiNN
+// and MACE, L = 2 and 3, chunks of 7 and 64, empty subdomains on 4 ranks.
 TEST_F(PairMLIPKokkos, GhostExchangeMatchesMlip) {
-  for (const char* name : {"painn", "painn3"}) {
+  for (const char* name : {"painn", "painn3", "mace", "mace3"}) {
     for (const char* chunk : {"", " chunk 7", " chunk 64"}) {
       SCOPED_TRACE(std::string(name) + chunk);
       expect_kokkos_matches(water_setup(80, 36, 0.3),

@@ -610,6 +610,23 @@ TEST(MaceSpecies, FineTuningIntoOtherSpeciesKeepsTheSharedOnes) {
   }
 }
 
+// training.freeze: descriptor on MACE keeps everything but the layers' readouts (before, MACE
+// marked nothing, and a frozen fine-tuning trained every weight).
+TEST(MaceSpecies, DescriptorIsAllButTheReadouts) {
+  for (const char* arch : {"mace", "mace_nonlinear"}) {
+    const BuiltModel built = build({arch, torch::kFloat64}, 9);
+    int readouts = 0;
+    for (const auto& p : built.module.named_parameters(/*recurse=*/false)) {
+      const bool readout = p.name.find("_ro_w") != std::string::npos || p.name.find("_ro1_w") != std::string::npos ||
+                           p.name.find("_ro2_w") != std::string::npos;
+      readouts += readout;
+      EXPECT_EQ(built.descriptor.count(p.name), readout ? 0u : 1u) << arch << " " << p.name;
+    }
+    EXPECT_GE(readouts, 2) << arch << ": a readout per layer";
+    EXPECT_EQ(built.descriptor.count("embedding_w"), 1u) << arch;
+  }
+}
+
 // A rank that owns no atom (an empty subdomain) has an empty graph, and must still take part in
 // every exchange: each layer but the last forwards once and reverses once.
 TEST(MessagePassing, EmptyGraphStillExchanges) {

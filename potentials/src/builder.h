@@ -115,6 +115,11 @@ class ModuleBuilder {
   void head_axis(const std::string& name, int64_t axis) { head_axis_[name] = axis; }
   /// Marks parameters as the descriptor's (training.freeze: descriptor).
   void descriptor(const std::string& name) { descriptor_.insert(name); }
+  /// Marks every parameter registered so far as the descriptor's, but those `trained` names.
+  template <typename Trained> void descriptor_all_but(Trained trained) {
+    for (const auto& p : module_.named_parameters(/*recurse=*/false))
+      if (!trained(p.name)) descriptor_.insert(p.name);
+  }
   void float_attribute(const std::string& name, double value) {
     module_.register_attribute(name, c10::FloatType::get(), value);
   }

@@ -765,6 +765,14 @@ BuiltModel build_mace(const ModelSpec& spec) {
   for (int t = 0; t < s.layers; ++t) src << layer_source(b, s, t, spec.cutoff);
   src << energy_source(b, s, spec) << forward_source(s, false) << forward_source(s, false, /*grouped=*/true);
   if (!s.heads.empty()) src << forward_source(s, true) << forward_source(s, true, /*grouped=*/true);
+  // Everything but the layers' readouts (ro_w; ro1_w and ro2_w at the last) is the descriptor
+  // (training.freeze).
+  b.descriptor_all_but([](const std::string& name) {
+    const auto ends = [&](const std::string& suffix) {
+      return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    return ends("_ro_w") || ends("_ro1_w") || ends("_ro2_w");
+  });
   return b.finish(src.str(), spec, "mace", s.layers, resolved);
 }
 

@@ -148,6 +148,9 @@ void Trainer::refit_energy_shift() {
 
 void Trainer::freeze_descriptor() {
   std::vector<std::string> names(model_.descriptor.begin(), model_.descriptor.end());
+  if (names.empty())
+    throw Error("training.freeze: descriptor: a " + model_.metadata.architecture +
+                " model marks no parameters as its descriptor: nothing would be kept (use freeze: none)");
   for (const auto& name : names) model_.module.attr(name).toTensor().requires_grad_(false);
   log(fmt::format("freeze: descriptor parameters kept as they are ({}); the rest is trained", joined(names)));
 }
