@@ -10,7 +10,10 @@
 #   se_e2_a  the demo's (embedding 16-32-64, axis 8, fitting 120x3);
 #   painn    PaiNN with FEATURES features (32), 3 layers, 8 radial functions;
 #   mace     MACE as examples/configs/ethanol-mace.yaml (32 channels, max_L 1, max_ell 3,
-#            correlation 3, 2 interactions), with the demo's optimiser and loss, not mace-torch's.
+#            correlation 3, 2 interactions), with the demo's optimiser and loss, not mace-torch's;
+#   mace_mt  (not in the default MODELS) the same MACE with mace-torch's default loss weights
+#            (energy 1, forces 100, constant) in place of the demo's DeePMD-style ones (energy
+#            0.02 -> 1, forces 1000 -> 500).
 # Reported: best validation errors and `mlip-trainer test` on data_2 (80 frames neither saw),
 # steps trained, and the MD cost of each model (pair_style mlip, us/atom-step, 1 rank, 1536 atoms),
 # each repeated REPEATS times, the models taking turns.
@@ -50,6 +53,8 @@ config se_e2_a
 hyperparameters painn painn "    features: $features" "    layers: 3" "    radial_basis: 8"
 hyperparameters mace mace "    num_channels: 32" "    max_L: 1" "    max_ell: 3" "    correlation: 3" \
   "    num_interactions: 2"
+sed -e "s|dir: $work/mace\$|dir: $work/mace_mt|" -e "s|energy: {start: 0.02, limit: 1.0}|energy: {start: 1.0, limit: 1.0}|" \
+    -e "s|forces: {start: 1000.0, limit: 500.0}|forces: {start: 100.0, limit: 100.0}|" mace.yaml > mace_mt.yaml
 
 best() { awk -F, -v c="$2" 'NR > 1 && ($c < b || b == "") { b = $c } END { printf "%.3f", 1e3 * b }' "$1/metrics.csv"; }
 steps() { awk -F, 'END { print $2 }' "$1/metrics.csv"; }
@@ -98,6 +103,7 @@ for rep in $(seq "$REPEATS"); do
     label=$name; [[ $name == painn ]] && label="PaiNN, $features features, 3 layers, 8 radial functions"
     [[ $name == se_e2_a ]] && label="se_e2_a (the demo's: embedding 16-32-64, fitting 120x3)"
     [[ $name == mace ]] && label="MACE, 32 channels, max_L 1, correlation 3, 2 interactions"
+    [[ $name == mace_mt ]] && label="MACE as above, mace-torch's loss weights (energy 1, forces 100)"
     row "$label" "$rep" "$(steps "$name")" "$(best "$name" 7)" "$(best "$name" 8)" "$test_e" "$test_f" "$md"
   done
 done

@@ -419,6 +419,31 @@ TEST_F(FineTuning, AnotherArchitectureOrCutoffIsRefusedListingWhatDiffers) {
   EXPECT_NE(f.find("training.freeze needs training.init_from"), std::string::npos) << f;
 }
 
+// The energy shift re-fitted at each validation (training.refit_frames): the exported model, its
+// EMA weights with the shift re-fitted to them, leaves no mean energy error per atom on the frames
+// of the re-fit (the least-squares condition; here all 12, which train and validate), where the
+// shift fitted to the data at the start and kept (refit_energy_shift: false) leaves one.
+TEST(Training, EnergyShiftRefitLeavesNoMeanErrorOnItsFrames) {
+  TempDir dir("mlip_test_shift_refit_" + std::to_string(getpid()));
+  const std::string config = tiny_config(dir, (dir.path / "unused").string(), 2);
+  const std::string data = (dir.path / "frames.xyz").string();
+  const std::vector<Structure> frames = read_extxyz(data, ReadOptions{});
+  auto mean_error = [&](const std::string& refit) {
+    const std::string out = (dir.path / refit).string();
+    EXPECT_EQ(train_error(config, {"data.validation=[" + data + "]", "training.refit_frames=100",
+                                   "training.refit_energy_shift=" + refit, "output.dir=" + out}),
+              "no error");
+    const Model model = Model::load(out + "/model.pt");
+    double sum = 0;
+    for (const Structure& s : frames)
+      sum += (mlip::testing::evaluate_reference(model, s).energy - *s.energy) / static_cast<double>(s.size());
+    return sum / static_cast<double>(frames.size());
+  };
+  const double kept = mean_error("false"), refitted = mean_error("true");
+  EXPECT_GT(std::abs(kept), 1e-5) << "eV/atom: the shift kept leaves a mean error (else this test shows nothing)";
+  EXPECT_LT(std::abs(refitted), 1e-9) << "eV/atom";
+}
+
 // A run whose loss stops being finite (here: a learning rate of 1e300 sends the weights to
 // infinity at the first step) ends with an error that says so, and writes nothing of that epoch:
 // the epoch before it stays the newest checkpoint and best/, with finite weights to resume from.

@@ -429,6 +429,8 @@ static void read_training(Section& top, Config& c) {
   c.init_from = training.get<std::string>("init_from", c.init_from);
   c.freeze = training.get<std::string>("freeze", c.freeze);
   c.refit_energy_shift = training.get<bool>("refit_energy_shift", c.refit_energy_shift);
+  c.refit_frames = training.get<int64_t>("refit_frames", c.refit_frames);
+  if (c.refit_frames < 0) training.fail(training.node()["refit_frames"], "training.refit_frames must be >= 0");
   if (!c.init_from.empty() && !std::filesystem::exists(c.init_from)) {
     training.fail(training.node()["init_from"], "training.init_from: '" + c.init_from + "' does not exist");
   }

@@ -74,7 +74,9 @@ struct Config {
   int64_t early_stopping_patience = 0;  // epochs without improvement (0: off)
   std::string init_from;                // fine-tuning: a model file or checkpoint folder to start from
   std::string freeze = "none";          // none | descriptor (with init_from: train the rest only)
-  bool refit_energy_shift = true;       // with init_from: re-fit the energy shift to the new data
+  bool refit_energy_shift = true;       // re-fit the energy shift to the residuals: with init_from at the
+                                        // start, and at each validation on refit_frames training frames
+  int64_t refit_frames = 64;            // (0: at the start of a fine-tuning only)
 
   // where training runs (docs/config.md "Devices and communication")
   std::string device = "auto";          // auto | cpu | cuda | cuda:N (mlip/model/device.h)

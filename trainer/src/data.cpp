@@ -235,12 +235,36 @@ std::vector<double> fit_energy_shift(const PackStats& st, const SpeciesMap& spec
     B[row[i]][0] += st.counts_energy[i];
     for (std::size_t j = 0; j < n; ++j) A[row[i]][row[j]] += st.counts_counts[i][j];
   }
-  // gelsd (SVD) on the normal equations: the minimum-norm solution where the counts are collinear.
   // Their entries are sums of integer products, exact in float64, so the null space is exact too.
-  const auto x = std::get<0>(torch::linalg_lstsq(a, b, 1e-10, std::string("gelsd")));
-  std::vector<double> shift(ns);
-  for (std::size_t s = 0; s < ns; ++s) shift[s] = x[static_cast<int64_t>(s)][0].item<double>();
-  return shift;
+  return min_norm_solution(a, b.squeeze(1));
+}
+
+std::vector<double> min_norm_solution(const torch::Tensor& a, const torch::Tensor& b) {
+  const torch::Tensor x = std::get<0>(torch::linalg_lstsq(a.to(torch::kCPU, torch::kFloat64),
+                                                          b.to(torch::kCPU, torch::kFloat64).unsqueeze(1), 1e-10,
+                                                          std::string("gelsd")))
+                              .squeeze(1).contiguous();
+  return {x.data_ptr<double>(), x.data_ptr<double>() + x.numel()};
+}
+
+void add_shift_equations(const BatchTensors& t, const torch::Tensor& predicted, torch::Tensor& a, torch::Tensor& b) {
+  const int64_t ns = a.size(1), heads = a.size(0);
+  const auto f64 = a.options();
+  const torch::Tensor counts = torch::zeros({t.n_frames * ns}, f64)
+                                   .index_add_(0, t.frame_of_atom * ns + t.species, torch::ones({t.n_atoms}, f64))
+                                   .view({t.n_frames, ns});
+  const torch::Tensor n = t.atoms_per_frame.to(f64);
+  const torch::Tensor w = t.has_energy.to(f64) * t.weight.to(f64) / (n * n);
+  const torch::Tensor r = torch::where(t.has_energy > 0, t.energy.to(f64) - predicted.to(f64), torch::zeros_like(w));
+  torch::Tensor head = torch::zeros({t.n_frames, heads}, f64);   // each frame's head, one-hot
+  if (t.head.defined() && heads > 1) {
+    const torch::Tensor of_frame = torch::zeros({t.n_frames}, t.head.options()).index_copy(0, t.frame_of_atom, t.head);
+    head.scatter_(1, of_frame.unsqueeze(1), 1.0);
+  } else {
+    head.select(1, 0).fill_(1.0);
+  }
+  a += torch::einsum("fh,fi,fj->hij", {head * w.unsqueeze(1), counts, counts});
+  b += torch::einsum("fh,fi->hi", {head * (w * r).unsqueeze(1), counts});
 }
 
 double force_rms(const PackStats& st) {

@@ -6,10 +6,14 @@
 // replay data of the kept heads trains beside the new data, each source naming its head).
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "mlip/error.h"
+#include "mlip/ops/operators.h"
+#include "prefetch.h"
 #include "training.h"
 
 namespace mlip::trainer {
@@ -87,7 +91,6 @@ void Trainer::init_from_source() {
                   added.empty() ? "" : "; new species " + joined(added) + " start from a fresh initialisation"));
   log_heads(source.metadata);
   model_.metadata.provenance["init_from"] = fs::absolute(path).string();
-  if (config_.refit_energy_shift) refit_energy_shift();
   if (config_.freeze == "descriptor") freeze_descriptor();
 }
 
@@ -105,45 +108,60 @@ void Trainer::log_heads(const ModelMetadata& source) const {
   log("init_from: heads: " + joined(text, ", "));
 }
 
-// The energy shift re-fitted by least squares to what the transferred model leaves unexplained on
-// the new training data (per species: shift += the residual's fit; a multi-head model's per head,
-// from that head's frames), so that a new DFT reference or a new species does not first have to
-// be learnt through the nets.
-void Trainer::refit_energy_shift() {
-  // One pass over the training frames (streamed from a pack as they are read): the E0 sums of
-  // the residuals E - E_model, in frame order, per head (-1: a model without heads).
-  const FrameSource& train = *data_.train;
-  std::map<int, PackStats> residuals;
-  constexpr std::size_t batch = 16;
-  std::vector<Frame> storage;
-  for (std::size_t first = 0; first < train.size(); first += batch) {
-    std::vector<int64_t> idx;
-    for (std::size_t k = first; k < std::min(first + batch, train.size()); ++k) idx.push_back(static_cast<int64_t>(k));
-    const std::vector<const Frame*> frames = train.frames(idx, storage);
-    const BatchTensors t = to_tensors(make_batch(frames, *species_), dtype_);
-    const torch::Tensor e = predict(model_.module, t, false).energy.detach().to(torch::kFloat64).contiguous();
-    for (std::size_t k = 0; k < frames.size(); ++k) {
-      const Structure& s = frames[k]->structure;
-      if (!s.energy) continue;
-      PackStats& r = residuals[frames[k]->head];
-      ++r.energy_frames;
-      r.add_energy(s, *s.energy - e[static_cast<int64_t>(k)].item<double>());
-    }
-  }
+// The energy shift re-fitted by least squares to what the model leaves unexplained on the
+// training frames `frames` (per species: shift += the residuals' fit, per atom as the loss weighs
+// them; a multi-head model's per head, from that head's frames): at the start of a fine-tuning
+// (all frames), so that a new DFT reference or a new species does not first have to be learnt
+// through the nets, and at each validation (a sample), so that a constant per atom the nets drift
+// to while the forces dominate the loss (MACE, whose layers have no biases) is not carried by
+// the energies. The ranks share the frames (r, r + size, ...) and sum the normal equations.
+void Trainer::refit_energy_shift(const std::vector<int64_t>& frames, const std::string& what) {
   const std::vector<std::string> heads = model_heads(model_.metadata.hyperparameters);
-  torch::NoGradGuard no_grad;
-  for (const auto& [head, r] : residuals) {
-    const std::vector<double> delta = fit_energy_shift(r, *species_, config_.model.species.size());
-    torch::Tensor shift = model_.module.attr("energy_shift").toTensor();
-    if (head >= 0) shift = shift.select(1, head);
-    std::string text;
-    for (std::size_t s = 0; s < delta.size(); ++s) {
-      shift[static_cast<int64_t>(s)] += delta[s];
-      text += fmt::format(" {}{:+.6g}", config_.model.species[s], delta[s]);
+  const auto ns = static_cast<int64_t>(config_.model.species.size());
+  const auto nh = static_cast<int64_t>(std::max<std::size_t>(heads.size(), 1));
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device_);
+  torch::Tensor a = torch::zeros({nh, ns, ns}, f64), b = torch::zeros({nh, ns}, f64);
+  auto mine = std::make_shared<std::vector<int64_t>>();
+  for (std::size_t k = comm_.rank(); k < frames.size(); k += comm_.size()) mine->push_back(frames[k]);
+  constexpr std::size_t part = 8;
+  const auto prefetch = batches_of(*data_.train, resident_train_, (mine->size() + part - 1) / part, [=](std::size_t p) {
+    return std::vector<int64_t>(mine->begin() + p * part, mine->begin() + std::min(mine->size(), (p + 1) * part));
+  });
+  for (std::size_t p = 0; p < (mine->size() + part - 1) / part; ++p) {
+    BatchTensors t = to_device(prefetch->next(), device_);
+    std::optional<DeviceValueChecksPaused> trusted;   // grouped as validate() groups
+    if (grouping_) {
+      if (t.center_groups.empty()) t = group_batch(t, *grouping_);
+      trusted.emplace();
     }
-    log(fmt::format("statistics: energy shift{} re-fitted to the data's residuals (eV):{}",
-                    head >= 0 ? " of head " + heads.at(head) : "", text));
+    torch::NoGradGuard no_grad;
+    add_shift_equations(t, predict_energy(model_.module, t, accumulate_), a, b);
   }
+  torch::Tensor sums = torch::cat({a.flatten(), b.flatten()}).cpu().contiguous();
+  comm_.allreduce_sum(sums.data_ptr<double>(), static_cast<std::size_t>(sums.numel()));
+  a = sums.narrow(0, 0, nh * ns * ns).view({nh, ns, ns});
+  b = sums.narrow(0, nh * ns * ns, nh * ns).view({nh, ns});
+  torch::NoGradGuard no_grad;
+  std::string text;
+  for (int64_t h = 0; h < nh; ++h) {
+    if (b[h].abs().sum().item<double>() == 0 && a[h].abs().sum().item<double>() == 0) continue;   // no frame of it
+    const std::vector<double> delta = min_norm_solution(a[h], b[h]);
+    torch::Tensor shift = model_.module.attr("energy_shift").toTensor();
+    if (!heads.empty()) shift = shift.select(1, h);
+    shift += torch::tensor(delta, torch::kFloat64).to(shift.options());
+    text += heads.empty() ? "" : (text.empty() ? " " : "; ") + heads[static_cast<std::size_t>(h)] + ":";
+    for (std::size_t s = 0; s < delta.size(); ++s) text += fmt::format(" {}{:+.6g}", config_.model.species[s], delta[s]);
+  }
+  log(what + " (eV):" + text);
+}
+
+// An even sample of the training frames for the re-fit at each validation (training.refit_frames).
+std::vector<int64_t> Trainer::refit_sample() const {
+  const auto n = static_cast<int64_t>(data_.train->size());
+  const int64_t k = std::min(n, config_.refit_frames);
+  std::vector<int64_t> idx(static_cast<std::size_t>(k));
+  for (int64_t i = 0; i < k; ++i) idx[static_cast<std::size_t>(i)] = i * n / k;
+  return idx;
 }
 
 void Trainer::freeze_descriptor() {

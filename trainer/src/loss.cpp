@@ -155,6 +155,12 @@ BatchTensors concat(const std::vector<const BatchTensors*>& parts) {
   return t;
 }
 
+torch::Tensor predict_energy(torch::jit::Module& module, const BatchTensors& b, torch::Dtype accumulate) {
+  ModelInput in{b.species, b.edge_index, b.edge_vectors, b.n_atoms, b.center_groups, b.edge_groups, b.head};
+  const torch::Tensor e = evaluate_module(module, in, EdgeGradient::none).atom_energy.to(accumulate);
+  return torch::zeros({b.n_frames}, e.options()).index_add(0, b.frame_of_atom, e);
+}
+
 Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph, torch::Dtype accumulate) {
   ModelInput in{b.species, b.edge_index, b.edge_vectors, b.n_atoms, b.center_groups, b.edge_groups, b.head};
   const ModelOutput out =

@@ -246,7 +246,6 @@ void Trainer::setup_model_and_statistics() {
   for (std::size_t s = 0; s < shift.size(); ++s) shifts += fmt::format(" {}={:.6g}", config_.model.species[s], shift[s]);
   log(fmt::format("statistics: energy shift (eV){}; energy scale {:.4g} (force RMS, eV/A)", shifts, scale));
   if (!config_.init_from.empty()) init_from_source();
-  else if (!model_heads(model_.metadata.hyperparameters).empty()) refit_energy_shift();   // each head its own E0s
 
   model_.module.to(device_);
   choose_where_data_lives();
@@ -264,6 +263,14 @@ void Trainer::setup_model_and_statistics() {
     }
   }
   choose_grouping();
+  // A fine-tuning's shift re-fitted on all the new frames; a multi-head model from scratch: each
+  // head its own E0s.
+  const bool heads = !model_heads(model_.metadata.hyperparameters).empty();
+  if (config_.init_from.empty() ? heads : config_.refit_energy_shift) {
+    std::vector<int64_t> all(data_.train->size());
+    std::iota(all.begin(), all.end(), 0);
+    refit_energy_shift(all, "statistics: energy shift re-fitted to the data's residuals");
+  }
   params_ = trainable_parameters(model_.module);
   reducer_ = std::make_unique<GradientReducer>(params_, static_cast<std::size_t>(config_.bucket_mb * (1 << 20)));
   if (config_.ema_decay > 0)
@@ -783,6 +790,12 @@ void Trainer::start_outputs() {
 // checkpoint. Returns false when the run should stop (early stopping, max_minutes).
 bool Trainer::end_epoch(const MetricSums& train) {
   stop_if_diverged(train, "training", state_.epoch);
+  if (config_.refit_energy_shift && config_.refit_frames > 0) {
+    const std::vector<int64_t> sample = refit_sample();
+    swap_ema();   // the weights validated and exported
+    refit_energy_shift(sample, fmt::format("  energy shift re-fitted on {} training frames", sample.size()));
+    swap_ema();
+  }
   const MetricSums val = validate();
   stop_if_diverged(val, "validation", state_.epoch);
   state_.elapsed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

@@ -110,6 +110,16 @@ class Sampler {
 /// sum over O + 2H is determined). Throws naming the element if the data has one `species` lacks.
 std::vector<double> fit_energy_shift(const PackStats& stats, const SpeciesMap& species, std::size_t n_species);
 
+/// x of the least-squares problem whose normal equations are a x = b (float64, (n, n) and (n)):
+/// the minimum-norm solution where a is singular (collinear counts), through gelsd (SVD).
+std::vector<double> min_norm_solution(const torch::Tensor& a, const torch::Tensor& b);
+
+/// Adds a batch's normal equations of the energy shift's correction to a (heads, ns, ns) and b
+/// (heads, ns), float64 on the batch's device: per frame with an energy, its species counts n and
+/// the residual r = E - `predicted` (eV), weighted per atom as the loss is (w / N^2, w the frame's
+/// weight), into its head's (the first without heads): a += w n n^T, b += w r n.
+void add_shift_equations(const BatchTensors& batch, const torch::Tensor& predicted, torch::Tensor& a, torch::Tensor& b);
+
 /// RMS of all force components (eV/Å); 0 if no frame has forces.
 double force_rms(const PackStats& stats);
 
@@ -177,6 +187,8 @@ struct Prediction {
 /// Virials are computed only when some frame of the batch has one to compare with (else zeros).
 /// Per-atom energies and edge gradients are summed into frame energies, forces and virials in
 /// `accumulate` (training.accumulate_dtype; float32 rounds a float64 model's outputs too).
+/// The frame energies of a batch alone (no forces), in `accumulate`; call under NoGradGuard.
+torch::Tensor predict_energy(torch::jit::Module& module, const BatchTensors& b, torch::Dtype accumulate);
 Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph,
                    torch::Dtype accumulate = torch::kFloat64);
 
@@ -329,9 +341,10 @@ class Trainer {
   void setup_device();
   void setup_model_and_statistics();
   // Fine-tuning (fine_tuning.cpp): training.init_from's weights, the energy shift re-fitted to
-  // what the model leaves unexplained, and training.freeze.
+  // what the model leaves unexplained on training frames (logged with `what`), and training.freeze.
   void init_from_source();
-  void refit_energy_shift();
+  void refit_energy_shift(const std::vector<int64_t>& frames, const std::string& what);
+  std::vector<int64_t> refit_sample() const;
   void log_heads(const ModelMetadata& source) const;
   void freeze_descriptor();
   void warn_about_data() const;
