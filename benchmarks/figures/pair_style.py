@@ -138,3 +138,41 @@ def _(run):
 def _(run):
     """PaiNN's MD cost over se_e2_a's, 1536 atoms on 1 rank"""
     return times(acc(run, PAINN, "md_us_per_atom_step"), acc(run, SE, "md_us_per_atom_step"))
+
+
+# --- with MACE, before and after the energy shift's re-fit at each validation (f8f3925) ---
+
+MP_BEFORE_REFIT = "mp_accuracy/2026-12-03-61692ff"
+MP_REFIT = "mp_accuracy/2026-12-03-f8f3925"
+MACE = "MACE, 32 channels, max_L 1, correlation 3, 2 interactions"
+
+
+def energies(run):
+    """the three models' median test energy RMSE, meV/atom"""
+    return ", ".join(g(acc(run, m, "test_e_mev_atom"), 3) for m in (SE, PAINN, MACE)) + " meV/atom"
+
+
+@figure("mp-refit-test-e", MP_REFIT)
+def _(run):
+    return energies(run)
+
+
+@figure("mp-before-refit-test-e", MP_BEFORE_REFIT)
+def _(run):
+    return energies(run)
+
+
+@figure("mp-refit-test-f", MP_REFIT)
+def _(run):
+    return ", ".join(g(acc(run, m, "test_f_mev_a"), 3) for m in (SE, PAINN, MACE)) + " meV/Å"
+
+
+@figure("mp-refit-mace-steps", MP_REFIT)
+def _(run):
+    """MACE's steps in the time against PaiNN's"""
+    return f"{acc(run, MACE, 'steps') / acc(run, PAINN, 'steps'):.2f}x"
+
+
+@figure("mp-refit-mace-md-cost", MP_REFIT)
+def _(run):
+    return times(acc(run, MACE, "md_us_per_atom_step"), acc(run, PAINN, "md_us_per_atom_step"))

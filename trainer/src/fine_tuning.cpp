@@ -115,7 +115,9 @@ void Trainer::log_heads(const ModelMetadata& source) const {
 // through the nets, and at each validation (a sample), so that a constant per atom the nets drift
 // to while the forces dominate the loss (MACE, whose layers have no biases) is not carried by
 // the energies. The ranks share the frames (r, r + size, ...) and sum the normal equations.
-void Trainer::refit_energy_shift(const std::vector<int64_t>& frames, const std::string& what) {
+// Returns the changes for the log (" O+0.01 H+0.02", per head "new: ...; pt: ..."; "": no frame
+// with an energy).
+std::string Trainer::refit_energy_shift(const std::vector<int64_t>& frames) {
   const std::vector<std::string> heads = model_heads(model_.metadata.hyperparameters);
   const auto ns = static_cast<int64_t>(config_.model.species.size());
   const auto nh = static_cast<int64_t>(std::max<std::size_t>(heads.size(), 1));
@@ -134,7 +136,6 @@ void Trainer::refit_energy_shift(const std::vector<int64_t>& frames, const std::
       if (t.center_groups.empty()) t = group_batch(t, *grouping_);
       trusted.emplace();
     }
-    torch::NoGradGuard no_grad;
     add_shift_equations(t, predict_energy(model_.module, t, accumulate_), a, b);
   }
   torch::Tensor sums = torch::cat({a.flatten(), b.flatten()}).cpu().contiguous();
@@ -152,7 +153,7 @@ void Trainer::refit_energy_shift(const std::vector<int64_t>& frames, const std::
     text += heads.empty() ? "" : (text.empty() ? " " : "; ") + heads[static_cast<std::size_t>(h)] + ":";
     for (std::size_t s = 0; s < delta.size(); ++s) text += fmt::format(" {}{:+.6g}", config_.model.species[s], delta[s]);
   }
-  log(what + " (eV):" + text);
+  return text;
 }
 
 // An even sample of the training frames for the re-fit at each validation (training.refit_frames).

@@ -157,7 +157,7 @@ BatchTensors concat(const std::vector<const BatchTensors*>& parts) {
 
 torch::Tensor predict_energy(torch::jit::Module& module, const BatchTensors& b, torch::Dtype accumulate) {
   ModelInput in{b.species, b.edge_index, b.edge_vectors, b.n_atoms, b.center_groups, b.edge_groups, b.head};
-  const torch::Tensor e = evaluate_module(module, in, EdgeGradient::none).atom_energy.to(accumulate);
+  const torch::Tensor e = evaluate_module(module, in, EdgeGradient::none).atom_energy.detach().to(accumulate);
   return torch::zeros({b.n_frames}, e.options()).index_add(0, b.frame_of_atom, e);
 }
 

@@ -269,7 +269,8 @@ void Trainer::setup_model_and_statistics() {
   if (config_.init_from.empty() ? heads : config_.refit_energy_shift) {
     std::vector<int64_t> all(data_.train->size());
     std::iota(all.begin(), all.end(), 0);
-    refit_energy_shift(all, "statistics: energy shift re-fitted to the data's residuals");
+    const std::string change = refit_energy_shift(all);
+    if (!change.empty()) log("statistics: energy shift re-fitted to the data's residuals (eV):" + change);
   }
   params_ = trainable_parameters(model_.module);
   reducer_ = std::make_unique<GradientReducer>(params_, static_cast<std::size_t>(config_.bucket_mb * (1 << 20)));
@@ -790,11 +791,13 @@ void Trainer::start_outputs() {
 // checkpoint. Returns false when the run should stop (early stopping, max_minutes).
 bool Trainer::end_epoch(const MetricSums& train) {
   stop_if_diverged(train, "training", state_.epoch);
+  std::string refit;
   if (config_.refit_energy_shift && config_.refit_frames > 0) {
     const std::vector<int64_t> sample = refit_sample();
     swap_ema();   // the weights validated and exported
-    refit_energy_shift(sample, fmt::format("  energy shift re-fitted on {} training frames", sample.size()));
+    const std::string change = refit_energy_shift(sample);
     swap_ema();
+    if (!change.empty()) refit = fmt::format("  energy shift re-fitted before this validation, on {} training frames (eV):{}", sample.size(), change);
   }
   const MetricSums val = validate();
   stop_if_diverged(val, "validation", state_.epoch);
@@ -826,6 +829,7 @@ bool Trainer::end_epoch(const MetricSums& train) {
     }
     log("  val by head (meV/atom, meV/A, meV/atom):" + text);
   }
+  if (!refit.empty()) log(refit);
   const double tt = std::max(times_.wall, 1e-12);
   if (recorded_ && recorded_->recording()) {
     // The host launches the replays and does not wait for them: its times are not the GPU's.

@@ -187,10 +187,10 @@ struct Prediction {
 /// Virials are computed only when some frame of the batch has one to compare with (else zeros).
 /// Per-atom energies and edge gradients are summed into frame energies, forces and virials in
 /// `accumulate` (training.accumulate_dtype; float32 rounds a float64 model's outputs too).
-/// The frame energies of a batch alone (no forces), in `accumulate`; call under NoGradGuard.
-torch::Tensor predict_energy(torch::jit::Module& module, const BatchTensors& b, torch::Dtype accumulate);
 Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph,
                    torch::Dtype accumulate = torch::kFloat64);
+/// The frame energies of a batch alone (no forces), in `accumulate`, detached.
+torch::Tensor predict_energy(torch::jit::Module& module, const BatchTensors& b, torch::Dtype accumulate);
 
 struct Prefactors {
   double energy = 1, forces = 1, virial = 0;
@@ -341,9 +341,9 @@ class Trainer {
   void setup_device();
   void setup_model_and_statistics();
   // Fine-tuning (fine_tuning.cpp): training.init_from's weights, the energy shift re-fitted to
-  // what the model leaves unexplained on training frames (logged with `what`), and training.freeze.
+  // what the model leaves unexplained on training frames, and training.freeze.
   void init_from_source();
-  void refit_energy_shift(const std::vector<int64_t>& frames, const std::string& what);
+  std::string refit_energy_shift(const std::vector<int64_t>& frames);
   std::vector<int64_t> refit_sample() const;
   void log_heads(const ModelMetadata& source) const;
   void freeze_descriptor();
