@@ -511,11 +511,18 @@ TEST(MultiHeadFineTuning, KeepsTheSourceInEveryHeadAndTrainsEachOnItsData) {
     for (int64_t h = 0; h < 2; ++h)
       EXPECT_TRUE(torch::equal(heads.at(name).select(1, h), source.at(name))) << name << " head " << h;
   EXPECT_TRUE(torch::equal(heads.at("l1_prod_w"), source.at("l1_prod_w"))) << "the shared layers";
-  // The energy shift re-fitted per head on its own training frames (each head's share of the split).
+  // The energy shift re-fitted per head on its own training frames (each head's share of the split),
+  // and at the validation on refit_frames of each head's.
   std::vector<std::string> refit = second;
   refit.push_back("training.refit_energy_shift=true");
+  refit.push_back("training.refit_frames=2");
   refit.push_back("output.dir=" + (dir.path / "refit").string());
-  ASSERT_EQ(train_error(config, refit), "no error");
+  ::testing::internal::CaptureStdout();
+  const std::string refitted = train_error(config, refit);
+  const std::string refit_log = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(refitted, "no error") << refit_log;
+  EXPECT_NE(refit_log.find("energy shift re-fitted before this validation, on 4 training frames (eV): new: "),
+            std::string::npos) << refit_log;
   const torch::Tensor shift = read_model_weights((dir.path / "refit" / "model.pt").string()).at("energy_shift");
   for (int64_t h = 0; h < 2; ++h) {
     const torch::Tensor delta = shift.select(1, h) - source.at("energy_shift");

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 
 #include <fmt/format.h>
@@ -116,8 +117,9 @@ void Trainer::log_heads(const ModelMetadata& source) const {
 // to while the forces dominate the loss (MACE, whose layers have no biases) is not carried by
 // the energies. The ranks share the frames (r, r + size, ...) and sum the normal equations.
 // Returns the changes for the log (" O+0.01 H+0.02", per head "new: ...; pt: ..."; "": no frame
-// with an energy).
-std::string Trainer::refit_energy_shift(const std::vector<int64_t>& frames) {
+// with an energy). `note_heads` (a pass over all training frames of a multi-head model): each
+// head's frames are noted in frames_of_head_, for refit_sample().
+std::string Trainer::refit_energy_shift(const std::vector<int64_t>& frames, bool note_heads) {
   const std::vector<std::string> heads = model_heads(model_.metadata.hyperparameters);
   const auto ns = static_cast<int64_t>(config_.model.species.size());
   const auto nh = static_cast<int64_t>(std::max<std::size_t>(heads.size(), 1));
@@ -129,14 +131,28 @@ std::string Trainer::refit_energy_shift(const std::vector<int64_t>& frames) {
   const auto prefetch = batches_of(*data_.train, resident_train_, (mine->size() + part - 1) / part, [=](std::size_t p) {
     return std::vector<int64_t>(mine->begin() + p * part, mine->begin() + std::min(mine->size(), (p + 1) * part));
   });
+  note_heads = note_heads && !heads.empty();
+  std::vector<double> head_of(note_heads ? data_.train->size() : 0, 0.0);   // 1 + each frame's head
   for (std::size_t p = 0; p < (mine->size() + part - 1) / part; ++p) {
     BatchTensors t = to_device(prefetch->next(), device_);
+    if (note_heads && t.head.defined()) {
+      const torch::Tensor h = torch::zeros({t.n_frames}, t.head.options()).index_copy(0, t.frame_of_atom, t.head).cpu();
+      const auto of_frame = h.accessor<int64_t, 1>();
+      for (int64_t k = 0; k < t.n_frames; ++k)
+        head_of[static_cast<std::size_t>((*mine)[p * part + static_cast<std::size_t>(k)])] = 1.0 + double(of_frame[k]);
+    }
     std::optional<DeviceValueChecksPaused> trusted;   // grouped as validate() groups
     if (grouping_) {
       if (t.center_groups.empty()) t = group_batch(t, *grouping_);
       trusted.emplace();
     }
     add_shift_equations(t, predict_energy(model_.module, t, accumulate_), a, b);
+  }
+  if (note_heads) {
+    comm_.allreduce_sum(head_of.data(), head_of.size());
+    frames_of_head_.assign(heads.size(), {});
+    for (std::size_t k = 0; k < head_of.size(); ++k)
+      if (head_of[k] >= 1) frames_of_head_[static_cast<std::size_t>(head_of[k]) - 1].push_back(static_cast<int64_t>(k));
   }
   torch::Tensor sums = torch::cat({a.flatten(), b.flatten()}).cpu().contiguous();
   comm_.allreduce_sum(sums.data_ptr<double>(), static_cast<std::size_t>(sums.numel()));
@@ -156,12 +172,21 @@ std::string Trainer::refit_energy_shift(const std::vector<int64_t>& frames) {
   return text;
 }
 
-// An even sample of the training frames for the re-fit at each validation (training.refit_frames).
+// The frames of the re-fit at each validation: an even sample of training.refit_frames of the
+// training frames; a multi-head model's, of each head's (a small new head beside much replay
+// data gets as many as the others).
 std::vector<int64_t> Trainer::refit_sample() const {
-  const auto n = static_cast<int64_t>(data_.train->size());
-  const int64_t k = std::min(n, config_.refit_frames);
-  std::vector<int64_t> idx(static_cast<std::size_t>(k));
-  for (int64_t i = 0; i < k; ++i) idx[static_cast<std::size_t>(i)] = i * n / k;
+  std::vector<int64_t> all;
+  if (frames_of_head_.empty()) {
+    all.resize(data_.train->size());
+    std::iota(all.begin(), all.end(), 0);
+  }
+  std::vector<int64_t> idx;
+  for (const std::vector<int64_t>& frames : frames_of_head_.empty() ? std::vector<std::vector<int64_t>>{all} : frames_of_head_) {
+    const auto n = static_cast<int64_t>(frames.size());
+    const int64_t k = std::min(n, config_.refit_frames);
+    for (int64_t i = 0; i < k; ++i) idx.push_back(frames[static_cast<std::size_t>(i * n / k)]);
+  }
   return idx;
 }
 

@@ -269,7 +269,7 @@ void Trainer::setup_model_and_statistics() {
   if (config_.init_from.empty() ? heads : config_.refit_energy_shift) {
     std::vector<int64_t> all(data_.train->size());
     std::iota(all.begin(), all.end(), 0);
-    const std::string change = refit_energy_shift(all);
+    const std::string change = refit_energy_shift(all, /*note_heads=*/true);
     if (!change.empty()) log("statistics: energy shift re-fitted to the data's residuals (eV):" + change);
   }
   params_ = trainable_parameters(model_.module);

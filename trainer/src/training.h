@@ -343,8 +343,9 @@ class Trainer {
   // Fine-tuning (fine_tuning.cpp): training.init_from's weights, the energy shift re-fitted to
   // what the model leaves unexplained on training frames, and training.freeze.
   void init_from_source();
-  std::string refit_energy_shift(const std::vector<int64_t>& frames);
+  std::string refit_energy_shift(const std::vector<int64_t>& frames, bool note_heads = false);
   std::vector<int64_t> refit_sample() const;
+  std::vector<std::vector<int64_t>> frames_of_head_;   // a multi-head model's training frames per head
   void log_heads(const ModelMetadata& source) const;
   void freeze_descriptor();
   void warn_about_data() const;
