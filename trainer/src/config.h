@@ -76,7 +76,7 @@ struct Config {
   std::string freeze = "none";          // none | descriptor (with init_from: train the rest only)
   bool refit_energy_shift = true;       // re-fit the energy shift to the residuals: with init_from at the
                                         // start, and at each validation on refit_frames training frames
-  int64_t refit_frames = 64;            // (0: at the start of a fine-tuning only)
+  int64_t refit_frames = 64;            // (0: no re-fit at validations; a multi-head model: per head)
 
   // where training runs (docs/config.md "Devices and communication")
   std::string device = "auto";          // auto | cpu | cuda | cuda:N (mlip/model/device.h)

@@ -235,7 +235,8 @@ std::vector<double> fit_energy_shift(const PackStats& st, const SpeciesMap& spec
     B[row[i]][0] += st.counts_energy[i];
     for (std::size_t j = 0; j < n; ++j) A[row[i]][row[j]] += st.counts_counts[i][j];
   }
-  // Their entries are sums of integer products, exact in float64, so the null space is exact too.
+  // The minimum-norm solution where the counts are collinear. The normal equations' entries are
+  // sums of integer products, exact in float64, so the null space is exact too.
   return min_norm_solution(a, b.squeeze(1));
 }
 

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <numeric>
 #include <optional>
 
 #include <fmt/format.h>
@@ -161,7 +160,7 @@ std::string Trainer::refit_energy_shift(const std::vector<int64_t>& frames, bool
   torch::NoGradGuard no_grad;
   std::string text;
   for (int64_t h = 0; h < nh; ++h) {
-    if (b[h].abs().sum().item<double>() == 0 && a[h].abs().sum().item<double>() == 0) continue;   // no frame of it
+    if (a[h].abs().sum().item<double>() == 0) continue;   // no frame of it with an energy
     const std::vector<double> delta = min_norm_solution(a[h], b[h]);
     torch::Tensor shift = model_.module.attr("energy_shift").toTensor();
     if (!heads.empty()) shift = shift.select(1, h);
@@ -176,17 +175,13 @@ std::string Trainer::refit_energy_shift(const std::vector<int64_t>& frames, bool
 // training frames; a multi-head model's, of each head's (a small new head beside much replay
 // data gets as many as the others).
 std::vector<int64_t> Trainer::refit_sample() const {
-  std::vector<int64_t> all;
-  if (frames_of_head_.empty()) {
-    all.resize(data_.train->size());
-    std::iota(all.begin(), all.end(), 0);
-  }
   std::vector<int64_t> idx;
-  for (const std::vector<int64_t>& frames : frames_of_head_.empty() ? std::vector<std::vector<int64_t>>{all} : frames_of_head_) {
-    const auto n = static_cast<int64_t>(frames.size());
-    const int64_t k = std::min(n, config_.refit_frames);
-    for (int64_t i = 0; i < k; ++i) idx.push_back(frames[static_cast<std::size_t>(i * n / k)]);
-  }
+  const auto even = [&](std::size_t n, const auto& frame) {
+    const std::size_t k = std::min<std::size_t>(n, static_cast<std::size_t>(config_.refit_frames));
+    for (std::size_t i = 0; i < k; ++i) idx.push_back(frame(i * n / k));
+  };
+  if (frames_of_head_.empty()) even(data_.train->size(), [](std::size_t j) { return static_cast<int64_t>(j); });
+  for (const std::vector<int64_t>& frames : frames_of_head_) even(frames.size(), [&](std::size_t j) { return frames[j]; });
   return idx;
 }
 

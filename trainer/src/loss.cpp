@@ -155,14 +155,23 @@ BatchTensors concat(const std::vector<const BatchTensors*>& parts) {
   return t;
 }
 
+namespace {
+ModelInput model_input(const BatchTensors& b) {
+  return {b.species, b.edge_index, b.edge_vectors, b.n_atoms, b.center_groups, b.edge_groups, b.head};
+}
+// Per-atom energies summed per frame, in `accumulate`.
+torch::Tensor frame_energies(const BatchTensors& b, const torch::Tensor& atom_energy, torch::Dtype accumulate) {
+  return torch::zeros({b.n_frames}, atom_energy.options().dtype(accumulate))
+      .index_add(0, b.frame_of_atom, atom_energy.to(accumulate));
+}
+}  // namespace
+
 torch::Tensor predict_energy(torch::jit::Module& module, const BatchTensors& b, torch::Dtype accumulate) {
-  ModelInput in{b.species, b.edge_index, b.edge_vectors, b.n_atoms, b.center_groups, b.edge_groups, b.head};
-  const torch::Tensor e = evaluate_module(module, in, EdgeGradient::none).atom_energy.detach().to(accumulate);
-  return torch::zeros({b.n_frames}, e.options()).index_add(0, b.frame_of_atom, e);
+  return frame_energies(b, evaluate_module(module, model_input(b), EdgeGradient::none).atom_energy.detach(), accumulate);
 }
 
 Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph, torch::Dtype accumulate) {
-  ModelInput in{b.species, b.edge_index, b.edge_vectors, b.n_atoms, b.center_groups, b.edge_groups, b.head};
+  const ModelInput in = model_input(b);
   const ModelOutput out =
       evaluate_module(module, in, create_graph ? EdgeGradient::differentiable : EdgeGradient::value);
   EdgeForceRequest request;
@@ -171,8 +180,7 @@ Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool creat
   request.n_groups = b.n_frames;
   const EdgeForces f = edge_forces(b.edge_index, b.edge_vectors, out.edge_grad.to(accumulate), b.n_atoms, request);
   Prediction p;
-  p.energy = torch::zeros({b.n_frames}, out.atom_energy.options().dtype(accumulate))
-                 .index_add(0, b.frame_of_atom, out.atom_energy.to(accumulate));
+  p.energy = frame_energies(b, out.atom_energy, accumulate);
   p.forces = f.forces;
   p.virial = b.any_virial ? f.virial : torch::zeros({b.n_frames, 9}, p.forces.options());
   return p;
