@@ -47,7 +47,8 @@
 # se_e2_a run, float64 and float32, with 'cuda_graph yes', the model call recorded as a CUDA graph, next
 # to it, and PaiNN's with 'exchange no cuda_graph yes' where the graph is the host's; only: those runs alone; eager: those runs alone with 'cuda_graph eager', the same padded path
 # unrecorded, on any device). GRAPH (host; device: every mlip run with 'graph device', the graph built
-# on the model's device; with CUDA_GRAPH the whole step recorded as one CUDA graph).
+# on the model's device; with CUDA_GRAPH the whole step recorded as one CUDA graph, PaiNN's (PAINN,
+# PAINN_TARGET) too, each chunk with its halo).
 # MLIP_KERNELS (usual; aten or device: the operators' formulation, named in the mlip rows' labels).
 # THREADS (LibTorch threads per rank, OMP_NUM_THREADS; default 1). MD_STEPS ("10k=50 100k=20": MD
 # steps per size instead of the defaults below). SE_E2A (0: no
@@ -196,6 +197,14 @@ gpu_sampler() {
   fi
 }
 # run LABEL RANKS INPUT VARS...: runs LAMMPS and appends a table row
+# A row's label for a 'cuda_graph' setting.
+graph_label() {
+  case $1 in
+    yes) echo ", CUDA graph" ;;
+    eager) echo ", CUDA graph eager" ;;
+  esac
+}
+
 run() {
   local label=$1 np=$2 input=$3
   shift 3
@@ -317,9 +326,7 @@ for size in $SIZES; do
     if [[ $CUDA_GRAPH == only && -n $DEVICE ]]; then graphs=yes; fi
     if [[ $CUDA_GRAPH == eager ]]; then graphs=eager; fi
     for graph in $graphs; do
-      g=""
-      if [[ $graph == yes ]]; then g=", CUDA graph"; fi
-      if [[ $graph == eager ]]; then g=", CUDA graph eager"; fi
+      g=$(graph_label "$graph")
       if [[ $SE_E2A == 1 ]]; then
         run "mlip se_e2_a f64$on$g" "$np" in.mlip "data=water-$size.data" model=water64.pt \
           "options=$options cuda_graph $graph" "steps=${mlip_steps[$size]}"
@@ -351,20 +358,27 @@ for size in $SIZES; do
         "steps=${mlip_steps[$size]}"
       lmp_extra=()
     fi
-    if [[ $PAINN == 1 && -n ${painn_steps[$size]:-} ]]; then
-      run "mlip painn f64$on" "$np" in.mlip "data=water-$size.data" model=painn64.pt "options=$options" \
-        "steps=${painn_steps[$size]}"
-      # its model call recorded (with a halo, exchange no, as a recording needs; not its whole step)
-      if [[ " $graphs " == *" yes "* && $GRAPH != device ]]; then
-        run "mlip painn f64$on, halo, CUDA graph" "$np" in.mlip "data=water-$size.data" model=painn64.pt \
-          "options=$options exchange no cuda_graph yes" "steps=${painn_steps[$size]}"
+    # PaiNN's cuda_graph settings: with the graph on the device, those of se_e2_a's rows (its whole
+    # step recorded, each chunk with its halo); else none here (its model call's row below)
+    mp_graphs=no
+    if [[ $GRAPH == device ]]; then mp_graphs=$graphs; fi
+    for graph in $mp_graphs; do
+      g=$(graph_label "$graph")
+      if [[ $PAINN == 1 && -n ${painn_steps[$size]:-} ]]; then
+        run "mlip painn f64$on$g" "$np" in.mlip "data=water-$size.data" model=painn64.pt \
+          "options=$options cuda_graph $graph" "steps=${painn_steps[$size]}"
       fi
-    fi
-    if [[ $PAINN_TARGET == 1 && -n ${painn_steps[$size]:-} ]]; then
-      # its random weights (3 layers) bring two atoms together in about 25 steps of 0.5 fs: 0.1 fs
-      # (water_md_input's dt; the step's cost does not depend on it)
-      run "mlip painn 32f 3L f32$on" "$np" in.mlip "data=water-$size.data" model=painn32f3l.pt "options=$options" \
-        "steps=${painn_steps[$size]}" dt=0.0001
+      if [[ $PAINN_TARGET == 1 && -n ${painn_steps[$size]:-} ]]; then
+        # its random weights (3 layers) bring two atoms together in about 25 steps of 0.5 fs: 0.1 fs
+        # (water_md_input's dt; the step's cost does not depend on it)
+        run "mlip painn 32f 3L f32$on$g" "$np" in.mlip "data=water-$size.data" model=painn32f3l.pt \
+          "options=$options cuda_graph $graph" "steps=${painn_steps[$size]}" dt=0.0001
+      fi
+    done
+    # PaiNN's model call recorded (with a halo, exchange no, as a recording needs), the graph the host's
+    if [[ $PAINN == 1 && -n ${painn_steps[$size]:-} && " $graphs " == *" yes "* && $GRAPH != device ]]; then
+      run "mlip painn f64$on, halo, CUDA graph" "$np" in.mlip "data=water-$size.data" model=painn64.pt \
+        "options=$options exchange no cuda_graph yes" "steps=${painn_steps[$size]}"
     fi
     if [[ $MACE == 1 && -n ${painn_steps[$size]:-} ]]; then
       [[ $MACE_MODELS == *" 32 "* ]] && run "mlip mace 32ch L1 f64$on" "$np" in.mlip "data=water-$size.data" \

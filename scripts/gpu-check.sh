@@ -26,8 +26,9 @@
 #   md_device_graph  the same with the graph built on the GPU ('graph device'): se_e2_a plain and
 #              compressed, float64 and float32, PaiNN (64 features, 2 layers, float64; and issue 54's,
 #              32 features, 3 layers, float32), at 10k and 100k atoms
-#   md_step_graph  se_e2_a's whole step as one CUDA graph ('graph device cuda_graph yes'), the same
-#              four models and sizes, no chunk (its model calls chunked only if memory asks)
+#   md_step_graph  the whole step as one CUDA graph ('graph device cuda_graph yes'): the same four
+#              se_e2_a models and issue 54's PaiNN (each chunk with its halo) at the same sizes, no
+#              chunk (its model calls chunked only if memory asks)
 #   profile    where the MD step's time goes, under 'timing kernels' (the runs' times are not
 #              figures): se_e2_a plain, compressed, float32 (also MLIP_KERNELS=aten) at 100k atoms
 #              with the graph on the GPU
@@ -588,12 +589,12 @@ stage_md_device_graph() {
 stage_md_step_graph() {
   local rc=0
   if [[ $dry == 1 ]]; then
-    bench md_step_graph 240 SIZES=1k MD_STEPS="1k=2" GRAPH=device CUDA_GRAPH=eager COMPRESSED=1 || rc=$?
+    bench md_step_graph 240 SIZES=1k MD_STEPS="1k=2" GRAPH=device CUDA_GRAPH=eager COMPRESSED=1 PAINN_TARGET=1 || rc=$?
   else
     # No chunk: one recording of all atoms until it runs out of GPU memory, then its model calls
     # in chunks the sizer chooses (the memory lines say what a recording took).
     bench md_step_graph 300 SIZES="10k 100k" MD_STEPS="10k=10 100k=4" GRAPH=device CUDA_GRAPH=only COMPRESSED=1 \
-      FLOAT32=1 FLOAT32_SIZES="10k 100k" || rc=$?
+      FLOAT32=1 FLOAT32_SIZES="10k 100k" PAINN_TARGET=1 || rc=$?
   fi
   sizing md_step_graph
   return $rc
@@ -938,13 +939,13 @@ main() {
   # MLIP_GPU_CHECK_STAGES, those named in the order named (a stage named first runs first).
   # Needs from the kept runs' stages.txt where a stage has run (md 39-40 s for its 4 LAMMPS runs:
   # 10 s a run; train 74-117 s when it had 5 trainer runs; md_more 52-70 s; md_1m 37-51 s), else
-  # estimates at 10 s a LAMMPS run: md_device_graph 10 runs, md_step_graph 8, profile 13 under the
+  # estimates at 10 s a LAMMPS run: md_device_graph 10 runs, md_step_graph 10, profile 13 under the
   # profiler, md_1m 3 at a million atoms; train now 9 trainer runs and MACE's. The first call
   # (docs/gpu.md) fits device to md_1m in a budget of 560 s, the second train_accuracy to
   # train_gpu. A stage whose rows reach $OUT as they are measured may start on less than it needs:
   # the budget cuts its last run.
   # The order: issue 54's MD targets and their profile first, then training's.
-  local table=(device:40 pair_np1:30 md_device_graph:130 md_step_graph:100 profile:180 md_1m:80
+  local table=(device:40 pair_np1:30 md_device_graph:130 md_step_graph:130 profile:180 md_1m:80
     train_accuracy:240 train:180 profile_train:60 train_gpu:40 md:60 stream:150 pair_np2:30 md_more:90 md_mace_kernels:60
     "mace:$((dry == 1 ? 120 : 500))")
   local names=() name entry need

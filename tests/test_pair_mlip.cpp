@@ -399,7 +399,7 @@ TEST(PairMLIP, MessagePassingSetsTheCommunicationCutoff) {
 // Ghost exchange (the default for models that define their layers) and the halo path.
 class MessagePassingPath : public ::testing::TestWithParam<const char*> {};
 INSTANTIATE_TEST_SUITE_P(PairMLIP, MessagePassingPath, ::testing::Values("exchange yes", "exchange no"),
-                         [](const auto& info) { return std::string(info.param[9] == 'y' ? "Exchange" : "Halo"); });
+                         [](const auto& p) { return std::string(p.param[9] == 'y' ? "Exchange" : "Halo"); });
 
 TEST_P(MessagePassingPath, StaysExactAfterAtomsMove) {
   const std::string model = model_path("painn");
@@ -1244,8 +1244,8 @@ TEST(PairMLIP, DeviceGraphEqualsTheHostGraph) {
 // CPU): with 'graph device' the whole step (mlip/model/device_step.h: cells, edges grouped by net,
 // model, forces onto the atoms), else the model call on the grouped graph; both equal the host
 // graph's step, over a few steps of MD with per-atom energies and virials, in one call a step and in
-// calls of at most 'chunk' atoms; PaiNN's and MACE's model call too (message passing, the halo in the
-// grouped graph), but not their whole step: an error says so.
+// calls of at most 'chunk' atoms; PaiNN's and MACE's model call and whole step too (message
+// passing, the halo in the grouped graph; in the whole step each chunk's halo found on the device).
 TEST(PairMLIP, CudaGraphEagerEqualsTheHostGraph) {
   // The whole step in one chunk and in chunks of at most 25 local atoms (several per rank).
   for (const std::string keywords : {" graph device cuda_graph eager", " graph device cuda_graph eager chunk 25",
@@ -1274,8 +1274,16 @@ TEST(PairMLIP, CudaGraphEagerEqualsTheHostGraph) {
   const std::string painn_chunks = "pair_style mlip " + model_path("painn") + " exchange no";
   expect_same_run(snapshot(false, water_setup(80, 60), painn_chunks + " cuda_graph eager chunk 25\npair_coeff * * O H H", 3),
                   snapshot(false, water_setup(80, 60), painn_chunks + "\npair_coeff * * O H H", 3), 1e-10, true);
-  const std::string painn = error_of("pair_style mlip " + model_path("painn") + " graph device cuda_graph eager", "* * O H H");
-  EXPECT_NE(painn.find("is built for local models (se_e2_a)"), std::string::npos) << painn;
+  // Their whole step: PaiNN of 2 and 3 layers, in one chunk and in chunks of 25 (each with its
+  // halo), and MACE.
+  for (const std::string name : {"painn", "painn3", "painn chunk 25", "painn3 chunk 25", "mace"}) {
+    SCOPED_TRACE(name + ", the whole step");
+    const std::string model = model_path(name.substr(0, name.find(' '))) + name.substr(std::min(name.find(' '), name.size()));
+    const Snapshot host = snapshot(false, water_setup(80, 60), "pair_style mlip " + model + "\npair_coeff * * O H H", 3);
+    const Snapshot step = snapshot(false, water_setup(80, 60),
+                                   "pair_style mlip " + model + " graph device cuda_graph eager\npair_coeff * * O H H", 3);
+    expect_same_run(step, host, 1e-10, true);
+  }
   const std::string value = error_of("pair_style mlip " + model_path("se_e2_a") + " cuda_graph maybe", "* * O H H");
   EXPECT_NE(value.find("keyword 'cuda_graph' must be 'yes', 'no' or 'eager', not 'maybe'"), std::string::npos) << value;
 }

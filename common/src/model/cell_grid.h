@@ -6,6 +6,11 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "../ops/graph_elements.h"
 
 namespace mlip::detail {
 
@@ -43,5 +48,11 @@ inline void grid_frame(const double* lo, const double* hi, const int64_t* dims, 
         std::min(extent > 0 ? static_cast<double>(dims[d]) / extent : 1.0 / cutoff, 1.0 / cutoff) * (1.0 - 1e-9);
   }
 }
+
+/// reach[h]: the atoms within h message-passing hops of the `centres` (bool, per atom; reach[0]:
+/// the centres), h = 0 .. hops, found by the grid's kernels on its device; `cell`: each atom's cell
+/// (kernels::GraphCellOf). No value is read back: a CUDA graph records it.
+std::vector<torch::Tensor> reach(const kernels::CellGrid<double>& g, const torch::Tensor& cell, const torch::Tensor& centres,
+                                 int hops);
 
 }  // namespace mlip::detail

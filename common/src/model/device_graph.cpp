@@ -62,24 +62,22 @@ void make_cells(DeviceGraphBuilder::Cells& c, const torch::Tensor& x, const torc
   g.cell_first = c.cell_first.data_ptr<int64_t>();
 }
 
-// reach[h]: the atoms within h hops of a centre (reach[0]: the centres), h = 0 .. hops; `cell`:
-// each atom's cell (make_cells).
-std::vector<torch::Tensor> reach(const CellGrid<double>& g, const torch::Tensor& cell, const torch::Tensor& centres,
-                                 int hops) {
+}  // namespace
+
+std::vector<torch::Tensor> detail::reach(const CellGrid<double>& g, const torch::Tensor& cell,
+                                         const torch::Tensor& centres, int hops) {
   std::vector<torch::Tensor> r = {centres};
   for (int h = 1; h <= hops; ++h) {
     const torch::Tensor marked = torch::zeros({g.cells() + 1}, cell.options().dtype(torch::kUInt8))
                                      .scatter_reduce_(0, cell, r.back().to(torch::kUInt8), "amax");
     torch::Tensor next = torch::empty_like(centres);
-    detail::run_elements(kernels::GraphReach<double>{g, r.back().data_ptr<bool>(), marked.data_ptr<uint8_t>(),
-                                                     next.data_ptr<bool>()},
-                         centres.numel(), centres.device());
+    run_elements(kernels::GraphReach<double>{g, r.back().data_ptr<bool>(), marked.data_ptr<uint8_t>(),
+                                             next.data_ptr<bool>()},
+                 centres.numel(), centres.device());
     r.push_back(next);
   }
   return r;
 }
-
-}  // namespace
 
 GraphView DeviceGraph::view() const {
   GraphView v;
@@ -122,7 +120,7 @@ DeviceGraph DeviceGraphBuilder::build(int64_t first, int64_t last, int hops) con
   const torch::Tensor atom = torch::arange(n, index);
   const torch::Tensor centres = (atom >= first) & (atom < last) & (species_ >= 0);
   const CellGrid<double>& grid = cells_->grid;
-  const std::vector<torch::Tensor> r = reach(grid, cells_->cell, centres, std::max(hops, 1));
+  const std::vector<torch::Tensor> r = detail::reach(grid, cells_->cell, centres, std::max(hops, 1));
   const torch::Tensor& from = r[r.size() - 2];   // within hops - 1: they send along all their edges
   // Nodes: the centres in atom order, then the other atoms reached.
   graph.node_atom = torch::cat({centres.nonzero().view(-1), (r.back() & ~centres).nonzero().view(-1)});

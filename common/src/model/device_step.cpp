@@ -45,6 +45,20 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// pad_node (K, C): chunk k's padding centres (centre_atom's entries `none`) in turn, C of them, so
+// that padding edge e of the chunk joins pad_node[k][e mod C] to itself and no padding centre takes
+// more than its share (grouped_graph.h: padding_edge_ends). Message passing only: a local model's
+// padding edges go to every centre.
+void stage_padding(const int64_t* centre_atom, int64_t* pad_node, int64_t K, int64_t C, int64_t none) {
+  std::vector<int64_t> pads;
+  for (int64_t k = 0; k < K; ++k) {
+    pads.clear();
+    for (int64_t c = 0; c < C; ++c)
+      if (centre_atom[k * C + c] == none) pads.push_back(c);
+    for (int64_t c = 0; c < C; ++c) pad_node[k * C + c] = pads.empty() ? 0 : pads[static_cast<std::size_t>(c) % pads.size()];
+  }
+}
+
 }  // namespace
 
 // The step's inputs on the host and the device (fixed while the capacity is), the grid over them,
@@ -57,9 +71,10 @@ struct DeviceStep::Buffers {
                                      // chunk or -1, chunk_of (atoms): each centre's chunk (0 for the
                                      // others), centre_atom (chunks, centres): each centre node's
                                      // atom, `atoms` for padding, chunk_start (chunks): each chunk's
-                                     // first atom
+                                     // first atom; with message passing pad_node (chunks, centres):
+                                     // each chunk's padding centres in turn (stage_padding)
   torch::Tensor real, index;         // the same on the device
-  torch::Tensor x, frame, species, slot, chunk_of, centre_atom, chunk_start;   // views of them
+  torch::Tensor x, frame, species, slot, chunk_of, centre_atom, chunk_start, pad_node;   // views of them
   torch::Tensor head_species;        // (centres): the species of each centre node of a chunk, padding too
   torch::Tensor net_first;           // (nets + 1): where each net's edges start in a chunk
   CellGrid<double> grid{};
@@ -69,11 +84,7 @@ struct DeviceStep::Buffers {
 
 DeviceStep::DeviceStep(const Model& model, double cutoff, bool record, double min_distance)
     : model_(&model), rule_(GroupingRule::of(model)), cutoff_(cutoff), min_distance_(min_distance),
-      b_(std::make_unique<Buffers>()) {
-  if (rule_.message_passing)
-    throw Error("the whole step as one CUDA graph is built for local models (se_e2_a): this " +
-                model.info().architecture + " model passes messages through a halo, which it does not build; "
-                "without 'graph device', 'cuda_graph yes' records its model call");
+      hops_(std::max(model.info().message_passing_layers, 1)), b_(std::make_unique<Buffers>()) {
   if (model.device().is_cuda())
     if (const std::string why = device_kernels_unavailable(model.device()); !why.empty())
       throw Error("the step on the GPU needs mlip's CUDA kernels (libmlip_cuda_ops.so): " + why);
@@ -116,8 +127,13 @@ std::array<double, 6> DeviceStep::stage(const double* positions, double scale, c
   }
   if (n > wanted_.atoms) wanted_.atoms = grouped_capacity(n);
   wanted_.centers.resize(static_cast<std::size_t>(ns), 0);
-  for (std::size_t c = 0; c < centers.size(); ++c)
-    if (centers[c] > wanted_.centers[c % ns]) wanted_.centers[c % ns] = grouped_capacity(centers[c]);
+  // A message-passing model's padding edges join padding centres: a free slot in every non-empty
+  // group of every chunk (grouped_graph.h).
+  const int64_t spare = rule_.message_passing ? 1 : 0;
+  for (std::size_t c = 0; c < centers.size(); ++c) {
+    const int64_t need = centers[c] + (centers[c] > 0 ? spare : 0);
+    if (need > wanted_.centers[c % ns]) wanted_.centers[c % ns] = grouped_capacity(need);
+  }
   choose_grid(lo, hi);
   return {lo[0], lo[1], lo[2], hi[0], hi[1], hi[2]};
 }
@@ -157,7 +173,8 @@ void DeviceStep::stage_inputs(const double* positions, double scale, const int64
   std::fill(real, real + 3 * N, 0.0);
   for (int64_t k = 0; k < 3 * n; ++k) real[k] = positions[k] * scale;
   detail::grid_frame(lo, hi, wanted_.cells.data(), cutoff_, real + 3 * N);
-  host(b.host_index, 3 * N + K * C + K, torch::kInt64);
+  const int64_t pads = rule_.message_passing ? K * C : 0;
+  host(b.host_index, 3 * N + K * C + K + pads, torch::kInt64);
   int64_t* s = b.host_index.data_ptr<int64_t>();
   int64_t* slot = s + N;
   int64_t* chunk = s + 2 * N;
@@ -179,7 +196,9 @@ void DeviceStep::stage_inputs(const double* positions, double scale, const int64
       centre_atom[chunk[i] * C + slot[i]] = i;
     }
   }
+  if (pads > 0) stage_padding(centre_atom, chunk_start + K, K, C, N);
 }
+
 
 // The device buffers of capacity_ (the recording's inputs and constants).
 void DeviceStep::resize() {
@@ -190,12 +209,13 @@ void DeviceStep::resize() {
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
   b.atoms = capacity_.atoms;
   b.chunks = capacity_.chunks;
-  b.nets = rule_.pair_nets ? rule_.n_species * rule_.n_species : rule_.n_species;
+  b.nets = rule_.message_passing ? 2 : rule_.pair_nets ? rule_.n_species * rule_.n_species : rule_.n_species;
   capacity_.edges.resize(static_cast<std::size_t>(b.nets), 0);
   b.centers = std::accumulate(capacity_.centers.begin(), capacity_.centers.end(), int64_t{0});
   b.edges = std::accumulate(capacity_.edges.begin(), capacity_.edges.end(), int64_t{0});
   b.real = torch::empty({3 * b.atoms + 6}, i64.dtype(torch::kFloat64));
-  b.index = torch::empty({3 * b.atoms + b.chunks * (b.centers + 1)}, i64);
+  const int64_t pads = rule_.message_passing ? b.chunks * b.centers : 0;
+  b.index = torch::empty({3 * b.atoms + b.chunks * (b.centers + 1) + pads}, i64);
   b.x = b.real.narrow(0, 0, 3 * b.atoms).view({b.atoms, 3});
   b.frame = b.real.narrow(0, 3 * b.atoms, 6);
   b.species = b.index.narrow(0, 0, b.atoms);
@@ -203,6 +223,7 @@ void DeviceStep::resize() {
   b.chunk_of = b.index.narrow(0, 2 * b.atoms, b.atoms);
   b.centre_atom = b.index.narrow(0, 3 * b.atoms, b.chunks * b.centers).view({b.chunks, b.centers});
   b.chunk_start = b.index.narrow(0, 3 * b.atoms + b.chunks * b.centers, b.chunks);
+  if (pads > 0) b.pad_node = b.index.narrow(0, 3 * b.atoms + b.chunks * (b.centers + 1), pads).view({b.chunks, b.centers});
   std::vector<int64_t> head;
   for (std::size_t t = 0; t < capacity_.centers.size(); ++t) head.insert(head.end(), capacity_.centers[t], int64_t(t));
   b.head_species = torch::tensor(head, torch::kInt64).to(device);
@@ -218,24 +239,36 @@ void DeviceStep::resize() {
 
 namespace {
 
-// The cell list over the staged atoms and each centre's edges per net: `cursor` (atoms, species)
-// each centre's first place, in its chunk, in the net of each neighbour species, `cursor_end` its
-// places' end (cursor plus the count), `totals`
-// (chunks, nets) the edges of each chunk's nets; the cell list's tensors are kept with them while
-// the kernels that read them are queued.
+// The atoms binned into the grid's cells: `cell` each atom's cell (kernels::GraphCellOf), by_cell
+// and cell_first the grid's lists (its pointers set to them: kept while kernels that read them are
+// queued).
+struct Cells {
+  torch::Tensor cell, by_cell, cell_first;
+};
+
+Cells bin_atoms(DeviceStep::Buffers& b) {
+  Cells c;
+  c.cell = torch::empty({b.atoms}, b.species.options());
+  detail::run_elements(kernels::GraphCellOf<double>{b.grid, c.cell.data_ptr<int64_t>()}, b.atoms, b.x.device());
+  std::tie(c.by_cell, c.cell_first) = detail::grouped_by(c.cell, b.grid.cells() + 1);   // + 1: skipped atoms
+  b.grid.by_cell = c.by_cell.data_ptr<int64_t>();
+  b.grid.cell_first = c.cell_first.data_ptr<int64_t>();
+  return c;
+}
+
+// A local model's edges per net: `cursor` (atoms, species) each centre's first place, in its chunk,
+// in the net of each neighbour species, `cursor_end` its places' end (cursor plus the count),
+// `totals` (chunks, nets) the edges of each chunk's nets; the cell list kept with them.
 struct EdgeCounts {
-  torch::Tensor by_cell, cell_first, cursor, cursor_end, totals;
+  Cells cells;
+  torch::Tensor cursor, cursor_end, totals;
 };
 
 EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
   const torch::Device device = b.x.device();
   const int64_t ns = rule.n_species;
   EdgeCounts c;
-  torch::Tensor cell = torch::empty({b.atoms}, b.species.options());
-  detail::run_elements(kernels::GraphCellOf<double>{b.grid, cell.data_ptr<int64_t>()}, b.atoms, device);
-  std::tie(c.by_cell, c.cell_first) = detail::grouped_by(cell, b.grid.cells() + 1);   // + 1: skipped atoms
-  b.grid.by_cell = c.by_cell.data_ptr<int64_t>();
-  b.grid.cell_first = c.cell_first.data_ptr<int64_t>();
+  c.cells = bin_atoms(b);
   torch::Tensor count = torch::empty({b.atoms, ns}, b.species.options());
   detail::run_elements(kernels::GraphCountBySpecies<double>{b.grid, b.slot.data_ptr<int64_t>(), ns,
                                                             count.data_ptr<int64_t>()},
@@ -269,6 +302,35 @@ EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
   return c;
 }
 
+// A message-passing model's chunk k (grouped_graph.h's layout): `from` its receivers, the centres
+// and the atoms within hops - 1 of them (the halo that sends along all its edges), `node_of` each
+// atom's node (its centre slot, else C + atom), [first, end) each receiver's places in the two
+// groups of edges (into the chunk's centres, into the others), clipped to the groups' capacities;
+// `totals` (2) the chunk's edges per group.
+struct MessageEdges {
+  torch::Tensor from, node_of, first, end, totals;
+};
+
+MessageEdges message_edges(const DeviceStep::Buffers& b, const torch::Tensor& cell, int64_t k, int hops) {
+  const torch::Tensor centre = b.slot.ge(0) & b.chunk_of.eq(k);
+  MessageEdges m;
+  m.from = detail::reach(b.grid, cell, centre, hops - 1).back();
+  torch::Tensor count = torch::empty({b.atoms}, b.species.options());
+  detail::run_elements(kernels::GraphCountEdges<double>{b.grid, m.from.data_ptr<bool>(), count.data_ptr<int64_t>()},
+                       b.atoms, b.x.device());
+  const torch::Tensor into_centre = count * centre, into_other = count - into_centre;
+  const torch::Tensor& at = b.net_first;   // (3): the groups' places
+  const torch::Tensor first =
+      torch::where(centre, into_centre.cumsum(0) - into_centre + at[0], into_other.cumsum(0) - into_other + at[1]);
+  const torch::Tensor stop = torch::where(centre, at[1], at[2]);
+  m.first = torch::minimum(first, stop);
+  m.end = torch::minimum(first + count, stop);
+  m.totals = torch::stack({into_centre.sum(), into_other.sum()});
+  const torch::Tensor atom = torch::arange(b.atoms, b.species.options());
+  m.node_of = torch::where(centre, b.slot, torch::where(b.species.ge(0), atom + b.centers, -1));
+  return m;
+}
+
 }  // namespace
 
 // The device's part (what a CUDA graph records): cells, edges, the model chunk by chunk, forces
@@ -285,8 +347,35 @@ std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
   // choice would take the ATen formulations (GraphCapture records those).
   std::optional<KernelChoiceScope> kernels;
   if (model_->device().is_cuda() && kernel_choice() == KernelChoice::usual) kernels.emplace(KernelChoice::device_kernels);
+  const Buffers& b = *b_;
+  // Sums onto the atoms, a row more: where padding centres go.
+  torch::Tensor forces = torch::zeros({b.atoms + 1, 3}, b.x.options()), energy = torch::zeros({b.atoms + 1}, b.x.options());
+  torch::Tensor virial = torch::zeros({9}, b.x.options());
+  torch::Tensor node_virial = atom_virial ? torch::zeros({b.atoms + 1, 9}, b.x.options()) : torch::Tensor();
+  const Sums sums{forces, energy, virial, node_virial};
+  const torch::Tensor species = torch::cat({b.head_species, b.species.clamp_min(0)});
+  const auto [shortest2, totals] = rule_.message_passing ? run_message_passing(species, sums) : run_local(species, sums);
+  std::pair<torch::Tensor, torch::Tensor> out{
+      torch::cat({forces.narrow(0, 0, b.atoms).flatten(), energy.narrow(0, 0, b.atoms), virial, shortest2,
+                  totals.flatten().to(torch::kFloat64)}),
+      atom_virial ? node_virial.narrow(0, 0, b.atoms) : torch::Tensor()};
+  recordable.done();
+  return out;
+}
+
+namespace {
+
+// The shortest edge squared (1) of `vectors`, infinite where there are none.
+torch::Tensor shortest_squared(const torch::Tensor& vectors) {
+  return vectors.size(0) > 0 ? vectors.square().sum(1).amin().view({1}) : torch::full({1}, INFINITY, vectors.options());
+}
+
+}  // namespace
+
+// A local model's step: the edges of all chunks listed at once, then the chunks' model calls;
+// returns the shortest edge squared (1) and the edges per chunk and net (chunks, nets).
+std::pair<torch::Tensor, torch::Tensor> DeviceStep::run_local(const torch::Tensor& species, const Sums& sums) {
   Buffers& b = *b_;
-  const torch::Device device = model_->device();
   const EdgeCounts counts = count_edges(b, rule_);
   const int64_t all = b.chunks * b.edges;
   // Padding edges: each slot's centre (slot k: centre k mod centres) to itself, beyond the cutoff,
@@ -303,23 +392,38 @@ std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
                                         b.edges, counts.cursor.data_ptr<int64_t>(),
                                         counts.cursor_end.data_ptr<int64_t>(), ends, ends + all,
                                         vectors.data_ptr<double>()},
-      b.atoms, device);
-  // Sums onto the atoms, a row more: where padding centres go.
-  torch::Tensor forces = torch::zeros({b.atoms + 1, 3}, b.x.options()), energy = torch::zeros({b.atoms + 1}, b.x.options());
-  torch::Tensor virial = torch::zeros({9}, b.x.options());
-  torch::Tensor node_virial = atom_virial ? torch::zeros({b.atoms + 1, 9}, b.x.options()) : torch::Tensor();
-  const torch::Tensor species = torch::cat({b.head_species, b.species.clamp_min(0)});
+      b.atoms, b.x.device());
   for (int64_t k = 0; k < b.chunks; ++k)
     run_chunk(edge_index.narrow(1, k * b.edges, b.edges).contiguous(), vectors.narrow(0, k * b.edges, b.edges), species,
-              b.centre_atom[k], {forces, energy, virial, node_virial});
-  const torch::Tensor shortest2 = all > 0 ? vectors.square().sum(1).amin().view({1})
-                                          : torch::full({1}, INFINITY, vectors.options());
-  std::pair<torch::Tensor, torch::Tensor> out{
-      torch::cat({forces.narrow(0, 0, b.atoms).flatten(), energy.narrow(0, 0, b.atoms), virial, shortest2,
-                  counts.totals.flatten().to(torch::kFloat64)}),
-      atom_virial ? node_virial.narrow(0, 0, b.atoms) : torch::Tensor()};
-  recordable.done();
-  return out;
+              b.centre_atom[k], sums);
+  return {shortest_squared(vectors), counts.totals};
+}
+
+// A message-passing model's step: chunk after chunk, each with its halo (message_edges), its
+// edges listed, its model call and forces; padding edges join the chunk's padding centres to
+// themselves at the cutoff (pad_node), where nothing reaches a real node. Returns the shortest
+// edge squared (1) and the edges per chunk and group (chunks, 2).
+std::pair<torch::Tensor, torch::Tensor> DeviceStep::run_message_passing(const torch::Tensor& species, const Sums& sums) {
+  Buffers& b = *b_;
+  const Cells cells = bin_atoms(b);
+  const torch::Tensor slots = torch::arange(b.edges, b.species.options()).remainder_(std::max<int64_t>(b.centers, 1));
+  torch::Tensor shortest2 = torch::full({1}, INFINITY, b.x.options());
+  std::vector<torch::Tensor> totals;
+  for (int64_t k = 0; k < b.chunks; ++k) {
+    const MessageEdges m = message_edges(b, cells.cell, k, hops_);
+    torch::Tensor edge_index = b.pad_node[k].index_select(0, slots).expand({2, b.edges}).contiguous();
+    torch::Tensor vectors = torch::zeros({b.edges, 3}, b.x.options());
+    vectors.select(1, 0).fill_(rule_.pad_length);
+    int64_t* ends = edge_index.data_ptr<int64_t>();
+    detail::run_elements(kernels::GraphListEdges<double>{b.grid, m.from.data_ptr<bool>(), m.first.data_ptr<int64_t>(),
+                                                         m.end.data_ptr<int64_t>(), m.node_of.data_ptr<int64_t>(), ends,
+                                                         ends + b.edges, vectors.data_ptr<double>()},
+                         b.atoms, b.x.device());
+    run_chunk(edge_index, vectors, species, b.centre_atom[k], sums);
+    shortest2 = torch::minimum(shortest2, shortest_squared(vectors));
+    totals.push_back(m.totals);
+  }
+  return {shortest2, torch::stack(totals)};
 }
 
 // One chunk's model call and forces, added to the step's sums (their memory free for the next).
@@ -346,6 +450,16 @@ void DeviceStep::run_chunk(const torch::Tensor& edge_index, const torch::Tensor&
   if (request.node_virial) onto_atoms(sums.node_virial, ef.node_virial);
   sums.energy.index_add_(0, centre_atom, out.atom_energy.to(torch::kFloat64));
   sums.virial.add_(ef.virial.flatten());
+}
+
+// The edges per chunk and net (chunks, nets) on the device, counted without listing them.
+torch::Tensor DeviceStep::edge_totals() {
+  Buffers& b = *b_;
+  if (!rule_.message_passing) return count_edges(b, rule_).totals;
+  const Cells cells = bin_atoms(b);
+  std::vector<torch::Tensor> totals;
+  for (int64_t k = 0; k < b.chunks; ++k) totals.push_back(message_edges(b, cells.cell, k, hops_).totals);
+  return torch::stack(totals);
 }
 
 // Grows the wanted edges of each net where `counts` (per net: the most of any chunk) exceed them.
@@ -442,7 +556,7 @@ StepOutput DeviceStep::attempt(const double* positions, double scale, const int6
     if (!recorded_ && (!eager || b.edges == 0)) {
       // Before a recording (and an eager step's first): the counts first, so that the model is not
       // evaluated, nor the step recorded, twice. Eager steps otherwise find an overflow afterwards.
-      const torch::Tensor counts = count_edges(b, rule_).totals.cpu();
+      const torch::Tensor counts = edge_totals().cpu();
       if (fit_edges(most_per_net(counts.data_ptr<int64_t>(), b.chunks, b.nets))) continue;
     }
     std::pair<torch::Tensor, torch::Tensor> done;

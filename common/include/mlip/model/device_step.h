@@ -1,4 +1,4 @@
-// A local model's whole MD step on its device with static shapes, so that one CUDA graph records it
+// A model's whole MD step on its device with static shapes, so that one CUDA graph records it
 // (pair_style mlip ... graph device cuda_graph yes): the positions and species go to the device once,
 // the cell list, the edge list grouped by embedding net (mlip/model/grouped_graph.h's layout), the
 // model's forward_grouped(), and the forces and virial summed onto the atoms all run there, and one
@@ -18,6 +18,15 @@
 // chunk's atoms of [0, n_local) the model takes, in atom order within a species; padding centres have no edges and their
 // energies are dropped), then one node for every atom, C + a for atom a, which is each edge's
 // neighbour (node), whether it is a local or a ghost atom. Padding edges are grouped_graph.h's.
+//
+// Message-passing models (PaiNN, MACE; grouped_graph.h's two groups of edges, into the centres and
+// into the others): a chunk's halo, the atoms within layers - 1 hops of its centres, is found on the
+// device hop by hop (the cell kernels of mlip/model/device_graph.h) and sends along all its edges;
+// a centre's node is its slot, every other atom's C + a. Every group of centres keeps a free slot
+// (its capacity grows when a chunk's count reaches it), and a chunk's padding edges join its
+// padding centres to themselves, at the cutoff, in turn. The chunks' edges are listed chunk by
+// chunk (their halos differ), each before its model call; `counts` are a chunk's edges into its
+// centres and into its halo.
 //
 // Chunks: the centres may be split into K chunks of consecutive local atoms (evaluate's
 // `chunk_atoms`: at most that many local atoms each), all of the same layout (the capacities per
@@ -59,8 +68,9 @@ struct StepOutput {
   torch::Tensor virial;        // (9) row-major W_ab = -sum over edges r_a g_b
   torch::Tensor atom_virial;   // (n, 9) each edge's -r (x) g on its neighbour atom; undefined unless asked
   double shortest = std::numeric_limits<double>::infinity();   // the shortest edge (Å)
-  int64_t n_edges = 0;
-  std::vector<int64_t> counts;   // edges per embedding net: the most of any chunk
+  int64_t n_edges = 0;         // of all chunks (message passing: a halo edge in every chunk it serves)
+  std::vector<int64_t> counts;   // edges per embedding net (message passing: into the centres, into
+                                 // the halo): the most of any chunk
   double host_seconds = 0;       // the host's part in this call, repeats included: the staging (checks,
                                  // bounding box, grid, slots, pinned inputs) and the unpacking of the
                                  // results after their copy back; not its launches, waits and copies
@@ -86,8 +96,8 @@ struct StepCapacity {
 
 class DeviceStep {
  public:
-  /// Throws mlip::Error naming the reason when the model has no forward_grouped() (message-passing
-  /// models), when it is on a GPU and libmlip_cuda_ops.so cannot be loaded, or, with `record`, when
+  /// Throws mlip::Error naming the reason when the model has no forward_grouped(), when it is on a
+  /// GPU and libmlip_cuda_ops.so cannot be loaded, or, with `record`, when
   /// the model is not on a GPU or libmlip_cuda_graph.so cannot be loaded (mlip/model/graph_capture.h).
   /// Edges shorter than `min_distance` (Å) are the caller's to report (StepOutput::shortest): the
   /// compressed tables' range is not checked below it.
@@ -142,6 +152,9 @@ class DeviceStep {
   };
   void run_chunk(const torch::Tensor& edge_index, const torch::Tensor& vectors, const torch::Tensor& species,
                  const torch::Tensor& centre_atom, const Sums& sums);
+  std::pair<torch::Tensor, torch::Tensor> run_local(const torch::Tensor& species, const Sums& sums);
+  std::pair<torch::Tensor, torch::Tensor> run_message_passing(const torch::Tensor& species, const Sums& sums);
+  torch::Tensor edge_totals();
   /// The results unpacked; the host's time after the copy back added to `host_seconds`.
   StepOutput results(const std::pair<torch::Tensor, torch::Tensor>& run, int64_t n, int64_t n_local,
                      double* host_seconds) const;
@@ -151,6 +164,7 @@ class DeviceStep {
   const Model* model_;
   GroupingRule rule_;
   double cutoff_, min_distance_;
+  int hops_;   // message-passing layers (1 for a local model)
   StepCapacity capacity_, wanted_;
   StepMemory memory_;
   std::unique_ptr<Buffers> b_;
