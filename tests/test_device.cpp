@@ -975,6 +975,7 @@ TEST(DeviceStep, EqualsTheDeviceGraphsModelCallOnTheAtoms) {
       {"painn", 1e-12},
       {"painn3", 1e-12},
       {R"(painn@3.0:{"features":8,"layers":2,"radial_basis":4}/f32)", 1e-5},
+      {R"(painn@3.0:{"features":8,"layers":1,"radial_basis":4})", 1e-12},
       {"mace", 1e-12}};
   for (const auto& [name, tolerance] : models) {
     const std::string path = (dir.path / "model.pt").string();
@@ -987,6 +988,10 @@ TEST(DeviceStep, EqualsTheDeviceGraphsModelCallOnTheAtoms) {
     Atoms far = random_atoms(800, 16.0, 8);   // and a ghost far away: the grid's cells hashed
     far.x.insert(far.x.end(), {4e4, 1e3, -2e4});
     far.species.push_back(0);
+    // In chunks of 60: the first with no centres (atoms the model skips), the second of one species.
+    Atoms sparse = random_atoms(500, 14.0, 7);
+    std::fill(sparse.species.begin(), sparse.species.begin() + 60, int64_t{-1});
+    std::fill(sparse.species.begin() + 60, sparse.species.begin() + 120, int64_t{1});
     // What each step is, and the local atoms per chunk of the chunked step (0: one chunk): 5
     // chunks, kept for more atoms, then 8 (the capacities chosen anew).
     const std::vector<std::tuple<const char*, Atoms, int64_t, int64_t>> steps = {
@@ -994,6 +999,7 @@ TEST(DeviceStep, EqualsTheDeviceGraphsModelCallOnTheAtoms) {
         {"moved", moved, 300, 60},
         {"more atoms", random_atoms(800, 16.0, 8), 500, 120},
         {"an atom far away", far, 500, 120},
+        {"a chunk of no centres, one of one species", sparse, 300, 60},
         {"denser", dense, 300, 40}};
     for (const bool chunked : {false, true}) {
       mlip::DeviceStep step(m, m.info().cutoff, /*record=*/false);

@@ -1261,7 +1261,7 @@ TEST(PairMLIP, CudaGraphEagerEqualsTheHostGraph) {
     }
   }
   // PaiNN's and MACE's model call with static shapes (their halo included;
-  // mlip/model/grouped_graph.h), not their whole step (which builds no halo).
+  // mlip/model/grouped_graph.h); their whole step below.
   // A multi-head MACE with a head chosen (forward_grouped_heads).
   for (const auto& [mp, keywords] : {std::pair{"painn", ""}, {"mace", ""}, {"mace_heads", " head c"}}) {
     SCOPED_TRACE(std::string(mp) + keywords);

@@ -45,25 +45,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// pad_node (K, C): chunk k's padding centres (centre_atom's entries `none`) in turn, C of them, so
-// that padding edge e of the chunk joins pad_node[k][e mod C] to itself and no padding centre takes
-// more than its share (grouped_graph.h: padding_edge_ends). Message passing only: a local model's
-// padding edges go to every centre.
-void stage_padding(const int64_t* centre_atom, int64_t* pad_node, int64_t K, int64_t C, int64_t none) {
-  std::vector<int64_t> pads;
-  for (int64_t k = 0; k < K; ++k) {
-    pads.clear();
-    for (int64_t c = 0; c < C; ++c)
-      if (centre_atom[k * C + c] == none) pads.push_back(c);
-    for (int64_t c = 0; c < C; ++c) pad_node[k * C + c] = pads.empty() ? 0 : pads[static_cast<std::size_t>(c) % pads.size()];
-  }
-}
 
 }  // namespace
 
 // The step's inputs on the host and the device (fixed while the capacity is), the grid over them,
 // and the recording's outputs: the packed results
-//   [forces (atoms, 3) | energies (atoms) | virial (9) | shortest edge squared | edges per net]
+//   [forces (atoms, 3) | energies (atoms) | virial (9) | shortest edge squared | counts (chunks, columns)]
 // (an eager step's are its own: a recording's outputs are kept for its replays).
 struct DeviceStep::Buffers {
   torch::Tensor host_real;           // positions (atoms, 3), then the grid's frame (6)
@@ -72,7 +59,7 @@ struct DeviceStep::Buffers {
                                      // others), centre_atom (chunks, centres): each centre node's
                                      // atom, `atoms` for padding, chunk_start (chunks): each chunk's
                                      // first atom; with message passing pad_node (chunks, centres):
-                                     // each chunk's padding centres in turn (stage_padding)
+                                     // each chunk's padding centres in turn (stage_inputs)
   torch::Tensor real, index;         // the same on the device
   torch::Tensor x, frame, species, slot, chunk_of, centre_atom, chunk_start, pad_node;   // views of them
   torch::Tensor head_species;        // (centres): the species of each centre node of a chunk, padding too
@@ -80,6 +67,8 @@ struct DeviceStep::Buffers {
   CellGrid<double> grid{};
   std::pair<torch::Tensor, torch::Tensor> recorded;
   int64_t atoms = 0, chunks = 1, centers = 0, nets = 0, edges = 0;   // centres, edges: of a chunk
+  int64_t columns = 0;   // counts per chunk: the nets' edges, a message-passing model's halo atoms
+  int64_t others = 0;    // a message-passing model's halo atoms (nodes after the centres) of a chunk
 };
 
 DeviceStep::DeviceStep(const Model& model, double cutoff, bool record, double min_distance)
@@ -106,6 +95,7 @@ std::array<double, 6> DeviceStep::stage(const double* positions, double scale, c
     wanted_.chunks = (n_local + chunk_atoms - 1) / chunk_atoms;
     wanted_.centers.clear();   // chosen anew for the smaller chunks
     wanted_.edges.clear();
+    wanted_.others = 0;
   }
   const int64_t K = wanted_.chunks;
   std::vector<int64_t> centers(static_cast<std::size_t>(K * ns), 0);
@@ -196,7 +186,15 @@ void DeviceStep::stage_inputs(const double* positions, double scale, const int64
       centre_atom[chunk[i] * C + slot[i]] = i;
     }
   }
-  if (pads > 0) stage_padding(centre_atom, chunk_start + K, K, C, N);
+  // pad_node: each chunk's padding centres in turn (grouped_graph.h: padding_edge_ends), C of them,
+  // so that the chunk's padding edge e joins pad_node[k][e mod C] to itself.
+  for (int64_t k = 0; k < K && pads > 0; ++k) {
+    std::vector<int64_t> count(static_cast<std::size_t>(ns));
+    for (int64_t t = 0; t < ns; ++t)
+      count[static_cast<std::size_t>(t)] = next[static_cast<std::size_t>(k * ns + t)] - center_at[static_cast<std::size_t>(t)];
+    const std::vector<int64_t> ends = padding_edge_ends(count, wanted_.centers, {0}, {C});
+    std::copy(ends.begin(), ends.end(), chunk_start + K + k * C);
+  }
 }
 
 
@@ -210,6 +208,8 @@ void DeviceStep::resize() {
   b.atoms = capacity_.atoms;
   b.chunks = capacity_.chunks;
   b.nets = rule_.message_passing ? 2 : rule_.pair_nets ? rule_.n_species * rule_.n_species : rule_.n_species;
+  b.columns = b.nets + (rule_.message_passing ? 1 : 0);
+  b.others = capacity_.others;
   capacity_.edges.resize(static_cast<std::size_t>(b.nets), 0);
   b.centers = std::accumulate(capacity_.centers.begin(), capacity_.centers.end(), int64_t{0});
   b.edges = std::accumulate(capacity_.edges.begin(), capacity_.edges.end(), int64_t{0});
@@ -303,18 +303,22 @@ EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
 }
 
 // A message-passing model's chunk k (grouped_graph.h's layout): `from` its receivers, the centres
-// and the atoms within hops - 1 of them (the halo that sends along all its edges), `node_of` each
-// atom's node (its centre slot, else C + atom), [first, end) each receiver's places in the two
-// groups of edges (into the chunk's centres, into the others), clipped to the groups' capacities;
-// `totals` (2) the chunk's edges per group.
+// and the atoms within hops - 1 of them (the halo that sends along all its edges); its nodes, the
+// centres' slots [0, C), then the other atoms within `hops` of them in atom order, C + h for the
+// h-th (`halo_atom` (H + 1): each one's atom, H the capacity; those past it, which the counts
+// report and a larger capacity evaluates again, and the last node go to atom `atoms`, the sums'
+// spare row), `node_of` each atom's node (-1: none); [first, end) each receiver's places in the two
+// groups of edges (into the chunk's centres, into the others), clipped to the groups'
+// capacities; `totals` (3) the chunk's edges per group and its halo's atoms.
 struct MessageEdges {
-  torch::Tensor from, node_of, first, end, totals;
+  torch::Tensor from, node_of, halo_atom, first, end, totals;
 };
 
 MessageEdges message_edges(const DeviceStep::Buffers& b, const torch::Tensor& cell, int64_t k, int hops) {
   const torch::Tensor centre = b.slot.ge(0) & b.chunk_of.eq(k);
+  const std::vector<torch::Tensor> reached = detail::reach(b.grid, cell, centre, hops);
   MessageEdges m;
-  m.from = detail::reach(b.grid, cell, centre, hops - 1).back();
+  m.from = reached[static_cast<std::size_t>(hops - 1)];
   torch::Tensor count = torch::empty({b.atoms}, b.species.options());
   detail::run_elements(kernels::GraphCountEdges<double>{b.grid, m.from.data_ptr<bool>(), count.data_ptr<int64_t>()},
                        b.atoms, b.x.device());
@@ -325,9 +329,13 @@ MessageEdges message_edges(const DeviceStep::Buffers& b, const torch::Tensor& ce
   const torch::Tensor stop = torch::where(centre, at[1], at[2]);
   m.first = torch::minimum(first, stop);
   m.end = torch::minimum(first + count, stop);
-  m.totals = torch::stack({into_centre.sum(), into_other.sum()});
+  const torch::Tensor halo = reached.back() & ~centre;
+  const torch::Tensor place = torch::where(halo, (halo.cumsum(0) - 1).clamp_max(b.others), b.others);   // H: none
+  m.node_of = torch::where(centre, b.slot, torch::where(halo, place + b.centers, -1));
   const torch::Tensor atom = torch::arange(b.atoms, b.species.options());
-  m.node_of = torch::where(centre, b.slot, torch::where(b.species.ge(0), atom + b.centers, -1));
+  m.halo_atom = torch::full({b.others + 1}, b.atoms, atom.options()).index_put_({place}, atom);
+  m.halo_atom.narrow(0, b.others, 1).fill_(b.atoms);   // the place of every other atom
+  m.totals = torch::stack({into_centre.sum(), into_other.sum(), halo.sum()});
   return m;
 }
 
@@ -353,8 +361,7 @@ std::pair<torch::Tensor, torch::Tensor> DeviceStep::run(bool atom_virial) {
   torch::Tensor virial = torch::zeros({9}, b.x.options());
   torch::Tensor node_virial = atom_virial ? torch::zeros({b.atoms + 1, 9}, b.x.options()) : torch::Tensor();
   const Sums sums{forces, energy, virial, node_virial};
-  const torch::Tensor species = torch::cat({b.head_species, b.species.clamp_min(0)});
-  const auto [shortest2, totals] = rule_.message_passing ? run_message_passing(species, sums) : run_local(species, sums);
+  const auto [shortest2, totals] = rule_.message_passing ? run_message_passing(sums) : run_local(sums);
   std::pair<torch::Tensor, torch::Tensor> out{
       torch::cat({forces.narrow(0, 0, b.atoms).flatten(), energy.narrow(0, 0, b.atoms), virial, shortest2,
                   totals.flatten().to(torch::kFloat64)}),
@@ -374,8 +381,9 @@ torch::Tensor shortest_squared(const torch::Tensor& vectors) {
 
 // A local model's step: the edges of all chunks listed at once, then the chunks' model calls;
 // returns the shortest edge squared (1) and the edges per chunk and net (chunks, nets).
-std::pair<torch::Tensor, torch::Tensor> DeviceStep::run_local(const torch::Tensor& species, const Sums& sums) {
+std::pair<torch::Tensor, torch::Tensor> DeviceStep::run_local(const Sums& sums) {
   Buffers& b = *b_;
+  const torch::Tensor species = torch::cat({b.head_species, b.species.clamp_min(0)});   // C + atom: the atom's node
   const EdgeCounts counts = count_edges(b, rule_);
   const int64_t all = b.chunks * b.edges;
   // Padding edges: each slot's centre (slot k: centre k mod centres) to itself, beyond the cutoff,
@@ -395,17 +403,18 @@ std::pair<torch::Tensor, torch::Tensor> DeviceStep::run_local(const torch::Tenso
       b.atoms, b.x.device());
   for (int64_t k = 0; k < b.chunks; ++k)
     run_chunk(edge_index.narrow(1, k * b.edges, b.edges).contiguous(), vectors.narrow(0, k * b.edges, b.edges), species,
-              b.centre_atom[k], sums);
+              b.centre_atom[k], torch::Tensor(), sums);
   return {shortest_squared(vectors), counts.totals};
 }
 
 // A message-passing model's step: chunk after chunk, each with its halo (message_edges), its
 // edges listed, its model call and forces; padding edges join the chunk's padding centres to
 // themselves at the cutoff (pad_node), where nothing reaches a real node. Returns the shortest
-// edge squared (1) and the edges per chunk and group (chunks, 2).
-std::pair<torch::Tensor, torch::Tensor> DeviceStep::run_message_passing(const torch::Tensor& species, const Sums& sums) {
+// edge squared (1) and, per chunk, the edges of each group and the halo's atoms (chunks, 3).
+std::pair<torch::Tensor, torch::Tensor> DeviceStep::run_message_passing(const Sums& sums) {
   Buffers& b = *b_;
   const Cells cells = bin_atoms(b);
+  const torch::Tensor atom_species = torch::cat({b.species.clamp_min(0), torch::zeros({1}, b.species.options())});
   const torch::Tensor slots = torch::arange(b.edges, b.species.options()).remainder_(std::max<int64_t>(b.centers, 1));
   torch::Tensor shortest2 = torch::full({1}, INFINITY, b.x.options());
   std::vector<torch::Tensor> totals;
@@ -419,16 +428,18 @@ std::pair<torch::Tensor, torch::Tensor> DeviceStep::run_message_passing(const to
                                                          m.end.data_ptr<int64_t>(), m.node_of.data_ptr<int64_t>(), ends,
                                                          ends + b.edges, vectors.data_ptr<double>()},
                          b.atoms, b.x.device());
-    run_chunk(edge_index, vectors, species, b.centre_atom[k], sums);
+    const torch::Tensor species = torch::cat({b.head_species, atom_species.index_select(0, m.halo_atom)});
+    run_chunk(edge_index, vectors, species, b.centre_atom[k], m.halo_atom, sums);
     shortest2 = torch::minimum(shortest2, shortest_squared(vectors));
     totals.push_back(m.totals);
   }
   return {shortest2, torch::stack(totals)};
 }
 
-// One chunk's model call and forces, added to the step's sums (their memory free for the next).
+// One chunk's model call and forces, added to the step's sums (their memory free for the next):
+// nodes [0, C) are the centres (centre_atom), the others other_atom's (undefined: every atom in order).
 void DeviceStep::run_chunk(const torch::Tensor& edge_index, const torch::Tensor& vectors, const torch::Tensor& species,
-                           const torch::Tensor& centre_atom, const Sums& sums) {
+                           const torch::Tensor& centre_atom, const torch::Tensor& other_atom, const Sums& sums) {
   const Buffers& b = *b_;
   ModelInput in;
   in.species = species;
@@ -441,9 +452,19 @@ void DeviceStep::run_chunk(const torch::Tensor& edge_index, const torch::Tensor&
   EdgeForceRequest request;
   request.virial = true;
   request.node_virial = sums.node_virial.defined();
-  const EdgeForces ef = edge_forces(edge_index, vectors, out.edge_grad.to(torch::kFloat64), b.centers + b.atoms, request);
+  const int64_t others = species.size(0) - b.centers;
+  torch::Tensor grad = out.edge_grad.to(torch::kFloat64);
+  if (rule_.message_passing) {
+    // A message-passing model's padding edges (into padding centres, at the cutoff) move the
+    // padding centres' energies, which are dropped: their gradients too (grouped_graph.h's
+    // ungroup_output drops them), so that the virial is the real edges' alone.
+    const torch::Tensor padding = torch::cat({centre_atom.eq(b.atoms), torch::zeros({others}, centre_atom.options().dtype(torch::kBool))});
+    grad = grad * padding.index_select(0, edge_index[0]).logical_not().unsqueeze(1);
+  }
+  const EdgeForces ef = edge_forces(edge_index, vectors, grad, species.size(0), request);
   const auto onto_atoms = [&](const torch::Tensor& to, const torch::Tensor& nodes) {
-    to.narrow(0, 0, b.atoms).add_(nodes.narrow(0, b.centers, b.atoms));
+    if (other_atom.defined()) to.index_add_(0, other_atom, nodes.narrow(0, b.centers, others));
+    else to.narrow(0, 0, b.atoms).add_(nodes.narrow(0, b.centers, b.atoms));
     to.index_add_(0, centre_atom, nodes.narrow(0, 0, b.centers));
   };
   onto_atoms(sums.forces, ef.forces);
@@ -452,7 +473,8 @@ void DeviceStep::run_chunk(const torch::Tensor& edge_index, const torch::Tensor&
   sums.virial.add_(ef.virial.flatten());
 }
 
-// The edges per chunk and net (chunks, nets) on the device, counted without listing them.
+// The counts of a step (chunks, columns) on the device, without listing the edges: per chunk the
+// edges of each net (a message-passing model's: of each group, then its halo's atoms).
 torch::Tensor DeviceStep::edge_totals() {
   Buffers& b = *b_;
   if (!rule_.message_passing) return count_edges(b, rule_).totals;
@@ -462,17 +484,18 @@ torch::Tensor DeviceStep::edge_totals() {
   return torch::stack(totals);
 }
 
-// Grows the wanted edges of each net where `counts` (per net: the most of any chunk) exceed them.
-bool DeviceStep::fit_edges(const std::vector<int64_t>& counts) {
-  bool grown = wanted_.edges.size() != counts.size();
-  wanted_.edges.resize(counts.size(), 0);
-  for (std::size_t g = 0; g < counts.size(); ++g) {
-    if (counts[g] > wanted_.edges[g]) {
-      wanted_.edges[g] = grouped_capacity(counts[g]);
+// Grows the wanted capacities where the counts (per column: the most of any chunk) exceed them: the
+// edges of each net, and a message-passing model's halo atoms (the last column).
+bool DeviceStep::fit(std::vector<int64_t> most) {
+  bool grown = false;
+  if (rule_.message_passing) {
+    if (most.back() > wanted_.others) {
+      wanted_.others = grouped_capacity(most.back());
       grown = true;
     }
+    most.pop_back();
   }
-  return grown;
+  return grow_capacities(most, wanted_.edges) || grown;
 }
 
 StepOutput DeviceStep::results(const std::pair<torch::Tensor, torch::Tensor>& run, int64_t n, int64_t n_local,
@@ -487,8 +510,9 @@ StepOutput DeviceStep::results(const std::pair<torch::Tensor, torch::Tensor>& ru
   out.virial = p.narrow(0, 4 * N, 9).clone();
   out.shortest = std::sqrt(p[4 * N + 9].item<double>());
   const double* counts = p.data_ptr<double>() + 4 * N + 10;
-  out.counts = most_per_net(counts, b.chunks, b.nets);
-  out.n_edges = static_cast<int64_t>(std::accumulate(counts, counts + b.chunks * b.nets, 0.0));
+  out.counts = most_per_net(counts, b.chunks, b.columns);
+  for (int64_t k = 0; k < b.chunks; ++k)
+    out.n_edges += static_cast<int64_t>(std::accumulate(counts + k * b.columns, counts + k * b.columns + b.nets, 0.0));
   if (run.second.defined()) out.atom_virial = run.second.narrow(0, 0, n).cpu();
   *host_seconds += seconds_since(t0);
   return out;
@@ -557,7 +581,7 @@ StepOutput DeviceStep::attempt(const double* positions, double scale, const int6
       // Before a recording (and an eager step's first): the counts first, so that the model is not
       // evaluated, nor the step recorded, twice. Eager steps otherwise find an overflow afterwards.
       const torch::Tensor counts = edge_totals().cpu();
-      if (fit_edges(most_per_net(counts.data_ptr<int64_t>(), b.chunks, b.nets))) continue;
+      if (fit(most_per_net(counts.data_ptr<int64_t>(), b.chunks, b.columns))) continue;
     }
     std::pair<torch::Tensor, torch::Tensor> done;
     if (eager) {
@@ -568,7 +592,7 @@ StepOutput DeviceStep::attempt(const double* positions, double scale, const int6
       done = b.recorded;
     }
     StepOutput out = results(done, n, n_local, &host);
-    if (fit_edges(out.counts)) {
+    if (fit(out.counts)) {
       ++repeats_;   // edges were dropped: the step again at the new capacity
       continue;
     }

@@ -14,23 +14,25 @@
 // has changed so much that the cells are far wider than the cutoff; between, the grid's corner and
 // cell widths are inputs of each step, the widths never below the cutoff.
 //
-// Layout of a chunk's graph for the model: the centres' nodes [0, C) grouped by species (the
+// Layout of a local model's chunk for the model: the centres' nodes [0, C) grouped by species (the
 // chunk's atoms of [0, n_local) the model takes, in atom order within a species; padding centres have no edges and their
 // energies are dropped), then one node for every atom, C + a for atom a, which is each edge's
 // neighbour (node), whether it is a local or a ghost atom. Padding edges are grouped_graph.h's.
 //
 // Message-passing models (PaiNN, MACE; grouped_graph.h's two groups of edges, into the centres and
-// into the others): a chunk's halo, the atoms within layers - 1 hops of its centres, is found on the
-// device hop by hop (the cell kernels of mlip/model/device_graph.h) and sends along all its edges;
-// a centre's node is its slot, every other atom's C + a. Every group of centres keeps a free slot
-// (its capacity grows when a chunk's count reaches it), and a chunk's padding edges join its
-// padding centres to themselves, at the cutoff, in turn. The chunks' edges are listed chunk by
-// chunk (their halos differ), each before its model call; `counts` are a chunk's edges into its
-// centres and into its halo.
+// into the others): a chunk's halo, the atoms within layers hops of its centres, is found on the
+// device hop by hop (the cell kernels of mlip/model/device_graph.h), and those within layers - 1
+// send along all their edges; a centre's node is its slot, the halo's atoms follow in atom order
+// (a capacity of its own, grown like the others), then one spare node. Every group of centres
+// keeps a free slot (its capacity grows when a chunk's count reaches it), and a chunk's padding
+// edges join its padding centres to themselves, at the cutoff, in turn; their gradients are
+// dropped. The chunks' edges are listed chunk by chunk (their halos differ), each before its
+// model call; a chunk's counts are its edges into its centres and into its halo, and the halo's
+// atoms. The local models' layout below is theirs alone.
 //
 // Chunks: the centres may be split into K chunks of consecutive local atoms (evaluate's
 // `chunk_atoms`: at most that many local atoms each), all of the same layout (the capacities per
-// species and per net are the most any chunk needs); the edges of all chunks are listed at once,
+// species and per net are the most any chunk needs); a local model's edges of all chunks are listed at once,
 // then the model and its forces run chunk after chunk inside the same recording, so that the
 // memory of a chunk's model call is reused by the next (the edge list, of all chunks, is 40 bytes
 // an edge). The number of chunks never shrinks; when it grows, the capacities are chosen anew.
@@ -70,7 +72,7 @@ struct StepOutput {
   double shortest = std::numeric_limits<double>::infinity();   // the shortest edge (Å)
   int64_t n_edges = 0;         // of all chunks (message passing: a halo edge in every chunk it serves)
   std::vector<int64_t> counts;   // edges per embedding net (message passing: into the centres, into
-                                 // the halo): the most of any chunk
+                                 // the halo, then the halo's atoms): the most of any chunk
   double host_seconds = 0;       // the host's part in this call, repeats included: the staging (checks,
                                  // bounding box, grid, slots, pinned inputs) and the unpacking of the
                                  // results after their copy back; not its launches, waits and copies
@@ -89,8 +91,10 @@ struct StepCapacity {
   int64_t chunks = 1;
   std::vector<int64_t> centers, edges;   // of a chunk: per species; per embedding net
   std::vector<int64_t> cells;            // cells per axis (3)
+  int64_t others = 0;                    // message passing: the halo's atoms of a chunk
   bool operator==(const StepCapacity& o) const {
-    return atoms == o.atoms && chunks == o.chunks && centers == o.centers && edges == o.edges && cells == o.cells;
+    return atoms == o.atoms && chunks == o.chunks && centers == o.centers && edges == o.edges && cells == o.cells &&
+           others == o.others;
   }
 };
 
@@ -151,14 +155,14 @@ class DeviceStep {
     torch::Tensor forces, energy, virial, node_virial;   // onto the atoms (node_virial: undefined unless asked)
   };
   void run_chunk(const torch::Tensor& edge_index, const torch::Tensor& vectors, const torch::Tensor& species,
-                 const torch::Tensor& centre_atom, const Sums& sums);
-  std::pair<torch::Tensor, torch::Tensor> run_local(const torch::Tensor& species, const Sums& sums);
-  std::pair<torch::Tensor, torch::Tensor> run_message_passing(const torch::Tensor& species, const Sums& sums);
+                 const torch::Tensor& centre_atom, const torch::Tensor& other_atom, const Sums& sums);
+  std::pair<torch::Tensor, torch::Tensor> run_local(const Sums& sums);
+  std::pair<torch::Tensor, torch::Tensor> run_message_passing(const Sums& sums);
   torch::Tensor edge_totals();
   /// The results unpacked; the host's time after the copy back added to `host_seconds`.
   StepOutput results(const std::pair<torch::Tensor, torch::Tensor>& run, int64_t n, int64_t n_local,
                      double* host_seconds) const;
-  bool fit_edges(const std::vector<int64_t>& counts);
+  bool fit(std::vector<int64_t> most);
   void check_tables(double shortest) const;
 
   const Model* model_;
