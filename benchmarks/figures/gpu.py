@@ -116,3 +116,15 @@ def _(run):
     name = "mlip se_e2_a f32 compressed, device graph, CUDA graph eager"
     graph, forces = (run.med("md", field, potential=name) for field in ("graph", "forces"))
     return f"{g(graph + forces, 2)} us/atom-step, {100 * (graph + forces) / 0.5:.0f}%"
+
+
+HOST_CPU_PAINN = "bench_pair/2026-12-03-a34070a"
+
+
+@figure("cpu-painn-whole-step-host-share-of-target", HOST_CPU_PAINN)
+def _(run):
+    """the host's parts of issue 54's PaiNN (32 features, 3 layers, float32) whole step at 100k
+    atoms (on this project's CPU machine) against issue 54's 3 us/atom-step target for it"""
+    name = "mlip painn 32f 3L f32, device graph, CUDA graph eager"
+    graph, forces = (run.med("md", field, potential=name) for field in ("graph", "forces"))
+    return f"{g(graph + forces, 2)} us/atom-step, {100 * (graph + forces) / 3.0:.1f}%"
