@@ -1139,7 +1139,8 @@ def scaled(x: Tensor) -> Tensor:
 
 // A GPU runs a kernel's elements in any order and at once, the CPU's loop in order: every device
 // kernel (MACE's, PaiNN's and the compressed model's operators, scaled_silu's, tanh_net's, the graph's,
-// and the whole step's with plain and compressed se_e2_a and PaiNN in one chunk and in several) gives the same
+// and the whole step's with plain and compressed se_e2_a, PaiNN and MACE in one chunk and in several,
+// which also shows that the device kernels' path of the step reads nothing back) gives the same
 // bits with its elements run last to first, so that none reads what another element of its launch
 // writes and no two write one place (what ctest's loop would otherwise never show).
 TEST(DeviceKernels, ResultsDoNotDependOnTheElementsOrder) {
@@ -1187,8 +1188,8 @@ TEST(DeviceKernels, ResultsDoNotDependOnTheElementsOrder) {
     return std::vector<torch::Tensor>{g.node_atom, g.species, g.edge_index, g.edge_vectors};
   });
   const mlip::testing::TempDir dir("mlip_test_element_order");
-  for (const auto& [name, spread] :
-       {std::pair{"se_e2_a", 1.0}, std::pair{"se_e2_a_md_compressed", 1.7}, std::pair{"painn3", 1.0}}) {
+  for (const auto& [name, spread] : {std::pair{"se_e2_a", 1.0}, std::pair{"se_e2_a_md_compressed", 1.7},
+                                     std::pair{"painn3", 1.0}, std::pair{"mace", 1.0}}) {
     const std::string path = (dir.path / (std::string(name) + ".pt")).string();
     mlip::testing::write_test_model(name, path);
     const mlip::Model m = mlip::Model::load(path);
