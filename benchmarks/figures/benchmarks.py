@@ -116,7 +116,7 @@ def _(run):
 
 
 # --- MACE against mace-torch: test errors after the same wall time, each side's recipe ---
-MACE_ACCURACY = "bench_mace/2026-11-27-6d3a8a1"
+MACE_ACCURACY = "bench_mace/2026-12-03-b03b3d4"
 
 
 def accuracy(run, code, field):

@@ -168,7 +168,16 @@ for _code, _name in (("mlip", "mlip"), ("mace-torch", "torch")):
     figure(f"models-mace-train-{_name}-rate", MACE)(lambda run, c=_code: f"{g(train(run, c, 1, 1))} frames/s")
 
 
-@figure("models-mace-acc-force", "bench_mace/2026-11-27-6d3a8a1")
+MACE_ACCURACY = "bench_mace/2026-12-03-b03b3d4"
+
+
+@figure("models-mace-acc-force", MACE_ACCURACY)
 def _(run):
     f = lambda code: run.med("accuracy", "force_rmse_mev_per_a", code=code)
     return f"{g(f('mlip'))} against {g(f('mace-torch'))} meV/Å"
+
+
+@figure("models-mace-acc-energy", MACE_ACCURACY)
+def _(run):
+    e = lambda code: run.med("accuracy", "energy_rmse_mev_per_atom", code=code)
+    return f"{g(e('mlip'))} against {g(e('mace-torch'))} meV/atom (the E0-only baseline: {g(e('E0-baseline'))})"
