@@ -1205,16 +1205,18 @@ TEST(DeviceKernels, ResultsDoNotDependOnTheElementsOrder) {
 }
 
 // The recorded step (one CUDA graph: cells, edges, model, forces) on the GPU against the eager step
-// on the CPU, float64, plain and compressed se_e2_a (its atoms spread to stay within the tables) and
-// PaiNN of 3 layers (each chunk with its halo), with
+// on the CPU in the same chunks, float64, plain and compressed se_e2_a (its atoms spread to stay
+// within the tables), PaiNN of 3 layers and MACE (message passing: each chunk with its halo), with
 // the operators' device kernels (the step's choice on a GPU) and their ATen formulations: moved atoms
-// replay the recording, also after a step with per-atom virials (unrecorded); more atoms and a denser
-// box record anew.
+// (other edges) replay the recording, also after a step with per-atom virials (unrecorded), and so
+// do fewer atoms (ghosts lost, local atoms and chunks' halos changed, as at a reneighbouring); more
+// atoms and a denser box record anew.
 TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
   if (const std::string why = mlip::testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
   const mlip::testing::TempDir dir("mlip_test_device_step_gpu");
   for (const auto& [name, spread] :
-       {std::pair{"se_e2_a", 1.0}, std::pair{"se_e2_a_md_compressed", 1.7}, std::pair{"painn3", 1.0}}) {
+       {std::pair{"se_e2_a", 1.0}, std::pair{"se_e2_a_md_compressed", 1.7}, std::pair{"painn3", 1.0},
+        std::pair{"mace", 1.0}}) {
     const std::string path = (dir.path / (std::string(name) + ".pt")).string();
     mlip::testing::write_test_model(name, path);
     const mlip::Model cpu = mlip::Model::load(path);
@@ -1224,14 +1226,16 @@ TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
       for (double& v : a.x) v *= s * squeeze;
       return a;
     };
-    // The first atoms each moved by up to 0.01 Å along each axis: within the recording's capacities,
-    // so a replay must read the new positions (a stale input or a value fixed at recording would
-    // give the first step's results).
-    const auto moved = [&](unsigned seed) {
+    // The first atoms each moved by up to 0.03 Å along each axis (the last `lost` of them dropped):
+    // within the recording's capacities, so a replay must read the new positions (a stale input or
+    // a value fixed at recording would give the first step's results; the edges differ too).
+    const auto moved = [&](unsigned seed, int lost = 0) {
       Atoms a = atoms(3000, 30.0, 9, 1.0);
       std::mt19937 rng(seed);
-      std::uniform_real_distribution<double> u(-0.01, 0.01);
+      std::uniform_real_distribution<double> u(-0.03, 0.03);
       for (double& v : a.x) v += u(rng);
+      a.x.resize(a.x.size() - 3 * static_cast<std::size_t>(lost));
+      a.species.resize(a.species.size() - static_cast<std::size_t>(lost));
       return a;
     };
     // Steps: a name, the atoms, and whether per-atom virials are asked (a dump step: run unrecorded
@@ -1239,8 +1243,8 @@ TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
     const std::vector<std::tuple<const char*, Atoms, bool>> steps = {
         {"first", atoms(3000, 30.0, 9, 1.0), false}, {"moved", moved(1), false},
         {"per-atom virials", moved(2), true},        {"moved after it", moved(3), false},
-        {"more atoms", atoms(4000, 33.0, 10, 1.0), false}, {"denser", atoms(3000, 30.0, 9, 0.9), false}};
-    mlip::DeviceStep eager(cpu, cpu.info().cutoff, false);
+        {"fewer atoms", moved(4, 10), false},        {"more atoms", atoms(4000, 33.0, 10, 1.0), false},
+        {"denser", atoms(3000, 30.0, 9, 0.9), false}};
     // Device kernels (in one chunk and in chunks of at most 700 local atoms) and ATen formulations.
     for (const auto& [choice, chunk] : {std::pair{mlip::KernelChoice::usual, int64_t{0}},
                                         std::pair{mlip::KernelChoice::usual, int64_t{700}},
@@ -1248,13 +1252,14 @@ TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
       const mlip::KernelChoiceScope kernels(choice);
       const std::string what = std::string(name) + (choice == mlip::KernelChoice::usual ? ", device kernels" : ", aten") +
                                (chunk > 0 ? ", chunks of 700" : "");
+      mlip::DeviceStep eager(cpu, cpu.info().cutoff, false);   // the same chunks: the same edges
       mlip::DeviceStep recorded(gpu, gpu.info().cutoff, true);
       int64_t told = 0;   // before_recording's calls: one before each recording
       recorded.before_recording([&] { ++told; });
-      std::vector<int64_t> recordings;
+      std::vector<int64_t> recordings, edges;
       for (const auto& [step, a, per_atom] : steps) {
         const int64_t n = static_cast<int64_t>(a.species.size()), n_local = n * 2 / 3;
-        const mlip::StepOutput c = eager.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, per_atom);
+        const mlip::StepOutput c = eager.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, per_atom, chunk);
         const mlip::StepOutput g = recorded.evaluate(a.x.data(), 1.0, a.species.data(), n, n_local, per_atom, chunk);
         const double de = relative(g.atom_energy, c.atom_energy), df = relative(g.forces, c.forces),
                      dv = relative(g.virial, c.virial);
@@ -1270,15 +1275,17 @@ TEST(DeviceStepGpu, RecordedStepsEqualTheCpu) {
         EXPECT_LE(df, 1e-10) << what << ", " << step;
         EXPECT_LE(dv, 1e-10) << what << ", " << step;
         recordings.push_back(recorded.recordings());
+        edges.push_back(c.n_edges);
       }
+      EXPECT_NE(edges[1], edges[0]) << what << ": the moved atoms have the first step's edges";
       EXPECT_EQ(recorded.capacity().chunks, chunk > 0 ? 4 : 1) << what;   // 2666 local atoms
       EXPECT_GT(recorded.memory().bytes, 0) << what;
       std::printf("device step (%s): the last recording took %.1f MiB, %lld centres and %lld edges a chunk\n",
                   what.c_str(), static_cast<double>(recorded.memory().bytes) / (1 << 20),
                   static_cast<long long>(recorded.memory().centres), static_cast<long long>(recorded.memory().edges));
       EXPECT_EQ(recordings[0], 1) << what;
-      EXPECT_EQ(recordings[3], 1) << what << ": moved atoms (and a dump step) were recorded anew";
-      EXPECT_GT(recordings[5], recordings[3]) << what;
+      EXPECT_EQ(recordings[4], 1) << what << ": moved atoms (a dump step, fewer atoms) were recorded anew";
+      EXPECT_GT(recordings[6], recordings[4]) << what;
       EXPECT_EQ(told, recorded.recordings()) << what;
       EXPECT_EQ(recorded.measurements(), recorded.recordings()) << what;
       // The same step eager on the GPU ('cuda_graph eager'): its first step at each capacity

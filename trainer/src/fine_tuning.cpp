@@ -140,11 +140,8 @@ std::string Trainer::refit_energy_shift(const std::vector<int64_t>& frames, bool
       for (int64_t k = 0; k < t.n_frames; ++k)
         head_of[static_cast<std::size_t>((*mine)[p * part + static_cast<std::size_t>(k)])] = 1.0 + double(of_frame[k]);
     }
-    std::optional<DeviceValueChecksPaused> trusted;   // grouped as validate() groups
-    if (grouping_) {
-      if (t.center_groups.empty()) t = group_batch(t, *grouping_);
-      trusted.emplace();
-    }
+    std::optional<DeviceValueChecksPaused> trusted;
+    group_as_training(t, trusted);
     add_shift_equations(t, predict_energy(model_.module, t, accumulate_), a, b);
   }
   if (note_heads) {

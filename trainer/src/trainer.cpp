@@ -687,6 +687,12 @@ void Trainer::save_inside_epoch(int64_t epoch_step, const MetricSums& sums) {
   comm_.barrier();
 }
 
+void Trainer::group_as_training(BatchTensors& t, std::optional<DeviceValueChecksPaused>& trusted) const {
+  if (!grouping_) return;
+  if (t.center_groups.empty()) t = group_batch(t, *grouping_);
+  trusted.emplace();
+}
+
 MetricSums Trainer::validate() {
   swap_ema();
   MetricSums sums;
@@ -707,13 +713,8 @@ MetricSums Trainer::validate() {
   MetricTotals totals;   // summed on the device, read once
   for (std::size_t a = 0; a < n_parts; ++a) {
     BatchTensors t = to_device(prefetch->next(), device_);
-    // Grouped as the training batches are (training.grouped, training.cuda_graph): no read back
-    // for sizes or index checks.
     std::optional<DeviceValueChecksPaused> trusted;
-    if (grouping_) {
-      if (t.center_groups.empty()) t = group_batch(t, *grouping_);   // else grouped when it was built on the host
-      trusted.emplace();
-    }
+    group_as_training(t, trusted);
     const Prediction p = predict(model_.module, t, /*create_graph=*/false, accumulate_);
     loss_terms(p, t, limits, config_.loss, config_.huber_delta, 1.0, nullptr, &totals);
     for (std::size_t h = 0; h < heads && t.head.defined(); ++h)

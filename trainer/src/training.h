@@ -26,6 +26,7 @@
 #include "mlip/data/dataset.h"
 #include "mlip/model/grouped_graph.h"
 #include "mlip/model/kernel_profile.h"
+#include "mlip/ops/operators.h"
 #include "mlip/potentials.h"
 #include "permutation.h"
 
@@ -340,6 +341,11 @@ class Trainer {
  private:
   void setup_device();
   void setup_model_and_statistics();
+  // A batch evaluated outside the training step (validation, the energy shift's re-fit) grouped as
+  // the training batches are (training.grouped, training.cuda_graph: no read back for sizes),
+  // unless it was grouped where it was built; the operators' index checks off while `trusted`
+  // lives (the trainer made its indices).
+  void group_as_training(BatchTensors& t, std::optional<DeviceValueChecksPaused>& trusted) const;
   // Fine-tuning (fine_tuning.cpp): training.init_from's weights, the energy shift re-fitted to
   // what the model leaves unexplained on training frames, and training.freeze.
   void init_from_source();

@@ -69,6 +69,8 @@ template <class F> void run_elements(const F& f, int64_t count, const torch::Dev
     at::parallel_for(0, count, 2048, [&](int64_t i0, int64_t i1) { host_elements(f, i0, i1); });
     return;
   }
+  TORCH_CHECK(device.is_cuda(), "mlip's kernel ", kernels::kernel_name(F::id), " runs on the CPU or a CUDA GPU, not on ",
+              device.str());
   const bool f64 = std::is_same_v<typename decltype(f.o)::value_type, double>;
   const int rc = cuda_launcher()(int(F::id), f64, &f, count, device.index());
   TORCH_CHECK(rc == 0, "mlip's CUDA kernel ", kernels::kernel_name(F::id), ": ", cuda_launch_error());
