@@ -21,7 +21,8 @@
 #         written by INPUTS (default: the last build's bin/mlip_test_inputs).
 # Results (lib.sh): benchmarks/results/compare_stacks/<date>-<commit>/rows.tsv, one line per
 # figure (build, round, stage, run, value, unit); builds.txt: each build's source commit;
-# logs/: every run's output. benchmarks/tables.py's "compare_stacks builds" table: medians
+# logs.tar.xz: every run's output (logs/, packed at the end: benchmarks/results stays small).
+# benchmarks/tables.py's "compare_stacks builds" table: medians
 # (min-max) per build and each build's ratio to the first.
 set -euo pipefail
 [ $# -ge 1 ] || { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -100,3 +101,4 @@ for round in $(seq "${ROUNDS:-4}"); do
   done
 done
 uptime
+tar -C "$results" -cJf "$results/logs.tar.xz" logs && rm -rf "$results/logs"

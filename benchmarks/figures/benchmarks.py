@@ -221,6 +221,22 @@ def _(run):
     return f"{min(slower):.0f}-{max(slower):.0f}%"
 
 
+CMP_AFTER_MP_STEP = "compare_stacks/2026-12-03-0a7add3"
+
+
+@figure("cmp-0a7add3-worst", CMP_AFTER_MP_STEP)
+def _(run):
+    worst = max(cmp_rows(run), key=lambda k: cmp_ratios(run, *k)[0])
+    return f"{g(100 * (cmp_ratios(run, *worst)[0] - 1), 2)}% ({worst[0]}, {worst[1]})"
+
+
+@figure("cmp-0a7add3-slower-every-round", CMP_AFTER_MP_STEP)
+def _(run):
+    keys = cmp_rows(run)
+    slower = [k for k in keys if min(cmp_ratios(run, *k)[1]) > 1]
+    return f"{len(slower) or 'none'} of the {len(keys)} rows"
+
+
 def demo_force(run):
     return f"{demo_value(run, 'val_force_rmse_mev_a'):.1f} meV/Å"
 
