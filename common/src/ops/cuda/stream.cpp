@@ -1,6 +1,7 @@
 // libmlip_cuda_ops.so's C interface (device_kernels.h): the device kernels (launch.cu) on LibTorch's
 // current stream of the device, so they order with the model's other operations and with CUDA
 // graph recording.
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -20,7 +21,12 @@ cudaError_t kernels_run_here();
 
 namespace {
 thread_local std::string last_error;
-}
+
+// LibTorch's CUDA state (its caching allocator's per-device tables) is made on the first CUDA
+// tensor: before one, the allocator's figures throw ("did you call init?"), as the GPU check's
+// DeviceMemoryGpu.FiguresFollowAnAllocation found when the figures were asked first. Made here.
+void init_torch_cuda() { at::globalContext().lazyInitDevice(c10::DeviceType::CUDA); }
+}  // namespace
 
 extern "C" {
 
@@ -74,6 +80,7 @@ __attribute__((visibility("default"))) int mlip_cuda_runs_on(int device) {
 
 __attribute__((visibility("default"))) int mlip_cuda_memory(int device, int64_t* bytes) {
   try {
+    init_torch_cuda();
     const auto index = static_cast<c10::DeviceIndex>(device);
     size_t free = 0, total = 0;
     cudaError_t rc;
@@ -100,6 +107,7 @@ __attribute__((visibility("default"))) int mlip_cuda_memory(int device, int64_t*
 
 __attribute__((visibility("default"))) int mlip_cuda_reset_peak(int device) {
   try {
+    init_torch_cuda();
     c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
     return 0;
   } catch (const std::exception& e) {
