@@ -118,6 +118,9 @@ printf '%s\n' 'mode: GPU' 'training se_e2_a water, batch 16, recorded, cuda: 240
   for t in 0.45 0.47 0.46; do echo "| mlip se_e2_a f32 compressed on cuda, device graph, CUDA graph | 98304 | 1 | 4 | $t | 0.01 | 0.03 | 0.4 | 0.01 | 2000 | 30000 |"; done
   echo '# md_1m SIZES="100k 1m"'
   echo '| mlip se_e2_a f32 on cuda | 998784 | 1 | 1 | 1.9 | 0.01 | 0.2 | 1.5 | 0.2 | 9000 | 70000 |'
+  # the million-atom target: the fastest run within the card (not the one of least memory, nor a faster one above it)
+  echo '| mlip se_e2_a f32 on cuda, slower | 998784 | 1 | 1 | 7.3 | 0.01 | 2 | 3 | 2 | 9000 | 60000 |'
+  echo '| mlip se_e2_a f32 on cuda, larger | 998784 | 1 | 1 | 1.2 | 0.01 | 0.2 | 0.8 | 0.2 | 9000 | 90000 |'
 } >"$made/md.txt"
 "$py" "$repo/benchmarks/tables.py" "$made" >"$made.tables" || { echo "FAILED: tables.py on made-up rows"; fail=1; }
 check "$made.tables" '^\| se_e2_a compressed float32, 100k atoms or more \| <= 0.5 us/atom-step \| 0.46 \| .*98304 atoms \(md_step_graph\) \| yes \|$' \

@@ -1,4 +1,5 @@
 """Figures of docs/benchmarks.md (its first part: up to "Data sets larger than memory")."""
+import re
 import statistics
 
 import tables
@@ -163,9 +164,23 @@ def _(run):
     return batch_forces(run, 64)
 
 
-@figure("gpu-h100-train-b16", "gpu-check/2026-11-27-fae0881")
+def gpu_accuracy_line(run, batch, lr):
+    """(frames/s, val E, val F) of the GPU check's train_accuracy run at `batch` and learning rate `lr`"""
+    m = re.search(rf"^training accuracy, water se_e2_a, batch {batch}, lr {re.escape(lr)} to .*?: "
+                  r"([0-9.]+) frames/s.*val E ([0-9.]+) meV/atom +F ([0-9.]+) meV/A", run.text("summary.txt"), re.M)
+    if not m:
+        raise SystemExit(f"figures.py: no train_accuracy line at batch {batch}, lr {lr} in {run.name}/summary.txt")
+    return float(m[1]), float(m[2]), float(m[3])
+
+
+@figure("gpu-1204-train-b16", "gpu-check/2026-12-04-33c9eba")
 def _(run):
-    return g(float(run.match("summary.txt", r"^training se_e2_a water, batch 16, cuda: ([0-9.]+) frames/s")))
+    return g(gpu_accuracy_line(run, 16, "2e-3")[0], 4)
+
+
+@figure("gpu-1204-train-b16-forces", "gpu-check/2026-12-04-33c9eba")
+def _(run):
+    return f"{g(gpu_accuracy_line(run, 16, '2e-3')[2])} against batch 1's {g(gpu_accuracy_line(run, 1, '2e-3')[2])} meV/Å"
 
 
 CMP_LATEST = "compare_stacks/2026-12-01-e8a03f9"

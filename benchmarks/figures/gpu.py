@@ -81,19 +81,34 @@ def summary_line(run, prefix):
     return run.match("summary.txt", rf"^{prefix}(.*)$").strip()
 
 
-@figure("gpu-h100-tests", H100)
-def _(run):
+def tests_passed(run):
+    """the GPU tests of all the summary's "tests" lines"""
     lines = [l for l in run.text("summary.txt").splitlines() if l.startswith("tests ")]
     passed = sum(int(l.split(": ")[1].split()[0]) for l in lines)
     failed = sum(int(l.split(" passed, ")[1].split()[0]) for l in lines)
     return f"{passed} passed, {failed} failed"
 
 
+def largest_in(run, prefix):
+    """the largest relative difference on the summary line that starts with prefix"""
+    largest = max(float(x) for x in re.findall(r"\d\.\d+e-\d+", summary_line(run, prefix)))
+    return f"{largest:.1e}"
+
+
+def median_us(run, name, atoms):
+    """the median us/atom-step of the check's run `name` at `atoms` (its timing windows)"""
+    for _, run_name, run_atoms, value, _ in tables.gpu_md_medians(run.path):
+        if run_name == name and str(run_atoms) == str(atoms) and value is not None:
+            return value
+    raise LookupError(f"{run.name}/md.txt has no run '{name}' at {atoms} atoms")
+
+
+figure("gpu-h100-tests", H100)(tests_passed)
+
+
 @figure("gpu-h100-forces-largest", H100)
 def _(run):
-    line = summary_line(run, "forces GPU vs CPU")
-    largest = max(float(x) for x in re.findall(r"\d\.\d+e-\d+", line))
-    return f"{largest:.1e}"
+    return largest_in(run, "forces GPU vs CPU")
 
 
 figure("gpu-h100-host-share-100k", H100)(host_share)
@@ -128,3 +143,60 @@ def _(run):
     name = "mlip painn 32f 3L f32, device graph, CUDA graph eager"
     graph, forces = (run.med("md", field, potential=name) for field in ("graph", "forces"))
     return f"{g(graph + forces, 2)} us/atom-step, {100 * (graph + forces) / 3.0:.1f}%"
+
+
+H200_DEC = "gpu-check/2026-12-04-33c9eba"
+
+figure("gpu-1204-tests", H200_DEC)(tests_passed)
+
+
+@figure("gpu-1204-forces-largest", H200_DEC)
+def _(run):
+    return largest_in(run, "forces GPU vs CPU")
+
+
+@figure("gpu-1204-kernels-f64-largest", H200_DEC)
+def _(run):
+    line = summary_line(run, "operators' device kernels vs CPU kernels")
+    largest = max(float(x) for x in re.findall(r"float64: (\d\.\d+e-\d+)", line))
+    return f"{largest:.1e}"
+
+
+@figure("gpu-1204-step-largest", H200_DEC)
+def _(run):
+    return largest_in(run, "whole step recorded vs unrecorded")
+
+
+@figure("gpu-1204-vs-1126-10k", H200_DEC)
+def _(run):
+    before = md_row(run.__class__(H200), "mlip se_e2_a f64 on cuda", 10368)[4]
+    return f"{g(median_us(run, 'mlip se_e2_a f64 on cuda, device graph', 10368), 2)} against {us(before)}"
+
+
+@figure("gpu-1204-step-vs-eager-100k", H200_DEC)
+def _(run):
+    name = "mlip se_e2_a f64 compressed on cuda, device graph"
+    return f"{g(median_us(run, name + ', CUDA graph', 98304), 2)} against {us(median_us(run, name, 98304))}"
+
+
+@figure("gpu-1204-step-vs-eager-10k", H200_DEC)
+def _(run):
+    name = "mlip se_e2_a f64 compressed on cuda, device graph"
+    return f"{g(median_us(run, name + ', CUDA graph', 10368), 2)} against {us(median_us(run, name, 10368))}"
+
+
+@figure("gpu-1204-1m-per-call", H200_DEC)
+def _(run):
+    m = re.search(r"md_1m: mlip_se_e2_a_f32_on_cuda__device_graph-1: 1 model calls .*?; (\d+) of (\d+) local atoms per call",
+                  run.text("summary.txt"))
+    return f"{m[1]} of {m[2]} atoms"
+
+
+@figure("gpu-1204-eager-graph-forces-share-100k", H200_DEC)
+def _(run):
+    """the graph and forces parts of `timing yes` in compressed se_e2_a float64's unrecorded step
+    with the graph on the GPU, 98304 atoms (medians of the run's windows)"""
+    for _, name, atoms, _, c in tables.gpu_md_medians(run.path):
+        if name == "mlip se_e2_a f64 compressed on cuda, device graph" and str(atoms) == "98304":
+            return f"{100 * (c[6] + c[8]) / (c[6] + c[7] + c[8]):.0f}%"
+    raise LookupError("no such run")

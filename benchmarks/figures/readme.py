@@ -28,3 +28,11 @@ def _(run):
 @figure("readme-setup-fresh", "demo/2026-11-27-42b84d7")
 def _(run):
     return f"{sum(float(r['seconds']) for r in run.rows('setup')) / 60:.1f} min"
+
+
+@figure("readme-gpu-compressed-100k", "gpu-check/2026-12-04-33c9eba")
+def _(run):
+    import tables
+    us = {name: value for _, name, atoms, value, _ in tables.gpu_md_medians(run.path) if str(atoms) == "98304"}
+    f64, f32 = (us[f"mlip se_e2_a {p} compressed on cuda, device graph"] for p in ("f64", "f32"))
+    return f"{f64:.3g} us/atom-step (float64), {f32:.3g} (float32)"
