@@ -264,6 +264,20 @@ struct EdgeCounts {
   torch::Tensor cursor, cursor_end, totals;
 };
 
+// The running sums down each column of (atoms, ns): the columns laid end to end as one vector,
+// which LibTorch scans on a GPU with all its threads, less the sums of the columns before each.
+// Along dim 0 of (atoms, ns) a GPU scans each column in one thread over all atoms (the GPU check
+// of 2026-12-04: 27-36% of the GPU time of compressed se_e2_a's whole step at 98304 atoms); along
+// the rows of (ns, atoms), each row in one block.
+torch::Tensor column_sums(const torch::Tensor& counts) {
+  const int64_t atoms = counts.size(0), ns = counts.size(1);
+  if (atoms == 0 || ns == 0) return counts.clone();
+  const torch::Tensor ends = counts.t().contiguous().view(-1).cumsum(0).view({ns, atoms});
+  const torch::Tensor totals = ends.select(1, atoms - 1);   // the sums up to each column's end
+  const torch::Tensor before = torch::cat({torch::zeros({1}, totals.options()), totals.narrow(0, 0, ns - 1)});
+  return (ends - before.unsqueeze(1)).t().contiguous();
+}
+
 EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
   const torch::Device device = b.x.device();
   const int64_t ns = rule.n_species;
@@ -275,12 +289,8 @@ EdgeCounts count_edges(DeviceStep::Buffers& b, const GroupingRule& rule) {
                        b.atoms, device);
   // Places from each chunk's first atom on (atoms of other chunks lie between a chunk's and its
   // start only when they have no edges: chunks are ranges of atoms).
-  // The running sums along the atoms as rows of (ns, atoms): a scan along the last dimension,
-  // which a GPU does in parallel; along dim 0 of (atoms, ns) each column is one thread's loop over
-  // all atoms (27-36% of the GPU time of compressed se_e2_a's whole step at 98304 atoms in the GPU
-  // check of 2026-12-04).
   const auto in_chunk = [&](const torch::Tensor& counts) {
-    const torch::Tensor before = counts.t().contiguous().cumsum(1).t().contiguous() - counts;
+    const torch::Tensor before = column_sums(counts) - counts;
     return before - before.index_select(0, b.chunk_start).index_select(0, b.chunk_of);
   };
   if (!rule.pair_nets) {
