@@ -314,3 +314,9 @@ def _(run):
 @figure("tta-old-force", TTA_OLD)
 def _(run):
     return f"{g(tta(run, 'force_rmse_mev_a', TTA_MLIP))} against {g(tta(run, 'force_rmse_mev_a', TTA_DEEPMD))} meV/Å"
+
+
+@figure("cmp-e498192-se-e2a", "compare_stacks/2026-12-04-e498192")
+def _(run):
+    whole, rounds = cmp_ratios(run, "potentials", "se_e2_a f64 1536 atoms")
+    return f"{whole:.2f}x (rounds {min(rounds):.2f}-{max(rounds):.2f})"
