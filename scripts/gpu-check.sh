@@ -937,16 +937,17 @@ main() {
   fi
   # The stages after env and build, NAME:SECONDS (what each needs), in the usual order; with
   # MLIP_GPU_CHECK_STAGES, those named in the order named (a stage named first runs first).
-  # Needs from the kept runs' stages.txt where a stage has run (md 39-40 s for its 4 LAMMPS runs:
-  # 10 s a run; train 74-117 s when it had 5 trainer runs; md_more 52-70 s; md_1m 37-51 s), else
-  # estimates at 10 s a LAMMPS run: md_device_graph 10 runs, md_step_graph 10, profile 13 under the
-  # profiler, md_1m 3 at a million atoms; train now 9 trainer runs and MACE's. The first call
-  # (docs/gpu.md) fits device to md_1m in a budget of 560 s, the second train_accuracy to
-  # train_gpu. A stage whose rows reach $OUT as they are measured may start on less than it needs:
-  # the budget cuts its last run.
+  # Needs from the kept runs' stages.txt where a stage has run, with about a tenth to spare (the
+  # H200 check of 2026-12-04: device 42 s, pair_np1 39, md_device_graph 74, md_step_graph 54,
+  # profile 100, md_1m 118, train_accuracy 51, train_gpu 24; earlier: md 39-40 s for its 4 LAMMPS
+  # runs, train 74-117 s when it had 5 trainer runs, md_more 52-70 s), else estimates at 10 s a
+  # LAMMPS run or trainer run (train now 9 trainer runs and MACE's). The next session's first
+  # call (docs/gpu.md) reruns what was mended after that check and measures training:
+  # device md_step_graph profile train profile_train in a budget of 560 s. A stage whose rows
+  # reach $OUT as they are measured may start on less than it needs: the budget cuts its last run.
   # The order: issue 54's MD targets and their profile first, then training's.
-  local table=(device:40 pair_np1:30 md_device_graph:130 md_step_graph:130 profile:180 md_1m:80
-    train_accuracy:240 train:180 profile_train:60 train_gpu:40 md:60 stream:150 pair_np2:30 md_more:90 md_mace_kernels:60
+  local table=(device:45 pair_np1:45 md_device_graph:85 md_step_graph:60 profile:110 md_1m:130
+    train_accuracy:60 train:180 profile_train:60 train_gpu:30 md:60 stream:150 pair_np2:30 md_more:90 md_mace_kernels:60
     "mace:$((dry == 1 ? 120 : 500))")
   local names=() name entry need
   if [[ -n ${MLIP_GPU_CHECK_STAGES:-} ]]; then
