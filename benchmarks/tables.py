@@ -266,8 +266,8 @@ def host_share_target(runs):
 
 def million_target(runs):
     """about a million water atoms in float32 with no chunk, within an 80 GB card's memory: the
-    fastest run that did, else the run that took the least memory, else one that failed (bench_pair.sh's failed rows have no atom count: the md_1m
-    stage's float32 rows)"""
+    fastest run that did, else the run that took the least memory, else one that failed
+    (bench_pair.sh's failed rows have no atom count: the md_1m stage's float32 rows)"""
     what, goal = "about 1M water atoms, float32, no chunk", f"runs, peak GPU <= {CARD_80GB_MIB} MiB (an 80 GB H100)"
     f32 = [r for r in runs if re.match(r"mlip se_e2_a f32", r[1]) and ", chunk" not in r[1]]
     ran = [r for r in f32 if size_class(r[2]) == "1m" and r[3] is not None]

@@ -218,11 +218,14 @@ def _(run):
     return f"{whole:.2f}x, rounds {min(rounds):.2f}-{max(rounds):.2f}"
 
 
-@figure("cmp-e8a03f9-slower-every-round", CMP_LATEST)
-def _(run):
+def slower_every_round(run):
+    """how many of a compare_stacks run's rows the second build ran slower in every round"""
     keys = cmp_rows(run)
     slower = [k for k in keys if min(cmp_ratios(run, *k)[1]) > 1]
     return f"{len(slower) or 'none'} of the {len(keys)} rows"
+
+
+figure("cmp-e8a03f9-slower-every-round", CMP_LATEST)(slower_every_round)
 
 
 @figure("cmp-e8a03f9-train-2-threads", CMP_LATEST)
@@ -245,11 +248,7 @@ def _(run):
     return f"{g(100 * (cmp_ratios(run, *worst)[0] - 1), 2)}% ({worst[0]}, {worst[1]})"
 
 
-@figure("cmp-0a7add3-slower-every-round", CMP_AFTER_MP_STEP)
-def _(run):
-    keys = cmp_rows(run)
-    slower = [k for k in keys if min(cmp_ratios(run, *k)[1]) > 1]
-    return f"{len(slower) or 'none'} of the {len(keys)} rows"
+figure("cmp-0a7add3-slower-every-round", CMP_AFTER_MP_STEP)(slower_every_round)
 
 
 def demo_force(run):

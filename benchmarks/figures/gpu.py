@@ -95,12 +95,16 @@ def largest_in(run, prefix):
     return f"{largest:.1e}"
 
 
-def median_us(run, name, atoms):
-    """the median us/atom-step of the check's run `name` at `atoms` (its timing windows)"""
-    for _, run_name, run_atoms, value, _ in tables.gpu_md_medians(run.path):
+def md_medians(run, name, atoms):
+    """the check's run `name` at `atoms`: its median us/atom-step and median cells (its timing windows)"""
+    for _, run_name, run_atoms, value, cells in tables.gpu_md_medians(run.path):
         if run_name == name and str(run_atoms) == str(atoms) and value is not None:
-            return value
+            return value, cells
     raise LookupError(f"{run.name}/md.txt has no run '{name}' at {atoms} atoms")
+
+
+def median_us(run, name, atoms):
+    return md_medians(run, name, atoms)[0]
 
 
 figure("gpu-h100-tests", H100)(tests_passed)
@@ -173,16 +177,17 @@ def _(run):
     return f"{g(median_us(run, 'mlip se_e2_a f64 on cuda, device graph', 10368), 2)} against {us(before)}"
 
 
-@figure("gpu-1204-step-vs-eager-100k", H200_DEC)
-def _(run):
-    name = "mlip se_e2_a f64 compressed on cuda, device graph"
-    return f"{g(median_us(run, name + ', CUDA graph', 98304), 2)} against {us(median_us(run, name, 98304))}"
+def step_graph_against_eager(atoms):
+    """compressed se_e2_a float64's whole step as one CUDA graph against its unrecorded step, both
+    with the graph on the GPU, at `atoms`"""
+    def value(run):
+        name = "mlip se_e2_a f64 compressed on cuda, device graph"
+        return f"{g(median_us(run, name + ', CUDA graph', atoms), 2)} against {us(median_us(run, name, atoms))}"
+    return value
 
 
-@figure("gpu-1204-step-vs-eager-10k", H200_DEC)
-def _(run):
-    name = "mlip se_e2_a f64 compressed on cuda, device graph"
-    return f"{g(median_us(run, name + ', CUDA graph', 10368), 2)} against {us(median_us(run, name, 10368))}"
+figure("gpu-1204-step-vs-eager-100k", H200_DEC)(step_graph_against_eager(98304))
+figure("gpu-1204-step-vs-eager-10k", H200_DEC)(step_graph_against_eager(10368))
 
 
 @figure("gpu-1204-1m-per-call", H200_DEC)
@@ -196,7 +201,5 @@ def _(run):
 def _(run):
     """the graph and forces parts of `timing yes` in compressed se_e2_a float64's unrecorded step
     with the graph on the GPU, 98304 atoms (medians of the run's windows)"""
-    for _, name, atoms, _, c in tables.gpu_md_medians(run.path):
-        if name == "mlip se_e2_a f64 compressed on cuda, device graph" and str(atoms) == "98304":
-            return f"{100 * (c[6] + c[8]) / (c[6] + c[7] + c[8]):.0f}%"
-    raise LookupError("no such run")
+    c = md_medians(run, "mlip se_e2_a f64 compressed on cuda, device graph", 98304)[1]
+    return f"{100 * (c[6] + c[8]) / (c[6] + c[7] + c[8]):.0f}%"

@@ -1,5 +1,6 @@
 """Figures of README.md (the streaming ones come from data_sets.py)."""
 from figures import figure, ratio
+from figures.gpu import median_us
 
 DEEPMD = "bench_deepmd/2026-11-26-8648c6a"
 
@@ -32,7 +33,5 @@ def _(run):
 
 @figure("readme-gpu-compressed-100k", "gpu-check/2026-12-04-33c9eba")
 def _(run):
-    import tables
-    us = {name: value for _, name, atoms, value, _ in tables.gpu_md_medians(run.path) if str(atoms) == "98304"}
-    f64, f32 = (us[f"mlip se_e2_a {p} compressed on cuda, device graph"] for p in ("f64", "f32"))
+    f64, f32 = (median_us(run, f"mlip se_e2_a {p} compressed on cuda, device graph", 98304) for p in ("f64", "f32"))
     return f"{f64:.3g} us/atom-step (float64), {f32:.3g} (float32)"

@@ -23,8 +23,9 @@ namespace {
 thread_local std::string last_error;
 
 // LibTorch's CUDA state (its caching allocator's per-device tables) is made on the first CUDA
-// tensor: before one, the allocator's figures throw ("did you call init?"), as the GPU check's
-// DeviceMemoryGpu.FiguresFollowAnAllocation found when the figures were asked first. Made here.
+// tensor; before one, the allocator's figures throw. Most likely why the GPU check of 2026-12-04
+// failed DeviceMemoryGpu.FiguresFollowAnAllocation, which asks for them first (it printed no
+// error text). Made here.
 void init_torch_cuda() { at::globalContext().lazyInitDevice(c10::DeviceType::CUDA); }
 }  // namespace
 
