@@ -2103,6 +2103,32 @@ TEST(Training, EachParameterGetsItsOwnGradient) {
   EXPECT_EQ(b.grad().data_ptr(), apart[1].data_ptr());
 }
 
+// ema_decay's warm-up: min(decay, (1 + n) / (10 + n)) at update n. After 90 updates of constant
+// parameters the average keeps nothing of the initial ones (0.99 alone kept 0.99^90 = 40%), and
+// the recorded step's form (1 - decay read from a tensor) updates as the plain step's.
+TEST(Training, EmaForgetsTheInitialWeightsInShortRuns) {
+  EXPECT_DOUBLE_EQ(ema_decay_at(0.99, 0), 0.1);
+  EXPECT_DOUBLE_EQ(ema_decay_at(0.99, 89), 90.0 / 99.0);
+  EXPECT_DOUBLE_EQ(ema_decay_at(0.99, 900), 0.99);
+  EXPECT_DOUBLE_EQ(ema_decay_at(0.5, 9), 0.5);   // 10 / 19 > 0.5
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  std::vector<torch::Tensor> ema = {torch::zeros({3}, opts)}, tensor_form = {torch::zeros({3}, opts)};
+  const std::vector<torch::Tensor> params = {torch::tensor({1.0, -2.0, 4.0}, opts)};
+  for (int64_t n = 0; n < 90; ++n) {
+    const double d = ema_decay_at(0.99, n);
+    update_ema(ema, params, d);
+    update_ema(tensor_form, params, torch::tensor(1.0 - d, opts));
+  }
+  // ema = (1 - w) p, w the weight left on the initial zeros
+  const double w = 1.0 - ema[0][0].item<double>();
+  EXPECT_LT(std::abs(w), 1e-12) << "the initial weights kept: " << w;
+  EXPECT_TRUE(torch::equal(ema[0], tensor_form[0])) << ema[0] << tensor_form[0];
+  // parameters that do not move leave their average as it is, bitwise
+  std::vector<torch::Tensor> still = {params[0].clone()};
+  for (int64_t n = 0; n < 20; ++n) update_ema(still, params, ema_decay_at(0.99, n));
+  EXPECT_TRUE(torch::equal(still[0], params[0]));
+}
+
 // training.cuda_graph eager (the recorded step run unrecorded, as ctest can): the tiny problem
 // trained 3 epochs (batches of 2 frames and a last one of 1, EMA, clipping) ends with the
 // parameters of the plain grouped step with the same fused Adam; what cannot be recorded is

@@ -213,11 +213,25 @@ ReadyBatch ready_on_host(const BatchTensors& b, BatchCapacity expected, double p
   return r;
 }
 
+double ema_decay_at(double decay, int64_t n) {
+  return std::min(decay, (1.0 + static_cast<double>(n)) / (10.0 + static_cast<double>(n)));
+}
+
+// ema += (1 - decay) (p - ema): a parameter that does not move leaves its average as it is.
 void update_ema(std::vector<torch::Tensor>& ema, const std::vector<torch::Tensor>& params, double decay) {
   if (ema.empty()) return;
-  torch::NoGradGuard no_grad;  // EMA update: two kernels for all parameters on a GPU
-  at::_foreach_mul_(ema, decay);
-  at::_foreach_add_(ema, params, 1.0 - decay);
+  torch::NoGradGuard no_grad;  // EMA update: three kernels for all parameters on a GPU
+  std::vector<torch::Tensor> step = at::_foreach_sub(params, ema);
+  at::_foreach_mul_(step, 1.0 - decay);
+  at::_foreach_add_(ema, step);
+}
+
+void update_ema(std::vector<torch::Tensor>& ema, const std::vector<torch::Tensor>& params, const torch::Tensor& weight) {
+  if (ema.empty()) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> step = at::_foreach_sub(params, ema);
+  at::_foreach_mul_(step, weight.to(ema.front().scalar_type()));
+  at::_foreach_add_(ema, step);
 }
 
 RecordedStep::RecordedStep(StepParts parts, bool record, const torch::Device& device) : parts_(std::move(parts)) {
@@ -232,8 +246,8 @@ RecordedStep::RecordedStep(StepParts parts, bool record, const torch::Device& de
     recorder_ = std::make_unique<detail::CudaGraphRecorder>(device.index());
   }
   const torch::TensorOptions f64 = torch::TensorOptions().dtype(torch::kFloat64).device(device);
-  // One block, written by one copy a step: prefactors (3), normaliser, frames.
-  weight_block_ = torch::zeros({5}, f64);
+  // One block, written by one copy a step: prefactors (3), normaliser, frames, the EMA's 1 - decay.
+  weight_block_ = torch::zeros({6}, f64);
   weights_.prefactors = weight_block_.narrow(0, 0, 3);
   weights_.normalizer = weight_block_.select(0, 3);
   weights_.frames = weight_block_.select(0, 4);
@@ -247,9 +261,9 @@ RecordedStep::~RecordedStep() = default;
 // The step on input_: its MetricSums terms; unless a warm-up, the gradients set, summed over the
 // ranks and clipped, and the optimiser's and the EMA's steps taken. What changes from step to step
 // reaches a recording through tensors filled before each replay (the learning rate lr_, the loss
-// weights in weight_block_, Adam's step counts); the numbers passed here as doubles (huber_delta,
-// grad_clip, ema_decay, Adam's betas) are the recording's for good: none of them may get a schedule
-// unless it becomes such a tensor.
+// weights and the EMA's decay in weight_block_, Adam's step counts); the numbers passed here as
+// doubles (huber_delta, grad_clip, Adam's betas) are the recording's for good: none of them may get
+// a schedule unless it becomes such a tensor.
 void RecordedStep::run(Run how) {
   // The batch's indices are made by the trainer and pad_batch: the operators' index checks (a read
   // back each, which a recording cannot hold) are off, and their formulations those a recording
@@ -272,7 +286,7 @@ void RecordedStep::run(Run how) {
   if (parts_.adam->sync_counts() && how == Run::capture)
     throw Error("training.cuda_graph: the optimiser's state was made inside a recording (an internal error)");
   parts_.adam->launch(&lr_);
-  if (!parts_.ema->empty()) update_ema(*parts_.ema, params, parts_.ema_decay);
+  if (!parts_.ema->empty()) update_ema(*parts_.ema, params, weight_block_.select(0, 5));
   recordable.done();
 }
 
@@ -356,7 +370,7 @@ bool RecordedStep::fits(const BatchTensors& b) const {
 }
 
 torch::Tensor RecordedStep::step(const BatchTensors& shape, const FillInputs& fill, const Prefactors& pre, double normalizer,
-                                 double frames, double lr) {
+                                 double frames, double lr, double ema_decay) {
   if (fit_capacity(shape, capacity_)) recorded_ = inputs_made_ = false;
   const std::vector<const void*> made_at = inputs_made_ ? input_addresses() : std::vector<const void*>();
   fill(capacity_, input_);
@@ -369,13 +383,14 @@ torch::Tensor RecordedStep::step(const BatchTensors& shape, const FillInputs& fi
   {
     torch::NoGradGuard no_grad;  // the inputs of the step
     const torch::Tensor host = torch::empty(
-        {5}, torch::TensorOptions().dtype(torch::kFloat64).pinned_memory(weight_block_.is_cuda()));
+        {6}, torch::TensorOptions().dtype(torch::kFloat64).pinned_memory(weight_block_.is_cuda()));
     double* w = host.data_ptr<double>();
     w[0] = pre.energy;
     w[1] = pre.forces;
     w[2] = pre.virial;
     w[3] = normalizer;
     w[4] = frames;
+    w[5] = 1.0 - ema_decay;
     weight_block_.copy_(host, /*non_blocking=*/true);
     lr_.fill_(lr);
   }

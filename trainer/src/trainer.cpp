@@ -396,7 +396,8 @@ void Trainer::take_step(const BatchTensors& shape, const FillInputs& fill, const
     log("--profile: stopped before the training step is recorded anew (a recording is not profiled)");
     report_profile();
   }
-  sums.add(recorded_->step(shape, fill, pre, normalizer, static_cast<double>(shape.n_frames), lr));
+  sums.add(recorded_->step(shape, fill, pre, normalizer, static_cast<double>(shape.n_frames), lr,
+                           ema_decay_at(config_.ema_decay, state_.step)));
   gradient_comm().watch_enqueued("a recorded training step's all-reduces");
   ++state_.step;
   const BatchCapacity& now = recorded_->capacity();
@@ -499,7 +500,7 @@ void Trainer::step_optimizer() {
   else
     optimizer_->step();
   optimizer_->zero_grad();
-  update_ema(ema_, params_, config_.ema_decay);
+  update_ema(ema_, params_, ema_decay_at(config_.ema_decay, state_.step));
   clock_.stop(&times_.optimizer);
   ++state_.step;
 }
