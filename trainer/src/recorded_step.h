@@ -133,7 +133,6 @@ struct StepParts {
   Communicator* comm = nullptr;                // the gradients summed over its ranks
   double grad_clip = 0;                        // > 0: the global gradient norm clipped to it
   std::vector<torch::Tensor>* ema = nullptr;   // empty: no EMA
-  double ema_decay = 0;                        // the configured one (its warm-up: ema_decay_at)
   torch::Dtype accumulate = torch::kFloat64;
   std::string loss = "mse";
   double huber_delta = 0;

@@ -346,7 +346,6 @@ void Trainer::choose_recording() {
   parts.comm = &gradient_comm();
   parts.grad_clip = config_.grad_clip;
   parts.ema = &ema_;
-  parts.ema_decay = config_.ema_decay;
   parts.accumulate = accumulate_;
   parts.loss = config_.loss;
   parts.huber_delta = config_.huber_delta;
