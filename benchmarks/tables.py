@@ -388,9 +388,12 @@ def mp_accuracy(run):
 def batch_lr(run):
     """per batch and learning-rate rule: the rate, steps, test errors and CPU frames/s over the repeats"""
     rows = read_tsv(run / "rows.tsv")
-    out = ["| batch (frames) | lr rule | lr | optimiser steps | test E RMSE (meV/atom) | test F RMSE (meV/Å) | "
-           "frames/s (CPU, 2 threads) |", "|---|---|---|---|---|---|---|"]
-    out += summary_rows(rows, lambda r: (r["batch"], r["rule"], f"{float(r['lr']):.3g}"),
+    epochs = "epochs" in rows[0]   # runs since 2026-12-05 give each row its epochs (batch B@E)
+    out = ["| batch (frames) | " + ("epochs | " if epochs else "") + "lr rule | lr | optimiser steps | "
+           "test E RMSE (meV/atom) | test F RMSE (meV/Å) | frames/s (CPU, 2 threads) |",
+           "|---|---|---|---|---|---|---|" + ("---|" if epochs else "")]
+    out += summary_rows(rows, lambda r: (r["batch"],) + ((r["epochs"],) if epochs else ()) +
+                        (r["rule"], f"{float(r['lr']):.3g}"),
                         (("steps", 5), ("energy_rmse_mev_atom", 3), ("force_rmse_mev_a", 3), ("frames_per_s", 3)))
     return "\n".join(out) + "\n"
 
