@@ -13,7 +13,7 @@
 # Batches BATCHES ("2 16 64" frames; 2 is the example's; an entry B@E trains batch B for E epochs
 # instead of EPOCHS: the same wall time on a GPU that runs batch B faster) and rules RULES
 # ("none sqrt linear"):
-# lr = lr0 * (B / 2)^p with p = 0, 1/2, 1, the final rate alike, and the EMA decay per step
+# lr = lr0 * (B / 2)^p with p = 0, 1/2, 1 (batch 1 and 2: p = 0 alone), the final rate alike, and the EMA decay per step
 # 0.99^(B / 2) (the same window in frames seen); B = 2 is the same under every rule and runs once.
 # Each run one process with 2 threads (the same for every batch; frames/s here are CPU figures).
 # REPEATS (1): each repeat with training.seed = repeat (the model's initial weights stay the same);
@@ -42,7 +42,8 @@ for rep in $(seq "$REPEAT_FROM" "$REPEATS"); do
     b=${entry%@*} epochs=$EPOCHS
     [[ $entry == *@* ]] && epochs=${entry#*@}
     for rule in $RULES; do
-      [[ $b == 2 && $rule != none ]] && continue   # every rule is the identity at the example's batch
+      # every rule is the identity at the example's batch; below it (batch 1) the example's rate too
+      ((b <= 2)) && [[ $rule != none ]] && continue
       f=$(factor "$b" "$rule")
       lr=$(python3 -c "print(2.0e-3 * $f)")
       final=$(python3 -c "print(2.0e-5 * $f)")
