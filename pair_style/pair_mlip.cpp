@@ -221,7 +221,8 @@ void PairMLIP::allocate()
 void PairMLIP::settings(int narg, char **arg)
 {
   const std::vector<std::string> files = parse_settings(narg, arg);
-  const std::string device_note = load_models(files);
+  const std::string device_note = load_models(files);   // the device chosen first (mlip/model/device.h)
+  mlip::set_deterministic(options.deterministic);        // before the models' first GPU matrix product
   const bool malloc_tuned = mlip::keep_freed_memory();
   const bool chunk_given = options.chunk > 0;
   // mlip/kk sizes its device views by the chunk: it keeps the CPU defaults.
@@ -345,6 +346,9 @@ void PairMLIP::log_settings(const std::string &device_note, bool one_call, bool 
                  impl->sizer ? ", local atoms per call sized by the GPU's free memory (set a limit with 'chunk N')"
                  : one_call && !chunk_given ? ", all local atoms in one call (set a limit with 'chunk N')"
                                             : "");
+  if (options.deterministic && !impl->model->device().is_cpu())
+    utils::logmesg(lmp, "pair_style mlip: deterministic GPU kernels (sums in a fixed order: a repeated run repeats "
+                        "bitwise)\n");
   if (malloc_tuned)
     utils::logmesg(lmp, "pair_style mlip: malloc keeps freed memory (mmap threshold 1 GiB, no trimming) "
                         "so that model buffers are reused between steps\n");

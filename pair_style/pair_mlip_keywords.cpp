@@ -107,6 +107,12 @@ const std::vector<Keyword> &keywords()
          if (v != "host" && v != "device") bad_value("graph", v, "'host' or 'device'");
          o.device_graph = v == "device";
        }},
+      {"deterministic", "yes|no", "no",
+       "on a GPU, sums in a fixed order: the forces' and virials' sums onto the atoms (`index_add`) go through a sort "
+       "instead of atomics and cuBLAS gets a fixed workspace, so that a run repeated on the same GPU and build repeats "
+       "bitwise (slower where atomics were: [gpu.md](gpu.md)); LibTorch's switch for the whole process. On the CPU "
+       "runs repeat bitwise either way",
+       false, [](const std::string &v, Options &o) { o.deterministic = yes_no("deterministic", v); }},
       {"exchange", "yes|no", "yes for models that define their layers (PaiNN and MACE written by this version), else no",
        "message-passing models: exchange the ghosts' features between layers instead of a halo of layers x cutoff",
        false,

@@ -24,6 +24,7 @@ struct Options {
   bool cuda_graph = false;
   bool cuda_graph_eager = false;          // cuda_graph eager: the recorded path run without recording
   bool device_graph = false;              // graph device: built where the model runs
+  bool deterministic = false;             // deterministic yes: LibTorch's deterministic GPU kernels
   Exchange exchange = Exchange::automatic;
   int out_freq = 0;                       // committees: 100 unless given
   std::string out_file = "model_devi.out";

@@ -49,14 +49,16 @@ TEST(PairKeywords, DefaultsAndValues)
   EXPECT_EQ(none.device, "");
   EXPECT_EQ(none.exchange, mlip_pair::Options::Exchange::automatic);
   EXPECT_EQ(none.out_freq, 0);
+  EXPECT_FALSE(none.deterministic);
   EXPECT_EQ(parse({}, 3).out_freq, 100);    // a committee reports every 100 steps unless told
   const mlip_pair::Options o = parse({"chunk", "256", "timing", "yes", "device", "cuda:1", "cuda_graph", "yes",
-                                      "exchange", "no", "out_freq", "10", "out_file", "d.out", "relative", "0.5"},
+                                      "deterministic", "yes", "exchange", "no", "out_freq", "10", "out_file", "d.out", "relative", "0.5"},
                                      2);
   EXPECT_EQ(o.chunk, 256);
   EXPECT_TRUE(o.timing);
   EXPECT_EQ(o.device, "cuda:1");
   EXPECT_TRUE(o.cuda_graph);
+  EXPECT_TRUE(o.deterministic);
   EXPECT_EQ(o.exchange, mlip_pair::Options::Exchange::no);
   EXPECT_EQ(o.out_freq, 10);
   EXPECT_EQ(o.out_file, "d.out");
@@ -66,7 +68,7 @@ TEST(PairKeywords, DefaultsAndValues)
 TEST(PairKeywords, ErrorsNameTheKeywordAndTheValue)
 {
   EXPECT_NE(error_of({"chunks", "5"}).find("unknown keyword 'chunks' (known: chunk, head, timing, device, cuda_graph, "
-                                           "graph, exchange, out_freq, out_file, relative)"),
+                                           "graph, deterministic, exchange, out_freq, out_file, relative)"),
             std::string::npos);
   EXPECT_NE(error_of({"chunk"}).find("keyword 'chunk' needs a value (N)"), std::string::npos);
   for (const char *bad : {"0", "-3", "1.5", "ten", "", "99999999999"})
@@ -89,7 +91,7 @@ TEST(PairKeywords, SynopsisListsEveryKeyword)
 {
   EXPECT_EQ(mlip_pair::synopsis(),
             "pair_style mlip MODEL [MODEL2 ...] [chunk N] [head NAME] [timing yes|no|kernels] [device cpu|cuda|cuda:N|auto] "
-            "[cuda_graph yes|no|eager] [graph host|device] [exchange yes|no] [out_freq N] [out_file FILE] [relative EPS]");
+            "[cuda_graph yes|no|eager] [graph host|device] [deterministic yes|no] [exchange yes|no] [out_freq N] [out_file FILE] [relative EPS]");
 }
 
 // docs/pair_style.md shows the synopsis and the table between markers, exactly as the table

@@ -20,6 +20,7 @@
 #include "library.h"
 #include "neighbor.h"
 #include "mlip/model/device.h"
+#include <ATen/Context.h>
 #include "mlip/error.h"
 #include "support/gpu.h"
 #include "support/morse_model.h"
@@ -734,7 +735,7 @@ TEST(PairMLIP, BadInputGivesClearErrors) {
   EXPECT_TRUE(has(error_of("pair_style mlip " + bad_file, "* * O H H"), "not a readable TorchScript model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H C"), "element 'C' for atom type 3 is not in model"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model, "* * O H"), "followed by 3 element names"));
-  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, head, timing, device, cuda_graph, graph, exchange, out_freq"));
+  EXPECT_TRUE(has(error_of("pair_style mlip " + model + " chunks 5", "* * O H H"), "unknown keyword 'chunks' (known: chunk, head, timing, device, cuda_graph, graph, deterministic, exchange, out_freq"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " head pt", "* * O H H"), "head pt: the model has no heads"));
   EXPECT_TRUE(has(error_of("pair_style mlip " + model + " device gpu", "* * O H H"),
                   "pair_style mlip: unknown device 'gpu' (known: cpu, cuda, cuda:N, auto)"));
@@ -1288,6 +1289,19 @@ TEST(PairMLIP, CudaGraphEagerEqualsTheHostGraph) {
   EXPECT_NE(value.find("keyword 'cuda_graph' must be 'yes', 'no' or 'eager', not 'maybe'"), std::string::npos) << value;
 }
 
+// 'deterministic yes' turns on LibTorch's deterministic kernels for the process ('no' turns them
+// off); on the CPU, whose kernels are deterministic either way, the run is the same bitwise.
+TEST(PairMLIP, DeterministicKeyword) {
+  const std::string model = "pair_style mlip " + model_path("se_e2_a");
+  const Snapshot fixed = snapshot(false, water_setup(80, 60), model + " deterministic yes\npair_coeff * * O H H", 3);
+  EXPECT_TRUE(at::globalContext().deterministicAlgorithms());
+  const Snapshot plain = snapshot(false, water_setup(80, 60), model + " deterministic no\npair_coeff * * O H H", 3);
+  EXPECT_FALSE(at::globalContext().deterministicAlgorithms());
+  expect_same_run(fixed, plain, 0.0, true);
+  const std::string x = error_of(model + " deterministic maybe", "* * O H H");
+  EXPECT_NE(x.find("keyword 'deterministic' must be 'yes' or 'no', not 'maybe'"), std::string::npos) << x;
+}
+
 class PairMLIPGpu : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -1404,6 +1418,23 @@ TEST_F(PairMLIPGpu, CudaGraphMatchesCpu) {
   expect_gpu_matches(water_setup(80, 52), model_path("mace"), "* * O H H", 3, 1e-8, " exchange no cuda_graph yes");
   expect_gpu_matches(water_setup(80, 52), model_path("mace_heads") + " head c", "* * O H H", 3, 1e-8,
                      " exchange no cuda_graph yes");
+}
+
+// 'deterministic yes' on the GPU: a run repeated repeats bitwise (the sums onto the atoms through
+// ATen's sorting index_add instead of atomics, a fixed cuBLAS workspace), with the graph on the
+// host and on the device, and the whole step recorded; and it equals the CPU as any GPU run does.
+TEST_F(PairMLIPGpu, DeterministicRunsRepeatBitwise) {
+  const std::string setup = water_setup(150, 61) + "replicate 2 2 2\n";
+  for (const std::string keywords : {"", " graph device", " graph device cuda_graph yes"}) {
+    SCOPED_TRACE(keywords);
+    const std::string pair_style = "pair_style mlip " + model_path("se_e2_a") + " device cuda deterministic yes" + keywords;
+    const Snapshot first = snapshot(false, setup, pair_style + "\npair_coeff * * O H H", 10);
+    const Snapshot again = snapshot(false, setup, pair_style + "\npair_coeff * * O H H", 10);
+    expect_same_run(again, first, 0.0, true);
+  }
+  expect_gpu_matches(setup, model_path("se_e2_a"), "* * O H H", 3, 1e-8, " graph device deterministic yes");
+  (void)snapshot(false, setup, "pair_style mlip " + model_path("se_e2_a") + "\npair_coeff * * O H H", 0);
+  EXPECT_FALSE(at::globalContext().deterministicAlgorithms());
 }
 
 // 'cuda_graph yes' in several calls a step, which share one recording (padded to the largest):

@@ -133,11 +133,7 @@ void Trainer::setup_device() {
     c10::impl::getDeviceGuardImpl(torch::kCUDA)->setDevice(device_);  // LibTorch's current device
     at::globalContext().setAllowTF32CuBLAS(config_.tf32);
     at::globalContext().setAllowTF32CuDNN(config_.tf32);
-    if (config_.deterministic) {
-      // cuBLAS is deterministic with a fixed workspace; index_add_ and friends with this switch.
-      setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
-      at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/true);
-    }
+    if (config_.deterministic) set_deterministic(true);
   }
   const std::string& backend = config_.comm_backend;
   if (backend == "nccl" && !device_.is_cuda()) {

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/cuda.h>
@@ -90,6 +91,11 @@ std::string gpu_bus_id(int index) {
   char id[32] = {0};
   if (get == nullptr || bus == nullptr || get(&device, index) != 0 || bus(id, sizeof(id), device) != 0) return "";
   return id;
+}
+
+void set_deterministic(bool on) {
+  if (on) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::globalContext().setDeterministicAlgorithms(on, /*warn_only=*/true);
 }
 
 void note_model_loaded_on_cpu() { cpu_model_loaded = true; }

@@ -31,6 +31,13 @@ int cuda_device_count();
 /// around asynchronous GPU work measure it only after this.
 void synchronize(const torch::Device& device);
 
+/// Turns LibTorch's deterministic GPU kernels on or off for the whole process (training.deterministic,
+/// pair_style mlip ... deterministic yes): index_add and its kin sum through a sort instead of atomics,
+/// and cuBLAS gets a fixed workspace (CUBLAS_WORKSPACE_CONFIG, unless the environment sets it; read
+/// when a cuBLAS handle is made, so this comes before the first GPU matrix product). Ops without a
+/// deterministic kernel warn rather than fail. The CPU's kernels are deterministic either way.
+void set_deterministic(bool on);
+
 /// The PCI bus id of visible GPU `index` ("0000:1A:00.0": the same GPU under any
 /// CUDA_VISIBLE_DEVICES), asked of the NVIDIA driver; "" where it cannot be read.
 std::string gpu_bus_id(int index);
