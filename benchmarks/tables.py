@@ -289,12 +289,15 @@ def million_target(runs):
 
 def training_target(run):
     """issue 54's training target: the fastest train_accuracy run whose last epoch's validation
-    errors (energy and forces) are no worse than batch 1's; without batch 1's errors the train
-    stage's fastest rate, which cannot decide it (its runs of 2 epochs measure no accuracy)"""
+    errors (energy and forces) are no worse than batch 1's after the same epochs (the same frames);
+    without batch 1's errors the train stage's fastest rate, which cannot decide it (its runs of 2
+    epochs measure no accuracy). A second row, not the issue's criterion: the same in no more than
+    batch 1's wall time (epochs / rate), where a run of more epochs than batch 1's says so"""
     what, goal = "training se_e2_a water, validation errors no worse than batch 1's", ">= 1000 frames/s"
-    pattern = (r"training accuracy, .*?batch (\d+), lr ([^ ,]+) to ([^ ,]+), \d+ epochs, .*?: ([0-9.]+) frames/s"
+    pattern = (r"training accuracy, .*?batch (\d+), lr ([^ ,]+) to ([^ ,]+), (\d+) epochs, .*?: ([0-9.]+) frames/s"
                r".*val E ([0-9.]+) meV/atom +F ([0-9.]+) meV/A")
-    runs = [(int(m[1]), f"{m[2]} to {m[3]}", float(m[4]), float(m[5]), float(m[6])) for m in summary_matches(run, pattern)]
+    runs = [(int(m[1]), f"{m[2]} to {m[3]}", int(m[4]), float(m[5]), float(m[6]), float(m[7]))
+            for m in summary_matches(run, pattern)]
     base = [r for r in runs if r[0] == 1]
     if not base:
         rates = [(float(m[2]), m[1]) for m in summary_matches(run, r"training (?!accuracy)(se_e2_a water.*): ([0-9.]+) frames/s")]
@@ -302,10 +305,15 @@ def training_target(run):
             return target_row(what, goal, "not measured", "-", None)
         rate, name = max(rates)
         return target_row(what, goal, f"{rate:g}, errors not measured against batch 1's", name, None)
-    e1, f1 = base[0][3], base[0][4]
-    batch, lr, rate, e, f = max((r for r in runs if r[3] <= e1 and r[4] <= f1), key=lambda r: r[2])
-    return target_row(what, goal, f"{rate:g} (val E {e:g}, F {f:g}; batch 1: {e1:g}, {f1:g})",
-                      f"accuracy run, batch {batch}, lr {lr}", rate >= 1000)
+    _, _, n1, rate1, e1, f1 = base[0]
+    rows = []
+    for label, fits in ((f"{what}, after the same frames", lambda r: r[2] == n1),
+                        (f"{what}, in batch 1's wall time (not the issue's criterion)",
+                         lambda r: r[2] / r[3] <= 1.05 * n1 / rate1)):
+        batch, lr, epochs, rate, e, f = max((r for r in runs if fits(r) and r[4] <= e1 and r[5] <= f1), key=lambda r: r[3])
+        rows.append(target_row(label, goal, f"{rate:g} (val E {e:g}, F {f:g}; batch 1: {e1:g}, {f1:g}, {n1} epochs)",
+                               f"accuracy run, batch {batch}, lr {lr}, {epochs} epochs", rate >= 1000))
+    return "\n".join(rows)
 
 
 def summary_rows(rows, key, columns):

@@ -164,6 +164,40 @@ def _(run):
     return batch_forces(run, 64)
 
 
+BATCH_LONG = "batch_lr/2026-12-05-1e21c69"
+
+
+def long_run(run, field, batch, epochs, rule="none"):
+    return g(run.values("rows", field, batch=batch, epochs=epochs, rule=rule)[0])
+
+
+@figure("batch-long-b1-forces", BATCH_LONG)
+def _(run):
+    return long_run(run, "force_rmse_mev_a", "1", "100")
+
+
+@figure("batch-long-b16-forces", BATCH_LONG)
+def _(run):
+    return f"{long_run(run, 'force_rmse_mev_a', '16', '100', 'sqrt')} meV/Å"
+
+
+@figure("batch-long-b16-none-forces", BATCH_LONG)
+def _(run):
+    return long_run(run, "force_rmse_mev_a", "16", "100")
+
+
+@figure("batch-long-same-time-forces", BATCH_LONG)
+def _(run):
+    return (f"{long_run(run, 'force_rmse_mev_a', '16', '100', 'sqrt')} against "
+            f"{long_run(run, 'force_rmse_mev_a', '1', '14')} meV/Å")
+
+
+@figure("batch-long-same-time-energies", BATCH_LONG)
+def _(run):
+    return (f"{long_run(run, 'energy_rmse_mev_atom', '16', '100', 'sqrt')} against "
+            f"{long_run(run, 'energy_rmse_mev_atom', '1', '14')} meV/atom")
+
+
 def gpu_accuracy_line(run, batch, lr):
     """(frames/s, val E, val F) of the GPU check's train_accuracy run at `batch` and learning rate `lr`"""
     m = re.search(rf"^training accuracy, water se_e2_a, batch {batch}, lr {re.escape(lr)} to .*?: "
@@ -171,6 +205,11 @@ def gpu_accuracy_line(run, batch, lr):
     if not m:
         raise SystemExit(f"figures.py: no train_accuracy line at batch {batch}, lr {lr} in {run.name}/summary.txt")
     return float(m[1]), float(m[2]), float(m[3])
+
+
+@figure("gpu-1204-train-b1", "gpu-check/2026-12-04-33c9eba")
+def _(run):
+    return g(gpu_accuracy_line(run, 1, "2e-3")[0], 3)
 
 
 @figure("gpu-1204-train-b16", "gpu-check/2026-12-04-33c9eba")
