@@ -4,6 +4,7 @@
 // with empty subdomains on 4), for a Morse pair model, se_e2_a (local) and PaiNN with 2
 // message-passing layers (ghost halo); NULL types; NVE energy conservation; the timing report;
 // and the errors bad input must give.
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -20,7 +21,6 @@
 #include "library.h"
 #include "neighbor.h"
 #include "mlip/model/device.h"
-#include <ATen/Context.h>
 #include "mlip/error.h"
 #include "support/gpu.h"
 #include "support/morse_model.h"

@@ -5,6 +5,7 @@ import re
 
 import tables
 from figures import figure, g
+from figures.benchmarks import gpu_accuracy_line
 
 H200 = "gpu-check/2026-11-26-f7968e4"
 H200_MACE_CHUNKS = "gpu-check/2026-11-26-6454599"
@@ -205,16 +206,7 @@ def _(run):
     return f"{100 * (c[6] + c[8]) / (c[6] + c[7] + c[8]):.0f}%"
 
 
-def recorded_batch1_rate(run):
-    """frames/s of the check's train_accuracy run at batch 1 (the example's learning rate)"""
-    m = re.search(r"^training accuracy, water se_e2_a, batch 1, lr 2e-3 to .*?: ([0-9.]+) frames/s",
-                  run.text("summary.txt"), re.M)
-    if not m:
-        raise SystemExit(f"figures.py: no train_accuracy line at batch 1 in {run.name}/summary.txt")
-    return float(m[1])
-
-
 @figure("gpu-1204-train-b1-step", "gpu-check/2026-12-04-33c9eba")
 def _(run):
-    rate = recorded_batch1_rate(run)
+    rate = gpu_accuracy_line(run, 1, "2e-3")[0]
     return f"{g(1e3 / rate, 2)} ms on the H200 recorded ({g(rate, 3)} frames/s)"
