@@ -10,6 +10,7 @@
 #include <torch/jit.h>
 
 #include <ATen/Context.h>
+#include <ATen/ops/_foreach_add.h>
 
 #include <algorithm>
 #include <functional>
@@ -1430,6 +1431,34 @@ TEST(KernelProfile, HostOperatorsCountedOnceEachByTheirSelfTime) {
   EXPECT_TRUE(again.running());
   (void)again.stop();
   EXPECT_FALSE(again.running());
+}
+
+// The operators doing work (a GPU's kernels, estimated on the CPU): the leaves of the operator
+// tree less views and allocations, a foreach operator once (one launch on a GPU, a loop here).
+TEST(KernelProfile, OperatorsDoingWorkAreTheLeavesAndAForeachOnce) {
+  const torch::Tensor a = torch::rand({32, 32}, torch::kFloat64);
+  std::vector<torch::Tensor> three = {torch::zeros({4}), torch::zeros({5}), torch::zeros({6})};
+  mlip::ProfileSummary s;
+  {
+    mlip::KernelProfile profile(torch::kCPU);
+    torch::Tensor b = a;
+    for (int i = 0; i < 4; ++i) b = torch::matmul(b, a).tanh();   // matmul > mm: mm counts
+    (void)b.view({-1}).narrow(0, 0, 8).unsqueeze(0).t();          // views only: none
+    (void)torch::empty({16});                                     // an allocation: none
+    at::_foreach_add_(three, 1.0);                                // once, not once a tensor
+    s = profile.stop();
+  }
+  EXPECT_EQ(s.work_operators, 9);
+  const mlip::ProfileRow* mm = profile_row(s, "work", "aten::mm");
+  const mlip::ProfileRow* foreach = profile_row(s, "work", "aten::_foreach_add_");
+  ASSERT_NE(mm, nullptr);
+  ASSERT_NE(foreach, nullptr);
+  EXPECT_EQ(mm->calls, 4);
+  EXPECT_EQ(foreach->calls, 1);
+  EXPECT_EQ(profile_row(s, "work", "aten::matmul"), nullptr);
+  EXPECT_EQ(profile_row(s, "work", "aten::view"), nullptr);
+  const std::string text = mlip::format_profile(s, "x: ", 1, "call");
+  EXPECT_NE(text.find("9.0 operators doing work (a GPU's kernels, estimated)"), std::string::npos) << text;
 }
 
 // The profile is of the thread that started it (and of the threads that take on its state, as

@@ -1222,7 +1222,11 @@ TEST(VectorMessage, BadIndicesAndShapesAreErrors) {
 TEST(TanhNet, MatchesAutogradOfThePlainNet) {
   const int threads = at::get_num_threads();
   for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
-    {
+    // The CPU's blocks, the device kernels (the forward keeping the stacked values, the layers'
+    // elementwise backward kernel), the ATen formulation in one block (a GPU's without the kernels).
+    for (const auto choice : {KernelChoice::usual, KernelChoice::device_kernels, KernelChoice::aten}) {
+      const KernelChoiceScope use(choice);
+      SCOPED_TRACE("kernel choice " + std::to_string(static_cast<int>(choice)));
       torch::manual_seed(3);
       const auto opt = torch::dtype(dtype);
       const std::vector<int64_t> widths = {1, 4, 8, 8, 5}, residual = {0, 2, 1, 0};

@@ -66,12 +66,14 @@ std::pair<std::string, std::string> folded(const std::string& w, const std::stri
   return {weight, bias};
 }
 
+// The layers of net t, whose parameters are `owner` + prefix_w<l>[t] and prefix_b<l>[t] ("self.":
+// the module's; "": the lists unbound_parameters() made).
 Affine dense_layers(std::ostringstream& src, const std::string& var, const std::string& prefix,
-                    const std::vector<int64_t>& widths, const std::string& indent) {
+                    const std::vector<int64_t>& widths, const std::string& indent, const std::string& owner = "self.") {
   Affine x;
   for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
-    const std::string w = "self." + prefix + "_w" + std::to_string(l) + "[t]";
-    const std::string b = "self." + prefix + "_b" + std::to_string(l) + "[t]";
+    const std::string w = owner + prefix + "_w" + std::to_string(l) + "[t]";
+    const std::string b = owner + prefix + "_b" + std::to_string(l) + "[t]";
     const auto [weight, bias] = folded(w, b, x, 2.0);  // sigmoid(2 z)
     // A one-wide input (the embedding's s) is an outer product: one addcmul, not a GEMM.
     const std::string h = widths[l] == 1 ? "torch.sigmoid(torch.addcmul(" + bias + ", " + var + ", " + weight + "))"
@@ -92,12 +94,25 @@ Affine dense_layers(std::ostringstream& src, const std::string& var, const std::
   return x;
 }
 
-// tanh_net's arguments for the embedding net t: [self.emb_w0[t], self.emb_b0[t], ...] and the
-// residual kind of each layer (DeePMD's rule: identity when the width is kept, [x, x] when doubled).
+// Local lists of each net's parameters, prefix_w<l> = self.prefix_w<l>.unbind(0) for layers
+// [0, layers), so that net t's are prefix_w<l>[t]: in a training step, one gradient (a stack) per
+// parameter instead of one per net (a select's: a zero tensor of the whole parameter, a copy, a
+// sum). Freezing folds either form into the same constants.
+void unbound_parameters(std::ostringstream& src, const std::string& prefix, std::size_t layers, const std::string& indent) {
+  for (std::size_t l = 0; l < layers; ++l)
+    for (const char* kind : {"_w", "_b"}) {
+      const std::string name = prefix + kind + std::to_string(l);
+      src << indent << name << " = self." << name << ".unbind(0)\n";
+    }
+}
+
+// tanh_net's arguments for the embedding net t: [emb_w0[t], emb_b0[t], ...] (unbound_parameters)
+// and the residual kind of each layer (DeePMD's rule: identity when the width is kept, [x, x] when
+// doubled).
 std::string tanh_net_params(const std::vector<int64_t>& widths) {
   std::string out = "[";
   for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
-    out += (l ? ", " : "") + std::string("self.emb_w") + std::to_string(l) + "[t], self.emb_b" + std::to_string(l) + "[t]";
+    out += (l ? ", " : "") + std::string("emb_w") + std::to_string(l) + "[t], emb_b" + std::to_string(l) + "[t]";
   }
   return out + "]";
 }
@@ -272,16 +287,17 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   // shapes a CUDA graph records, mlip/model/grouped_graph.h).
   const auto fitting_net = [&](const std::string& indent) {
     // y (n, 4, M1) -> per-atom energies of species t, as `y`
-    const Affine y = dense_layers(src, "y", "fit", fit_widths, indent);
-    const auto [w_out, b_out] = folded("self.fit_w" + out_l + "[t]", "self.fit_b" + out_l + "[t]", y, 1.0);
+    const Affine y = dense_layers(src, "y", "fit", fit_widths, indent, "");
+    const auto [w_out, b_out] = folded("fit_w" + out_l + "[t]", "fit_b" + out_l + "[t]", y, 1.0);
     src << indent << "y = torch.addmm(" << b_out << ", y, " << w_out << ")\n";
   };
   const auto descriptor = [&](const std::string& n) {
     return "        y = torch.bmm(ts.transpose(1, 2), ts.narrow(2, 0, " + std::to_string(axis) + ")).reshape(" + n +
            ", " + std::to_string(m1 * axis) + ")\n";
   };
-  src << "def energies(self, species: Tensor, t_sum: Tensor, n_centers: int) -> Tensor:\n"
-      << "    tm = t_sum * self.inv_neighbor_norm\n"
+  src << "def energies(self, species: Tensor, t_sum: Tensor, n_centers: int) -> Tensor:\n";
+  unbound_parameters(src, "fit", fit_widths.size(), "    ");
+  src << "    tm = t_sum * self.inv_neighbor_norm\n"
       << "    cs = species[:n_centers]\n"
       << "    e = torch.zeros([n_centers], dtype=t_sum.dtype, device=t_sum.device)\n"
       << "    for t in range(" << ns << "):\n"
@@ -293,18 +309,18 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   fitting_net("        ");
   src << "        e = e.index_copy(0, idx, y.squeeze(1))\n"
       << "    return e * self.energy_scale[cs] + self.energy_shift[cs]\n\n";
-  src << "def energies_grouped(self, species: Tensor, t_sum: Tensor, center_groups: List[int]) -> Tensor:\n"
-      << "    tm = t_sum * self.inv_neighbor_norm\n"
+  // Groups by split_with_sizes, not narrow: one gradient for all (a cat), not one per group.
+  src << "def energies_grouped(self, species: Tensor, t_sum: Tensor, center_groups: List[int]) -> Tensor:\n";
+  unbound_parameters(src, "fit", fit_widths.size(), "    ");
+  src << "    tm = (t_sum * self.inv_neighbor_norm).split_with_sizes(center_groups)\n"
       << "    cs = species[:t_sum.size(0)]\n"
       << "    parts: List[Tensor] = []\n"
-      << "    start = 0\n"
       << "    for t in range(" << ns << "):\n"
       << "        n = center_groups[t]\n"
-      << "        ts = tm.narrow(0, start, n)\n"
+      << "        ts = tm[t]\n"
       << descriptor("n");
   fitting_net("        ");
   src << "        parts.append(y.squeeze(1))\n"
-      << "        start = start + n\n"
       << "    return torch.cat(parts) * self.energy_scale[cs] + self.energy_shift[cs]\n\n";
   const std::string repulsion = detail::add_repulsion(b, spec);
   if (!repulsion.empty()) {
@@ -314,8 +330,9 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
         << " -> Tensor:\n"
         << detail::repulsion_source(false) << "    return e_rep\n\n";
   }
-  src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"
-      << "    center = edge_index[0]\n"
+  src << "def forward(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n";
+  unbound_parameters(src, "emb", emb_widths.size() - 1, "    ");
+  src << "    center = edge_index[0]\n"
       << "    radial, env, net = self.environment(species, edge_index, edge_vectors)\n"
       // T_i = sum_j env_ij (x) G_ij, net by net: the operator adds each edge's outer product into
       // its centre's sum in one pass (no dense centre x neighbour-slot copy of G).
@@ -331,25 +348,34 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "    return self.energies(species, t_sum, n_centers)"
       << (repulsion.empty() ? "" : " + self.repulsion(species, edge_index, edge_vectors, n_centers)") << "\n";
 
-  // The same sums with edges grouped by net and centres by species (mlip/model/grouped_graph.h).
-  src << "\ndef forward_grouped(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int,"
-      << " center_groups: List[int], edge_groups: List[int]) -> Tensor:\n"
-      << "    center = edge_index[0]\n"
+  // The same sums with edges grouped by net and centres by species (mlip/model/grouped_graph.h);
+  // with a repulsion prior, the learned part alone is forward_grouped_learned() (the trainer's
+  // steps on data where the prior is zero: prior_is_zero_on()).
+  const std::string grouped_args = "(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int,"
+                                   " center_groups: List[int], edge_groups: List[int]) -> Tensor:\n";
+  if (!repulsion.empty()) {
+    src << "\ndef forward_grouped" << grouped_args
+        << "    return self.forward_grouped_learned(species, edge_index, edge_vectors, n_centers, center_groups, edge_groups)"
+        << " + self.repulsion_all_edges(species, edge_index, edge_vectors, n_centers)\n";
+  }
+  src << "\ndef " << (repulsion.empty() ? "forward_grouped" : "forward_grouped_learned") << grouped_args;
+  unbound_parameters(src, "emb", emb_widths.size() - 1, "    ");
+  src << "    center = edge_index[0]\n"
       << "    radial, env, net = self.environment(species, edge_index, edge_vectors)\n"
+      << "    radials = radial.split_with_sizes(edge_groups)\n"
+      << "    envs = env.split_with_sizes(edge_groups)\n"
+      << "    centers = center.split_with_sizes(edge_groups)\n"
       << "    t_sum = torch.zeros([n_centers, 4, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
-      << "    start = 0\n"
       << (shifted ? "    group_net: List[Tensor] = []\n" : "")
       << "    for t in range(" << n_emb << "):\n"
       << "        n = edge_groups[t]\n"
       // the net that evaluates each edge here is its group's (padding edges' too): padding() counts by it
       << (shifted ? "        group_net.append(torch.full([n], t, dtype=center.dtype, device=center.device))\n" : "")
-      << "        g, g_dx = mlip_ops.tanh_net(radial.narrow(0, start, n), " << tanh_net_params(emb_widths) << ", "
+      << "        g, g_dx = mlip_ops.tanh_net(radials[t], " << tanh_net_params(emb_widths) << ", "
       << tanh_net_residual(emb_widths) << ")\n"
-      << "        t_sum = t_sum + mlip_ops.edge_outer_sum(env.narrow(0, start, n), g, center.narrow(0, start, n), n_centers)\n"
-      << "        start = start + n\n"
+      << "        t_sum = t_sum + mlip_ops.edge_outer_sum(envs[t], g, centers[t], n_centers)\n"
       << (shifted ? "    t_sum = t_sum + self.padding(species, center, torch.cat(group_net), n_centers)\n" : "")
-      << "    return self.energies_grouped(species, t_sum, center_groups)"
-      << (repulsion.empty() ? "" : " + self.repulsion_all_edges(species, edge_index, edge_vectors, n_centers)") << "\n";
+      << "    return self.energies_grouped(species, t_sum, center_groups)\n";
   return b.finish(src.str(), spec, "se_e2_a", 0, resolved);
 }
 

@@ -156,8 +156,8 @@ BatchTensors concat(const std::vector<const BatchTensors*>& parts) {
 }
 
 namespace {
-ModelInput model_input(const BatchTensors& b) {
-  return {b.species, b.edge_index, b.edge_vectors, b.n_atoms, b.center_groups, b.edge_groups, b.head};
+ModelInput model_input(const BatchTensors& b, bool without_prior = false) {
+  return {b.species, b.edge_index, b.edge_vectors, b.n_atoms, b.center_groups, b.edge_groups, b.head, without_prior};
 }
 // Per-atom energies summed per frame, in `accumulate`.
 torch::Tensor frame_energies(const BatchTensors& b, const torch::Tensor& atom_energy, torch::Dtype accumulate) {
@@ -170,8 +170,9 @@ torch::Tensor predict_energy(torch::jit::Module& module, const BatchTensors& b, 
   return frame_energies(b, evaluate_module(module, model_input(b), EdgeGradient::none).atom_energy.detach(), accumulate);
 }
 
-Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph, torch::Dtype accumulate) {
-  const ModelInput in = model_input(b);
+Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph, torch::Dtype accumulate,
+                   bool without_prior) {
+  const ModelInput in = model_input(b, without_prior);
   const ModelOutput out =
       evaluate_module(module, in, create_graph ? EdgeGradient::differentiable : EdgeGradient::value);
   EdgeForceRequest request;

@@ -271,7 +271,7 @@ void RecordedStep::run(Run how) {
   const DeviceWorkRecorded as_recorded;
   RecordableScope recordable("training.cuda_graph: the recorded training step");
   std::vector<torch::Tensor>& params = *parts_.params;
-  const Prediction p = predict(*parts_.module, input_, /*create_graph=*/true, parts_.accumulate);
+  const Prediction p = predict(*parts_.module, input_, /*create_graph=*/true, parts_.accumulate, parts_.without_prior);
   torch::Tensor terms;
   const torch::Tensor loss = loss_terms(p, input_, weights_, parts_.loss, parts_.huber_delta, &terms);
   const auto grads = torch::autograd::grad({loss}, params, {}, /*retain_graph=*/false, /*create_graph=*/false,

@@ -137,6 +137,7 @@ struct StepParts {
   std::string loss = "mse";
   double huber_delta = 0;
   GroupingRule rule;
+  bool without_prior = false;                  // the model without its prior (prior_is_zero_on())
 };
 
 /// Each parameter's .grad set to its gradient in `grads` (autograd::grad's, in the parameters'

@@ -242,6 +242,10 @@ void Trainer::setup_model_and_statistics() {
   for (std::size_t s = 0; s < shift.size(); ++s) shifts += fmt::format(" {}={:.6g}", config_.model.species[s], shift[s]);
   log(fmt::format("statistics: energy shift (eV){}; energy scale {:.4g} (force RMS, eV/A)", shifts, scale));
   if (!config_.init_from.empty()) init_from_source();
+  without_prior_ = prior_is_zero_on(model_.module, shortest);
+  if (without_prior_)
+    log("training: the repulsion prior is zero on every training edge (its inner radii are at most the data's shortest "
+        "distances): grouped training steps leave it out; validation and the exported model keep it");
 
   model_.module.to(device_);
   choose_where_data_lives();
@@ -307,6 +311,16 @@ void Trainer::setup_model_and_statistics() {
 // training.grouped: training batches grouped by species and embedding net for the model's
 // forward_grouped() (group_batch: sizes from the host, so the forward waits for no size from the
 // device), for models that have it (se_e2_a) with one head.
+bool prior_is_zero_on(torch::jit::Module& module, const std::vector<double>& shortest) {
+  if (!module.hasattr("rep_inner") || !module.find_method("forward_grouped_learned")) return false;
+  const torch::Tensor inner = module.attr("rep_inner").toTensor().to(torch::kCPU, torch::kFloat64).contiguous();
+  if (static_cast<std::size_t>(inner.numel()) != shortest.size()) return false;
+  const double* r_in = inner.data_ptr<double>();
+  for (std::size_t k = 0; k < shortest.size(); ++k)
+    if (!(r_in[k] <= shortest[k] * (1.0 + 1e-6))) return false;
+  return true;
+}
+
 void Trainer::choose_grouping() {
   grouping_.reset();
   if (!config_.grouped && config_.cuda_graph == "false") return;
@@ -346,6 +360,7 @@ void Trainer::choose_recording() {
   parts.loss = config_.loss;
   parts.huber_delta = config_.huber_delta;
   parts.rule = *grouping_;
+  parts.without_prior = without_prior_;
   recorded_ = std::make_unique<RecordedStep>(parts, config_.cuda_graph == "true", device_);
   // Several ranks agree on the step's capacity before each step (agree_capacity): in rows as wide
   // on every rank.
@@ -604,7 +619,7 @@ MetricSums Trainer::train_epoch() {
       // index checks, a read back from the GPU each, are off for them.
       std::optional<DeviceValueChecksPaused> trusted;
       if (grouping_) trusted.emplace();
-      const Prediction p = predict(model_.module, t, /*create_graph=*/true, accumulate_);
+      const Prediction p = predict(model_.module, t, /*create_graph=*/true, accumulate_, without_prior_ && grouping_);
       torch::Tensor loss = loss_terms(p, t, pre, config_.loss, config_.huber_delta, global_frames, nullptr, &sums);
       // Gradients of the parameters only: the edge vectors' would need the model's second
       // derivatives with respect to positions (se_e2_a's tanh_net does not compute them).

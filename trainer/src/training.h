@@ -188,8 +188,16 @@ struct Prediction {
 /// Virials are computed only when some frame of the batch has one to compare with (else zeros).
 /// Per-atom energies and edge gradients are summed into frame energies, forces and virials in
 /// `accumulate` (training.accumulate_dtype; float32 rounds a float64 model's outputs too).
+/// `without_prior`: a grouped batch through forward_grouped_learned() (prior_is_zero_on()).
 Prediction predict(torch::jit::Module& module, const BatchTensors& b, bool create_graph,
-                   torch::Dtype accumulate = torch::kFloat64);
+                   torch::Dtype accumulate = torch::kFloat64, bool without_prior = false);
+/// Whether `module`'s parameter-free prior (the repulsion: potentials/src/repulsion.cpp) is zero on
+/// every training edge, so that grouped steps may leave it out (forward_grouped_learned(), which the
+/// module must have): each species pair's inner radius is at most the pair's shortest training
+/// distance (`shortest`, ns x ns, infinite where no edge; within a relative 1e-6, the rounding of a
+/// float32 model's radii, where the prior's switch is below 1e-15). fit_repulsion sets the radii so
+/// on the same data; a fine-tuning's, from another data set, may be larger.
+bool prior_is_zero_on(torch::jit::Module& module, const std::vector<double>& shortest);
 /// The frame energies of a batch alone (no forces), in `accumulate`, detached.
 torch::Tensor predict_energy(torch::jit::Module& module, const BatchTensors& b, torch::Dtype accumulate);
 
@@ -397,6 +405,7 @@ class Trainer {
   bool data_on_device_ = false;                 // training.data_on_device, resolved for device_ and the data
   // training.grouped, resolved: training batches through group_batch() and forward_grouped().
   std::optional<GroupingRule> grouping_;
+  bool without_prior_ = false;                  // grouped steps without the model's prior (prior_is_zero_on)
   void choose_grouping();
   // training.cuda_graph: each step through a RecordedStep (recorded_step.h); null: the plain step.
   std::unique_ptr<RecordedStep> recorded_;

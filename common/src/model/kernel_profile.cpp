@@ -23,7 +23,29 @@ namespace kp = torch::autograd::profiler;
 namespace pi = torch::profiler::impl;
 using libkineto::ActivityType;
 
-const char* const kKinds[] = {"kernel", "copy", "memset", "runtime", "operator"};
+const char* const kKinds[] = {"kernel", "copy", "memset", "runtime", "operator", "work"};
+
+// Operators that only make a view or allocate: no kernel on any device.
+bool views_or_allocates(const std::string& name) {
+  static const std::set<std::string> names = {
+      "aten::view", "aten::as_strided", "aten::narrow", "aten::select", "aten::slice", "aten::unsqueeze",
+      "aten::squeeze", "aten::expand", "aten::t", "aten::transpose", "aten::permute", "aten::reshape",
+      "aten::_reshape_alias", "aten::alias", "aten::detach", "aten::detach_", "aten::empty", "aten::empty_strided",
+      "aten::empty_like", "aten::resize_", "aten::lift_fresh", "aten::result_type", "aten::_unsafe_view",
+      "aten::view_as", "aten::split", "aten::split_with_sizes", "aten::unbind", "aten::chunk", "aten::diagonal",
+      "aten::contiguous", "aten::resolve_conj", "aten::resolve_neg", "aten::set_", "aten::to", "aten::expand_as",
+      "aten::unflatten", "aten::flatten", "aten::_nested_tensor_from_mask_left_aligned", "aten::numpy_T",
+      "aten::_has_compatible_shallow_copy_type", "aten::is_nonzero", "aten::item", "aten::movedim",
+      "aten::broadcast_tensors", "aten::unfold", "aten::pin_memory", "aten::_pin_memory", "aten::record_stream",
+      "aten::empty_permuted", "aten::type_as", "aten::align_tensors", "aten::retain_grad", "aten::requires_grad_"};
+  return names.count(name) > 0;
+}
+
+// An operator that runs its work as one launch on a GPU whatever it calls on the host: ATen's
+// foreach and fused operators (on the CPU a loop of one operator per tensor).
+bool one_launch(const std::string& name) {
+  return name.rfind("aten::_foreach_", 0) == 0 || name.rfind("aten::_fused_", 0) == 0;
+}
 
 // The row kind of a profiler event, or nullptr for those not counted (annotations, syncs' markers).
 const char* kind_of(const kp::KinetoEvent& e) {
@@ -38,15 +60,19 @@ const char* kind_of(const kp::KinetoEvent& e) {
   }
 }
 
+bool is_operator(const kp::KinetoEvent& e) { return static_cast<ActivityType>(e.activityType()) == ActivityType::CPU_OP; }
+
 bool launches(const std::string& name) { return name.find("Launch") != std::string::npos; }
 bool waits(const std::string& name) { return name.find("Synchronize") != std::string::npos; }
 
 // Self time of the host's events: each one's duration less that of the events directly inside it
-// (on its thread; an operator's CUDA calls count as the calls', not the operator's).
-std::vector<double> self_seconds(const std::vector<const kp::KinetoEvent*>& host) {
+// (on its thread; an operator's CUDA calls count as the calls', not the operator's). With `work`,
+// whether each is an operator that does work itself (work_on_host()).
+std::vector<double> self_seconds(const std::vector<const kp::KinetoEvent*>& host, std::vector<bool>* work = nullptr) {
   std::map<uint64_t, std::vector<std::size_t>> by_thread;
   for (std::size_t i = 0; i < host.size(); ++i) by_thread[host[i]->startThreadId()].push_back(i);
   std::vector<double> self(host.size());
+  std::vector<bool> parent(host.size(), false), inside_one_launch(host.size(), false);
   for (auto& [thread, order] : by_thread) {
     std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
       return std::make_pair(host[a]->startNs(), -static_cast<int64_t>(host[a]->durationNs())) <
@@ -56,8 +82,21 @@ std::vector<double> self_seconds(const std::vector<const kp::KinetoEvent*>& host
     for (const std::size_t i : order) {
       while (!open.empty() && host[open.back()]->endNs() <= host[i]->startNs()) open.pop_back();
       self[i] = host[i]->durationNs() * 1e-9;
-      if (!open.empty()) self[open.back()] -= host[i]->durationNs() * 1e-9;
+      if (!open.empty()) {
+        self[open.back()] -= host[i]->durationNs() * 1e-9;
+        if (is_operator(*host[i])) parent[open.back()] = true;
+        inside_one_launch[i] = inside_one_launch[open.back()] || one_launch(host[open.back()]->name());
+      }
       open.push_back(i);
+    }
+  }
+  if (work) {
+    work->assign(host.size(), false);
+    for (std::size_t i = 0; i < host.size(); ++i) {
+      const std::string name = host[i]->name();
+      const bool named = name.rfind("aten::", 0) == 0 || name.rfind("mlip::", 0) == 0;
+      (*work)[i] = is_operator(*host[i]) && named && !inside_one_launch[i] &&
+                   (one_launch(name) || (!parent[i] && !views_or_allocates(name)));
     }
   }
   for (double& s : self) s = std::max(s, 0.0);
@@ -78,7 +117,8 @@ ProfileSummary summarise(const std::vector<kp::KinetoEvent>& events, double wall
     return a->startNs() < b->startNs();
   });
   if (gpu && last != host.end() && !std::strcmp(kind_of(**last), "runtime") && waits((*last)->name())) host.erase(last);
-  const std::vector<double> self = self_seconds(host);
+  std::vector<bool> work;
+  const std::vector<double> self = self_seconds(host, &work);
   std::map<std::pair<std::string, std::string>, ProfileRow> rows;
   auto add = [&](const char* kind, const std::string& name, double seconds) {
     ProfileRow& r = rows[{kind, name}];
@@ -92,6 +132,10 @@ ProfileSummary summarise(const std::vector<kp::KinetoEvent>& events, double wall
     const char* kind = kind_of(*host[i]);
     const double seconds = !std::strcmp(kind, "runtime") ? host[i]->durationNs() * 1e-9 : self[i];
     add(kind, name, seconds);
+    if (work[i]) {
+      add("work", name, self[i]);
+      s.work_operators++;
+    }
     if (!std::strcmp(kind, "runtime") && launches(name)) s.launches++;
     if (!std::strcmp(kind, "runtime") && waits(name)) {
       s.waits++;
@@ -109,7 +153,10 @@ ProfileSummary summarise(const std::vector<kp::KinetoEvent>& events, double wall
     std::vector<ProfileRow> of_kind;
     for (auto& [key, row] : rows)
       if (key.first == kind) of_kind.push_back(std::move(row));
-    std::sort(of_kind.begin(), of_kind.end(), [](const ProfileRow& a, const ProfileRow& b) {
+    // The operators doing work by their count (what a GPU's launches would be), the rest by time.
+    const bool by_calls = !std::strcmp(kind, "work");
+    std::sort(of_kind.begin(), of_kind.end(), [by_calls](const ProfileRow& a, const ProfileRow& b) {
+      if (by_calls && a.calls != b.calls) return a.calls > b.calls;
       return a.seconds > b.seconds || (a.seconds == b.seconds && a.name < b.name);
     });
     for (auto& r : of_kind) s.rows.push_back(std::move(r));
@@ -187,10 +234,13 @@ std::string format_profile(const ProfileSummary& s, const std::string& prefix, d
   if (s.launches || s.waits)
     out += printed("; host: %.1f launches, %.1f waits for the GPU taking %.3f ms", s.launches * k / 1e3,
                    s.waits * k / 1e3, s.wait_seconds * k);
-  out += printed("; host operators' self time %.3f ms\n", s.seconds("operator") * k);
+  out += printed("; host operators' self time %.3f ms", s.seconds("operator") * k);
+  if (!s.gpu) out += printed("; %.1f operators doing work (a GPU's kernels, estimated)", s.work_operators * k / 1e3);
+  out += "\n";
   out += prefix + printed("%9s %7s %8s  %-8s %s\n", ("ms/" + per_name.substr(0, 5)).c_str(), "share",
                           ("n/" + per_name.substr(0, 5)).c_str(), "kind", "name");
   for (const char* kind : kKinds) {
+    if (s.gpu && !std::strcmp(kind, "work")) continue;   // the kernels themselves are counted
     const double total = s.seconds(kind);
     int shown = 0;
     for (const auto& r : s.rows) {

@@ -171,7 +171,11 @@ ModelOutput evaluate_module(torch::jit::Module& module, const ModelInput& in, Ed
     args.emplace_back(in.center_groups);
     args.emplace_back(in.edge_groups);
   }
-  const char* method = grouped ? (heads ? "forward_grouped_heads" : "forward_grouped") : heads ? "forward_heads" : "forward";
+  if (in.without_prior && (!grouped || heads))
+    throw Error("a call without the model's prior is a grouped call of one head (an internal error)");
+  const char* method = grouped ? (heads ? "forward_grouped_heads" : in.without_prior ? "forward_grouped_learned" : "forward_grouped")
+                       : heads ? "forward_heads"
+                               : "forward";
   if (heads) {
     if (!module.find_method("forward_heads")) throw Error("the data names heads, but the model has one output (no heads)");
     // (an earlier version's multi-head file without forward_grouped_heads: refused by GraphCapture)

@@ -104,7 +104,8 @@ std::string device_kernels_unavailable(const torch::Device& device) {
 
 namespace detail {
 
-KernelPath kernel_path(const torch::Device& device) {
+namespace {
+KernelPath path_of(const torch::Device& device, bool tables) {
   switch (kernel_choice()) {
     case KernelChoice::aten:
       return KernelPath::aten;
@@ -118,7 +119,7 @@ KernelPath kernel_path(const torch::Device& device) {
   // replayed (GraphCapture); the device kernels' tables sort the edges (argsort), not yet recorded
   // on a GPU. DeviceStep asks for the device kernels explicitly (its own cell list sorts too).
   // Value checks paused for trusted indices (grouped training batches) keep the device kernels.
-  if (detail::device_work_recorded.load() > 0) return KernelPath::aten;
+  if (tables && detail::device_work_recorded.load() > 0) return KernelPath::aten;
   const std::string why = device_kernels_unavailable(device);
   if (why.empty()) return KernelPath::device_kernels;
   static std::once_flag said;
@@ -127,6 +128,10 @@ KernelPath kernel_path(const torch::Device& device) {
   });
   return KernelPath::aten;
 }
+}  // namespace
+
+KernelPath kernel_path(const torch::Device& device) { return path_of(device, /*tables=*/true); }
+KernelPath kernel_path_without_tables(const torch::Device& device) { return path_of(device, /*tables=*/false); }
 
 std::string cuda_library_refused(const std::string& path) {
   const CudaLibrary lib(path);

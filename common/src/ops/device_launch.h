@@ -23,6 +23,9 @@ enum class KernelPath { cpu_kernels, device_kernels, aten };
 /// libmlip_cuda_ops.so (a build without CUDA, or the library not found) the usual choice is the
 /// aten formulations, said once on stderr.
 KernelPath kernel_path(const torch::Device& device);
+/// The same for an operator whose device kernels have no tables (no sort of the edges): a CUDA
+/// graph's recording keeps them (kernel_path takes the ATen formulations while one is recorded).
+KernelPath kernel_path_without_tables(const torch::Device& device);
 
 /// libmlip_cuda_ops.so's launcher, or an error that says why it cannot be had.
 kernels::CudaLaunch cuda_launcher();

@@ -20,11 +20,13 @@ using torch::Tensor;
 constexpr int64_t kBlockRows = 512;   // rows per block on the CPU: a layer's arrays stay in L2
 
 struct Layer {
-  Tensor w, b, w2, b2;   // W, b and 2 W, 2 b (tanh(z) = 2 sigmoid(2 z) - 1: sigmoid costs a third of tanh)
+  Tensor w, b, w2, b2;   // W, b and (`doubled` only) 2 W, 2 b (tanh(z) = 2 sigmoid(2 z) - 1: sigmoid costs a third of tanh)
   int64_t residual = 0, in = 1, out = 1;
 };
 
-std::vector<Layer> layers_of(const Tensor& x, at::TensorList params, at::IntArrayRef residual) {
+// The layers of `params`, checked; with `doubled`, 2 W and 2 b too (the ATen formulation's forward:
+// two kernels a layer on a GPU that nothing else needs).
+std::vector<Layer> layers_of(const Tensor& x, at::TensorList params, at::IntArrayRef residual, bool doubled) {
   TORCH_CHECK(x.dim() == 1, "tanh_net: x (E,) expected, got ", x.sizes());
   TORCH_CHECK(!residual.empty() && params.size() == 2 * residual.size(),
               "tanh_net: params must be [W_0, b_0, W_1, b_1, ...], one pair per entry of residual (",
@@ -41,7 +43,8 @@ std::vector<Layer> layers_of(const Tensor& x, at::TensorList params, at::IntArra
     const int64_t out = w.size(1), r = residual[l];
     TORCH_CHECK(r == 0 || (r == 1 && out == width) || (r == 2 && out == 2 * width), "tanh_net: layer ", l,
                 ": residual ", r, " does not fit widths ", width, " -> ", out);
-    layers.push_back({w.detach(), b.detach(), 2 * w.detach(), 2 * b.detach(), r, width, out});
+    layers.push_back({w.detach(), b.detach(), doubled ? 2 * w.detach() : Tensor(), doubled ? 2 * b.detach() : Tensor(), r,
+                      width, out});
     width = out;
   }
   return layers;
@@ -74,9 +77,11 @@ Tensor add_back(const Tensor& base, const Tensor& g, const Tensor& w) {
 }
 
 // What the reverse pass needs, per layer, for every row: the layer's input y_l and dy_l/dx, its
-// tanh a_l and dz_l/dx. The forward writes them in place (no copies).
+// tanh a_l and dz_l/dx. The forward writes them in place (no copies). `stacked` (the device
+// kernel's): y_l holds [y_l; dy_l/dx] (2 E, in_l) and yd is empty.
 struct Saved {
   std::vector<Tensor> y, yd, a, zd;
+  bool stacked = false;
 };
 
 Saved allocate_saved(const std::vector<Layer>& layers, const Tensor& x) {
@@ -126,10 +131,11 @@ void forward_block(const Tensor& x, const std::vector<Layer>& layers, int64_t r0
 
 // Rows in blocks of kBlockRows on the CPU (one thread: at::parallel_for would run serially in a
 // file built without OpenMP, and threads would need ATen's thread-local state), one block on
-// other devices.
+// other devices, and on the CPU where the ATen formulations are asked for (MLIP_KERNELS=aten: the
+// operators a GPU runs, as a CPU profile of them counts).
 template <typename F> void for_blocks(const Tensor& x, F&& body) {
   const int64_t rows = x.size(0);
-  if (!x.is_cpu()) return body(0, rows);
+  if (!x.is_cpu() || detail::kernel_path(x.device()) == detail::KernelPath::aten) return body(0, rows);
   for (int64_t r = 0; r < rows; r += kBlockRows) body(r, std::min(kBlockRows, rows - r));
 }
 
@@ -139,8 +145,17 @@ bool fits_the_kernel(const std::vector<Layer>& layers) {
          std::all_of(layers.begin(), layers.end(), [](const Layer& l) { return l.out <= kernels::kTanhNetMaxWidth; });
 }
 
-// The forward by the device kernel (radial_net_elements.h): one row per element.
-template <typename T> void forward_elements(const Tensor& x, const std::vector<Layer>& layers, Tensor& out, Tensor& out_d) {
+// Whether the device kernels run here: tanh_net's have no tables (no sort), so a CUDA graph's
+// recording, which takes the ATen formulations for the operators with tables, takes them too.
+bool device_kernels_here(const Tensor& x, const std::vector<Layer>& layers) {
+  return x.size(0) > 0 && fits_the_kernel(layers) &&
+         detail::kernel_path_without_tables(x.device()) == detail::KernelPath::device_kernels;
+}
+
+// The forward by the device kernel (radial_net_elements.h): one row per element, keeping what the
+// backward reads where `saved` (stacked) is given.
+template <typename T>
+void forward_elements(const Tensor& x, const std::vector<Layer>& layers, Tensor& out, Tensor& out_d, Saved* saved) {
   kernels::TanhNetArgs<T> o{};
   o.x = x.data_ptr<T>();
   o.layers = static_cast<int>(layers.size());
@@ -151,20 +166,43 @@ template <typename T> void forward_elements(const Tensor& x, const std::vector<L
     o.out[l] = static_cast<int>(layers[l].out);
     o.residual[l] = static_cast<int>(layers[l].residual);
   }
-  detail::run_elements(kernels::TanhNetForward<T>{o, out.data_ptr<T>(), out_d.data_ptr<T>()}, x.size(0), x.device());
+  kernels::TanhNetSaved<T> keep{};
+  keep.rows = x.size(0);
+  if (saved != nullptr) {
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      keep.inputs[l] = saved->y[l].data_ptr<T>();
+      keep.tanh[l] = saved->a[l].data_ptr<T>();
+      keep.z_dx[l] = saved->zd[l].data_ptr<T>();
+    }
+  }
+  detail::run_elements(kernels::TanhNetForward<T>{o, out.data_ptr<T>(), out_d.data_ptr<T>(), keep}, x.size(0), x.device());
 }
 
-std::tuple<Tensor, Tensor> run_forward(const Tensor& x_in, const std::vector<Layer>& layers, Saved* saved) {
+Saved allocate_stacked(const std::vector<Layer>& layers, const Tensor& x) {
+  Saved s;
+  s.stacked = true;
+  const int64_t rows = x.size(0);
+  for (const Layer& l : layers) {
+    s.y.push_back(torch::empty({2 * rows, l.in}, x.options()));
+    s.a.push_back(torch::empty({rows, l.out}, x.options()));
+    s.zd.push_back(torch::empty({rows, l.out}, x.options()));
+  }
+  return s;
+}
+
+std::tuple<Tensor, Tensor> run_forward(const Tensor& x_in, at::TensorList params, at::IntArrayRef residual, Saved* saved) {
+  std::vector<Layer> layers = layers_of(x_in, params, residual, /*doubled=*/false);
   const Tensor x = x_in.detach().contiguous();
   const int64_t m = layers.back().out;
   Tensor out = torch::empty({x.size(0), m}, x.options()), out_d = torch::empty({x.size(0), m}, x.options());
-  if (saved == nullptr && x.size(0) > 0 && fits_the_kernel(layers) &&
-      detail::kernel_path(x.device()) == detail::KernelPath::device_kernels) {
+  if (device_kernels_here(x, layers)) {
     std::vector<Layer> contiguous = layers;
     for (Layer& l : contiguous) l.w = l.w.contiguous(), l.b = l.b.contiguous();
-    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "tanh_net", [&] { forward_elements<scalar_t>(x, contiguous, out, out_d); });
+    if (saved != nullptr) *saved = allocate_stacked(layers, x);
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "tanh_net", [&] { forward_elements<scalar_t>(x, contiguous, out, out_d, saved); });
     return {out, out_d};
   }
+  layers = layers_of(x, params, residual, /*doubled=*/true);
   if (saved != nullptr) *saved = allocate_saved(layers, x);
   if (x.size(0) > 0) {
     for_blocks(x, [&](int64_t r0, int64_t n) { forward_block(x, layers, r0, n, out, out_d, saved); });
@@ -208,8 +246,33 @@ std::vector<Tensor> parameter_gradients(const std::vector<Layer>& layers, const 
   return acc;
 }
 
+// The same from the device kernel's stacked values: per layer one elementwise kernel
+// (TanhNetLayerBackward), W's gradient one matrix product of the stacked inputs, b's a sum, and the
+// input's gradients [g_y; g_yd] one more.
+std::vector<Tensor> stacked_gradients(const std::vector<Layer>& layers, const Saved& s, const Tensor& x,
+                                      const Tensor& g_out, const Tensor& gd_out) {
+  const int64_t n = x.size(0), m = layers.back().out;
+  const auto zeros = [&] { return torch::zeros({n, m}, x.options()); };
+  Tensor g = torch::cat({g_out.defined() ? g_out : zeros(), gd_out.defined() ? gd_out : zeros()});
+  std::vector<Tensor> acc(2 * layers.size());
+  for (std::size_t l = layers.size(); l-- > 0;) {
+    const Layer& L = layers[l];
+    const Tensor gz = torch::empty({2 * n, L.out}, x.options());
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "tanh_net_backward", [&] {
+      const kernels::TanhNetLayerArgs<scalar_t> o{g.data_ptr<scalar_t>(), s.a[l].data_ptr<scalar_t>(),
+                                                  s.zd[l].data_ptr<scalar_t>(), n * L.out};
+      detail::run_elements(kernels::TanhNetLayerBackward<scalar_t>{o, gz.data_ptr<scalar_t>()}, n * L.out, x.device());
+    });
+    acc[2 * l] = at::mm(s.y[l].t(), gz);
+    acc[2 * l + 1] = gz.narrow(0, 0, n).sum(0);
+    if (l == 0) break;
+    g = add_back(skip_transposed(g, L), gz, L.w).contiguous();
+  }
+  return acc;
+}
+
 std::tuple<Tensor, Tensor> tanh_net_plain(const Tensor& x, at::TensorList params, at::IntArrayRef residual) {
-  return run_forward(x, layers_of(x, params, residual), nullptr);
+  return run_forward(x, params, residual, nullptr);
 }
 
 using torch::autograd::AutogradContext;
@@ -221,9 +284,8 @@ class TanhNet : public torch::autograd::Function<TanhNet> {
   static variable_list forward(AutogradContext* ctx, const Tensor& x, at::TensorList params,
                                at::IntArrayRef residual, bool train) {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    const std::vector<Layer> layers = layers_of(x, params, residual);
     auto saved = std::make_shared<Saved>();
-    auto [out, out_d] = run_forward(x, layers, train ? saved.get() : nullptr);
+    auto [out, out_d] = run_forward(x, params, residual, train ? saved.get() : nullptr);
     std::vector<Tensor> to_save{out_d, x};
     to_save.insert(to_save.end(), params.begin(), params.end());
     ctx->save_for_backward(to_save);
@@ -235,6 +297,7 @@ class TanhNet : public torch::autograd::Function<TanhNet> {
       for (auto* v : {&saved->y, &saved->yd, &saved->a, &saved->zd})
         for (const Tensor& t : *v) keep.push_back(t);
       ctx->saved_data["values"] = keep;
+      ctx->saved_data["stacked"] = saved->stacked;
     }
     return {out, out_d};
   }
@@ -257,18 +320,23 @@ class TanhNet : public torch::autograd::Function<TanhNet> {
                 "required grad in the forward");
     TORCH_CHECK(!at::GradMode::is_enabled(), "tanh_net: parameter gradients are first-order only (no create_graph)");
     const std::vector<int64_t> residual = ctx->saved_data["residual"].toIntVector();
-    const std::vector<Layer> layers = layers_of(x, params, residual);
+    const std::vector<Layer> layers = layers_of(x, params, residual, /*doubled=*/false);
     const c10::List<Tensor> kept = ctx->saved_data["values"].toTensorList();
     const std::size_t nl = layers.size();
     Saved saved;
+    saved.stacked = ctx->saved_data["stacked"].toBool();
     for (std::size_t k = 0; k < nl; ++k) {
       saved.y.push_back(kept[k]);
-      saved.yd.push_back(kept[nl + k]);
-      saved.a.push_back(kept[2 * nl + k]);
-      saved.zd.push_back(kept[3 * nl + k]);
+      if (!saved.stacked) saved.yd.push_back(kept[nl + k]);
+    }
+    const std::size_t rest = saved.stacked ? nl : 2 * nl;
+    for (std::size_t k = 0; k < nl; ++k) {
+      saved.a.push_back(kept[rest + k]);
+      saved.zd.push_back(kept[rest + nl + k]);
     }
     const auto contiguous = [](const Tensor& t) { return t.defined() ? t.contiguous() : t; };
-    const std::vector<Tensor> g = parameter_gradients(layers, saved, x, contiguous(grad[0]), contiguous(grad[1]));
+    const std::vector<Tensor> g = saved.stacked ? stacked_gradients(layers, saved, x, grad[0], grad[1])
+                                                : parameter_gradients(layers, saved, x, contiguous(grad[0]), contiguous(grad[1]));
     for (std::size_t k = 0; k < params.size(); ++k)
       if (ctx->needs_input_grad(k + 1)) result[k + 1] = g[k];
     return result;

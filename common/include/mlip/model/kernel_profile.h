@@ -16,7 +16,8 @@ namespace mlip {
 
 struct ProfileRow {
   std::string kind;   // "kernel", "copy", "memset" (the GPU's work), "runtime" (host calls into
-                      // CUDA), "operator" (host, self time: the time not inside another event)
+                      // CUDA), "operator" (host, self time: the time not inside another event),
+                      // "work" (the operators doing work: see work_operators)
   std::string name;
   int64_t calls = 0;
   double seconds = 0;
@@ -30,6 +31,11 @@ struct ProfileSummary {
   int64_t launches = 0;           // host calls that launch a kernel
   int64_t waits = 0;              // host calls that wait for the GPU (synchronisations)
   double wait_seconds = 0;
+  // Host operators that do work themselves: those with no operator inside them, less views and
+  // allocations, and ATen's foreach and fused operators once each (one launch on a GPU, a loop on
+  // the CPU). On the CPU, running the operators' GPU formulations (MLIP_KERNELS=aten), it
+  // estimates the kernels a GPU would run (cuBLAS and ATen may launch more than one per operator).
+  int64_t work_operators = 0;
   bool gpu = false;               // a GPU was profiled (its activity asked for)
   double seconds(const std::string& kind) const;   // the rows of one kind, summed
 };

@@ -71,6 +71,10 @@ struct ModelInput {
   /// Set for a multi-head model's nodes of several heads (the trainer's batches): (n_nodes,) int64,
   /// each node's head; forward_heads() is called then. Undefined: forward(), the model's head.
   torch::Tensor node_head;
+  /// Grouped calls only: forward_grouped_learned() instead, the model without its parameter-free
+  /// prior (the repulsion), which the model must have (the trainer's steps on data where the prior
+  /// is zero: Trainer's prior check).
+  bool without_prior = false;
 };
 
 /// Outputs of one evaluation.
