@@ -1,6 +1,8 @@
 // mlip-trainer's parts: config checking, loss terms, energy-shift fit, schedules, and
 // checkpoint/resume equality (interrupted + resumed == uninterrupted, bitwise on CPU).
 #include <gtest/gtest.h>
+
+#include <limits>
 #include <numeric>
 #include <thread>
 #include <mutex>
@@ -1616,6 +1618,42 @@ GroupingRule small_se_e2_a_rule(bool one_side) {
   rule.pair_nets = !one_side;
   rule.pad_length = 8.0;
   return rule;
+}
+
+// Grouped steps leave out the repulsion prior only where it is zero on every training edge: the
+// check (its radii at most the data's shortest distances, within float32's rounding), and
+// forward_grouped_learned() equal to forward_grouped() there, not where the prior is felt.
+TEST(Training, GroupedStepsLeaveOutThePriorOnlyWhereItIsZero) {
+  BuiltModel m = small_se_e2_a(/*one_side=*/false, /*zbl=*/true);   // radii 1.3 A
+  EXPECT_TRUE(prior_is_zero_on(m.module, std::vector<double>(9, 1.3)));
+  EXPECT_TRUE(prior_is_zero_on(m.module, std::vector<double>(9, 1.3 * (1 + 1e-7))));
+  std::vector<double> closer(9, 1.3);
+  closer[1] = 1.0;   // H-C pairs at 1.0 A: inside the prior
+  EXPECT_FALSE(prior_is_zero_on(m.module, closer));
+  std::vector<double> absent(9, 1.3);
+  absent[8] = std::numeric_limits<double>::infinity();   // no O-O edge: nothing to feel it
+  EXPECT_TRUE(prior_is_zero_on(m.module, absent));
+  BuiltModel plain = small_se_e2_a(false);
+  EXPECT_FALSE(prior_is_zero_on(plain.module, std::vector<double>(9, 1.3)));   // no prior
+
+  const std::vector<Frame> frames = three_ethanols();
+  const SpeciesMap species({"H", "C", "O"});
+  const BatchTensors b = group_batch(
+      to_tensors(make_batch({&frames[0], &frames[1], &frames[2]}, species), torch::kFloat64), small_se_e2_a_rule(false));
+  for (const double radius : {0.5, 1.3}) {   // below every bond; above ethanol's C-H and O-H bonds
+    fit_repulsion(m, std::vector<double>(9, radius));
+    const Prediction all = predict(m.module, b, /*create_graph=*/false);
+    const Prediction learned = predict(m.module, b, /*create_graph=*/false, torch::kFloat64, /*without_prior=*/true);
+    const double de = (all.energy - learned.energy).abs().max().item<double>();
+    const double df = (all.forces - learned.forces).abs().max().item<double>();
+    if (radius < 1.0) {
+      EXPECT_EQ(de, 0.0);
+      EXPECT_EQ(df, 0.0);
+    } else {
+      EXPECT_GT(de, 1e-3);
+      EXPECT_GT(df, 1e-3);
+    }
+  }
 }
 
 // training.grouped: a batch regrouped for forward_grouped() (atoms by species, edges by net, from

@@ -72,22 +72,34 @@ std::vector<double> self_seconds(const std::vector<const kp::KinetoEvent*>& host
   std::map<uint64_t, std::vector<std::size_t>> by_thread;
   for (std::size_t i = 0; i < host.size(); ++i) by_thread[host[i]->startThreadId()].push_back(i);
   std::vector<double> self(host.size());
-  std::vector<bool> parent(host.size(), false), inside_one_launch(host.size(), false);
+  // busy: an operator that does work or holds one that does (not only views and allocations);
+  // parent: one that holds a busy operator (its work is theirs).
+  std::vector<bool> parent(host.size(), false), busy(host.size(), false), inside_one_launch(host.size(), false);
   for (auto& [thread, order] : by_thread) {
     std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
       return std::make_pair(host[a]->startNs(), -static_cast<int64_t>(host[a]->durationNs())) <
              std::make_pair(host[b]->startNs(), -static_cast<int64_t>(host[b]->durationNs()));
     });
     std::vector<std::size_t> open;
-    for (const std::size_t i : order) {
-      while (!open.empty() && host[open.back()]->endNs() <= host[i]->startNs()) open.pop_back();
+    std::vector<std::ptrdiff_t> up(order.size(), -1);   // each one's place in `order` of the event holding it
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      const std::size_t i = order[k];
+      while (!open.empty() && host[order[open.back()]]->endNs() <= host[i]->startNs()) open.pop_back();
       self[i] = host[i]->durationNs() * 1e-9;
       if (!open.empty()) {
-        self[open.back()] -= host[i]->durationNs() * 1e-9;
-        if (is_operator(*host[i])) parent[open.back()] = true;
-        inside_one_launch[i] = inside_one_launch[open.back()] || one_launch(host[open.back()]->name());
+        const std::size_t p = order[open.back()];
+        self[p] -= host[i]->durationNs() * 1e-9;
+        up[k] = static_cast<std::ptrdiff_t>(open.back());
+        inside_one_launch[i] = inside_one_launch[p] || one_launch(host[p]->name());
       }
-      open.push_back(i);
+      open.push_back(k);
+    }
+    // Inner events before the events holding them: busy and parent from the inside out.
+    for (std::size_t k = order.size(); k-- > 0;) {
+      const std::size_t i = order[k];
+      if (!is_operator(*host[i])) continue;
+      busy[i] = parent[i] || !views_or_allocates(host[i]->name());
+      if (busy[i] && up[k] >= 0) parent[order[static_cast<std::size_t>(up[k])]] = true;
     }
   }
   if (work) {
