@@ -40,6 +40,7 @@
 #include "mlip/ops/activation.h"
 #include "mlip/ops/equivariant_message.h"
 #include "mlip/ops/radial_net.h"
+#include "mlip/ops/se_environment.h"
 #include "mlip/ops/operators.h"
 #include "mlip/ops/symmetric_contraction.h"
 #include "mlip/ops/tabulated_embedding.h"
@@ -453,6 +454,40 @@ TEST(DeviceKernelsGpu, PainnAndCompressedOperatorsEqualTheCpuKernels) {
   }
 }
 
+// se_e2_a's environment (mlip/ops/se_environment.h): values, the gradient MD takes and the
+// second derivative a force loss takes, on `device`.
+std::vector<torch::Tensor> environment_outputs(torch::ScalarType dtype, const torch::Device& device) {
+  torch::manual_seed(15);
+  const int64_t edges = 20000;
+  const auto opt = torch::dtype(dtype).device(device);
+  torch::Tensor v = torch::randn({edges, 3}, torch::dtype(torch::kFloat64));
+  v = v / v.norm(2, 1, true) * (torch::rand({edges, 1}, torch::dtype(torch::kFloat64)) * 6.4 + 0.8);
+  v = v.to(opt).requires_grad_(true);
+  const torch::Tensor avg = (torch::rand({edges}, torch::dtype(torch::kFloat64)) * 0.3).to(opt);
+  const torch::Tensor std = (torch::rand({edges, 2}, torch::dtype(torch::kFloat64)) + 0.5).to(opt);
+  const auto [radial, env] = se_environment(v, avg, std, 2.0, 6.0);
+  // w a leaf: the second derivative along the incoming gradients (a force loss's parameters') too
+  const torch::Tensor w =
+      torch::linspace(-1, 1, edges * 4, torch::dtype(torch::kFloat64)).view({edges, 4}).to(opt).requires_grad_(true);
+  const torch::Tensor gv = torch::autograd::grad({(radial * radial).sum() + (env * w).sum()}, {v}, {}, true, true)[0];
+  const auto second = torch::autograd::grad({(gv * gv).sum()}, {v, w});
+  return {radial.detach().cpu(), env.detach().cpu(), gv.detach().cpu(), second[0].cpu(), second[1].cpu()};
+}
+
+const std::vector<std::string> kEnvironmentOutputs = {"radial", "env", "d/dv", "2nd d/dv", "2nd d/dv d/dw"};
+
+TEST(DeviceKernelsGpu, SeEnvironmentEqualsTheCpuKernels) {
+  if (const std::string why = testing::gpu_skip_reason(); !why.empty()) GTEST_SKIP() << why;
+  const torch::Device gpu = choose_device("cuda", 0, "test");
+  ASSERT_EQ(device_kernels_unavailable(gpu), "");
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32}) {
+    const double worst = worst_difference(environment_outputs(dtype, torch::kCPU), environment_outputs(dtype, gpu),
+                                          kEnvironmentOutputs, dtype == torch::kFloat64 ? 1e-12 : 1e-4);
+    std::printf("se_environment device kernels %s: relative difference GPU vs CPU kernels: %.3g (largest of values, "
+                "gradients, second derivatives)\n", dtype == torch::kFloat64 ? "float64" : "float32", worst);
+  }
+}
+
 // libmlip_cuda_ops.so reads each functor as its kernel's type: a library of this interface version
 // but of other functors (built from other sources, nobody raised the version) is refused with the
 // reason, never launched; so is one that cannot be loaded.
@@ -473,6 +508,10 @@ TEST(DeviceKernels, TheGpuCasesComparisonsHoldOnTheCpuLoop) {
     const KernelChoiceScope use(KernelChoice::device_kernels);
     worst_difference(mace_cpu, mace_operator_outputs(mace, torch::kCPU), kMaceOutputs, tol);
     worst_difference(edge_cpu, edge_operator_outputs(edge, torch::kCPU), kEdgeOutputs, tol);
+    const KernelChoiceScope aten(KernelChoice::aten);
+    const auto environment_aten = environment_outputs(dtype, torch::kCPU);
+    const KernelChoiceScope device(KernelChoice::device_kernels);
+    worst_difference(environment_aten, environment_outputs(dtype, torch::kCPU), kEnvironmentOutputs, tol);
   }
 }
 
@@ -1175,6 +1214,8 @@ TEST(DeviceKernels, ResultsDoNotDependOnTheElementsOrder) {
     const std::vector<torch::Tensor> params = {torch::randn({1, 25}, dtype), torch::randn({25}, dtype),
                                                torch::randn({25, 50}, dtype) * 0.3, torch::randn({50}, dtype)};
     const torch::Tensor r = torch::rand({3000}, dtype) * 3;
+    both_orders("se_environment and its derivatives" + type,
+                [&] { return mlip::environment_outputs(dtype, torch::kCPU); });
     both_orders("tanh_net" + type, [&] {
       const torch::NoGradGuard no_grad;
       const auto [y, y_dx] = mlip::tanh_net(r, params, {0, 2});

@@ -27,6 +27,7 @@
 #include "mlip/graph/neighbor_list.h"
 #include "mlip/potentials.h"
 #include "mlip/ops/radial_net.h"
+#include "mlip/ops/se_environment.h"
 #include "mlip/ops/tabulated_embedding.h"
 #include "mlip/ops/vector_message.h"
 #include "mlip/ops/bessel_radial.h"
@@ -85,6 +86,9 @@ BuiltModel build(const Case& c, uint64_t seed = 7, int layers = 2) {
                             {"rcut_smth", 2.0}, {"neighbor_norm", 10.0}};
     if (c.architecture.find("two_side") != std::string::npos) spec.hyperparameters["type_one_side"] = false;
     if (c.architecture.find("_sel") != std::string::npos) spec.hyperparameters["sel"] = {23, 17};
+    // Residual first layers: the embedding's 1 -> 2 doubles, the fitting's 8 -> 8 keeps its width.
+    if (c.architecture.find("_residual") != std::string::npos)
+      spec.hyperparameters.update({{"embedding", {2, 4}}, {"axis_neurons", 2}, {"fitting", {8, 16}}});
   } else if (mace) {
     spec.hyperparameters = {{"num_channels", 4}, {"max_L", 1},          {"max_ell", 2},
                             {"correlation", 3},  {"num_interactions", layers}, {"radial_MLP", {8}},
@@ -961,6 +965,57 @@ TEST(ScaledSilu, KernelsAndDerivativesMatchTheReference) {
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what_without_backtrace()).find("scaled_silu: float32 or float64"), std::string::npos);
   }
+}
+
+// se_e2_a's environment (mlip/ops/se_environment.h) on all three paths against the TorchScript
+// form it replaced: values and derivatives to third order, with and without the radial shift, at
+// edges inside the switch's inner radius, within the switch and beyond the cutoff.
+TEST(SeEnvironment, KernelsAndDerivativesMatchTheReference) {
+  for (const auto dtype : {torch::kFloat64, torch::kFloat32})
+  for (const auto path_choice : {KernelChoice::usual, KernelChoice::device_kernels, KernelChoice::aten})
+  for (const bool shifted : {false, true}) {
+    SCOPED_TRACE(dtype);
+    SCOPED_TRACE(path_choice == KernelChoice::usual ? "CPU" : path_choice == KernelChoice::aten ? "aten" : "device");
+    SCOPED_TRACE(shifted ? "shifted" : "not shifted");
+    const KernelChoiceScope use(path_choice);
+    torch::manual_seed(9);
+    const auto opt = torch::dtype(dtype);
+    const int64_t edges = 53;
+    torch::Tensor v = torch::randn({edges, 3}, torch::dtype(torch::kFloat64));
+    v = v / v.norm(2, 1, true) * (torch::rand({edges, 1}, torch::dtype(torch::kFloat64)) * 6.4 + 0.8);   // |v| in [0.8, 7.2]
+    // v and a factor p on the outputs: the incoming gradients then depend on p, so the second
+    // derivative along them (what a force loss's parameter gradients take) is compared too
+    const std::vector<torch::Tensor> in = {v.to(dtype).requires_grad_(true),
+                                           (torch::rand({edges, 5}, opt) + 0.5).requires_grad_(true)};
+    const torch::Tensor avg = shifted ? torch::rand({edges}, opt) * 0.3 : torch::zeros({0}, opt);
+    const torch::Tensor std = torch::rand({edges, 2}, opt) + 0.5;
+    const auto joined = [](const std::tuple<torch::Tensor, torch::Tensor>& out) {
+      return torch::cat({std::get<0>(out).unsqueeze(1), std::get<1>(out)}, 1);
+    };
+    auto op = [&](const std::vector<torch::Tensor>& t) { return joined(se_environment(t[0], avg, std, 2.0, 6.0)) * t[1]; };
+    auto ref = [&](const std::vector<torch::Tensor>& t) {
+      return joined(se_environment_reference(t[0], avg, std, 2.0, 6.0)) * t[1];
+    };
+    expect_operator_matches_reference(op, ref, in, dtype == torch::kFloat64 ? 1e-12 : 1e-4);
+  }
+  const auto f64 = torch::dtype(torch::kFloat64);
+  const auto error_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string("no error");
+  };
+  const torch::Tensor v = torch::ones({4, 3}, f64), std = torch::ones({4, 2}, f64);
+  EXPECT_NE(error_of([&] { se_environment(v, torch::zeros({0}, f64), torch::ones({4, 2}, f64).requires_grad_(), 1, 5); })
+                .find("no gradient reaches avg and std"), std::string::npos);
+  EXPECT_NE(error_of([&] { se_environment(v, torch::zeros({3}, f64), std, 1, 5); }).find("avg (E,) or (0,) expected"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { se_environment(v, torch::zeros({0}, f64), std, 5, 5); })
+                .find("0 <= rcut_smth < rcut expected"), std::string::npos);
+  EXPECT_NE(error_of([&] { se_environment(v.to(torch::kFloat32), torch::zeros({0}, f64), std, 1, 5); })
+                .find("operands of one dtype and device"), std::string::npos);
 }
 
 // Polynomials of 3-vectors (mlip/ops/vector_polynomials.h): MACE's spherical harmonics (l <= 4)
@@ -1891,7 +1946,8 @@ std::vector<double> se_e2_a_direct(const BuiltModel& built, const Structure& s) 
 }
 
 TEST(SeE2A, MatchesItsFormulasEvaluatedDirectly) {
-  for (const std::string arch : {"se_e2_a", "se_e2_a_two_side", "se_e2_a_sel", "se_e2_a_sel_two_side"}) {
+  for (const std::string arch : {"se_e2_a", "se_e2_a_two_side", "se_e2_a_sel", "se_e2_a_sel_two_side",
+                                  "se_e2_a_residual", "se_e2_a_sel_residual"}) {
     for (const torch::Dtype dtype : {torch::kFloat64, torch::kFloat32}) {
       SCOPED_TRACE(arch + (dtype == torch::kFloat32 ? " float32" : " float64"));
       const BuiltModel built = build(Case{arch, dtype});
@@ -1906,6 +1962,30 @@ TEST(SeE2A, MatchesItsFormulasEvaluatedDirectly) {
       for (std::size_t i = 0; i < want.size(); ++i) {
         EXPECT_NEAR(got.atom_energy[i], want[i], (dtype == torch::kFloat32 ? 2e-5 : 1e-11) * std::abs(want[i])) << i;
       }
+    }
+  }
+}
+
+// The model's embedding() method (the sel padding's G_t(b) and the compressed model's tables)
+// against the nets' definition, y = tanh(x W + b) plus x or [x, x], also where the first layer is
+// residual (1 -> 1 or 1 -> 2, where the sigmoid form first rescales x).
+TEST(SeE2A, EmbeddingMethodIsTheNetsDefinition) {
+  for (const auto& [arch, widths] : {std::pair<std::string, std::vector<int64_t>>{"se_e2_a", {1, 8, 16}},
+                                     {"se_e2_a_residual", {1, 2, 4}}}) {
+    SCOPED_TRACE(arch);
+    const BuiltModel built = build(Case{arch, torch::kFloat64});
+    const torch::Tensor x = torch::linspace(-1.5, 3.0, 7, torch::kFloat64).unsqueeze(1);
+    for (int64_t t = 0; t < 2; ++t) {
+      torch::Tensor y = x;
+      for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
+        const torch::Tensor w = built.module.attr("emb_w" + std::to_string(l)).toTensor()[t];
+        const torch::Tensor b = built.module.attr("emb_b" + std::to_string(l)).toTensor()[t];
+        ASSERT_EQ(w.size(1), widths[l + 1]);
+        const torch::Tensor h = torch::tanh(torch::addmm(b, y, w));
+        y = widths[l + 1] == widths[l] ? y + h : widths[l + 1] == 2 * widths[l] ? torch::cat({y, y}, 1) + h : h;
+      }
+      const torch::Tensor got = built.module.get_method("embedding")({x, t}).toTensor();
+      EXPECT_TRUE(torch::allclose(got, y, 1e-12, 1e-12)) << "net " << t << "\n" << got - y;
     }
   }
 }

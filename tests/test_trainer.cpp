@@ -1601,12 +1601,14 @@ std::vector<Frame> three_ethanols() {
 
 // A small se_e2_a for H, C, O: one embedding net per neighbour species (one_side) or per pair,
 // with a ZBL prior felt below 1.3 A when `zbl` (ethanol's C-H bonds are shorter); and how it groups.
-BuiltModel small_se_e2_a(bool one_side, bool zbl = false) {
+// residual: first layers that keep or double their width (embedding 1 -> 2, fitting 8 -> 8 -> 16)
+BuiltModel small_se_e2_a(bool one_side, bool zbl = false, bool residual = false) {
   ModelSpec spec;
   spec.architecture = "se_e2_a";
   spec.species = {"H", "C", "O"};
   spec.cutoff = 4.0;
   spec.hyperparameters = {{"embedding", {4, 8}}, {"axis_neurons", 2}, {"fitting", {8, 8}}, {"type_one_side", one_side}};
+  if (residual) spec.hyperparameters.update({{"embedding", {2, 4}}, {"fitting", {8, 16}}});
   if (zbl) spec.repulsion = "zbl";
   BuiltModel m = build_model(spec);
   if (zbl) fit_repulsion(m, std::vector<double>(9, 1.3));
@@ -1672,8 +1674,8 @@ TEST(Training, GroupedBatchesGiveThePlainLossAndGradients) {
   EXPECT_EQ(joined.counts.species, plain.counts.species);
   EXPECT_EQ(joined.counts.pairs, plain.counts.pairs);
   EXPECT_EQ(plain.counts.species, (std::vector<int64_t>{18, 6, 3}));   // 3 ethanols: H6 C2 O
-  for (const bool one_side : {true, false}) {
-    BuiltModel m = small_se_e2_a(one_side);
+  for (const auto& [one_side, residual] : {std::pair{true, false}, std::pair{false, false}, std::pair{false, true}}) {
+    BuiltModel m = small_se_e2_a(one_side, /*zbl=*/false, residual);
     const GroupingRule rule = small_se_e2_a_rule(one_side);
     const BatchTensors grouped = group_batch(joined, rule);
     EXPECT_EQ(grouped.center_groups, plain.counts.species);
@@ -1695,7 +1697,8 @@ TEST(Training, GroupedBatchesGiveThePlainLossAndGradients) {
     Prediction pp, pg;
     const auto [lp, gp] = run(plain, pp);
     const auto [lg, gg] = run(grouped, pg);
-    SCOPED_TRACE(one_side ? "one net per neighbour species" : "one net per species pair");
+    SCOPED_TRACE(std::string(one_side ? "one net per neighbour species" : "one net per species pair") +
+                 (residual ? ", residual first layers" : ""));
     EXPECT_NEAR(lg, lp, 1e-12 * std::abs(lp));
     EXPECT_TRUE(torch::allclose(pg.energy, pp.energy, 1e-12, 1e-12));
     EXPECT_TRUE(torch::allclose(pg.forces, pp.forces.index_select(0, order), 1e-10, 1e-12));

@@ -44,7 +44,8 @@ namespace mlip {
 namespace {
 
 // The tanh layers of DeePMD's nets, y = tanh(x W[t] + b[t]), plus x when the width is kept
-// or [x, x] when it doubles, emitted as TorchScript that evaluates them through sigmoids:
+// or [x, x] when it doubles, emitted as TorchScript that evaluates them through sigmoids (the
+// grouped forward's fitting nets excepted: tanh_layers below):
 // tanh(z) = 2 sigmoid(2z) - 1, and LibTorch's CPU sigmoid costs a third of its tanh (float64
 // AVX512: 0.75 against 2.24 ns per value). Each layer's output is kept as x = a u - c, with the
 // scalars a and c known here; the next layer takes them into its weights and bias,
@@ -58,12 +59,31 @@ struct Affine {
 
 using detail::num;
 
-// x W + b for x = a u - c, as (weight, bias) expressions.
+// x W + b for x = a u - c, as (weight, bias) expressions (no product by a factor of 1).
 std::pair<std::string, std::string> folded(const std::string& w, const std::string& b, Affine x, double scale) {
-  const std::string weight = w + " * " + num(scale * x.a);
-  const std::string bias =
-      x.c == 0.0 ? b + " * " + num(scale) : "(" + b + " - " + num(x.c) + " * " + w + ".sum(0)) * " + num(scale);
+  const auto times = [](const std::string& e, double f) { return f == 1.0 ? e : e + " * " + num(f); };
+  const std::string weight = times(w, scale * x.a);
+  const std::string bias = x.c == 0.0 ? times(b, scale) : "(" + b + " - " + num(x.c) + " * " + w + ".sum(0)) * " + num(scale);
   return {weight, bias};
+}
+
+// The same layers in their tanh form, y = tanh(x W + b) (+ x or [x, x]): no folding, so no
+// products of the parameters by constants, which a training step (parameters not frozen) runs
+// forward, backward and twice backward; a GPU's tanh costs what its sigmoid does. For the grouped
+// forward only, which runs where the kernels are counted (a GPU; the CPU's steps are ungrouped
+// unless training.grouped).
+Affine tanh_layers(std::ostringstream& src, const std::string& var, const std::string& prefix,
+                   const std::vector<int64_t>& widths, const std::string& indent, const std::string& owner) {
+  for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
+    const std::string w = owner + prefix + "_w" + std::to_string(l) + "[t]";
+    const std::string b = owner + prefix + "_b" + std::to_string(l) + "[t]";
+    const std::string h = "torch.tanh(" + std::string(widths[l] == 1 ? "torch.addcmul(" : "torch.addmm(") + b + ", " +
+                          var + ", " + w + "))";
+    const bool keep = widths[l + 1] == widths[l], doubles = widths[l + 1] == 2 * widths[l];
+    src << indent << var << " = "
+        << (keep ? var + " + " : doubles ? "torch.cat([" + var + ", " + var + "], 1) + " : std::string()) << h << "\n";
+  }
+  return Affine{};
 }
 
 // The layers of net t, whose parameters are `owner` + prefix_w<l>[t] and prefix_b<l>[t] ("self.":
@@ -74,16 +94,16 @@ Affine dense_layers(std::ostringstream& src, const std::string& var, const std::
   for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
     const std::string w = owner + prefix + "_w" + std::to_string(l) + "[t]";
     const std::string b = owner + prefix + "_b" + std::to_string(l) + "[t]";
-    const auto [weight, bias] = folded(w, b, x, 2.0);  // sigmoid(2 z)
+    const bool keep = widths[l + 1] == widths[l], doubles = widths[l + 1] == 2 * widths[l];
+    if ((keep || doubles) && x.a != 2.0) {  // bring x to 2 u - c first (only when the first layer is residual)
+      src << indent << var << " = " << var << " * " << num(x.a / 2.0) << "\n";
+      x.a = 2.0;
+    }
+    const auto [weight, bias] = folded(w, b, x, 2.0);  // sigmoid(2 z), of the u just written
     // A one-wide input (the embedding's s) is an outer product: one addcmul, not a GEMM.
     const std::string h = widths[l] == 1 ? "torch.sigmoid(torch.addcmul(" + bias + ", " + var + ", " + weight + "))"
                                          : "torch.sigmoid(torch.addmm(" + bias + ", " + var + ", " + weight + "))";
-    const bool keep = widths[l + 1] == widths[l], doubles = widths[l + 1] == 2 * widths[l];
     if (keep || doubles) {
-      if (x.a != 2.0) {  // bring x to 2 u - c first (only when the first layer is residual)
-        src << indent << var << " = " << var << " * " << num(x.a / 2.0) << "\n";
-        x.a = 2.0;
-      }
       src << indent << var << " = " << (keep ? var : "torch.cat([" + var + ", " + var + "], 1)") << " + " << h << "\n";
       x.c += 1.0;
     } else {
@@ -264,15 +284,14 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << " -> Tuple[Tensor, Tensor, Tensor]:\n"
       << "    center = edge_index[0]\n"
       << "    neighbor = edge_index[1]\n"
-      << "    r = torch.sqrt((edge_vectors * edge_vectors).sum(1))\n"
-      << "    u = torch.clamp((r - self.rcut_smth) / (self.cutoff - self.rcut_smth), 0.0, 1.0)\n"
-      << "    s = (u * u * u * (-6.0 * u * u + 15.0 * u - 10.0) + 1.0) / r\n"
-      << "    std = self.env_std[species[center]]\n"
-      << (shifted ? "    radial = (s - self.env_avg[species[center]]) / std[:, 0]\n" : "    radial = s / std[:, 0]\n")
-      << "    angular = (s / (r * std[:, 1])).unsqueeze(1) * edge_vectors\n"
-      << "    env = torch.cat([radial.unsqueeze(1), angular], 1)\n"
+      // radial = (s - avg) / std_r and env = [radial, s v / (r std_a)], s = sw(r) / r, as one
+      // operator with its derivatives written out (mlip/ops/se_environment.h)
+      << "    sc = species[center]\n"
+      << "    radial, env = mlip_ops.se_environment(edge_vectors, "
+      << (shifted ? "self.env_avg[sc]" : "edge_vectors.new_zeros([0])")
+      << ", self.env_std[sc], self.rcut_smth, self.cutoff)\n"
       << (one_side ? "    net = species[neighbor]\n"
-                   : "    net = species[center] * " + std::to_string(ns) + " + species[neighbor]\n")
+                   : "    net = sc * " + std::to_string(ns) + " + species[neighbor]\n")
       << "    return radial, env, net\n\n";
   // Embedding net t on x (K, 1), as x' with G = a x' - c (the affine part folds into its users).
   src << "def embedding_raw(self, x: Tensor, t: int) -> Tensor:\n";
@@ -285,9 +304,10 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   // energies() picks each species' centres (nonzero: a size known only on the device),
   // energies_grouped() takes them as consecutive groups of sizes known on the host (the static
   // shapes a CUDA graph records, mlip/model/grouped_graph.h).
-  const auto fitting_net = [&](const std::string& indent) {
+  const auto fitting_net = [&](const std::string& indent, bool tanh_form) {
     // y (n, 4, M1) -> per-atom energies of species t, as `y`
-    const Affine y = dense_layers(src, "y", "fit", fit_widths, indent, "");
+    const Affine y = tanh_form ? tanh_layers(src, "y", "fit", fit_widths, indent, "")
+                               : dense_layers(src, "y", "fit", fit_widths, indent, "");
     const auto [w_out, b_out] = folded("fit_w" + out_l + "[t]", "fit_b" + out_l + "[t]", y, 1.0);
     src << indent << "y = torch.addmm(" << b_out << ", y, " << w_out << ")\n";
   };
@@ -306,7 +326,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       // tensor, not an (n, M1 x axis) one.
       << "        ts = tm.index_select(0, idx)\n"
       << descriptor("idx.size(0)");
-  fitting_net("        ");
+  fitting_net("        ", false);
   src << "        e = e.index_copy(0, idx, y.squeeze(1))\n"
       << "    return e * self.energy_scale[cs] + self.energy_shift[cs]\n\n";
   // Groups by split_with_sizes, not narrow: one gradient for all (a cat), not one per group.
@@ -319,7 +339,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << "        n = center_groups[t]\n"
       << "        ts = tm[t]\n"
       << descriptor("n");
-  fitting_net("        ");
+  fitting_net("        ", true);
   src << "        parts.append(y.squeeze(1))\n"
       << "    return torch.cat(parts) * self.energy_scale[cs] + self.energy_shift[cs]\n\n";
   const std::string repulsion = detail::add_repulsion(b, spec);

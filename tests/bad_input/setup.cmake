@@ -19,12 +19,16 @@ file(COPY ${WORK}/run/checkpoints/epoch-000001/ DESTINATION ${WORK}/damaged)
 file(READ ${WORK}/damaged/optimizer.pt head LIMIT 64 HEX)
 file(REMOVE ${WORK}/damaged/optimizer.pt)
 file(WRITE ${WORK}/damaged/optimizer.pt "${head}")   # 128 bytes of text: size and CRC differ
-# One byte of a weight record flipped (the middle of the largest record).
+# One byte of a weight record flipped: the middle of the largest tensor record stored uncompressed
+# (code and debug records are compressed, and the middle of their uncompressed size can lie past
+# their stored bytes: such a flip hit no weight, and the model loaded).
 execute_process(COMMAND python3 -c "
 import sys, zipfile
 path, out = sys.argv[1], sys.argv[2]
 data = bytearray(open(path, 'rb').read())
-info = max(zipfile.ZipFile(path).infolist(), key=lambda i: i.file_size)
+tensors = [i for i in zipfile.ZipFile(path).infolist()
+           if ('/constants/' in i.filename or '/data/' in i.filename) and i.compress_type == zipfile.ZIP_STORED]
+info = max(tensors, key=lambda i: i.file_size)
 start = info.header_offset + 30 + int.from_bytes(data[info.header_offset + 26:info.header_offset + 28], 'little') \
         + int.from_bytes(data[info.header_offset + 28:info.header_offset + 30], 'little')
 data[start + info.file_size // 2] ^= 0x40

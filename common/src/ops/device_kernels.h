@@ -25,7 +25,7 @@ namespace mlip::kernels {
           X(VectorForwardV) X(VectorGradPhi) X(VectorGradW) X(VectorGradV) X(VectorGradUnit)                \
               X(TabulatedForward) X(TabulatedBackward) X(GraphCellOf) X(GraphReach) X(GraphCountEdges) X(GraphListEdges) X(GraphCountBySpecies) X(GraphListGrouped) X(TanhNetForward) X(TanhNetLayerBackward) \
                   X(SiluForward) X(SiluGrad) X(SiluSecondX) X(PolynomialForward) X(PolynomialGrad) \
-                      X(BesselForward) X(BesselGrad)
+                      X(BesselForward) X(BesselGrad) X(EnvForward) X(EnvBackward) X(EnvSecond)
 
 enum class Kernel : int {
 #define MLIP_KERNEL_ID(name) name,
@@ -54,7 +54,7 @@ inline const char* kernel_name(Kernel id) {
 // -1 with the reason. Version: the layout of the functors and this interface; another version is
 // refused, as is a library whose mlip_cuda_layout() is not kernel_layout() (kernel_layout.h: the
 // functors' sizes and a digest of their sources).
-constexpr int kDeviceKernelsVersion = 16;
+constexpr int kDeviceKernelsVersion = 17;
 enum MemoryField : int { kFree, kTotal, kReserved, kAllocated, kPeakAllocated, kMemoryFields };
 extern "C" {
 using CudaLaunch = int (*)(int id, int f64, const void* functor, int64_t count, int device);

@@ -5,6 +5,7 @@
 #include "mlip/ops/edge_contraction.h"
 #include "mlip/ops/equivariant_message.h"
 #include "mlip/ops/radial_net.h"
+#include "mlip/ops/se_environment.h"
 #include "mlip/ops/symmetric_contraction.h"
 #include "mlip/ops/tabulated_embedding.h"
 #include "mlip/ops/vector_message.h"
@@ -18,6 +19,7 @@ void link_operators() {
   link_edge_operators();
   link_equivariant_message_operator();
   link_radial_net_operator();
+  link_se_environment_operator();
   link_symmetric_contraction_operator();
   link_tabulated_operator();
   link_vector_message_operator();

@@ -1,7 +1,7 @@
 // mlip's LibTorch operators (torch.ops.mlip.*), which models call: tanh_net (mlip/ops/radial_net.h),
 // edge_outer_sum and its family (mlip/ops/edge_contraction.h), tabulated_contraction
-// (mlip/ops/tabulated_embedding.h), vector_message and equivariant_message (the message sums of
-// PaiNN and MACE). They register themselves when their object files are linked in;
+// (mlip/ops/tabulated_embedding.h), se_environment (mlip/ops/se_environment.h), vector_message and
+// equivariant_message (the message sums of PaiNN and MACE). They register themselves when their object files are linked in;
 // anything that loads or builds a model through plain torch::jit calls link_operators() once so
 // that a static link keeps them. Python: torch.ops.load_library("<build>/lib/libmlip_ops.so").
 #pragma once

@@ -11,6 +11,7 @@
 #include "../equivariant_message_elements.h"
 #include "../graph_elements.h"
 #include "../radial_net_elements.h"
+#include "../se_environment_elements.h"
 #include "../symmetric_contraction_elements.h"
 #include "../tabulated_embedding_elements.h"
 #include "../vector_message_elements.h"
