@@ -1596,6 +1596,59 @@ INSTANTIATE_TEST_SUITE_P(SeE2A, Compression,
                                            Case{"se_e2_a", torch::kFloat64, true}, Case{"se_e2_a", torch::kFloat32}),
                          case_name);
 
+// A first embedding layer of 1 or 2 units (1 -> 2 -> 4 here): compressed from the trainable module
+// (a checkpoint), the model its uncompressed self; a model whose embedding() is not its nets (as
+// mlip's before 2026-12-06 were there: tanh(x W / 2 + b)) is refused, not tabulated, and so is a
+// frozen model of such a layer, whose weights cannot be checked.
+TEST(CompressionRefusal, AnEmbeddingMethodThatIsNotTheNets) {
+  BuiltModel built = build(Case{"se_e2_a_sel_residual", torch::kFloat64});
+  CompressOptions options;
+  options.min_distance = 0.7;
+  {
+    ModelMetadata meta = built.metadata;
+    const Model uncompressed(built.module, built.metadata, torch::kCPU);
+    const Model compressed(compress_model(built.module, meta, options), meta, torch::kCPU);
+    const Structure s = sample(3);
+    const auto want = evaluate_reference(uncompressed, s), got = evaluate_reference(compressed, s);
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      EXPECT_NEAR(got.atom_energy[i], want.atom_energy[i], 1e-7) << i;
+      for (int d = 0; d < 3; ++d) EXPECT_NEAR(got.forces[i][d], want.forces[i][d], 1e-6) << i;
+    }
+    testing::TempDir dir("mlip_test_compression_residual");
+    const std::string path = (dir.path / "model.pt").string();
+    export_frozen(built.module, built.metadata, path);
+    const Model frozen = Model::load(path);
+    ModelMetadata frozen_meta = frozen.metadata();
+    try {
+      compress_model(const_cast<Model&>(frozen).module(), frozen_meta, options);
+      ADD_FAILURE() << "a frozen model of a residual first embedding layer compressed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("compress from its checkpoint"), std::string::npos) << e.what();
+    }
+  }
+  torch::jit::Module old("__torch__.OldSeE2A");
+  for (const char* name : {"emb_w0", "emb_b0", "emb_w1", "emb_b1"})
+    old.register_parameter(name, built.module.attr(name).toTensor().detach(), false);
+  old.define(R"(
+def environment(self, x: Tensor) -> Tensor:
+    return x
+def energies(self, x: Tensor) -> Tensor:
+    return x
+def embedding(self, x: Tensor, t: int) -> Tensor:
+    x = torch.cat([x, x], 1) + torch.tanh(torch.addmm(self.emb_b0[t], x, self.emb_w0[t] * 0.5))
+    return torch.cat([x, x], 1) + torch.tanh(torch.addmm(self.emb_b1[t], x, self.emb_w1[t]))
+)");
+  ModelMetadata meta = built.metadata;
+  try {
+    compress_model(old, meta, options);
+    ADD_FAILURE() << "compressed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("compress: the model's embedding() method differs from its embedding net 0"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(meta.hyperparameters.contains("compression"));
+}
+
 // Grouped graphs (mlip/model/grouped_graph.h): the static-shape evaluation that CUDA graphs record,
 // checked on the CPU through the same code (GraphCapture without recording). Energies and edge
 // gradients equal the plain forward()'s, on whole structures and on graphs whose last nodes

@@ -18,6 +18,7 @@
 #include "mlip/error.h"
 #include "mlip/potentials.h"
 #include "mlip/ops/operators.h"
+#include "mlip/ops/radial_net.h"
 #include "mlip/ops/tabulated_embedding.h"
 
 namespace mlip {
@@ -33,6 +34,44 @@ void require_compressible(const torch::jit::Module& base, const ModelMetadata& m
       throw Error(std::string("compress: the model has no ") + method +
                   "() method: it was exported by an mlip that could not compress models; export it again "
                   "from its checkpoint (mlip-trainer export CHECKPOINT -o model.pt)");
+    }
+  }
+}
+
+// The tables come from the model's embedding() method; its forward evaluates the nets with
+// mlip::tanh_net. Models written before 2026-12-06 whose first embedding layer keeps or doubles its
+// width (1 or 2 units) had an embedding() of tanh(x W / 2 + b) in that layer: with the parameters
+// at hand (a trainable module: a checkpoint) the method is compared with the nets, and a model where
+// they differ is refused; a frozen one (whose weights are constants in its code) of such a layer
+// is sent to its checkpoint.
+void require_embedding_is_its_nets(const torch::jit::Module& base, const ModelMetadata& meta, int64_t n_nets) {
+  std::vector<int64_t> widths = {1}, residual;
+  for (const auto& w : meta.hyperparameters.at("embedding")) widths.push_back(w.get<int64_t>());
+  for (std::size_t l = 0; l + 1 < widths.size(); ++l)
+    residual.push_back(widths[l + 1] == widths[l] ? 1 : widths[l + 1] == 2 * widths[l] ? 2 : 0);
+  if (residual.empty() || residual[0] == 0) return;
+  if (!base.hasattr("emb_w0")) {
+    throw Error("compress: the model's first embedding layer has " + std::to_string(widths[1]) +
+                " units, where models written by an mlip before 2026-12-06 had a wrong embedding() method, and "
+                "a frozen model's weights cannot be checked against it; compress from its checkpoint "
+                "(mlip-trainer compress CHECKPOINT_DIR -o model-compressed.pt)");
+  }
+  torch::NoGradGuard no_grad;
+  torch::jit::Module m = base;
+  const torch::Tensor w0 = base.attr("emb_w0").toTensor();
+  const torch::Tensor x = torch::linspace(-1.0, 3.0, 9, w0.options());
+  const double tol = w0.scalar_type() == torch::kFloat32 ? 1e-4 : 1e-10;
+  for (int64_t t = 0; t < n_nets; ++t) {
+    std::vector<torch::Tensor> params;
+    for (std::size_t l = 0; l + 1 < widths.size(); ++l)
+      for (const char* kind : {"emb_w", "emb_b"}) params.push_back(base.attr(kind + std::to_string(l)).toTensor()[t]);
+    const torch::Tensor want = std::get<0>(tanh_net(x, params, residual));
+    const torch::Tensor got = m.get_method("embedding")({x.unsqueeze(1), t}).toTensor();
+    const double diff = (got - want).abs().max().item<double>() / std::max(1.0, want.abs().max().item<double>());
+    if (!(diff <= tol)) {
+      throw Error(c10::str("compress: the model's embedding() method differs from its embedding net ", t, " (by ", diff,
+                           "): a model written by an mlip before 2026-12-06 with a first embedding layer of 1 or 2 "
+                           "units, whose embedding() was wrong there; compress a model trained by this mlip"));
     }
   }
 }
@@ -177,6 +216,7 @@ torch::jit::Module compress_model(const torch::jit::Module& base, ModelMetadata&
   const torch::Dtype dtype = metadata.torch_dtype();
   const auto ns = static_cast<int64_t>(metadata.species.size());
   const int64_t n_nets = metadata.hyperparameters.value("type_one_side", true) ? ns : ns * ns;
+  require_embedding_is_its_nets(base, metadata, n_nets);
   const double x_max = extreme_input(base, ns, r_min, dtype, true);
   const double x0 = base.find_method("padding") ? extreme_input(base, ns, metadata.cutoff, dtype, false) : 0.0;
   const double eps = dtype == torch::kFloat32 ? 1.2e-7 : 2.2e-16;
