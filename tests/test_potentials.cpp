@@ -2043,6 +2043,39 @@ TEST(SeE2A, EmbeddingMethodIsTheNetsDefinition) {
   }
 }
 
+// energies_grouped() (the trainer's recorded steps, the GPU's MD step) against energies(): centre
+// groups of equal sizes take every species' fitting net at once (batched products), other groups
+// go species by species. Energies, and the gradients a force loss takes of them (along t_sum, then
+// that along the parameters), are the same, the residual fitting layers' too.
+TEST(SeE2A, GroupedEnergiesEqualThePlainOnesForEqualAndOtherGroups) {
+  for (const std::string arch : {"se_e2_a", "se_e2_a_residual"}) {
+    const BuiltModel built = build(Case{arch, torch::kFloat64});
+    torch::jit::Module m = built.module;
+    const int64_t m1 = arch == "se_e2_a" ? 16 : 4;
+    for (const std::vector<int64_t>& groups : {std::vector<int64_t>{5, 5}, std::vector<int64_t>{3, 6},
+                                               std::vector<int64_t>{0, 4}}) {
+      SCOPED_TRACE(arch + " groups " + std::to_string(groups[0]) + ", " + std::to_string(groups[1]));
+      const int64_t n = groups[0] + groups[1];
+      const torch::Tensor species = torch::cat({torch::zeros({groups[0]}, torch::kInt64), torch::ones({groups[1]}, torch::kInt64)});
+      const torch::Tensor t_sum = torch::randn({n, 4, m1}, torch::kFloat64).requires_grad_(true);
+      const torch::Tensor w0 = m.attr("fit_w0").toTensor();
+      std::vector<torch::Tensor> outs;
+      for (const char* method : {"energies", "energies_grouped"}) {
+        const torch::Tensor e =
+            std::string(method) == "energies"
+                ? m.get_method(method)({species, t_sum, n}).toTensor()
+                : m.get_method(method)({species, t_sum, c10::List<int64_t>(groups)}).toTensor();
+        const torch::Tensor g = torch::autograd::grad({(e * e).sum()}, {t_sum}, {}, true, true)[0];
+        const torch::Tensor gw = torch::autograd::grad({(g * g).sum()}, {w0})[0];   // a force loss's path
+        outs.insert(outs.end(), {e.detach(), g.detach(), gw});
+      }
+      ASSERT_EQ(outs[0].size(0), n);
+      for (int k = 0; k < 3; ++k)
+        EXPECT_TRUE(torch::allclose(outs[k], outs[k + 3], 1e-11, 1e-12)) << "output " << k << "\n" << outs[k] - outs[k + 3];
+    }
+  }
+}
+
 // sel "auto": DeePMD-kit's rule (1.1 x the most neighbours of each species a centre has, its integer
 // part rounded up to a multiple of 4) from the statistics' frames, then DeePMD-kit's statistics over all those slots.
 TEST(SeE2A, AutoSelAndItsStatistics) {

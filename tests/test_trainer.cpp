@@ -1938,10 +1938,26 @@ TEST(Training, FrameBankGathersWhatPaddingTheGroupedBatchGives) {
   shape.edge_groups = {0, 0, 0};
   shape.center_groups = {0, 0, 1};
   fit_capacity(shape, cap);
-  EXPECT_EQ(cap.centers, (std::vector<int64_t>{0, 0, 32}));
+  // (every group as large as the largest: that adds fewer than kEqualCenterGroupsSlack atoms)
+  EXPECT_EQ(cap.centers, (std::vector<int64_t>{32, 32, 32}));
   shape.center_groups = {0, 0, 32};
   EXPECT_TRUE(fit_capacity(shape, cap));
   EXPECT_GT(cap.centers[2], 32);
+  EXPECT_EQ(cap.centers[0], cap.centers[2]);
+  // Groups are made equal only where that adds at most kEqualCenterGroupsSlack padding atoms.
+  for (const auto& [counts, equal] : {std::pair{std::vector<int64_t>{100, 200}, true}, {{1, 2000}, false},
+                                      {{600, 1200}, true}, {{1000, 2000}, false}}) {
+    BatchCapacity c;
+    shape.center_groups = counts;
+    shape.edge_groups = {0, 0};
+    fit_capacity(shape, c);
+    std::vector<int64_t> own;   // each group's capacity by the growth rule alone
+    grow_capacities(counts, own, /*spare=*/true);
+    const int64_t largest = std::max(own[0], own[1]);
+    const std::vector<int64_t> want = equal ? std::vector<int64_t>{largest, largest} : own;
+    EXPECT_EQ(c.centers, want) << counts[0] << ", " << counts[1];
+    EXPECT_EQ(equal, 2 * largest - own[0] - own[1] <= kEqualCenterGroupsSlack);
+  }
 }
 
 // training.data_on_device with the recorded step, and the frame bank running out of GPU memory

@@ -195,6 +195,17 @@ inline std::string centre_edges_source(bool grouped, const std::vector<std::stri
   return src.str();
 }
 
+// DeePMD's residual rule for a tanh layer of width `in` -> `out`: 1 (y + tanh) where the width is
+// kept, 2 ([y, y] + tanh) where it doubles, 0 (none) otherwise; mlip::tanh_net's `residual` codes.
+inline int residual_kind(int64_t in, int64_t out) { return out == in ? 1 : out == 2 * in ? 2 : 0; }
+
+// residual_kind of each layer of a net of these widths (input first).
+inline std::vector<int64_t> residual_kinds(const std::vector<int64_t>& widths) {
+  std::vector<int64_t> kinds;
+  for (std::size_t l = 0; l + 1 < widths.size(); ++l) kinds.push_back(residual_kind(widths[l], widths[l + 1]));
+  return kinds;
+}
+
 inline std::string num(double x) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.17g", x);

@@ -45,10 +45,9 @@ void require_compressible(const torch::jit::Module& base, const ModelMetadata& m
 // they differ is refused; a frozen one (whose weights are constants in its code) of such a layer
 // is sent to its checkpoint.
 void require_embedding_is_its_nets(const torch::jit::Module& base, const ModelMetadata& meta, int64_t n_nets) {
-  std::vector<int64_t> widths = {1}, residual;
+  std::vector<int64_t> widths = {1};
   for (const auto& w : meta.hyperparameters.at("embedding")) widths.push_back(w.get<int64_t>());
-  for (std::size_t l = 0; l + 1 < widths.size(); ++l)
-    residual.push_back(widths[l + 1] == widths[l] ? 1 : widths[l + 1] == 2 * widths[l] ? 2 : 0);
+  const std::vector<int64_t> residual = detail::residual_kinds(widths);
   if (residual.empty() || residual[0] == 0) return;
   if (!base.hasattr("emb_w0")) {
     throw Error("compress: the model's first embedding layer has " + std::to_string(widths[1]) +

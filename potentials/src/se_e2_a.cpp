@@ -79,11 +79,27 @@ Affine tanh_layers(std::ostringstream& src, const std::string& var, const std::s
     const std::string b = owner + prefix + "_b" + std::to_string(l) + "[t]";
     const std::string h = "torch.tanh(" + std::string(widths[l] == 1 ? "torch.addcmul(" : "torch.addmm(") + b + ", " +
                           var + ", " + w + "))";
-    const bool keep = widths[l + 1] == widths[l], doubles = widths[l + 1] == 2 * widths[l];
+    const int kind = detail::residual_kind(widths[l], widths[l + 1]);
+    const bool keep = kind == 1, doubles = kind == 2;
     src << indent << var << " = "
         << (keep ? var + " + " : doubles ? "torch.cat([" + var + ", " + var + "], 1) + " : std::string()) << h << "\n";
   }
   return Affine{};
+}
+
+// The same tanh layers for every species at once, on x (species, n, width) with the module's
+// stacked parameters (species, in, out) and (species, out): one batched product a layer for all
+// the nets, whose gradients are the stacked parameters' own (no unbind, no per-net copies).
+void batched_tanh_layers(std::ostringstream& src, const std::string& var, const std::string& prefix,
+                         const std::vector<int64_t>& widths, const std::string& indent) {
+  for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
+    const std::string p = "self." + prefix, n = std::to_string(l);
+    const std::string h = "torch.tanh(torch.baddbmm(" + p + "_b" + n + ".unsqueeze(1), " + var + ", " + p + "_w" + n + "))";
+    const int kind = detail::residual_kind(widths[l], widths[l + 1]);
+    src << indent << var << " = "
+        << (kind == 1 ? var + " + " : kind == 2 ? "torch.cat([" + var + ", " + var + "], 2) + " : std::string()) << h
+        << "\n";
+  }
 }
 
 // The layers of net t, whose parameters are `owner` + prefix_w<l>[t] and prefix_b<l>[t] ("self.":
@@ -94,7 +110,8 @@ Affine dense_layers(std::ostringstream& src, const std::string& var, const std::
   for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
     const std::string w = owner + prefix + "_w" + std::to_string(l) + "[t]";
     const std::string b = owner + prefix + "_b" + std::to_string(l) + "[t]";
-    const bool keep = widths[l + 1] == widths[l], doubles = widths[l + 1] == 2 * widths[l];
+    const int kind = detail::residual_kind(widths[l], widths[l + 1]);
+    const bool keep = kind == 1, doubles = kind == 2;
     if ((keep || doubles) && x.a != 2.0) {  // bring x to 2 u - c first (only when the first layer is residual)
       src << indent << var << " = " << var << " * " << num(x.a / 2.0) << "\n";
       x.a = 2.0;
@@ -139,10 +156,7 @@ std::string tanh_net_params(const std::vector<int64_t>& widths) {
 
 std::string tanh_net_residual(const std::vector<int64_t>& widths) {
   std::string out = "[";
-  for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
-    const int kind = widths[l + 1] == widths[l] ? 1 : widths[l + 1] == 2 * widths[l] ? 2 : 0;
-    out += (l ? ", " : "") + std::to_string(kind);
-  }
+  for (const int64_t kind : detail::residual_kinds(widths)) out += (out.size() > 1 ? ", " : "") + std::to_string(kind);
   return out + "]";
 }
 
@@ -329,19 +343,34 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   fitting_net("        ", false);
   src << "        e = e.index_copy(0, idx, y.squeeze(1))\n"
       << "    return e * self.energy_scale[cs] + self.energy_shift[cs]\n\n";
-  // Groups by split_with_sizes, not narrow: one gradient for all (a cat), not one per group.
-  src << "def energies_grouped(self, species: Tensor, t_sum: Tensor, center_groups: List[int]) -> Tensor:\n";
-  unbound_parameters(src, "fit", fit_widths.size(), "    ");
-  src << "    tm = (t_sum * self.inv_neighbor_norm).split_with_sizes(center_groups)\n"
+  // Groups of equal sizes (the trainer's recorded steps pad them so where that costs little:
+  // recorded_step.h) take every species' net at once, one batched product a layer; other groups
+  // go species by species, split by split_with_sizes, not narrow: one gradient for all (a cat),
+  // not one per group.
+  src << "def energies_grouped(self, species: Tensor, t_sum: Tensor, center_groups: List[int]) -> Tensor:\n"
       << "    cs = species[:t_sum.size(0)]\n"
-      << "    parts: List[Tensor] = []\n"
-      << "    for t in range(" << ns << "):\n"
-      << "        n = center_groups[t]\n"
-      << "        ts = tm[t]\n"
-      << descriptor("n");
-  fitting_net("        ", true);
-  src << "        parts.append(y.squeeze(1))\n"
-      << "    return torch.cat(parts) * self.energy_scale[cs] + self.energy_shift[cs]\n\n";
+      << "    n = center_groups[0]\n"
+      << "    equal = True\n"
+      << "    for c in center_groups:\n"
+      << "        equal = equal and c == n\n"
+      << "    if equal:\n"
+      << "        ts = t_sum * self.inv_neighbor_norm\n"
+      << descriptor(std::to_string(ns) + ", n");
+  batched_tanh_layers(src, "y", "fit", fit_widths, "        ");
+  src << "        e = torch.baddbmm(self.fit_b" << out_l << ".unsqueeze(1), y, self.fit_w" << out_l
+      << ").reshape(t_sum.size(0))\n"
+      << "    else:\n";
+  unbound_parameters(src, "fit", fit_widths.size(), "        ");
+  src << "        tm = (t_sum * self.inv_neighbor_norm).split_with_sizes(center_groups)\n"
+      << "        parts: List[Tensor] = []\n"
+      << "        for t in range(" << ns << "):\n"
+      << "            n = center_groups[t]\n"
+      << "            ts = tm[t]\n"
+      << "    " << descriptor("n");
+  fitting_net("            ", true);
+  src << "            parts.append(y.squeeze(1))\n"
+      << "        e = torch.cat(parts)\n"
+      << "    return e * self.energy_scale[cs] + self.energy_shift[cs]\n\n";
   const std::string repulsion = detail::add_repulsion(b, spec);
   if (!repulsion.empty()) {
     src << "def repulsion(self, species: Tensor, edge_index: Tensor, edge_vectors: Tensor, n_centers: int) -> Tensor:\n"

@@ -59,8 +59,14 @@ struct BatchCapacity {
   int64_t n_edges() const;
 };
 
+/// Centre groups of equal sizes let se_e2_a's fitting nets run as one batched product a layer for
+/// every species (its energies_grouped()): fewer kernels in a batch of few atoms. Where making them
+/// equal adds at most this many padding atoms (products of so few rows take a GPU the same time),
+/// every group of centres takes the largest one's capacity.
+constexpr int64_t kEqualCenterGroupsSlack = 1024;
+
 /// Grows `cap` where the grouped batch `b` outgrows it (each species' group of atoms keeps a free
-/// slot). Returns whether it changed.
+/// slot; groups made equal within kEqualCenterGroupsSlack). Returns whether it changed.
 bool fit_capacity(const BatchTensors& b, BatchCapacity& cap);
 
 /// The capacity the ranks agreed on last (largest_over_ranks), shared with the prefetching thread,
