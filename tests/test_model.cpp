@@ -4,6 +4,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -248,8 +249,11 @@ TEST(Model, AlteredBytesInAnyRecordAreRejectedNamingTheFile) {
     const std::size_t offset = reader.getRecordOffset(name);
     const std::size_t size = std::get<1>(reader.getRecord(name));
     if (size == 0) continue;
+    // A byte among the record's stored ones: a compressed record (PyTorch deflates the code's
+    // debug_pkl) stores fewer bytes than its size, so its middle may lie past them.
+    const std::size_t at = offset + std::min<std::size_t>(size / 2, 16);
     std::string copy = bytes;
-    copy[offset + size / 2] = static_cast<char>(~copy[offset + size / 2]);
+    copy[at] = static_cast<char>(~copy[at]);
     const std::string bad = (dir / "altered.pt").string();
     std::ofstream(bad, std::ios::binary) << copy;
     try {

@@ -1944,20 +1944,30 @@ TEST(Training, FrameBankGathersWhatPaddingTheGroupedBatchGives) {
   EXPECT_TRUE(fit_capacity(shape, cap));
   EXPECT_GT(cap.centers[2], 32);
   EXPECT_EQ(cap.centers[0], cap.centers[2]);
-  // Groups are made equal only where that adds at most kEqualCenterGroupsSlack padding atoms.
+  // Groups are made equal only where they then hold at most kEqualCenterGroupsSlack padding atoms.
+  shape.edge_groups = {0, 0};
   for (const auto& [counts, equal] : {std::pair{std::vector<int64_t>{100, 200}, true}, {{1, 2000}, false},
                                       {{600, 1200}, true}, {{1000, 2000}, false}}) {
     BatchCapacity c;
     shape.center_groups = counts;
-    shape.edge_groups = {0, 0};
     fit_capacity(shape, c);
     std::vector<int64_t> own;   // each group's capacity by the growth rule alone
     grow_capacities(counts, own, /*spare=*/true);
     const int64_t largest = std::max(own[0], own[1]);
     const std::vector<int64_t> want = equal ? std::vector<int64_t>{largest, largest} : own;
     EXPECT_EQ(c.centers, want) << counts[0] << ", " << counts[1];
-    EXPECT_EQ(equal, 2 * largest - own[0] - own[1] <= kEqualCenterGroupsSlack);
+    EXPECT_EQ(equal, 2 * largest - counts[0] - counts[1] <= kEqualCenterGroupsSlack);
   }
+  // Growing batch after batch, the small group's padding does not pile up past the slack: it was
+  // made equal only while the padding was within it, and stays as it was once the groups part.
+  BatchCapacity grown;
+  for (const int64_t n : {100, 200, 400, 800, 1600, 3000, 6000}) {
+    shape.center_groups = {10, n};
+    fit_capacity(shape, grown);
+    EXPECT_LE(grown.centers[0] - 10, kEqualCenterGroupsSlack) << n;
+    EXPECT_GT(grown.centers[1], n);
+  }
+  EXPECT_LT(grown.centers[0], grown.centers[1]);
 }
 
 // training.data_on_device with the recorded step, and the frame bank running out of GPU memory

@@ -412,9 +412,7 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
   src << "    center = edge_index[0]\n"
       << "    radial, env, net = self.environment(species, edge_index, edge_vectors)\n"
       << "    radials = radial.split_with_sizes(edge_groups)\n"
-      << "    envs = env.split_with_sizes(edge_groups)\n"
-      << "    centers = center.split_with_sizes(edge_groups)\n"
-      << "    t_sum = torch.zeros([n_centers, 4, " << m1 << "], dtype=edge_vectors.dtype, device=edge_vectors.device)\n"
+      << "    gs: List[Tensor] = []\n"
       << (shifted ? "    group_net: List[Tensor] = []\n" : "")
       << "    for t in range(" << n_emb << "):\n"
       << "        n = edge_groups[t]\n"
@@ -422,7 +420,10 @@ BuiltModel build_se_e2_a(const ModelSpec& spec) {
       << (shifted ? "        group_net.append(torch.full([n], t, dtype=center.dtype, device=center.device))\n" : "")
       << "        g, g_dx = mlip_ops.tanh_net(radials[t], " << tanh_net_params(emb_widths) << ", "
       << tanh_net_residual(emb_widths) << ")\n"
-      << "        t_sum = t_sum + mlip_ops.edge_outer_sum(envs[t], g, centers[t], n_centers)\n"
+      << "        gs.append(g)\n"
+      // every net's edges in one sum (the groups are consecutive): one operator, forward and
+      // backward, for all the nets
+      << "    t_sum = mlip_ops.edge_outer_sum(env, torch.cat(gs), center, n_centers)\n"
       << (shifted ? "    t_sum = t_sum + self.padding(species, center, torch.cat(group_net), n_centers)\n" : "")
       << "    return self.energies_grouped(species, t_sum, center_groups)\n";
   return b.finish(src.str(), spec, "se_e2_a", 0, resolved);

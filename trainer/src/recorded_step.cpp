@@ -89,8 +89,11 @@ bool fit_capacity(const BatchTensors& b, BatchCapacity& cap) {
   // (padding_edge_ends()) and the padding frame to hold.
   grow_capacities(b.center_groups, cap.centers, /*spare=*/true);
   grow_capacities(b.edge_groups, cap.edges);
+  // The padding measured against the batch's own atoms (not the capacities, which would let it
+  // pile up growth after growth).
   const int64_t largest = cap.centers.empty() ? 0 : *std::max_element(cap.centers.begin(), cap.centers.end());
-  if (largest * static_cast<int64_t>(cap.centers.size()) - cap.atoms() <= kEqualCenterGroupsSlack)
+  const int64_t atoms = std::accumulate(b.center_groups.begin(), b.center_groups.end(), int64_t{0});
+  if (largest * static_cast<int64_t>(cap.centers.size()) - atoms <= kEqualCenterGroupsSlack)
     std::fill(cap.centers.begin(), cap.centers.end(), largest);
   return !(cap == before);
 }

@@ -60,9 +60,9 @@ struct BatchCapacity {
 };
 
 /// Centre groups of equal sizes let se_e2_a's fitting nets run as one batched product a layer for
-/// every species (its energies_grouped()): fewer kernels in a batch of few atoms. Where making them
-/// equal adds at most this many padding atoms (products of so few rows take a GPU the same time),
-/// every group of centres takes the largest one's capacity.
+/// every species (its energies_grouped()): fewer kernels in a batch of few atoms. Where the groups
+/// made equal hold at most this many padding atoms beyond the batch's own (products of so few rows
+/// take a GPU the same time), every group of centres takes the largest one's capacity.
 constexpr int64_t kEqualCenterGroupsSlack = 1024;
 
 /// Grows `cap` where the grouped batch `b` outgrows it (each species' group of atoms keeps a free
