@@ -266,7 +266,10 @@ std::vector<Tensor> stacked_gradients(const std::vector<Layer>& layers, const Sa
     acc[2 * l] = at::mm(s.y[l].t(), gz);
     acc[2 * l + 1] = gz.narrow(0, 0, n).sum(0);
     if (l == 0) break;
-    g = add_back(skip_transposed(g, L), gz, L.w).contiguous();
+    // g and R_l^T g are this loop's own tensors (never the incoming gradients): the product is
+    // added in place (an addmm into a new tensor copies its base first, a kernel more a layer).
+    Tensor base = skip_transposed(g, L);
+    g = base.defined() ? base.addmm_(gz, L.w.t()) : at::mm(gz, L.w.t());
   }
   return acc;
 }
