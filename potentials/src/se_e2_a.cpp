@@ -67,6 +67,15 @@ std::pair<std::string, std::string> folded(const std::string& w, const std::stri
   return {weight, bias};
 }
 
+// The residual term of a tanh layer `in` -> `out` on `var`, as the start of a sum: "var + ",
+// "torch.cat([var, var], dim) + " or nothing (detail::residual_kind).
+std::string residual_part(const std::string& var, int64_t in, int64_t out, int dim) {
+  const int kind = detail::residual_kind(in, out);
+  if (kind == 1) return var + " + ";
+  if (kind == 2) return "torch.cat([" + var + ", " + var + "], " + std::to_string(dim) + ") + ";
+  return {};
+}
+
 // The same layers in their tanh form, y = tanh(x W + b) (+ x or [x, x]): no folding, so no
 // products of the parameters by constants, which a training step (parameters not frozen) runs
 // forward, backward and twice backward; a GPU's tanh costs what its sigmoid does. For the grouped
@@ -79,10 +88,7 @@ Affine tanh_layers(std::ostringstream& src, const std::string& var, const std::s
     const std::string b = owner + prefix + "_b" + std::to_string(l) + "[t]";
     const std::string h = "torch.tanh(" + std::string(widths[l] == 1 ? "torch.addcmul(" : "torch.addmm(") + b + ", " +
                           var + ", " + w + "))";
-    const int kind = detail::residual_kind(widths[l], widths[l + 1]);
-    const bool keep = kind == 1, doubles = kind == 2;
-    src << indent << var << " = "
-        << (keep ? var + " + " : doubles ? "torch.cat([" + var + ", " + var + "], 1) + " : std::string()) << h << "\n";
+    src << indent << var << " = " << residual_part(var, widths[l], widths[l + 1], 1) << h << "\n";
   }
   return Affine{};
 }
@@ -95,10 +101,7 @@ void batched_tanh_layers(std::ostringstream& src, const std::string& var, const 
   for (std::size_t l = 0; l + 1 < widths.size(); ++l) {
     const std::string p = "self." + prefix, n = std::to_string(l);
     const std::string h = "torch.tanh(torch.baddbmm(" + p + "_b" + n + ".unsqueeze(1), " + var + ", " + p + "_w" + n + "))";
-    const int kind = detail::residual_kind(widths[l], widths[l + 1]);
-    src << indent << var << " = "
-        << (kind == 1 ? var + " + " : kind == 2 ? "torch.cat([" + var + ", " + var + "], 2) + " : std::string()) << h
-        << "\n";
+    src << indent << var << " = " << residual_part(var, widths[l], widths[l + 1], 2) << h << "\n";
   }
 }
 
